@@ -1,0 +1,26 @@
+"""FerryMQ's storage engine: CommitLog, ConsumeQueues and the MessageStore facade.
+
+Synchronous and thread-safe; knows nothing about the network or asyncio.
+"""
+
+from ferrymq.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
+from ferrymq.store.message_store import (
+    AppendResult,
+    GetResult,
+    GetStatus,
+    MessageStore,
+    PutStatus,
+    StoreNotRunningError,
+)
+
+__all__ = [
+    "ASYNC_FLUSH",
+    "SYNC_FLUSH",
+    "AppendResult",
+    "GetResult",
+    "GetStatus",
+    "MessageStore",
+    "PutStatus",
+    "StoreConfig",
+    "StoreNotRunningError",
+]

@@ -1,0 +1,227 @@
+"""The broker application: wires the store, the config tables, the processors and the
+periodic tasks (name-server registration, offset persistence, client expiry) together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import socket
+import zlib
+from pathlib import Path
+from typing import Coroutine
+
+from ferrymq.broker.async_store import AsyncMessageStore
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.consumer_manager import ConsumerManager
+from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
+from ferrymq.broker.long_polling import PullWaiters
+from ferrymq.broker.processors.admin import AdminProcessor
+from ferrymq.broker.processors.client_manage import ClientManageProcessors
+from ferrymq.broker.processors.offsets import OffsetProcessors
+from ferrymq.broker.processors.pull import PullProcessor
+from ferrymq.broker.processors.send import SendProcessor
+from ferrymq.broker.stats import BrokerStats
+from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
+from ferrymq.broker.topic_config_manager import TopicConfigManager
+from ferrymq.common.message import decode_record
+from ferrymq.common.protocol import RegisterBrokerBody
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.server import RemotingServer
+from ferrymq.store.config import StoreConfig
+from ferrymq.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, store_config: StoreConfig) -> None:
+        self.config = config
+        self.store_config = store_config
+        if config.listen_port == 0:
+            config.listen_port = free_port(config.listen_host)
+        config_dir = Path(store_config.store_path_root_dir) / "config"
+        self.topics = TopicConfigManager(config, config_dir)
+        self.groups = SubscriptionGroupManager(config_dir, auto_create=config.auto_create_subscription_group)
+        self.offsets = ConsumerOffsetManager(config_dir)
+        self.stats = BrokerStats()
+        self.pull_waiters = PullWaiters()
+        self.store_host = (socket.gethostbyname(config.advertised_host()), config.listen_port)
+        self.store = AsyncMessageStore(MessageStore(store_config, store_host=self.store_host))
+        self.store.arrival_listeners.append(self.pull_waiters.notify)
+        self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker")
+        self.namesrv_client = RemotingClient()
+        self.client_manage = ClientManageProcessors(self)
+        self.consumers = ConsumerManager(on_group_changed=self.client_manage.notify_group_changed)
+        self.stopping = False
+        self.registered = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._register_wanted = asyncio.Event()
+        self._register_processors()
+        self.server.add_connection_listener(on_close=self.consumers.connection_closed)
+        self.topics.on_change = self._on_topics_changed
+
+    @property
+    def address(self) -> str:
+        return self.config.advertised_addr(self.server.port)
+
+    def _register_processors(self) -> None:
+        send = SendProcessor(self)
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            self.server.register(code, send)
+        self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(self))
+        offsets = OffsetProcessors(self)
+        cm = self.client_manage
+        for code, handler in {
+            RequestCode.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
+            RequestCode.GET_MAX_OFFSET: offsets.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: offsets.get_min_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: offsets.get_earliest_store_time,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
+            RequestCode.HEART_BEAT: cm.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: cm.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: cm.get_consumer_list,
+            RequestCode.CHECK_CLIENT_CONFIG: cm.check_client_config,
+        }.items():
+            self.server.register(code, handler)
+        self.server.register_default(AdminProcessor(self))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._load_config_tables)
+        await self.store.load()
+        self._repair_topics_from_store()
+        await self.server.start()
+        log.info("broker %s (%s) listening on %s:%d, advertised as %s, store %s",
+                 self.config.broker_name, self.config.broker_cluster_name, self.config.listen_host,
+                 self.server.port, self.address, self.store_config.store_path_root_dir)
+        self.spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self.persist_offsets), "offset-persist")
+        self.spawn(self._every(10, self._expire_clients), "client-expiry")
+        if self.config.namesrv_addresses():
+            self.spawn(self._registration_loop(), "namesrv-registration")
+        else:
+            log.warning("no name server address (namesrvAddr); clients can reach this broker only directly")
+
+    def _load_config_tables(self) -> None:
+        self.topics.load()
+        self.groups.load()
+        self.offsets.load()
+
+    def _repair_topics_from_store(self) -> None:
+        """A queue found on disk whose topic config was lost is re-declared, so its data stays reachable."""
+        for topic, queue_ids in self.store.store.topic_queue_ids().items():
+            if topic not in self.topics.table and queue_ids:
+                n = max(queue_ids) + 1
+                log.warning("topic %s has data on disk but no config; re-creating it with %d queues", topic, n)
+                self.topics.ensure(topic, n)
+
+    async def stop(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        self.pull_waiters.wake_all()
+        await self._unregister_from_namesrvs()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.server.stop()
+        await self.namesrv_client.close()
+        await self.topics.persist()
+        await self.groups.persist(force=True)
+        await self.offsets.persist(force=True)
+        await self.store.shutdown()
+        log.info("broker %s stopped cleanly", self.config.broker_name)
+
+    def spawn(self, coro: Coroutine, name: str | None = None) -> asyncio.Task:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task %s failed", task.get_name(), exc_info=task.exception())
+
+    @staticmethod
+    async def _every(seconds: float, fn) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            await fn()
+
+    async def persist_offsets(self) -> None:
+        await self.offsets.persist()
+        await self.groups.persist()
+
+    async def _expire_clients(self) -> None:
+        self.consumers.expire(self.config.channel_expired_timeout / 1000)
+
+    # ------------------------------------------------------------------ name servers
+
+    def _on_topics_changed(self) -> None:
+        if not self.stopping:
+            self.spawn(self.topics.persist(), "topic-persist")
+            self._register_wanted.set()
+
+    async def _registration_loop(self) -> None:
+        period = min(max(self.config.register_name_server_period, 10_000), 60_000) / 1000
+        while True:
+            self._register_wanted.clear()
+            await self.register_with_namesrvs()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._register_wanted.wait(), period)
+
+    def _register_command(self) -> RemotingCommand:
+        body = RegisterBrokerBody(self.topics.wrapper()).to_json()
+        return RemotingCommand.request(RequestCode.REGISTER_BROKER, {
+            "brokerAddr": self.address, "brokerName": self.config.broker_name,
+            "clusterName": self.config.broker_cluster_name, "brokerId": self.config.broker_id,
+            "haServerAddr": f"{self.config.advertised_host()}:{self.server.port + 1}",
+            "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF,
+        }, body)
+
+    async def register_with_namesrvs(self) -> None:
+        addrs = self.config.namesrv_addresses()
+        timeout = self.config.register_broker_timeout_mills / 1000
+        results = await asyncio.gather(*(self.namesrv_client.invoke(a, self._register_command(), timeout) for a in addrs),
+                                       return_exceptions=True)
+        ok = 0
+        for addr, result in zip(addrs, results):
+            if isinstance(result, BaseException):
+                log.warning("registering with name server %s failed: %s", addr, result)
+            elif result.code != ResponseCode.SUCCESS:
+                log.warning("name server %s refused registration: %s", addr, result.remark)
+            else:
+                ok += 1
+        if ok:
+            self.registered.set()
+
+    async def _unregister_from_namesrvs(self) -> None:
+        for addr in self.config.namesrv_addresses():
+            with contextlib.suppress(RemotingError, OSError):
+                await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, {
+                    "brokerAddr": self.address, "brokerName": self.config.broker_name,
+                    "clusterName": self.config.broker_cluster_name, "brokerId": self.config.broker_id}), 3.0)
+
+    # ------------------------------------------------------------------ info
+
+    async def earliest_message_time(self) -> int:
+        store = self.store.store
+        record = await self.store.read(store.look_message_by_offset, store.min_phy_offset)
+        return decode_record(record)[0].store_timestamp if record else 0
+
+    async def disk_ratio(self) -> float:
+        usage = await asyncio.to_thread(shutil.disk_usage, self.store_config.store_path_root_dir)
+        return usage.used / usage.total if usage.total else 0.0

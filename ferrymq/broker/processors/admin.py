@@ -1,0 +1,171 @@
+"""The admin processor: every request code without a dedicated processor comes here.
+
+Topic and subscription-group management, broker config and runtime info, message view
+and topic stats. Codes it does not know are answered REQUEST_CODE_NOT_SUPPORTED.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from ferrymq import __version__
+from ferrymq.common import rocketmq_json
+from ferrymq.common.config_loader import ConfigError, apply_settings, parse_properties, to_properties
+from ferrymq.common.message import validate_group, validate_topic
+from ferrymq.common.protocol import KVTable, MessageQueue, Perm, SubscriptionGroupConfig, TopicConfig
+from ferrymq.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
+
+if TYPE_CHECKING:
+    from ferrymq.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
+
+
+class AdminProcessor:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.handlers: dict[int, Handler] = {
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_group,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_groups,
+            RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
+            RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.get_runtime_info,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
+            RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats,
+        }
+
+    async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        handler = self.handlers.get(req.code)
+        if handler is None:
+            return req.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {req.code} not supported")
+        return await handler(req, conn)
+
+    # ------------------------------------------------------------------ topics
+
+    async def update_topic(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic = req.get_str("topic", required=True)
+        error = validate_topic(topic)
+        if error:
+            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"topic[{topic}] is invalid: {error}")
+        if topic == self.broker.config.broker_cluster_name or self.broker.topics.is_system_topic(topic):
+            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"The topic[{topic}] is conflict with system topic.")
+        read, write = req.get_int("readQueueNums", 16), req.get_int("writeQueueNums", 16)
+        if not (1 <= read <= 1024 and 1 <= write <= 1024):
+            return req.response(ResponseCode.SYSTEM_ERROR, remark="queue numbers must be between 1 and 1024")
+        self.broker.topics.update(TopicConfig(
+            topic_name=topic, read_queue_nums=read, write_queue_nums=write, perm=req.get_int("perm", Perm.READ_WRITE),
+            topic_filter_type=req.get_str("topicFilterType", "SINGLE_TAG") or "SINGLE_TAG",
+            topic_sys_flag=req.get_int("topicSysFlag", 0), order=req.get_bool("order")))
+        return req.response()
+
+    async def delete_topic(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic = req.get_str("topic", required=True)
+        if self.broker.topics.is_system_topic(topic):
+            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"The topic[{topic}] is a system topic and cannot be deleted.")
+        self.broker.topics.delete(topic)
+        return req.response()
+
+    async def get_all_topic_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return req.response(body=self.broker.topics.wrapper().to_json())
+
+    async def get_topic_stats(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic = req.get_str("topic", required=True)
+        config = self.broker.topics.get(topic)
+        if config is None:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")
+        store = self.broker.store
+        table = {}
+        for queue_id in range(config.write_queue_nums):
+            max_offset = store.store.get_max_offset_in_queue(topic, queue_id)
+            last = await store.read(store.store.get_store_time, topic, queue_id, max_offset - 1) if max_offset > 0 else 0
+            mq = MessageQueue(topic, self.broker.config.broker_name, queue_id)
+            table[rocketmq_json.ObjectKey(mq.to_dict())] = {
+                "minOffset": store.store.get_min_offset_in_queue(topic, queue_id), "maxOffset": max_offset,
+                "lastUpdateTimestamp": max(last, 0)}
+        return req.response(body=rocketmq_json.dumps({"offsetTable": table}).encode())
+
+    # ------------------------------------------------------------------ groups
+
+    async def update_group(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        try:
+            config = SubscriptionGroupConfig.from_json(req.body or b"")
+        except ValueError as e:
+            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"malformed subscription group body: {e}")
+        error = validate_group(config.group_name)
+        if error:
+            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"group[{config.group_name}] is invalid: {error}")
+        self.broker.groups.update(config)
+        await self.broker.groups.persist()
+        return req.response()
+
+    async def delete_group(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group = req.get_str("groupName", required=True)
+        self.broker.groups.delete(group)
+        if req.get_bool("removeOffset"):
+            self.broker.offsets.remove_group(group)
+        await self.broker.groups.persist()
+        return req.response()
+
+    async def get_all_groups(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return req.response(body=self.broker.groups.render().encode())
+
+    # ------------------------------------------------------------------ broker
+
+    async def get_broker_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        props = to_properties(self.broker.config, self.broker.store_config)
+        text = "\n".join(f"{k}={v}" for k, v in sorted(props.items())) + "\n"
+        return req.response(ext_fields={"version": rocketmq_json.dumps(self.broker.topics.data_version.to_dict())},
+                            body=text.encode())
+
+    async def update_broker_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        try:
+            settings = parse_properties((req.body or b"").decode("utf-8"))
+            apply_settings(settings, self.broker.config, self.broker.store_config)
+        except (ConfigError, UnicodeDecodeError) as e:
+            return req.response(ResponseCode.SYSTEM_ERROR, remark=str(e))
+        log.info("broker config updated: %s", ", ".join(f"{k}={v}" for k, v in settings.items()))
+        return req.response()
+
+    async def get_runtime_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        broker, store = self.broker, self.broker.store.store
+        put_tps, get_tps = broker.stats.rates()
+        now = int(time.time() * 1000)
+        table = {
+            "brokerVersionDesc": "V4_9_7", "brokerVersion": str(CURRENT_VERSION), "ferrymqVersion": __version__,
+            "msgPutTotalTodayNow": str(broker.stats.messages_in), "msgGetTotalTodayNow": str(broker.stats.messages_out),
+            "msgPutTotalTodayMorning": "0", "msgGetTotalTodayMorning": "0",
+            "msgPutTotalYesterdayMorning": "0", "msgGetTotalYesterdayMorning": "0",
+            "putTps": f"{put_tps:.2f} {put_tps:.2f} {put_tps:.2f}",
+            "getTransferedTps": f"{get_tps:.2f} {get_tps:.2f} {get_tps:.2f}",
+            "bootTimestamp": str(broker.stats.boot_timestamp_ms), "runtime": _uptime(now - broker.stats.boot_timestamp_ms),
+            "commitLogMaxOffset": str(store.max_phy_offset), "commitLogMinOffset": str(store.min_phy_offset),
+            "earliestMessageTimeStamp": str(await broker.earliest_message_time()),
+            "commitLogDiskRatio": f"{await broker.disk_ratio():.4f}",
+            "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0", "dispatchBehindBytes": "0",
+        }
+        return req.response(body=KVTable(table).to_json())
+
+    # ------------------------------------------------------------------ messages
+
+    async def view_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        offset = req.get_long("offset", required=True)
+        store = self.broker.store
+        record = await store.read(store.store.look_message_by_offset, offset)
+        if record is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"can not find message by the offset, {offset}")
+        return req.response(body=record)
+
+
+def _uptime(ms: int) -> str:
+    seconds = ms // 1000
+    return f"[ {seconds // 86400} days, {seconds // 3600 % 24} hours, {seconds // 60 % 60} minutes, {seconds % 60} seconds ]"

@@ -1,0 +1,60 @@
+"""Consumer offsets and queue offsets: codes 14, 15, 29, 30, 31, 32."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ferrymq.remoting.codes import ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
+
+if TYPE_CHECKING:
+    from ferrymq.broker.broker import Broker
+
+
+class OffsetProcessors:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    async def query_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group = req.get_str("consumerGroup", required=True)
+        topic = req.get_str("topic", required=True)
+        queue_id = req.get_int("queueId", required=True)
+        offset = self.broker.offsets.query(group, topic, queue_id)
+        if offset >= 0:
+            return req.response(ext_fields={"offset": offset})
+        # A group new to a queue whose first message is still hot starts from 0 (RocketMQ
+        # does this so a fresh consumer does not skip a young topic's first messages).
+        store = self.broker.store
+        min_offset = store.store.get_min_offset_in_queue(topic, queue_id)
+        if min_offset <= 0:
+            first_phys = await store.read(store.store.get_commit_log_offset_in_queue, topic, queue_id, 0)
+            if first_phys >= 0 and store.store.is_in_memory(first_phys):
+                return req.response(ext_fields={"offset": 0})
+        return req.response(ResponseCode.QUERY_NOT_FOUND, remark="Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+    async def update_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        self.broker.offsets.commit(req.get_str("consumerGroup", required=True), req.get_str("topic", required=True),
+                                   req.get_int("queueId", required=True), req.get_long("commitOffset", required=True))
+        return req.response()
+
+    async def get_max_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        offset = self.broker.store.store.get_max_offset_in_queue(req.get_str("topic", required=True), req.get_int("queueId", required=True))
+        return req.response(ext_fields={"offset": offset})
+
+    async def get_min_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        offset = self.broker.store.store.get_min_offset_in_queue(req.get_str("topic", required=True), req.get_int("queueId", required=True))
+        return req.response(ext_fields={"offset": offset})
+
+    async def get_earliest_store_time(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        store = self.broker.store
+        topic, queue_id = req.get_str("topic", required=True), req.get_int("queueId", required=True)
+        min_offset = store.store.get_min_offset_in_queue(topic, queue_id)
+        timestamp = await store.read(store.store.get_store_time, topic, queue_id, min_offset)
+        return req.response(ext_fields={"timestamp": timestamp})
+
+    async def search_offset_by_timestamp(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        store = self.broker.store
+        offset = await store.read(store.store.search_offset_by_timestamp, req.get_str("topic", required=True),
+                                  req.get_int("queueId", required=True), req.get_long("timestamp", required=True))
+        return req.response(ext_fields={"offset": offset})

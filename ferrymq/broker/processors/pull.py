@@ -1,0 +1,143 @@
+"""PULL_MESSAGE (11), with long polling.
+
+Checks follow RocketMQ's order (broker readable, group, consumeEnable, topic, queue,
+subscription). A pull that finds nothing and carries the SUSPEND flag is held: it waits on
+:class:`PullWaiters` until a message for its queue is stored or its suspend time ends, and
+is then answered from a fresh read (PULL_NOT_FOUND when nothing came).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Callable
+
+from ferrymq.common.java_hash import java_string_hash
+from ferrymq.common.protocol import Perm, SubscriptionData
+from ferrymq.remoting.codes import ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
+from ferrymq.store.message_store import GetResult, GetStatus
+
+if TYPE_CHECKING:
+    from ferrymq.broker.broker import Broker
+
+
+class PullSysFlag:
+    COMMIT_OFFSET = 0x1
+    SUSPEND = 0x2
+    SUBSCRIPTION = 0x4
+    CLASS_FILTER = 0x8
+    LITE_PULL = 0x10
+
+
+def build_subscription(topic: str, expression: str | None) -> SubscriptionData:
+    """A TAG subscription from ``*`` or ``TagA || TagB`` (tag codes are Java hashCodes)."""
+    expression = (expression or "*").strip()
+    if expression in ("", "*"):
+        return SubscriptionData(topic=topic, sub_string="*")
+    tags = [t.strip() for t in expression.split("||") if t.strip()]
+    return SubscriptionData(topic=topic, sub_string=expression, tags_set=tags,
+                            code_set=[java_string_hash(t) for t in tags])
+
+
+def tag_filter_for(sub: SubscriptionData) -> Callable[[int], bool] | None:
+    if sub.matches_all:
+        return None
+    codes = frozenset(sub.code_set)
+    return lambda tags_code: tags_code in codes
+
+
+def response_code(status: GetStatus, requested_offset: int) -> int:
+    if status is GetStatus.FOUND:
+        return ResponseCode.SUCCESS
+    if status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    if status in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE):
+        return ResponseCode.PULL_OFFSET_MOVED if requested_offset != 0 else ResponseCode.PULL_NOT_FOUND
+    if status in (GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_ONE):
+        return ResponseCode.PULL_NOT_FOUND
+    return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
+
+
+class PullProcessor:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        broker = self.broker
+        group = req.get_str("consumerGroup", required=True)
+        topic = req.get_str("topic", required=True)
+        queue_id = req.get_int("queueId", required=True)
+        offset = req.get_long("queueOffset", required=True)
+        max_nums = max(1, req.get_int("maxMsgNums", 32))
+        sys_flag = req.get_int("sysFlag", 0)
+
+        if not Perm.readable(broker.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION, remark=f"the broker[{broker.config.broker_name}] pulling message is forbidden")
+        group_config = broker.groups.find_or_create(group)
+        if group_config is None:
+            return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                remark=f"subscription group [{group}] does not exist")
+        if not group_config.consume_enable:
+            return req.response(ResponseCode.NO_PERMISSION, remark=f"subscription group no permission, {group}")
+        topic_config = broker.topics.get(topic)
+        if topic_config is None:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist, apply first please!")
+        if not Perm.readable(topic_config.perm):
+            return req.response(ResponseCode.NO_PERMISSION, remark=f"the topic[{topic}] pulling message is forbidden")
+        if not 0 <= queue_id < topic_config.read_queue_nums:
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                                       f"[{topic_config.read_queue_nums}] consumer:[{conn.remote_address[0]}]")
+
+        if sys_flag & PullSysFlag.SUBSCRIPTION:
+            if (req.get_str("expressionType") or "TAG") != "TAG":
+                return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark="only TAG subscriptions are supported")
+            sub = build_subscription(topic, req.get_str("subscription"))
+        else:
+            sub = broker.consumers.find_subscription(group, topic)
+            if sub is None:
+                return req.response(ResponseCode.SUBSCRIPTION_NOT_EXIST, remark="the consumer's subscription not exist")
+            if sub.sub_version < req.get_long("subVersion", 0):
+                return req.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, remark="the consumer's subscription not latest")
+
+        if sys_flag & PullSysFlag.COMMIT_OFFSET and broker.config.broker_id == 0:
+            commit_offset = req.get_long("commitOffset", -1)
+            if commit_offset >= 0:
+                broker.offsets.commit(group, topic, queue_id, commit_offset)
+
+        tag_filter = tag_filter_for(sub)
+        result = await broker.store.get_messages(group, topic, queue_id, offset, max_nums, tag_filter)
+        code = response_code(result.status, offset)
+        if code == ResponseCode.PULL_NOT_FOUND and sys_flag & PullSysFlag.SUSPEND:
+            result = await self._hold(group, topic, queue_id, offset, max_nums, tag_filter, req)
+            code = response_code(result.status, offset)
+        return self._respond(req, result, code, group, topic)
+
+    async def _hold(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
+                    tag_filter: Callable[[int], bool] | None, req: RemotingCommand) -> GetResult:
+        broker = self.broker
+        if broker.config.long_polling_enable:
+            hold_seconds = req.get_long("suspendTimeoutMillis", 15_000) / 1000
+        else:
+            hold_seconds = broker.config.short_polling_time_mills / 1000
+        deadline = time.monotonic() + hold_seconds
+        while True:
+            woken = await broker.pull_waiters.wait(topic, queue_id, offset, deadline - time.monotonic())
+            if broker.stopping:
+                woken = False
+            result = await broker.store.get_messages(group, topic, queue_id, offset, max_nums, tag_filter)
+            # Still nothing new (a wake-up raced with the read) and time remains: wait again.
+            if not woken or result.status is not GetStatus.OFFSET_OVERFLOW_ONE:
+                return result
+
+    def _respond(self, req: RemotingCommand, result: GetResult, code: int, group: str, topic: str) -> RemotingCommand:
+        body = None
+        if code == ResponseCode.SUCCESS:
+            body = b"".join(result.records)
+            self.broker.stats.record_get(topic, len(result.records), len(body))
+        return req.response(code, remark=result.status.name, body=body, ext_fields={
+            "suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset,
+            "minOffset": result.min_offset, "maxOffset": result.max_offset,
+        })

@@ -1,0 +1,136 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+
+Checks the topic (creating it from an inheritable default topic when allowed), picks the
+queue, turns the request into store records and answers once the store's flush policy is
+met. Response headers are always complete: the Java client reads msgId, queueId,
+queueOffset, MSG_REGION and TRACE_ON from every successful answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import TYPE_CHECKING
+
+from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
+from ferrymq.common.message import MessageExt, Prop, decode_batch_body, decode_properties, validate_topic
+from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, Perm, dlq_topic
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
+from ferrymq.store.message_store import PutStatus
+
+if TYPE_CHECKING:
+    from ferrymq.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+# SendMessageRequestHeaderV2 short keys -> SendMessageRequestHeader names.
+V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+           "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
+           "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "bname"}
+# Clients older than this send no maxReconsumeTimes worth honouring (RocketMQ: V3_4_9).
+MAX_RECONSUME_TIMES_VERSION = 121
+
+PUT_STATUS_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+}
+
+
+def normalize_header(req: RemotingCommand) -> None:
+    """Rewrite a V2 (short-key) send header into the V1 names, in place."""
+    if req.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        req.ext_fields = {V2_KEYS.get(k, k): v for k, v in req.ext_fields.items()}
+
+
+class SendProcessor:
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        normalize_header(req)
+        broker = self.broker
+        topic = req.get_str("topic", required=True)
+        error = validate_topic(topic)
+        if error:
+            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"topic[{topic}] is invalid: {error}")
+        if topic in FORBIDDEN_SEND_TOPICS:
+            return req.response(ResponseCode.NO_PERMISSION, remark=f"Sending message to topic[{topic}] is forbidden.")
+        if not Perm.writeable(broker.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION,
+                                remark=f"the broker[{broker.config.broker_name}] sending message is forbidden")
+
+        topic_config = broker.topics.get(topic)
+        if topic_config is None:
+            topic_config = broker.topics.create_in_send(
+                topic, req.get_str("defaultTopic", ""), req.get_int("defaultTopicQueueNums", 4), req.get_int("topicSysFlag", 0))
+            if topic_config is None:
+                return req.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist, apply first please!")
+        if not Perm.writeable(topic_config.perm):
+            return req.response(ResponseCode.NO_PERMISSION, remark=f"the topic[{topic}] sending message is forbidden")
+
+        queue_id = req.get_int("queueId", -1)
+        if queue_id < 0:
+            queue_id = random.randrange(max(1, topic_config.write_queue_nums))
+        if queue_id >= max(topic_config.read_queue_nums, topic_config.write_queue_nums):
+            return req.response(ResponseCode.SYSTEM_ERROR,
+                                remark=f"request queueId[{queue_id}] is illegal, {topic_config} Producer: {conn.remote_address[0]}")
+
+        batch_props = decode_properties(req.get_str("properties", "") or "")
+        batch_props.pop(Prop.WAIT, None)
+        batch_props[Prop.CLUSTER] = broker.config.broker_cluster_name
+        reconsume_times = req.get_int("reconsumeTimes", 0)
+        born_host = (conn.remote_address[0], conn.remote_address[1])
+        common = dict(queue_id=queue_id, sys_flag=req.get_int("sysFlag", 0),
+                      born_timestamp=req.get_long("bornTimestamp", int(time.time() * 1000)),
+                      born_host=born_host, store_host=broker.store_host, reconsume_times=reconsume_times)
+
+        if req.code == RequestCode.SEND_BATCH_MESSAGE:
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="batch request does not support retry group " + topic)
+            try:
+                elements = decode_batch_body(req.body or b"")
+            except ValueError as e:
+                return req.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"malformed batch body: {e}")
+            if not elements:
+                return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
+            msgs = [MessageExt(topic=topic, body=body, flag=flag, properties={**props, **batch_props}, **common)
+                    for flag, body, props in elements]
+            result = await broker.store.put_messages(msgs)
+        else:
+            msg = MessageExt(topic=topic, body=req.body or b"", flag=req.get_int("flag", 0), properties=batch_props, **common)
+            dlq = self._dead_letter_target(req, msg)
+            if dlq is not None:
+                msg.topic, msg.queue_id = dlq, 0
+            result = await broker.store.put_message(msg)
+            topic, queue_id = msg.topic, msg.queue_id
+
+        code = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
+        broker.stats.record_put(topic, result.msg_num if code in (0, 10) else 0, result.wrote_bytes)
+        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+            return req.response(code, remark=result.remark or result.status.name)
+        return req.response(code, ext_fields={
+            "msgId": ",".join(result.msg_ids), "queueId": queue_id, "queueOffset": result.queue_offset,
+            "MSG_REGION": broker.config.region_id, "TRACE_ON": broker.config.trace_on,
+        })
+
+    def _dead_letter_target(self, req: RemotingCommand, msg: MessageExt) -> str | None:
+        """A retry-topic message that used up its reconsume budget goes to the group's DLQ."""
+        if not msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            return None
+        group = msg.topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        group_config = self.broker.groups.find_or_create(group)
+        max_times = group_config.retry_max_times if group_config else 16
+        if req.version >= MAX_RECONSUME_TIMES_VERSION and req.get_str("maxReconsumeTimes"):
+            max_times = req.get_int("maxReconsumeTimes", max_times)
+        if msg.reconsume_times < max_times:
+            return None
+        target = dlq_topic(group)
+        self.broker.topics.ensure(target, 1, Perm.READ_WRITE)
+        log.info("message for %s exceeded %d reconsume times; stored in %s", msg.topic, max_times, target)
+        return target

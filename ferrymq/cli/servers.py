@@ -1,0 +1,108 @@
+"""``ferrymq standalone``, ``ferrymq namesrv`` and ``ferrymq broker``: run until SIGTERM/SIGINT,
+then shut down cleanly (held pulls answered, offsets and config persisted, store flushed)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import load_broker_settings
+from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
+
+
+def add_server_arguments(p: argparse.ArgumentParser, *, namesrv: bool, broker: bool) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    if namesrv:
+        p.add_argument("--namesrv-port", type=int, default=9876, help="name server port (default 9876)")
+    if broker:
+        p.add_argument("--broker-port", type=int, default=10911, help="broker port (default 10911)")
+        p.add_argument("--data-dir", default=None, help="store directory (default ./.data)")
+        p.add_argument("-c", "--config", dest="conf_file", help="broker.conf with RocketMQ keys")
+        p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                       help="a RocketMQ config key, e.g. --set flushDiskType=SYNC_FLUSH (repeatable)")
+
+
+def build_broker(args: argparse.Namespace, namesrv_addr: str | None) -> Broker:
+    broker_config, store_config = load_broker_settings(args.conf_file, args.settings)
+    broker_config.listen_host = args.host
+    broker_config.listen_port = args.broker_port
+    if namesrv_addr is not None:
+        broker_config.namesrv_addr = namesrv_addr
+    if args.data_dir or not store_config.store_path_root_dir:
+        store_config.store_path_root_dir = str(Path(args.data_dir or ".data").resolve())
+    return Broker(broker_config, store_config)
+
+
+async def wait_for_stop_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def run_standalone(args: argparse.Namespace) -> int:
+    namesrv = NameServer(NamesrvConfig(listen_host=args.host, listen_port=args.namesrv_port))
+    await namesrv.start()
+    broker = build_broker(args, f"{args.host}:{namesrv.port}")
+    try:
+        await broker.start()
+        await asyncio.wait_for(broker.registered.wait(), 10)
+        print(f"FerryMQ standalone is ready: name server {namesrv.address}, broker {broker.address}, "
+              f"data in {broker.store_config.store_path_root_dir}", flush=True)
+        if getattr(args, "demo", False):
+            from ferrymq.cli.demo import run_demo
+            await run_demo(namesrv.address)
+        await wait_for_stop_signal()
+        print("shutting down...", flush=True)
+    finally:
+        await broker.stop()
+        await namesrv.stop()
+    return 0
+
+
+async def run_namesrv(args: argparse.Namespace) -> int:
+    namesrv = NameServer(NamesrvConfig(listen_host=args.host, listen_port=args.namesrv_port))
+    await namesrv.start()
+    print(f"FerryMQ name server is ready on {namesrv.address}", flush=True)
+    try:
+        await wait_for_stop_signal()
+    finally:
+        await namesrv.stop()
+    return 0
+
+
+async def run_broker(args: argparse.Namespace) -> int:
+    broker = build_broker(args, args.namesrv)
+    await broker.start()
+    print(f"FerryMQ broker {broker.config.broker_name} is ready on {broker.address}", flush=True)
+    try:
+        await wait_for_stop_signal()
+    finally:
+        await broker.stop()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("standalone", help="name server + broker in one process")
+    add_server_arguments(p, namesrv=True, broker=True)
+    p.add_argument("--demo", action="store_true", help="once ready, produce and consume a demo message")
+    p.set_defaults(run=run_standalone)
+
+    p = sub.add_parser("namesrv", help="run a name server")
+    add_server_arguments(p, namesrv=True, broker=False)
+    p.set_defaults(run=run_namesrv)
+
+    p = sub.add_parser("broker", help="run a broker that registers with name servers")
+    add_server_arguments(p, namesrv=False, broker=True)
+    p.add_argument("--namesrv", default=None, help='name servers, "host:9876;host2:9876" (default: namesrvAddr from config)')
+    p.set_defaults(run=run_broker)

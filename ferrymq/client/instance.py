@@ -1,0 +1,182 @@
+"""What producers, consumers and the admin client share: name-server routes, broker
+connections and heartbeats. One instance per client object (RocketMQ's MQClientInstance).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import Callable
+
+from ferrymq.client.config import ClientConfig
+from ferrymq.client.errors import MQBrokerError, MQClientError
+from ferrymq.common.protocol import (
+    DEFAULT_TOPIC,
+    ConsumerData,
+    HeartbeatData,
+    ProducerData,
+    TopicRouteData,
+)
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.errors import RemotingError
+
+log = logging.getLogger(__name__)
+
+
+class ClientInstance:
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.remoting = RemotingClient(request_handler=self._on_request, serialize_type=config.serialize_type)
+        self.routes: dict[str, TopicRouteData] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.producer_groups: set[str] = set()
+        self.consumer_data: dict[str, ConsumerData] = {}
+        self.request_handlers: dict[int, Callable] = {}
+        self._namesrv_index = random.randrange(1 << 16)
+        self._tasks: list[asyncio.Task] = []
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._tasks = [
+            asyncio.create_task(self._every(self.config.poll_name_server_interval, self.refresh_routes), name="route-refresh"),
+            asyncio.create_task(self._every(self.config.heartbeat_broker_interval, self.send_heartbeats), name="heartbeat"),
+        ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.remoting.close()
+        self._started = False
+
+    @staticmethod
+    async def _every(seconds: float, fn) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await fn()
+            except (RemotingError, MQClientError, OSError) as e:
+                log.debug("periodic client task failed: %s", e)
+
+    # ------------------------------------------------------------------ calls
+
+    async def invoke_namesrv(self, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        """Send to one name server, sticky until it fails, then the next."""
+        addrs = self.config.namesrv_addresses()
+        if not addrs:
+            raise MQClientError("no name server address configured (set --namesrv or NAMESRV_ADDR)")
+        last_error: Exception | None = None
+        for attempt in range(len(addrs)):
+            addr = addrs[(self._namesrv_index + attempt) % len(addrs)]
+            try:
+                response = await self.remoting.invoke(addr, request, timeout or self.config.api_timeout)
+                self._namesrv_index = (self._namesrv_index + attempt) % len(addrs)
+                return response
+            except (RemotingError, OSError) as e:
+                last_error = e
+                request = _fresh_copy(request)
+        raise MQClientError(f"no name server reachable ({', '.join(addrs)}): {last_error}")
+
+    async def invoke_broker(self, addr: str, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        try:
+            return await self.remoting.invoke(addr, request, timeout or self.config.api_timeout)
+        except (RemotingError, OSError) as e:
+            raise MQClientError(f"broker {addr}: {e}") from e
+
+    async def invoke_broker_oneway(self, addr: str, request: RemotingCommand) -> None:
+        try:
+            await self.remoting.invoke_oneway(addr, request, self.config.api_timeout)
+        except (RemotingError, OSError) as e:
+            raise MQClientError(f"broker {addr}: {e}") from e
+
+    # ------------------------------------------------------------------ routes
+
+    async def fetch_route(self, topic: str) -> TopicRouteData | None:
+        """Ask a name server; None when the topic does not exist there."""
+        response = await self.invoke_namesrv(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        if response.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(response.code, response.remark)
+        route = TopicRouteData.from_json(response.body or b"{}")
+        self.routes[topic] = route
+        for broker in route.broker_datas:
+            self.broker_addrs[broker.broker_name] = dict(broker.broker_addrs)
+        return route
+
+    async def route(self, topic: str, *, refresh: bool = False) -> TopicRouteData | None:
+        if refresh or topic not in self.routes:
+            return await self.fetch_route(topic)
+        return self.routes[topic]
+
+    async def default_topic_route(self) -> TopicRouteData | None:
+        return await self.route(DEFAULT_TOPIC)
+
+    async def refresh_routes(self) -> None:
+        for topic in list(self.routes):
+            with contextlib.suppress(MQClientError, RemotingError):
+                await self.fetch_route(topic)
+
+    def broker_addr(self, broker_name: str) -> str | None:
+        return self.broker_addrs.get(broker_name, {}).get(0)
+
+    async def find_broker_addr(self, broker_name: str, topic: str | None = None) -> str:
+        addr = self.broker_addr(broker_name)
+        if addr is None and topic:
+            await self.fetch_route(topic)
+            addr = self.broker_addr(broker_name)
+        if addr is None:
+            raise MQClientError(f"broker {broker_name} is not in any known route")
+        return addr
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(
+            client_id=self.config.client_id,
+            producer_data_set=[ProducerData(g) for g in sorted(self.producer_groups)],
+            consumer_data_set=list(self.consumer_data.values()),
+        )
+
+    async def send_heartbeats(self) -> None:
+        if not self.producer_groups and not self.consumer_data:
+            return
+        body = self.heartbeat_data().to_json()
+        addrs = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
+        for addr in addrs:
+            try:
+                await self.invoke_broker(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=body))
+            except MQClientError as e:
+                log.debug("heartbeat to %s failed: %s", addr, e)
+
+    async def unregister(self, *, producer_group: str | None = None, consumer_group: str | None = None) -> None:
+        addrs = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
+        request = {"clientID": self.config.client_id, "producerGroup": producer_group, "consumerGroup": consumer_group}
+        for addr in addrs:
+            with contextlib.suppress(MQClientError):
+                await self.invoke_broker(addr, RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, request))
+
+    # ------------------------------------------------------------------ requests from brokers
+
+    async def _on_request(self, request: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+        handler = self.request_handlers.get(request.code)
+        if handler is None:
+            return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {request.code} not supported")
+        return await handler(request, conn)
+
+
+def _fresh_copy(request: RemotingCommand) -> RemotingCommand:
+    """A retry must not reuse the opaque of a request that may still be answered."""
+    return RemotingCommand.request(request.code, dict(request.ext_fields), request.body, serialize_type=request.serialize_type)

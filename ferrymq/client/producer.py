@@ -1,0 +1,218 @@
+"""Producer: send one message or a batch, sync (await), async (callback) or oneway.
+
+Queue selection is round-robin over the topic's writable queues; a failed attempt is
+retried on the next queue, preferably on another broker (RocketMQ's retryTimesWhenSendFailed).
+Each message gets a client-generated UNIQ_KEY, the id users see as ``msg_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ferrymq.client.config import ClientConfig
+from ferrymq.client.errors import MQBrokerError, MQClientError
+from ferrymq.client.instance import ClientInstance
+from ferrymq.common.message import Message, Prop, encode_batch_body, encode_properties, validate_topic
+from ferrymq.common.message_id import new_uniq_key
+from ferrymq.common.protocol import DEFAULT_TOPIC, MessageQueue, TopicRouteData
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+# Codes after which a sync send tries another queue (RocketMQ's retryResponseCodes).
+RETRY_CODES = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+               ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT}
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = ResponseCode.SUCCESS
+    FLUSH_DISK_TIMEOUT = ResponseCode.FLUSH_DISK_TIMEOUT
+    FLUSH_SLAVE_TIMEOUT = ResponseCode.FLUSH_SLAVE_TIMEOUT
+    SLAVE_NOT_AVAILABLE = ResponseCode.SLAVE_NOT_AVAILABLE
+
+
+@dataclass
+class SendResult:
+    status: SendStatus
+    msg_id: str  # the client's UNIQ_KEY (comma-joined for a batch)
+    offset_msg_id: str  # broker address + physical offset (comma-joined for a batch)
+    message_queue: MessageQueue
+    queue_offset: int
+
+    def to_dict(self) -> dict:
+        return {"status": self.status.name, "msgId": self.msg_id, "offsetMsgId": self.offset_msg_id,
+                "topic": self.message_queue.topic, "brokerName": self.message_queue.broker_name,
+                "queueId": self.message_queue.queue_id, "queueOffset": self.queue_offset}
+
+
+class Producer:
+    def __init__(self, group: str = "DEFAULT_PRODUCER", *, namesrv_addr: str | None = None,
+                 config: ClientConfig | None = None, send_timeout: float = 3.0, retry_times: int = 2,
+                 default_topic_queue_nums: int = 4, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+        self.group = group
+        self.config = config or ClientConfig()
+        if namesrv_addr:
+            self.config.namesrv_addr = namesrv_addr
+        self.instance = ClientInstance(self.config)
+        self.send_timeout = send_timeout
+        self.retry_times = retry_times
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.max_message_size = max_message_size
+        self._counter = itertools.count()
+        self._pending: set[asyncio.Task] = set()
+
+    async def start(self) -> "Producer":
+        self.instance.producer_groups.add(self.group)
+        await self.instance.start()
+        return self
+
+    async def close(self) -> None:
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        await self.instance.unregister(producer_group=self.group)
+        await self.instance.close()
+
+    async def __aenter__(self) -> "Producer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(self, msg: Message, *, queue: MessageQueue | None = None, timeout: float | None = None) -> SendResult:
+        """Send and wait for the broker's answer, retrying on another queue if it fails."""
+        self._prepare(msg)
+        return await self._send_with_retry(msg.topic, queue, lambda mq: self._single_request(msg, mq), timeout,
+                                           msg.properties[Prop.UNIQ_KEY])
+
+    def send_async(self, msg: Message, callback: Callable[[SendResult | None, BaseException | None], None] | None = None,
+                   *, timeout: float | None = None) -> asyncio.Task:
+        """Start a send; the task's result (and the callback) carry the SendResult or error."""
+        task = asyncio.create_task(self.send(msg, timeout=timeout))
+        self._pending.add(task)
+
+        def done(t: asyncio.Task) -> None:
+            self._pending.discard(t)
+            if callback:
+                error = t.exception() if not t.cancelled() else asyncio.CancelledError()
+                callback(None if error else t.result(), error)
+
+        task.add_done_callback(done)
+        return task
+
+    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+        """Send without waiting for any answer (no delivery guarantee)."""
+        self._prepare(msg)
+        route = await self._publish_route(msg.topic)
+        mq = queue or self._select_queue(route, msg.topic, None)
+        addr = await self.instance.find_broker_addr(mq.broker_name, msg.topic)
+        await self.instance.invoke_broker_oneway(addr, self._single_request(msg, mq))
+
+    async def send_batch(self, msgs: Sequence[Message], *, queue: MessageQueue | None = None,
+                         timeout: float | None = None) -> SendResult:
+        """Send several messages of one topic as one request; they get consecutive offsets."""
+        if not msgs:
+            raise MQClientError("a batch needs at least one message")
+        topic = msgs[0].topic
+        for m in msgs:
+            if m.topic != topic:
+                raise MQClientError("all messages of a batch must have the same topic")
+            if m.delay_level:
+                raise MQClientError("a batch cannot carry delayed messages")
+            self._prepare(m)
+        body = encode_batch_body(msgs)
+        return await self._send_with_retry(topic, queue, lambda mq: self._batch_request(topic, body, mq), timeout,
+                                           ",".join(m.properties[Prop.UNIQ_KEY] for m in msgs))
+
+    # ------------------------------------------------------------------ internals
+
+    def _prepare(self, msg: Message) -> None:
+        error = validate_topic(msg.topic)
+        if error:
+            raise MQClientError(f"invalid topic {msg.topic!r}: {error}")
+        if len(msg.body) == 0:
+            raise MQClientError("message body is empty")
+        if len(msg.body) > self.max_message_size:
+            raise MQClientError(f"message body is {len(msg.body)} bytes; the limit is {self.max_message_size}")
+        if Prop.UNIQ_KEY not in msg.properties:
+            msg.properties[Prop.UNIQ_KEY] = new_uniq_key()
+
+    def _header(self, topic: str, mq: MessageQueue, properties: str, *, batch: bool, flag: int = 0) -> dict:
+        return {"a": self.group, "b": topic, "c": DEFAULT_TOPIC, "d": self.default_topic_queue_nums, "e": mq.queue_id,
+                "f": 0, "g": int(time.time() * 1000), "h": flag, "i": properties or None, "j": 0, "k": False,
+                "m": batch, "n": mq.broker_name}
+
+    def _single_request(self, msg: Message, mq: MessageQueue) -> RemotingCommand:
+        header = self._header(msg.topic, mq, encode_properties(msg.properties), batch=False, flag=msg.flag)
+        return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, msg.body, serialize_type=self.config.serialize_type)
+
+    def _batch_request(self, topic: str, body: bytes, mq: MessageQueue) -> RemotingCommand:
+        return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, self._header(topic, mq, "", batch=True), body,
+                                       serialize_type=self.config.serialize_type)
+
+    async def _publish_route(self, topic: str) -> TopicRouteData:
+        route = await self.instance.route(topic)
+        if route is None or not route.publish_queues(topic):
+            # Unknown topic: send through the default topic's brokers; they create it.
+            default = await self.instance.default_topic_route()
+            if default is None or not default.publish_queues(DEFAULT_TOPIC):
+                raise MQClientError(f"no route for topic {topic} and no default topic {DEFAULT_TOPIC} to create it from")
+            default = TopicRouteData.from_dict(default.to_dict())  # the cached route stays intact
+            for q in default.queue_datas:
+                q.read_queue_nums = q.write_queue_nums = min(self.default_topic_queue_nums, q.write_queue_nums)
+            for b in default.broker_datas:
+                self.instance.broker_addrs[b.broker_name] = dict(b.broker_addrs)
+            return default
+        return route
+
+    def _select_queue(self, route: TopicRouteData, topic: str, avoid_broker: str | None) -> MessageQueue:
+        queues = route.publish_queues(topic)
+        if not queues:
+            raise MQClientError(f"topic {topic} has no writable queue")
+        start = next(self._counter)
+        for i in range(len(queues)):
+            mq = queues[(start + i) % len(queues)]
+            if mq.broker_name != avoid_broker:
+                return mq
+        return queues[start % len(queues)]
+
+    async def _send_with_retry(self, topic: str, queue: MessageQueue | None,
+                               make_request: Callable[[MessageQueue], RemotingCommand], timeout: float | None,
+                               msg_id: str) -> SendResult:
+        deadline = time.monotonic() + (timeout or self.send_timeout)
+        attempts = 1 if queue else 1 + self.retry_times
+        last_broker: str | None = None
+        last_error: Exception | None = None
+        for _ in range(attempts):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                route = await self._publish_route(topic)
+                mq = queue or self._select_queue(route, topic, last_broker)
+                last_broker = mq.broker_name
+                addr = await self.instance.find_broker_addr(mq.broker_name, topic)
+                response = await self.instance.invoke_broker(addr, make_request(mq), remaining)
+            except MQClientError as e:
+                last_error = e
+                continue
+            if response.code in RETRY_CODES:
+                last_error = MQBrokerError(response.code, response.remark)
+                if response.code == ResponseCode.TOPIC_NOT_EXIST:
+                    self.instance.routes.pop(topic, None)
+                continue
+            if response.code not in (0, 10, 11, 12):
+                raise MQBrokerError(response.code, response.remark)
+            return SendResult(SendStatus(response.code), msg_id, response.get_str("msgId", ""),
+                              MessageQueue(topic, mq.broker_name, response.get_int("queueId", mq.queue_id)),
+                              response.get_long("queueOffset", -1))
+        raise last_error or MQClientError(f"send to {topic} timed out")

@@ -1,0 +1,155 @@
+"""PullConsumer: read a queue from an offset you choose, and commit offsets for a group.
+
+The building block under the push consumer, the CLI's ``consume`` and the Spark source.
+Pulls carry their subscription expression (FLAG_SUBSCRIPTION), so no heartbeat
+registration is needed; with ``suspend`` the broker holds the pull until a message comes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from ferrymq.client.config import ClientConfig
+from ferrymq.client.errors import MQBrokerError, MQClientError
+from ferrymq.client.instance import ClientInstance
+from ferrymq.common.message import MessageExt, Prop, decode_records, decompress_body
+from ferrymq.common.protocol import MessageQueue
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+
+FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+_STATUS_BY_CODE = {
+    ResponseCode.SUCCESS: PullStatus.FOUND,
+    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
+}
+
+
+@dataclass
+class PullResult:
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = field(default_factory=list)
+
+
+def parse_tags(expression: str) -> set[str] | None:
+    """``*`` -> None (everything); ``A || B`` -> {"A", "B"}."""
+    expression = (expression or "*").strip()
+    if expression in ("", "*"):
+        return None
+    return {t.strip() for t in expression.split("||") if t.strip()}
+
+
+class PullConsumer:
+    def __init__(self, group: str, *, namesrv_addr: str | None = None, config: ClientConfig | None = None) -> None:
+        self.group = group
+        self.config = config or ClientConfig()
+        if namesrv_addr:
+            self.config.namesrv_addr = namesrv_addr
+        self.instance = ClientInstance(self.config)
+
+    async def start(self) -> "PullConsumer":
+        await self.instance.start()
+        return self
+
+    async def close(self) -> None:
+        await self.instance.close()
+
+    async def __aenter__(self) -> "PullConsumer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        route = await self.instance.route(topic, refresh=True)
+        if route is None:
+            raise MQClientError(f"topic {topic} does not exist")
+        return route.subscribe_queues(topic)
+
+    async def _broker(self, mq: MessageQueue) -> str:
+        return await self.instance.find_broker_addr(mq.broker_name, mq.topic)
+
+    async def pull(self, mq: MessageQueue, offset: int, *, expression: str = "*", max_nums: int = 32,
+                   suspend: float = 0.0, commit_offset: int | None = None) -> PullResult:
+        """Pull up to ``max_nums`` messages from ``offset``; hold up to ``suspend`` seconds if none."""
+        flags = FLAG_SUBSCRIPTION
+        if suspend > 0:
+            flags |= FLAG_SUSPEND
+        if commit_offset is not None:
+            flags |= FLAG_COMMIT_OFFSET
+        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
+            "maxMsgNums": max_nums, "sysFlag": flags, "commitOffset": commit_offset if commit_offset is not None else 0,
+            "suspendTimeoutMillis": int(suspend * 1000), "subscription": expression or "*", "subVersion": 0,
+            "expressionType": "TAG",
+        }, serialize_type=self.config.serialize_type)
+        response = await self.instance.invoke_broker(await self._broker(mq), request, self.config.api_timeout + suspend)
+        status = _STATUS_BY_CODE.get(response.code)
+        if status is None:
+            raise MQBrokerError(response.code, response.remark)
+        result = PullResult(status, response.get_long("nextBeginOffset", offset), response.get_long("minOffset", 0),
+                            response.get_long("maxOffset", 0))
+        if status is PullStatus.FOUND and response.body:
+            result.messages = self._accept(decode_records(response.body), expression, result)
+        return result
+
+    @staticmethod
+    def _accept(messages: list[MessageExt], expression: str, result: PullResult) -> list[MessageExt]:
+        """The broker filters by tag hash; check the tag itself here, as hashes collide."""
+        tags = parse_tags(expression)
+        kept = []
+        for m in messages:
+            if tags is not None and m.tags not in tags:
+                continue
+            decompress_body(m)
+            m.properties[Prop.MIN_OFFSET] = str(result.min_offset)
+            m.properties[Prop.MAX_OFFSET] = str(result.max_offset)
+            kept.append(m)
+        return kept
+
+    # ------------------------------------------------------------------ offsets
+
+    async def _offset_call(self, code: int, mq: MessageQueue, extra: dict | None = None) -> RemotingCommand:
+        fields = {"topic": mq.topic, "queueId": mq.queue_id, **(extra or {})}
+        return await self.instance.invoke_broker(await self._broker(mq), RemotingCommand.request(code, fields))
+
+    async def commit(self, mq: MessageQueue, offset: int) -> None:
+        """Store ``offset`` (the next offset to consume) as the group's position in ``mq``."""
+        response = await self._offset_call(RequestCode.UPDATE_CONSUMER_OFFSET, mq,
+                                           {"consumerGroup": self.group, "commitOffset": offset})
+        if response.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(response.code, response.remark)
+
+    async def committed(self, mq: MessageQueue) -> int:
+        """The group's committed offset for ``mq``, or -1 when it has none."""
+        response = await self._offset_call(RequestCode.QUERY_CONSUMER_OFFSET, mq, {"consumerGroup": self.group})
+        return response.get_long("offset", -1) if response.code == ResponseCode.SUCCESS else -1
+
+    async def _long_answer(self, code: int, mq: MessageQueue, field_name: str, extra: dict | None = None) -> int:
+        response = await self._offset_call(code, mq, extra)
+        if response.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(response.code, response.remark)
+        return response.get_long(field_name, 0)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        return await self._long_answer(RequestCode.GET_MAX_OFFSET, mq, "offset")
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        return await self._long_answer(RequestCode.GET_MIN_OFFSET, mq, "offset")
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        return await self._long_answer(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, "offset", {"timestamp": timestamp_ms})

@@ -1,0 +1,483 @@
+"""The message model and its one byte encoding (wire facts section 5).
+
+A CommitLog record, a pull/view/query body element and what the Java client decodes
+are the same bytes, so this module is the single place they are written and read:
+the store persists them, the broker ships them untouched, the client decodes them.
+
+Record layout (big-endian), offsets for IPv4 hosts:
+
+    0 TOTALSIZE i32 | 4 MAGIC i32 | 8 BODYCRC i32 | 12 QUEUEID i32 | 16 FLAG i32
+    20 QUEUEOFFSET i64 | 28 PHYSICALOFFSET i64 | 36 SYSFLAG i32 | 40 BORNTIMESTAMP i64
+    48 BORNHOST (4|16 ip + i32 port) | STORETIMESTAMP i64 | STOREHOST (4|16 ip + i32 port)
+    RECONSUMETIMES i32 | PREPAREDTXOFFSET i64 | BODY i32 len + bytes
+    TOPIC u8 len + bytes | PROPERTIES i16 len + bytes
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ferrymq.common.message_id import offset_msg_id, pack_ip, unpack_ip
+
+MESSAGE_MAGIC = -626843481  # 0xDAA320A7
+BLANK_MAGIC = -875286124  # 0xCBD43194: filler at the end of a CommitLog segment
+
+MAX_TOPIC_LENGTH = 127  # the record stores the topic length in one signed byte
+MAX_GROUP_LENGTH = 255
+MAX_PROPERTIES_LENGTH = 32767  # the record stores the properties length as an i16
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+
+class Prop:
+    """Well-known property names (Java MessageConst)."""
+
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT = "WAIT"
+    DELAY = "DELAY"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QID = "REAL_QID"
+    TRAN_MSG = "TRAN_MSG"
+    PGROUP = "PGROUP"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+    BUYER_ID = "BUYER_ID"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    TRANSFER_FLAG = "TRANSFER_FLAG"
+    CORRECTION_FLAG = "CORRECTION_FLAG"
+    MQ2_FLAG = "MQ2_FLAG"
+    RECONSUME_TIME = "RECONSUME_TIME"
+    MSG_REGION = "MSG_REGION"
+    TRACE_ON = "TRACE_ON"
+    UNIQ_KEY = "UNIQ_KEY"
+    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    CONSUME_START_TIME = "CONSUME_START_TIME"
+    TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+    TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+    CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+    INSTANCE_ID = "INSTANCE_ID"
+    CORRELATION_ID = "CORRELATION_ID"
+    REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+    TTL = "TTL"
+    ARRIVE_TIME = "ARRIVE_TIME"
+    PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+    CLUSTER = "CLUSTER"
+    MSG_TYPE = "MSG_TYPE"
+    INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+    INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+    START_DELIVER_TIME = "__STARTDELIVERTIME"
+
+
+class SysFlag:
+    """Record sysFlag bits (wire facts 5.4)."""
+
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_NOT_TYPE = 0x0
+    TRANSACTION_PREPARED_TYPE = 0x4
+    TRANSACTION_COMMIT_TYPE = 0x8
+    TRANSACTION_ROLLBACK_TYPE = 0xC
+    TRANSACTION_MASK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+    NEED_UNWRAP = 0x40
+    INNER_BATCH = 0x80
+    COMPRESSION_TYPE_MASK = 0x700
+    COMPRESSION_LZ4 = 0x100
+    COMPRESSION_ZSTD = 0x200
+    COMPRESSION_ZLIB = 0x300
+
+    @staticmethod
+    def transaction_type(sys_flag: int) -> int:
+        return sys_flag & SysFlag.TRANSACTION_MASK
+
+    @staticmethod
+    def is_dispatched(sys_flag: int) -> bool:
+        """Prepared and rollback records never reach a ConsumeQueue."""
+        return sys_flag & SysFlag.TRANSACTION_MASK in (SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE)
+
+
+# ---------------------------------------------------------------- properties
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    """``name 0x01 value 0x02 ...`` without the trailing 0x02 (4.9.1+ style)."""
+    return PROPERTY_SEPARATOR.join(map(NAME_VALUE_SEPARATOR.join, props.items()))
+
+
+def decode_properties(s: str) -> dict[str, str]:
+    """Inverse of encode_properties; accepts 4.9.0's trailing 0x02, drops empty names/values."""
+    out: dict[str, str] = {}
+    if not s:
+        return out
+    for item in s.split(PROPERTY_SEPARATOR):
+        name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+        if name and value:
+            out[name] = value
+    return out
+
+
+# ---------------------------------------------------------------- model
+
+
+@dataclass(slots=True)
+class Message:
+    """What a producer sends: topic, body, user flag and string properties."""
+
+    topic: str
+    body: bytes
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(Prop.TAGS)
+
+    @tags.setter
+    def tags(self, value: str | None) -> None:
+        self._put(Prop.TAGS, value)
+
+    @property
+    def keys(self) -> list[str]:
+        return [k for k in self.properties.get(Prop.KEYS, "").split(" ") if k]
+
+    @keys.setter
+    def keys(self, value: str | Iterable[str] | None) -> None:
+        self._put(Prop.KEYS, value if value is None or isinstance(value, str) else " ".join(value))
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(Prop.UNIQ_KEY)
+
+    @uniq_key.setter
+    def uniq_key(self, value: str | None) -> None:
+        self._put(Prop.UNIQ_KEY, value)
+
+    @property
+    def delay_level(self) -> int:
+        try:
+            return int(self.properties.get(Prop.DELAY, 0))
+        except ValueError:
+            return 0
+
+    @delay_level.setter
+    def delay_level(self, level: int) -> None:
+        self._put(Prop.DELAY, str(level) if level > 0 else None)
+
+    @property
+    def wait_store_msg_ok(self) -> bool:
+        """WAIT: answer only after the store (and, with SYNC_FLUSH, the disk) has it. Default true."""
+        return self.properties.get(Prop.WAIT) != "false"
+
+    def _put(self, name: str, value: str | None) -> None:
+        if value:
+            self.properties[name] = value
+        else:
+            self.properties.pop(name, None)
+
+
+_DEFAULT_HOST = ("127.0.0.1", 0)
+
+
+@dataclass(slots=True)
+class MessageExt(Message):
+    """A message as stored: the record's header fields on top of Message."""
+
+    queue_id: int = 0
+    queue_offset: int = 0
+    commit_log_offset: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = _DEFAULT_HOST
+    store_timestamp: int = 0
+    store_host: tuple[str, int] = _DEFAULT_HOST
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int = 0
+    store_size: int = 0
+
+    @property
+    def msg_id(self) -> str:
+        """The offset msgId: where this record lives."""
+        return offset_msg_id(self.store_host[0], self.store_host[1], self.commit_log_offset)
+
+    @property
+    def client_msg_id(self) -> str:
+        """What Java's MessageExt.getMsgId() returns: UNIQ_KEY when present."""
+        return self.properties.get(Prop.UNIQ_KEY) or self.msg_id
+
+
+# ---------------------------------------------------------------- record codec
+
+_I16 = struct.Struct(">H")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+RECORD_HEADER = struct.Struct(">ii")  # TOTALSIZE, MAGIC: enough to walk a CommitLog
+_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET
+
+QUEUE_OFFSET_POS = 20
+SYS_FLAG_POS = 36
+BORN_HOST_POS = 48
+
+
+def _fixed_struct(born_ip_len: int, store_ip_len: int) -> struct.Struct:
+    """Everything from TOTALSIZE to the BODY length, as one struct call."""
+    return struct.Struct(f">iiiiiqqiq{born_ip_len}siq{store_ip_len}siiqi")
+
+
+# Keyed by (born host is IPv6, store host is IPv6).
+_FIXED = {(b6, s6): _fixed_struct(16 if b6 else 4, 16 if s6 else 4) for b6 in (False, True) for s6 in (False, True)}
+MIN_RECORD_SIZE = _FIXED[False, False].size + 1 + 2  # empty body, topic and properties
+
+
+def _fixed_for(sys_flag: int) -> struct.Struct:
+    return _FIXED[bool(sys_flag & SysFlag.BORNHOST_V6), bool(sys_flag & SysFlag.STOREHOST_V6)]
+
+
+def body_crc(body: bytes) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def encode_record(m: MessageExt, encoded_properties: bytes | None = None) -> bytearray:
+    """One CommitLog record for ``m``.
+
+    Fills in the derived fields of ``m`` (host bits of sys_flag, body_crc, store_size)
+    so that ``m`` describes exactly the bytes returned. Returns a fresh bytearray so
+    the store can stamp offsets into it without another copy. ``encoded_properties``
+    lets a caller that already encoded (and size-checked) the properties pass them in.
+    """
+    topic = m.topic.encode()
+    props = encode_properties(m.properties).encode() if encoded_properties is None else encoded_properties
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic is {len(topic)} bytes, at most {MAX_TOPIC_LENGTH} allowed")
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise ValueError(f"properties are {len(props)} bytes, at most {MAX_PROPERTIES_LENGTH} allowed")
+    born_ip = pack_ip(m.born_host[0])
+    store_ip = pack_ip(m.store_host[0])
+    sys_flag = m.sys_flag & ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
+    if len(born_ip) == 16:
+        sys_flag |= SysFlag.BORNHOST_V6
+    if len(store_ip) == 16:
+        sys_flag |= SysFlag.STOREHOST_V6
+    body = m.body
+    fixed = _fixed_for(sys_flag)
+    size = fixed.size
+    total = size + len(body) + 1 + len(topic) + 2 + len(props)
+    crc = zlib.crc32(body) & 0x7FFFFFFF
+    buf = bytearray(total)
+    try:
+        fixed.pack_into(
+            buf, 0, total, MESSAGE_MAGIC, crc, m.queue_id, m.flag, m.queue_offset, m.commit_log_offset,
+            sys_flag, m.born_timestamp, born_ip, m.born_host[1], m.store_timestamp, store_ip,
+            m.store_host[1], m.reconsume_times, m.prepared_transaction_offset, len(body),
+        )  # fmt: skip
+    except struct.error as exc:
+        raise ValueError(f"record field out of range: {exc}") from exc
+    end = size + len(body)
+    buf[size:end] = body
+    buf[end] = len(topic)
+    end += 1
+    buf[end : end + len(topic)] = topic
+    end += len(topic)
+    _I16.pack_into(buf, end, len(props))
+    buf[end + 2 :] = props
+    m.sys_flag, m.body_crc, m.store_size = sys_flag, crc, total
+    return buf
+
+
+def stamp_record(buf: bytearray, queue_offset: int, physical_offset: int, store_timestamp: int, pos: int = 0) -> None:
+    """Write the three fields only known under the store's write lock into an encoded record."""
+    _OFFSETS.pack_into(buf, pos + QUEUE_OFFSET_POS, queue_offset, physical_offset)
+    _I64.pack_into(buf, store_timestamp_pos(buf, pos), store_timestamp)
+
+
+def store_timestamp_pos(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """STORETIMESTAMP follows BORNHOST, whose width depends on the sysflag."""
+    (sys_flag,) = _I32.unpack_from(buf, pos + SYS_FLAG_POS)
+    return pos + BORN_HOST_POS + (20 if sys_flag & SysFlag.BORNHOST_V6 else 8)
+
+
+def record_store_timestamp(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    return _I64.unpack_from(buf, store_timestamp_pos(buf, pos))[0]
+
+
+def check_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False) -> int:
+    """Cheap validation for recovery walks, without building a MessageExt.
+
+    Returns the record's size if a well-formed message record starts at ``pos`` and
+    lies wholly inside ``buf``; 0 if a blank (end-of-segment) record starts there;
+    -1 for anything else (zeros, garbage, a torn write).
+    """
+    if len(buf) - pos < RECORD_HEADER.size:
+        return -1
+    total, magic = RECORD_HEADER.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        return 0
+    if magic != MESSAGE_MAGIC or total < MIN_RECORD_SIZE or pos + total > len(buf):
+        return -1
+    (sys_flag,) = _I32.unpack_from(buf, pos + SYS_FLAG_POS)
+    body_pos = pos + _fixed_for(sys_flag).size
+    if body_pos > pos + total:
+        return -1
+    (body_len,) = _I32.unpack_from(buf, body_pos - 4)
+    topic_pos = body_pos + body_len
+    if body_len < 0 or topic_pos + 3 > pos + total:
+        return -1
+    props_pos = topic_pos + 1 + buf[topic_pos]
+    if props_pos + 2 > pos + total or props_pos + 2 + _I16.unpack_from(buf, props_pos)[0] != pos + total:
+        return -1
+    if check_crc:
+        (crc,) = _I32.unpack_from(buf, pos + 8)
+        if zlib.crc32(memoryview(buf)[body_pos:topic_pos]) & 0x7FFFFFFF != crc:
+            return -1
+    return total
+
+
+def _decode(buf: bytes | memoryview, pos: int, check_crc: bool) -> tuple[MessageExt, int]:
+    if len(buf) - pos < BORN_HOST_POS:
+        raise ValueError(f"truncated record at {pos}: {len(buf) - pos} bytes left")
+    (sys_flag,) = _I32.unpack_from(buf, pos + SYS_FLAG_POS)
+    fixed = _fixed_for(sys_flag)
+    if len(buf) - pos < fixed.size:
+        raise ValueError(f"truncated record at {pos}")
+    (
+        total, magic, crc, queue_id, flag, queue_offset, phys_offset, _, born_ts,
+        born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared, body_len,
+    ) = fixed.unpack_from(buf, pos)  # fmt: skip
+    if magic != MESSAGE_MAGIC:
+        raise ValueError(f"bad magic 0x{magic & 0xFFFFFFFF:08X} at {pos}")
+    end = pos + total
+    if total < MIN_RECORD_SIZE or end > len(buf):
+        raise ValueError(f"record at {pos} claims {total} bytes, {len(buf) - pos} available")
+    p = pos + fixed.size
+    body = buf[p : p + body_len]
+    p += body_len
+    if body_len < 0 or p >= end:
+        raise ValueError(f"bad body length {body_len} in record at {pos}")
+    topic_len = buf[p]
+    topic = str(buf[p + 1 : p + 1 + topic_len], "utf-8")
+    p += 1 + topic_len
+    if p + 2 > end:
+        raise ValueError(f"bad topic length {topic_len} in record at {pos}")
+    (props_len,) = _I16.unpack_from(buf, p)
+    p += 2
+    if p + props_len != end:
+        raise ValueError(f"record at {pos}: fields add up to {p + props_len - pos} bytes, TOTALSIZE says {total}")
+    props = decode_properties(str(buf[p:end], "utf-8"))
+    if type(body) is not bytes:
+        body = bytes(body)
+    if check_crc and zlib.crc32(body) & 0x7FFFFFFF != crc:
+        raise ValueError(f"body CRC mismatch in record at {pos}")
+    m = MessageExt(
+        topic=topic, body=body, flag=flag, properties=props, queue_id=queue_id, queue_offset=queue_offset,
+        commit_log_offset=phys_offset, sys_flag=sys_flag, born_timestamp=born_ts,
+        born_host=(unpack_ip(born_ip), born_port), store_timestamp=store_ts,
+        store_host=(unpack_ip(store_ip), store_port), reconsume_times=reconsume,
+        prepared_transaction_offset=prepared, body_crc=crc, store_size=total,
+    )  # fmt: skip
+    return m, end
+
+
+def _readable(buf: bytes | bytearray | memoryview) -> bytes | memoryview:
+    # Slices of a bytearray are bytearrays; go through a memoryview so each field is copied once.
+    return memoryview(buf) if isinstance(buf, bytearray) else buf
+
+
+def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False) -> tuple[MessageExt, int]:
+    """Decode the record at ``pos``; returns it and the position just after it."""
+    return _decode(_readable(buf), pos, check_crc)
+
+
+def decode_records(buf: bytes | bytearray | memoryview, *, check_crc: bool = False) -> list[MessageExt]:
+    """Back-to-back records (a pull/query body) until the buffer ends or a blank record."""
+    data = _readable(buf)
+    out: list[MessageExt] = []
+    pos, n = 0, len(data)
+    while pos < n:
+        if n - pos >= RECORD_HEADER.size and RECORD_HEADER.unpack_from(data, pos)[1] == BLANK_MAGIC:
+            break
+        m, pos = _decode(data, pos, check_crc)
+        out.append(m)
+    return out
+
+
+def decompress_body(m: MessageExt) -> bytes:
+    """The body as the producer wrote it (ZLIB when sysflag COMPRESSED; type bits 0 mean ZLIB)."""
+    if not m.sys_flag & SysFlag.COMPRESSED:
+        return m.body
+    kind = m.sys_flag & SysFlag.COMPRESSION_TYPE_MASK
+    if kind not in (0, SysFlag.COMPRESSION_ZLIB):
+        raise ValueError(f"unsupported compression type 0x{kind:X} (only ZLIB is available)")
+    return zlib.decompress(m.body)
+
+
+# ---------------------------------------------------------------- SEND_BATCH_MESSAGE body
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC(0), BODYCRC(0), FLAG, BODY length
+
+
+def encode_batch_body(messages: Iterable[Message]) -> bytes:
+    """The body of SEND_BATCH_MESSAGE (wire facts 5.6)."""
+    parts: list[bytes] = []
+    for m in messages:
+        props = encode_properties(m.properties).encode()
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            raise ValueError(f"properties are {len(props)} bytes, at most {MAX_PROPERTIES_LENGTH} allowed")
+        total = _BATCH_HEAD.size + len(m.body) + 2 + len(props)
+        parts += (_BATCH_HEAD.pack(total, 0, 0, m.flag, len(m.body)), m.body, _I16.pack(len(props)), props)
+    return b"".join(parts)
+
+
+def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+    """SEND_BATCH_MESSAGE body -> [(flag, body, properties)]."""
+    out: list[tuple[int, bytes, dict[str, str]]] = []
+    pos, n = 0, len(body)
+    while pos < n:
+        if n - pos < _BATCH_HEAD.size + 2:
+            raise ValueError(f"truncated batch element at {pos}")
+        total, _, _, flag, body_len = _BATCH_HEAD.unpack_from(body, pos)
+        p = pos + _BATCH_HEAD.size
+        if body_len < 0 or p + body_len + 2 > n:
+            raise ValueError(f"bad body length {body_len} in batch element at {pos}")
+        element_body = bytes(body[p : p + body_len])
+        p += body_len
+        (props_len,) = _I16.unpack_from(body, p)
+        p += 2
+        if total != p + props_len - pos or p + props_len > n:
+            raise ValueError(f"batch element at {pos}: fields add up to {p + props_len - pos} bytes, TOTALSIZE says {total}")
+        out.append((flag, element_body, decode_properties(str(body[p : p + props_len], "utf-8"))))
+        pos = p + props_len
+    return out
+
+
+# ---------------------------------------------------------------- names
+
+_VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
+VALID_NAME_PATTERN = "^[%|a-zA-Z0-9_-]+$"
+
+
+def _validate_name(kind: str, name: str, max_len: int) -> str | None:
+    if not name or not name.strip():
+        return f"The specified {kind} is blank."
+    if not _VALID_NAME.fullmatch(name):
+        return f"The specified {kind}[{name}] contains illegal characters, allowing only {VALID_NAME_PATTERN}"
+    if len(name) > max_len:
+        return f"The specified {kind} is longer than {kind} max length {max_len}."
+    return None
+
+
+def validate_topic(name: str) -> str | None:
+    """None if ``name`` is a legal topic, else the error text (Java Validators wording)."""
+    return _validate_name("topic", name, MAX_TOPIC_LENGTH)
+
+
+def validate_group(name: str) -> str | None:
+    """None if ``name`` is a legal consumer/producer group, else the error text."""
+    return _validate_name("group", name, MAX_GROUP_LENGTH)

@@ -1,0 +1,234 @@
+"""RocketMQ protocol bodies: topics, routes, heartbeats, subscriptions and friends.
+
+Field names and defaults follow RocketMQ 4.9 (see the wire facts, section 4). Each type is
+a dataclass with fastjson-compatible JSON through :class:`JsonModel`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ferrymq.common.json_model import JsonModel
+
+# Topic-name prefixes and built-in names.
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+DEFAULT_TOPIC = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+BENCHMARK_TOPIC = "BenchmarkTest"
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+MASTER_ID = 0
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+class Perm:
+    """Topic/broker permission bits."""
+
+    PRIORITY = 0x8
+    READ = 0x4
+    WRITE = 0x2
+    INHERIT = 0x1
+    READ_WRITE = READ | WRITE
+
+    @staticmethod
+    def readable(perm: int) -> bool:
+        return bool(perm & Perm.READ)
+
+    @staticmethod
+    def writeable(perm: int) -> bool:
+        return bool(perm & Perm.WRITE)
+
+    @staticmethod
+    def inherit(perm: int) -> bool:
+        return bool(perm & Perm.INHERIT)
+
+    @staticmethod
+    def describe(perm: int) -> str:
+        return ("R" if perm & Perm.READ else "-") + ("W" if perm & Perm.WRITE else "-") + ("X" if perm & Perm.INHERIT else "-")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class DataVersion(JsonModel):
+    timestamp: int = field(default_factory=now_ms)
+    counter: int = 0
+
+    def next(self) -> None:
+        self.timestamp = now_ms()
+        self.counter += 1
+
+    def same(self, other: "DataVersion | None") -> bool:
+        return other is not None and other.timestamp == self.timestamp and other.counter == self.counter
+
+
+@dataclass
+class TopicConfig(JsonModel):
+    topic_name: str = ""
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = Perm.READ_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+
+@dataclass
+class TopicConfigSerializeWrapper(JsonModel):
+    topic_config_table: dict[str, TopicConfig] = field(default_factory=dict)
+    data_version: DataVersion = field(default_factory=DataVersion)
+
+
+@dataclass
+class RegisterBrokerBody(JsonModel):
+    topic_config_serialize_wrapper: TopicConfigSerializeWrapper = field(default_factory=TopicConfigSerializeWrapper)
+    filter_server_list: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, order=True)
+class MessageQueue(JsonModel):
+    """Sorted by (topic, brokerName, queueId), the order allocation strategies rely on."""
+
+    topic: str = ""
+    broker_name: str = ""
+    queue_id: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.topic}@{self.broker_name}#{self.queue_id}"
+
+
+@dataclass
+class QueueData(JsonModel):
+    broker_name: str = ""
+    read_queue_nums: int = 0
+    write_queue_nums: int = 0
+    perm: int = Perm.READ_WRITE
+    topic_sys_flag: int = 0
+
+
+@dataclass
+class BrokerData(JsonModel):
+    cluster: str = ""
+    broker_name: str = ""
+    broker_addrs: dict[int, str] = field(default_factory=dict)
+
+    def master_addr(self) -> str | None:
+        return self.broker_addrs.get(MASTER_ID)
+
+    def any_addr(self) -> str | None:
+        return self.master_addr() or next(iter(self.broker_addrs.values()), None)
+
+
+@dataclass
+class TopicRouteData(JsonModel):
+    queue_datas: list[QueueData] = field(default_factory=list)
+    broker_datas: list[BrokerData] = field(default_factory=list)
+    filter_server_table: dict[str, list[str]] = field(default_factory=dict)
+    order_topic_conf: str | None = None
+
+    def publish_queues(self, topic: str) -> list[MessageQueue]:
+        """Writable queues whose broker has a master, in route order."""
+        masters = {b.broker_name for b in self.broker_datas if b.master_addr()}
+        queues = []
+        for q in sorted(self.queue_datas, key=lambda q: q.broker_name):
+            if Perm.writeable(q.perm) and q.broker_name in masters:
+                queues.extend(MessageQueue(topic, q.broker_name, i) for i in range(q.write_queue_nums))
+        return queues
+
+    def subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        queues = []
+        for q in sorted(self.queue_datas, key=lambda q: q.broker_name):
+            if Perm.readable(q.perm):
+                queues.extend(MessageQueue(topic, q.broker_name, i) for i in range(q.read_queue_nums))
+        return queues
+
+    def broker_addr(self, broker_name: str) -> str | None:
+        for b in self.broker_datas:
+            if b.broker_name == broker_name:
+                return b.master_addr()
+        return None
+
+
+@dataclass
+class ClusterInfo(JsonModel):
+    broker_addr_table: dict[str, BrokerData] = field(default_factory=dict)
+    cluster_addr_table: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class TopicList(JsonModel):
+    topic_list: list[str] = field(default_factory=list)
+    broker_addr: str | None = None
+
+
+@dataclass
+class SubscriptionData(JsonModel):
+    topic: str = ""
+    sub_string: str = "*"
+    tags_set: list[str] = field(default_factory=list)
+    code_set: list[int] = field(default_factory=list)
+    sub_version: int = field(default_factory=now_ms)
+    expression_type: str = "TAG"
+    class_filter_mode: bool = False
+
+    @property
+    def matches_all(self) -> bool:
+        return self.sub_string in ("*", "", None) or not self.code_set
+
+
+@dataclass
+class ConsumerData(JsonModel):
+    group_name: str = ""
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    subscription_data_set: list[SubscriptionData] = field(default_factory=list)
+    unit_mode: bool = False
+
+
+@dataclass
+class ProducerData(JsonModel):
+    group_name: str = ""
+
+
+@dataclass
+class HeartbeatData(JsonModel):
+    client_id: str = field(default="", metadata={"json": "clientID"})
+    producer_data_set: list[ProducerData] = field(default_factory=list)
+    consumer_data_set: list[ConsumerData] = field(default_factory=list)
+
+
+@dataclass
+class ConsumerListBody(JsonModel):
+    consumer_id_list: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SubscriptionGroupConfig(JsonModel):
+    group_name: str = ""
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = MASTER_ID
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+
+@dataclass
+class KVTable(JsonModel):
+    table: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,181 @@
+"""The name server: brokers register here, clients ask it where a topic's queues live.
+
+One RemotingServer, one processor per request code, the route table in :mod:`route_info`,
+and a task that forgets brokers that stopped registering (120 s, checked every 10 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import zlib
+from dataclasses import dataclass
+
+from ferrymq.common.protocol import (
+    DataVersion,
+    KVTable,
+    RegisterBrokerBody,
+    TopicConfigSerializeWrapper,
+    TopicList,
+)
+from ferrymq.namesrv.route_info import RouteInfo
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.server import RemotingServer
+
+log = logging.getLogger(__name__)
+
+# Requests of this version or newer get standard JSON route data (quoted number keys).
+STANDARD_JSON_ROUTE_VERSION = 401
+# Before this version REGISTER_BROKER carried a bare TopicConfigSerializeWrapper.
+REGISTER_BODY_VERSION = 37
+
+
+@dataclass
+class NamesrvConfig:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9876
+    broker_expire_seconds: float = 120.0
+    scan_interval_seconds: float = 10.0
+    order_message_enable: bool = False
+
+
+class NameServer:
+    def __init__(self, config: NamesrvConfig | None = None) -> None:
+        self.config = config or NamesrvConfig()
+        self.routes = RouteInfo()
+        self.kv: dict[str, dict[str, str]] = {}
+        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, name="namesrv")
+        self._scan_task: asyncio.Task | None = None
+        handlers = {
+            RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
+            RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topics,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
+            RequestCode.PUT_KV_CONFIG: self.put_kv,
+            RequestCode.GET_KV_CONFIG: self.get_kv,
+            RequestCode.DELETE_KV_CONFIG: self.delete_kv,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list,
+        }
+        for code, handler in handlers.items():
+            self.server.register(code, handler)
+        self.server.add_connection_listener(on_close=self.routes.remove_by_connection)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def address(self) -> str:
+        return f"{self.server.host}:{self.server.port}"
+
+    async def start(self) -> None:
+        await self.server.start()
+        self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-broker-expiry")
+        log.info("name server listening on %s", self.address)
+
+    async def stop(self) -> None:
+        if self._scan_task:
+            self._scan_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scan_task
+        await self.server.stop()
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.scan_interval_seconds)
+            self.routes.expire(self.config.broker_expire_seconds)
+
+    # ------------------------------------------------------------------ brokers
+
+    async def register_broker(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        body = req.body or b""
+        expected_crc = req.get_int("bodyCrc32", 0)
+        if expected_crc and (zlib.crc32(body) & 0x7FFFFFFF) != expected_crc:
+            return req.response(ResponseCode.SYSTEM_ERROR, remark="crc32 not match")
+        topics = None
+        if body:
+            if req.get_bool("compressed"):
+                return req.response(ResponseCode.SYSTEM_ERROR, remark="compressed registration is not supported; set compressedRegister=false")
+            if req.version >= REGISTER_BODY_VERSION:
+                topics = RegisterBrokerBody.from_json(body).topic_config_serialize_wrapper
+            else:
+                topics = TopicConfigSerializeWrapper.from_json(body)
+        result = self.routes.register_broker(
+            req.get_str("clusterName", required=True), req.get_str("brokerAddr", required=True),
+            req.get_str("brokerName", required=True), req.get_long("brokerId", required=True),
+            req.get_str("haServerAddr", ""), topics, conn)
+        order_conf = KVTable(dict(self.kv.get("ORDER_TOPIC_CONFIG", {})))
+        return req.response(ext_fields={"masterAddr": result.master_addr, "haServerAddr": result.ha_server_addr},
+                            body=order_conf.to_json())
+
+    async def unregister_broker(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        self.routes.unregister_broker(req.get_str("clusterName", ""), req.get_str("brokerAddr", required=True),
+                                      req.get_str("brokerName", required=True), req.get_long("brokerId", 0))
+        return req.response()
+
+    async def query_data_version(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        addr = req.get_str("brokerAddr", required=True)
+        version = DataVersion.from_json(req.body or b"{}")
+        changed = self.routes.is_changed(addr, version)
+        self.routes.touch(addr)
+        live = self.routes.broker_live_table.get(addr)
+        body = live.data_version.to_json() if live else None
+        return req.response(ext_fields={"changed": changed}, body=body)
+
+    # ------------------------------------------------------------------ routes
+
+    async def get_route(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        topic = req.get_str("topic", required=True)
+        route = self.routes.topic_route(topic)
+        if route is None:
+            return req.response(ResponseCode.TOPIC_NOT_EXIST,
+                                remark=f"No topic route info in name server for the topic: {topic}")
+        if self.config.order_message_enable:
+            route.order_topic_conf = self.kv.get("ORDER_TOPIC_CONFIG", {}).get(topic)
+        standard = req.version >= STANDARD_JSON_ROUTE_VERSION or req.get_bool("acceptStandardJsonOnly")
+        return req.response(body=route.to_json(standard=standard))
+
+    async def get_cluster_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return req.response(body=self.routes.cluster_info().to_json())
+
+    async def get_all_topics(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        return req.response(body=TopicList(self.routes.all_topics()).to_json())
+
+    async def get_topics_by_cluster(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        cluster = req.get_str("cluster", required=True)
+        return req.response(body=TopicList(self.routes.topics_by_cluster(cluster)).to_json())
+
+    async def delete_topic(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        self.routes.delete_topic(req.get_str("topic", required=True), req.get_str("clusterName"))
+        return req.response()
+
+    # ------------------------------------------------------------------ KV config
+
+    async def put_kv(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        self.kv.setdefault(req.get_str("namespace", required=True), {})[req.get_str("key", required=True)] = req.get_str("value", required=True)
+        return req.response()
+
+    async def get_kv(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        namespace, key = req.get_str("namespace", required=True), req.get_str("key", required=True)
+        value = self.kv.get(namespace, {}).get(key)
+        if value is None:
+            return req.response(ResponseCode.QUERY_NOT_FOUND, remark=f"No config item, Namespace: {namespace} Key: {key}")
+        return req.response(ext_fields={"value": value})
+
+    async def delete_kv(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        self.kv.get(req.get_str("namespace", required=True), {}).pop(req.get_str("key", required=True), None)
+        return req.response()
+
+    async def get_kv_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        namespace = req.get_str("namespace", required=True)
+        table = self.kv.get(namespace)
+        if not table:
+            return req.response(ResponseCode.QUERY_NOT_FOUND, remark=f"No config item, Namespace: {namespace}")
+        return req.response(body=KVTable(dict(table)).to_json())

@@ -1,0 +1,369 @@
+"""One remoting connection, used alike by servers and clients.
+
+Both ends of a RocketMQ connection send requests: a broker asks consumers things
+(NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_RUNNING_INFO, ...) over the connection the
+client opened. So a Connection both issues requests (invoke*) and serves incoming ones
+through a RequestHandler, whichever side created it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from functools import partial
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from ferrymq.remoting.codes import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from ferrymq.remoting.command import FrameDecoder, RemotingCommand, encode_frame
+from ferrymq.remoting.errors import (
+    FrameError,
+    FrameTooLargeError,
+    HeaderFieldError,
+    RemotingConnectionError,
+    RemotingError,
+    RemotingTimeoutError,
+    RemotingTooMuchRequestError,
+)
+from ferrymq.remoting.permits import Permits
+from ferrymq.remoting.response_table import ResponseTable, next_opaque
+
+log = logging.getLogger(__name__)
+
+RequestHandler = Callable[[RemotingCommand, "Connection"], Awaitable["RemotingCommand | None"]]
+CloseListener = Callable[["Connection"], None]
+ResponseCallback = Callable[["RemotingCommand | None", "BaseException | None"], None]
+
+# Java client defaults for in-flight async and oneway requests (wire facts 1.8).
+DEFAULT_PERMITS = 65535
+
+_READ_CHUNK = 256 * 1024
+# How long a closing connection may take to flush what is already buffered before the
+# transport is aborted; a peer that stopped reading must not keep stop() waiting.
+_CLOSE_GRACE = 1.0
+
+
+def not_supported(request: RemotingCommand) -> RemotingCommand:
+    """Java's answer to a code nobody processes (the leading space is Java's too)."""
+    return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
+
+
+async def _serve_nothing(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+    return not_supported(request)
+
+
+def _address(info: Any) -> tuple[str, int]:
+    if isinstance(info, tuple) and len(info) >= 2:
+        return str(info[0]), int(info[1])  # IPv6 adds flowinfo and scope id: dropped
+    return "", 0
+
+
+class Connection:
+    """A framed RocketMQ remoting connection over an asyncio stream pair.
+
+    Reading starts on construction (on the next loop iteration), so listeners and
+    attributes set right after constructing are in place before any frame is handled.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        handler: RequestHandler | None = None,
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        async_permits: int = DEFAULT_PERMITS,
+        oneway_permits: int = DEFAULT_PERMITS,
+    ) -> None:
+        self.remote_address: tuple[str, int] = _address(writer.get_extra_info("peername"))
+        self.local_address: tuple[str, int] = _address(writer.get_extra_info("sockname"))
+        self.attributes: dict[str, Any] = {}
+        self._peer = f"{self.remote_address[0]}:{self.remote_address[1]}"
+        self._reader = reader
+        self._writer = writer
+        self._handler = handler or _serve_nothing
+        self._max_frame = max_frame
+        self._decoder = FrameDecoder(max_frame)
+        self._responses = ResponseTable(self._peer)
+        self._async_permits = Permits(async_permits)
+        self._oneway_permits = Permits(oneway_permits)
+        self._handler_tasks: set[asyncio.Task[None]] = set()
+        self._close_listeners: list[CloseListener] = []
+        self._closed = False
+        self._closed_event = asyncio.Event()
+        self._closer_task: asyncio.Task[None] | None = None
+        self._reader_task = asyncio.get_running_loop().create_task(
+            self._read_loop(), name=f"remoting-read {self._peer}"
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Connection {self._peer} {state}>"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pending_requests(self) -> int:
+        """Requests sent on this connection that still wait for their response."""
+        return len(self._responses)
+
+    def add_close_listener(self, listener: CloseListener) -> None:
+        """Call `listener(connection)` once the connection closes (soon, if it already has)."""
+        if self._closed:
+            asyncio.get_running_loop().call_soon(self._notify_close_listener, listener)
+        else:
+            self._close_listeners.append(listener)
+
+    # --- outgoing requests ------------------------------------------------------------------
+
+    async def invoke(self, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        """Send a request and wait for its response.
+
+        Raises RemotingTimeoutError after `timeout` seconds and RemotingConnectionError
+        when the connection is or becomes closed.
+        """
+        return await self._send_request(request, timeout)
+
+    def invoke_async(
+        self,
+        request: RemotingCommand,
+        timeout: float = 3.0,
+        callback: ResponseCallback | None = None,
+    ) -> asyncio.Future[RemotingCommand]:
+        """Send a request without waiting; the future (and `callback`) get the outcome.
+
+        Every failure, RemotingTooMuchRequestError included, is delivered through the
+        future rather than raised here: a plain function cannot wait for a permit, and one
+        error path is simpler for callers. The callback receives (response, None) or
+        (None, error); cancelling the future gives it a CancelledError.
+        """
+        future: asyncio.Future[RemotingCommand]
+        if self._async_permits.try_acquire():
+            try:
+                future = self._send_request(request, timeout)
+            except BaseException as exc:
+                self._async_permits.release()
+                if not isinstance(exc, RemotingError):
+                    raise  # a programming error (e.g. a body that is not bytes): fail loudly
+                future = asyncio.get_running_loop().create_future()
+                future.set_exception(exc)
+            else:
+                future.add_done_callback(self._release_async_permit)
+        else:
+            # All permits taken: only now pay for a task that waits for one.
+            future = asyncio.get_running_loop().create_task(self._invoke_when_permitted(request, timeout))
+        if callback is not None:
+            future.add_done_callback(partial(deliver_outcome, callback))
+        return future
+
+    async def invoke_oneway(self, request: RemotingCommand, timeout: float = 3.0) -> None:
+        """Send a request the peer must not answer; returns once it is handed to the socket.
+
+        `timeout` bounds the wait for a oneway permit and for write back-pressure.
+        """
+        request.flag |= FLAG_ONEWAY
+        request.opaque = next_opaque()
+        frame = self._encode(request)
+        deadline = asyncio.get_running_loop().time() + timeout
+        async with self._permit(self._oneway_permits, timeout, "invokeOneway"):
+            self._write(frame)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._writer.drain()
+            except TimeoutError:
+                raise RemotingTimeoutError(f"invokeOneway: {self._peer} did not take the request in time") from None
+            except OSError as exc:
+                raise RemotingConnectionError(f"invokeOneway: write to {self._peer} failed: {exc}") from exc
+
+    def _send_request(self, request: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
+        # Awaiting the response bounds how much an invoker can have in flight, so the
+        # write is not followed by drain(): the deadline covers a stalled peer as well.
+        self._check_open()
+        request.opaque = next_opaque()
+        frame = self._encode(request)
+        future = self._responses.add(request.opaque, request.code, timeout)
+        self._writer.write(frame)
+        return future
+
+    async def _invoke_when_permitted(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        # Like Java, the wait for a permit counts against the request's timeout.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        async with self._permit(self._async_permits, timeout, "invokeAsync"):
+            return await self._send_request(request, deadline - loop.time())
+
+    @contextlib.asynccontextmanager
+    async def _permit(self, permits: Permits, timeout: float, what: str) -> AsyncIterator[None]:
+        if not await permits.acquire(timeout):
+            raise RemotingTooMuchRequestError(f"{what}: no free permit within {timeout}s on {self._peer}")
+        try:
+            yield
+        finally:
+            permits.release()
+
+    def _release_async_permit(self, _future: asyncio.Future[RemotingCommand]) -> None:
+        self._async_permits.release()
+
+    # --- outgoing responses ------------------------------------------------------------------
+
+    async def send_response(self, response: RemotingCommand) -> None:
+        """Write a response (e.g. one a processor produces later, like a held pull).
+
+        A response for a peer that has gone away is dropped: nobody is left to read it.
+        """
+        if self._closed:
+            log.debug("dropping response %d for closed connection %s", response.opaque, self._peer)
+            return
+        self._writer.write(self._encode(response))
+        try:
+            # Responses are the one output nobody else bounds, so honour back-pressure.
+            await self._writer.drain()
+        except OSError as exc:
+            log.debug("writing response to %s failed: %s", self._peer, exc)
+
+    # --- incoming frames ----------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        reason = "closed by peer"
+        try:
+            while True:
+                data = await self._reader.read(_READ_CHUNK)
+                if not data:
+                    break
+                try:
+                    commands = self._decoder.feed(data)
+                except FrameError as exc:
+                    log.warning("closing connection with %s: bad frame: %s", self._peer, exc)
+                    reason = f"bad frame: {exc}"
+                    break
+                for command in commands:
+                    self._dispatch(command)
+        except OSError as exc:
+            reason = f"read failed: {exc!r}"
+        except Exception:
+            log.exception("reader of %s crashed", self._peer)  # a bug of ours: be loud
+            reason = "reader crashed"
+        finally:
+            self._shutdown(reason)
+
+    def _dispatch(self, command: RemotingCommand) -> None:
+        if command.is_response:
+            if not self._responses.complete(command):
+                log.debug("dropping response with unknown or expired opaque %d from %s", command.opaque, self._peer)
+            return
+        # Each request in its own task: a slow processor must never hold up the reader,
+        # heartbeats or other requests on this connection.
+        task = asyncio.get_running_loop().create_task(self._serve(command))
+        self._handler_tasks.add(task)
+        task.add_done_callback(self._handler_tasks.discard)
+
+    async def _serve(self, request: RemotingCommand) -> None:
+        try:
+            response = await self._handler(request, self)
+        except HeaderFieldError as exc:
+            log.warning("request %d from %s rejected: %s", request.code, self._peer, exc)
+            response = request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        except Exception as exc:
+            log.warning("processor of request %d from %s failed", request.code, self._peer, exc_info=True)
+            response = request.response(ResponseCode.SYSTEM_ERROR, str(exc) or type(exc).__name__)
+        if response is None or request.is_oneway:
+            return
+        if not isinstance(response, RemotingCommand):
+            log.warning("processor of request %d returned %r, not a command", request.code, type(response))
+            response = request.response(ResponseCode.SYSTEM_ERROR, "processor returned no command")
+        # Whatever the processor built, it answers this request, in its serialization.
+        response.opaque = request.opaque
+        response.flag |= FLAG_RESPONSE
+        response.serialize_type = request.serialize_type
+        try:
+            await self.send_response(response)
+        except FrameError as exc:
+            log.warning("response %d to %s cannot be sent: %s", request.code, self._peer, exc)
+            await self.send_response(request.response(ResponseCode.SYSTEM_ERROR, f"response not sendable: {exc}"))
+
+    # --- shared helpers ----------------------------------------------------------------------
+
+    def _encode(self, command: RemotingCommand) -> bytes:
+        frame = encode_frame(command)
+        # The peer would close the connection on it (and fail everything else in flight),
+        # so refuse here with an error that names the culprit.
+        if len(frame) > self._max_frame:
+            raise FrameTooLargeError(f"frame of {len(frame)} bytes exceeds the maximum of {self._max_frame}")
+        return frame
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RemotingConnectionError(f"connection to {self._peer} is closed")
+
+    def _write(self, frame: bytes) -> None:
+        # One write call per frame: the transport appends whole frames, so concurrent
+        # writers never interleave.
+        self._check_open()
+        self._writer.write(frame)
+
+    # --- closing ------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        self._shutdown("closed locally")
+        await self.wait_closed()
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection is closed and its tasks have finished."""
+        await self._closed_event.wait()
+        current = asyncio.current_task()
+        tasks = [
+            task
+            for task in (self._reader_task, self._closer_task, *self._handler_tasks)
+            if task is not None and task is not current and not task.done()
+        ]
+        if tasks:
+            await asyncio.wait(tasks)
+
+    def _shutdown(self, reason: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        log.debug("connection with %s closed: %s", self._peer, reason)
+        self._responses.fail_all(lambda: RemotingConnectionError(f"connection to {self._peer} closed: {reason}"))
+        current = asyncio.current_task()
+        if self._reader_task is not current:
+            self._reader_task.cancel()
+        for task in self._handler_tasks:
+            if task is not current:  # a processor closing its own connection finishes normally
+                task.cancel()
+        self._writer.close()
+        self._closer_task = asyncio.get_running_loop().create_task(self._finish_transport())
+        self._closed_event.set()
+        listeners, self._close_listeners = self._close_listeners, []
+        for listener in listeners:
+            self._notify_close_listener(listener)
+
+    def _notify_close_listener(self, listener: CloseListener) -> None:
+        try:
+            listener(self)
+        except Exception:
+            log.warning("close listener of %s failed", self._peer, exc_info=True)
+
+    async def _finish_transport(self) -> None:
+        try:
+            await asyncio.wait_for(self._writer.wait_closed(), _CLOSE_GRACE)
+        except TimeoutError:
+            log.debug("%s did not take its pending data in time; aborting", self._peer)
+            self._writer.transport.abort()
+        except Exception as exc:  # the reason the transport died; already handled above
+            log.debug("transport to %s ended with %r", self._peer, exc)
+
+
+def deliver_outcome(callback: ResponseCallback, future: asyncio.Future[RemotingCommand]) -> None:
+    """Done-callback adapter: call `callback(response, error)` with the future's outcome."""
+    if future.cancelled():
+        response, error = None, asyncio.CancelledError()
+    else:
+        error = future.exception()
+        response = None if error is not None else future.result()
+    try:
+        callback(response, error)
+    except Exception:
+        log.warning("response callback failed", exc_info=True)

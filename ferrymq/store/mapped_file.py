@@ -1,0 +1,234 @@
+"""Fixed-size segment files and the directory of segments they form.
+
+A segment is named by the absolute offset of its first byte (20 digits) and created at
+full size as a sparse file, so a segment's size never changes and offsets map to
+(segment, position) by arithmetic. Data goes in with os.pwrite and comes out with
+os.pread: both are thread-safe and release the GIL, and a failed write (disk full)
+is an OSError rather than the SIGBUS an mmap store would take on a sparse file.
+
+Concurrency contract: one writer at a time (the caller's lock); any number of readers.
+``write_position`` moves only after the bytes are in the file, so a reader that stays
+below it sees only complete data. The segment list is replaced, never mutated, so a
+reader holding a snapshot is never confused by a concurrent roll or delete.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+
+_SEGMENT_NAME = re.compile(r"^\d{20}$")
+_CLOSE_GRACE_S = 30.0  # a deleted segment's fd stays open this long for in-flight readers
+
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # size never changes, so data-only sync suffices
+
+
+def segment_name(start_offset: int) -> str:
+    return f"{start_offset:020d}"
+
+
+class MappedFile:
+    """One segment: ``size`` bytes holding offsets [start_offset, start_offset + size)."""
+
+    def __init__(self, path: str, start_offset: int, size: int, *, create: bool = False) -> None:
+        self.path = path
+        self.start_offset = start_offset
+        self.size = size
+        self.write_position = 0
+        self.flushed_position = 0
+        self._fd = -1
+        self._open_lock = threading.Lock()
+        if create:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.ftruncate(fd, size)  # sparse: blocks are allocated as data arrives
+            except BaseException:
+                os.close(fd)
+                os.unlink(path)
+                raise
+            self._fd = fd
+        else:
+            actual = os.path.getsize(path)
+            if actual != size:
+                raise ValueError(f"segment {path} is {actual} bytes, expected {size} (was the file size setting changed?)")
+
+    @property
+    def end_offset(self) -> int:
+        return self.start_offset + self.size
+
+    @property
+    def remaining(self) -> int:
+        return self.size - self.write_position
+
+    @property
+    def fd(self) -> int:
+        # Opened lazily: a store with years of segments keeps descriptors only for those in use.
+        fd = self._fd
+        if fd < 0:
+            with self._open_lock:
+                if self._fd < 0:
+                    self._fd = os.open(self.path, os.O_RDWR)
+                fd = self._fd
+        return fd
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write at the write position; returns the file position written at. Caller holds the write lock."""
+        pos = self.write_position
+        if len(data) > self.size - pos:
+            raise ValueError(f"{len(data)} bytes do not fit in {self.path} at {pos}")
+        self.write_at(pos, data)
+        self.write_position = pos + len(data)
+        return pos
+
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        """Raw positional write that does not move write_position (used to stamp blanks)."""
+        fd = self.fd
+        written = os.pwrite(fd, data, pos)
+        while written < len(data):  # short writes are rare (signals, quotas); finish the job
+            data, pos = memoryview(data)[written:], pos + written
+            written = os.pwrite(fd, data, pos)
+
+    def read(self, pos: int, length: int) -> bytes:
+        """Up to ``length`` bytes from ``pos``, never past the written data."""
+        length = min(length, self.write_position - pos)
+        if length <= 0 or pos < 0:
+            return b""
+        return os.pread(self.fd, length, pos)  # the file never shrinks, so this is never short
+
+    def read_raw(self, pos: int, length: int) -> bytes:
+        """Bytes as they are on disk, ignoring write_position (recovery looks past it)."""
+        return os.pread(self.fd, max(0, min(length, self.size - pos)), pos)
+
+    def flush(self) -> None:
+        written = self.write_position
+        if self.flushed_position < written:
+            _fdatasync(self.fd)
+            self.flushed_position = written
+
+    def truncate(self, pos: int) -> None:
+        """Forget everything from ``pos`` on and zero it on disk (shrink + regrow keeps it sparse)."""
+        fd = self.fd
+        os.ftruncate(fd, pos)
+        os.ftruncate(fd, self.size)
+        self.write_position = pos
+        self.flushed_position = min(self.flushed_position, pos)
+
+    def close(self) -> None:
+        with self._open_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path!r}, write_position={self.write_position})"
+
+
+class MappedFileQueue:
+    """The segments of one directory, contiguous and equally sized."""
+
+    def __init__(self, directory: str, segment_size: int) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self._segments: list[MappedFile] = []
+        self._retired: list[tuple[float, MappedFile]] = []
+        self._flush_lock = threading.Lock()
+
+    def load(self) -> None:
+        """Open the existing segments; each is assumed full until recovery says otherwise."""
+        os.makedirs(self.directory, exist_ok=True)
+        names = sorted(n for n in os.listdir(self.directory) if _SEGMENT_NAME.match(n))
+        segments = []
+        for name in names:
+            seg = MappedFile(os.path.join(self.directory, name), int(name), self.segment_size)
+            if segments and seg.start_offset != segments[-1].end_offset:
+                raise ValueError(f"segment gap in {self.directory}: {segments[-1].path} is followed by {name}")
+            seg.write_position = seg.flushed_position = seg.size
+            segments.append(seg)
+        self._segments = segments
+
+    @property
+    def segments(self) -> list[MappedFile]:
+        """A snapshot; safe to iterate while the writer rolls or deletes."""
+        return self._segments
+
+    def first(self) -> MappedFile | None:
+        segs = self._segments
+        return segs[0] if segs else None
+
+    def last(self) -> MappedFile | None:
+        segs = self._segments
+        return segs[-1] if segs else None
+
+    def create_next(self, start_offset: int | None = None) -> MappedFile:
+        """Append a new segment after the last one (or at ``start_offset`` when there is none)."""
+        last = self.last()
+        if last is not None:
+            start = last.end_offset
+        else:
+            start = 0 if start_offset is None else start_offset - start_offset % self.segment_size
+        os.makedirs(self.directory, exist_ok=True)
+        seg = MappedFile(os.path.join(self.directory, segment_name(start)), start, self.segment_size, create=True)
+        self._segments = [*self._segments, seg]
+        return seg
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The segment holding ``offset``, or None when it is outside every segment."""
+        segs = self._segments
+        if not segs or offset < segs[0].start_offset:
+            return None
+        index = (offset - segs[0].start_offset) // self.segment_size
+        return segs[index] if index < len(segs) else None
+
+    @property
+    def min_offset(self) -> int:
+        first = self.first()
+        return first.start_offset if first else 0
+
+    @property
+    def max_offset(self) -> int:
+        """Offset just after the last written byte."""
+        last = self.last()
+        return last.start_offset + last.write_position if last else 0
+
+    def truncate_dirty(self, offset: int) -> None:
+        """Drop all data at and after ``offset``: zero its tail in its segment, delete later segments."""
+        for seg in reversed(self._segments):
+            if seg.end_offset <= offset:
+                break
+            if seg.start_offset <= offset:
+                seg.truncate(offset - seg.start_offset)
+            else:
+                self.delete(seg)
+
+    def delete(self, seg: MappedFile) -> None:
+        """Remove a segment. Its descriptor is closed later so an in-flight pread cannot
+        hit a closed (or, worse, reused) file descriptor."""
+        self._segments = [s for s in self._segments if s is not seg]
+        os.unlink(seg.path)
+        now = time.monotonic()
+        self._retired.append((now, seg))
+        keep = []
+        for retired_at, old in self._retired:
+            if now - retired_at > _CLOSE_GRACE_S:
+                old.close()
+            else:
+                keep.append((retired_at, old))
+        self._retired = keep
+
+    def flush(self) -> int:
+        """fsync every segment with unflushed data; returns the offset now durable."""
+        with self._flush_lock:
+            durable = self.max_offset
+            for seg in self._segments:
+                if seg.flushed_position < seg.write_position:
+                    seg.flush()
+            return durable
+
+    def close(self) -> None:
+        for seg in self._segments:
+            seg.close()
+        for _, seg in self._retired:
+            seg.close()
+        self._retired = []

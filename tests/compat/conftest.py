@@ -1,0 +1,68 @@
+"""Fixtures for the compatibility tests (helpers live in harness.py).
+
+* ``rocketmq_jars``   (session) the cached RocketMQ lib dir, our Java programs compiled;
+                      skips with ONE line if Maven Central is unreachable
+* ``apache_rocketmq`` (session) a running real Apache name server + broker
+                      (``.namesrv_addr``, ``.broker_addr``, ...; see ``harness.ApacheRocketMQ``)
+* ``java_client``     (session) a ``harness.JavaClient``: ``.produce_consume()``,
+                      ``.produce()``, ``.consume()``, ``.run(args)``, ``.mqadmin()``
+
+A failing test that used ``apache_rocketmq`` gets the name server's and broker's log tails in
+its report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from .harness import (
+    ApacheRocketMQ,
+    CompatUnavailable,
+    JavaClient,
+    ensure_compat_classes,
+    ensure_rocketmq_jars,
+)
+
+
+@pytest.fixture(scope="session")
+def rocketmq_jars() -> Path:
+    """The RocketMQ 4.9.7 lib dir (Maven runs once, then cached under .cache/)."""
+    try:
+        lib = ensure_rocketmq_jars()
+        ensure_compat_classes()
+    except CompatUnavailable as e:
+        pytest.skip(f"compat: Maven Central unreachable: {e.reason}")
+    return lib
+
+
+@pytest.fixture(scope="session")
+def apache_rocketmq(rocketmq_jars: Path) -> Iterator[ApacheRocketMQ]:
+    """A real Apache RocketMQ 4.9.7 name server + broker for the whole session."""
+    mq = ApacheRocketMQ()
+    mq.start()  # on failure: logs printed, processes killed, the error fails the tests
+    try:
+        yield mq
+    finally:
+        mq.stop()
+
+
+@pytest.fixture(scope="session")
+def java_client(rocketmq_jars: Path) -> JavaClient:
+    """The official Java client as a scriptable peer (``ferrymq.compat.ProduceConsume``)."""
+    return JavaClient()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "apache_rocketmq" in getattr(item, "fixturenames", ()):
+        mq = getattr(item, "funcargs", {}).get("apache_rocketmq")
+        if isinstance(mq, ApacheRocketMQ):
+            state = "running" if mq.alive() else "NOT RUNNING"
+            report.sections.append(
+                (f"Apache RocketMQ ({state}) logs", mq.logs() or "<no logs>")
+            )

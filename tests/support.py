@@ -1,0 +1,145 @@
+"""Real FerryMQ servers for tests and benchmarks: in-process or as a subprocess, on
+127.0.0.1 with free ports and a temporary data directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
+from ferrymq.store.config import StoreConfig
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 whose neighbours (port-2 VIP, port+1 HA) are free too."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 3 or port > 65530:
+            continue
+        if all(_is_free(p) for p in (port - 2, port + 1)):
+            return port
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+@dataclass
+class InProcessCluster:
+    """A name server and one broker running on the test's own event loop."""
+
+    data_dir: Path
+    settings: dict = field(default_factory=dict)
+    namesrv: NameServer | None = None
+    broker: Broker | None = None
+
+    async def start(self) -> "InProcessCluster":
+        self.namesrv = NameServer(NamesrvConfig(listen_port=0))
+        await self.namesrv.start()
+        await self.start_broker()
+        return self
+
+    async def start_broker(self) -> Broker:
+        broker_config = BrokerConfig(listen_port=0, namesrv_addr=self.namesrv.address)
+        store_config = StoreConfig(store_path_root_dir=str(self.data_dir), mapped_file_size_commit_log=4 * 1024 * 1024)
+        from ferrymq.common.config_loader import apply_settings
+        apply_settings({k: str(v) for k, v in self.settings.items()}, broker_config, store_config)
+        self.broker = Broker(broker_config, store_config)
+        await self.broker.start()
+        await self.broker.registered.wait()
+        return self.broker
+
+    async def restart_broker(self) -> Broker:
+        await self.broker.stop()
+        return await self.start_broker()
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.namesrv.address
+
+    @property
+    def broker_addr(self) -> str:
+        return self.broker.address
+
+    async def stop(self) -> None:
+        if self.broker:
+            await self.broker.stop()
+        if self.namesrv:
+            await self.namesrv.stop()
+
+
+@dataclass
+class StandaloneProcess:
+    """``ferrymq standalone`` as a subprocess (for restarts, kill -9 and foreign clients)."""
+
+    data_dir: Path
+    settings: list[str] = field(default_factory=list)
+    namesrv_port: int = 0
+    broker_port: int = 0
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    def start(self, timeout: float = 30.0) -> "StandaloneProcess":
+        self.namesrv_port = self.namesrv_port or free_port()
+        self.broker_port = self.broker_port or free_port()
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-standalone.log"
+        cmd = [sys.executable, "-m", "ferrymq.cli.main", "--log-level", "info", "standalone", "--host", "127.0.0.1",
+               "--namesrv-port", str(self.namesrv_port), "--broker-port", str(self.broker_port),
+               "--data-dir", str(self.data_dir)]
+        for s in self.settings:
+            cmd += ["--set", s]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ferrymq standalone exited with {self.proc.returncode}:\n{self.log()}")
+            if b"FerryMQ standalone is ready" in self.log_path.read_bytes():
+                return self
+            time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"ferrymq standalone did not become ready in {timeout}s:\n{self.log()}")
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode if self.proc else 0
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
