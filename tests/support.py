@@ -99,7 +99,7 @@ class StandaloneProcess:
     def start(self, timeout: float = 30.0) -> "StandaloneProcess":
         self.namesrv_port = self.namesrv_port or free_port()
         self.broker_port = self.broker_port or free_port()
-        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-standalone.log"
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-standalone-{time.time_ns()}.log"
         cmd = [sys.executable, "-m", "ferrymq.cli.main", "--log-level", "info", "standalone", "--host", "127.0.0.1",
                "--namesrv-port", str(self.namesrv_port), "--broker-port", str(self.broker_port),
                "--data-dir", str(self.data_dir)]

@@ -41,6 +41,7 @@ _READ_CHUNK = 256 * 1024
 # How long a closing connection may take to flush what is already buffered before the
 # transport is aborted; a peer that stopped reading must not keep stop() waiting.
 _CLOSE_GRACE = 1.0
+_HANDLER_GRACE = 2.0  # how long a local close waits for requests already being served
 
 
 def not_supported(request: RemotingCommand) -> RemotingCommand:
@@ -305,8 +306,16 @@ class Connection:
 
     # --- closing ------------------------------------------------------------------------------
 
-    async def close(self) -> None:
+    async def close(self, grace: float = _HANDLER_GRACE) -> None:
+        """Close, letting requests already read finish for up to ``grace`` seconds."""
         self._shutdown("closed locally")
+        current = asyncio.current_task()
+        handlers = [t for t in self._handler_tasks if t is not current and not t.done()]
+        if handlers:
+            _, late = await asyncio.wait(handlers, timeout=grace)
+            for task in late:
+                log.warning("request handler for %s still running after %.0fs at close; cancelled", self._peer, grace)
+                task.cancel()
         await self.wait_closed()
 
     async def wait_closed(self) -> None:
@@ -330,9 +339,8 @@ class Connection:
         current = asyncio.current_task()
         if self._reader_task is not current:
             self._reader_task.cancel()
-        for task in self._handler_tasks:
-            if task is not current:  # a processor closing its own connection finishes normally
-                task.cancel()
+        # Requests already read keep running: a oneway send whose sender hung up right
+        # after writing it must still be stored. Their answers are dropped.
         self._writer.close()
         self._closer_task = asyncio.get_running_loop().create_task(self._finish_transport())
         self._closed_event.set()

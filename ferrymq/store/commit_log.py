@@ -29,6 +29,10 @@ _MAX_RUN_GAP = 16 * 1024  # reading over a gap this small is cheaper than anothe
 Dispatch = Callable[[int, int, int], None]
 
 
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
 @dataclass(slots=True)
 class Appended:
     phys_offset: int  # where the first record starts
@@ -84,6 +88,7 @@ class CommitLog:
         self._flushed_offset = 0
         # "topic-queueId" -> next queue offset; written only under ``lock``
         self.queue_offsets: dict[str, int] = {}
+        self.clock: Callable[[], int] = _wall_clock_ms  # STORETIMESTAMP source; tests pin it
 
     # ------------------------------------------------------------ offsets
 
@@ -128,7 +133,7 @@ class CommitLog:
             pos = seg.write_position
             phys = seg.start_offset + pos
             queue_offset = self.queue_offsets.get(queue_key, 0) if dispatched else 0
-            now = time.time_ns() // 1_000_000
+            now = self.clock()
             at = 0
             for i, size in enumerate(record_sizes):
                 stamp_record(data, queue_offset + i if dispatched else 0, phys + at, now, at)

@@ -397,3 +397,25 @@ async def test_late_and_stray_responses_are_dropped(server: RemotingServer, clie
         assert answer.opaque == 77 and answer.body == b"2"
     finally:
         writer.close()
+
+
+async def test_requests_already_read_are_served_after_the_peer_hangs_up(server: RemotingServer, client: RemotingClient, address: str) -> None:
+    """A oneway send written just before the sender disconnects must still be processed."""
+    served: list[int] = []
+    release = asyncio.Event()
+
+    async def slow_store(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        await release.wait()  # still "writing" when the client goes away
+        served.append(int(request.ext_fields["n"]))
+        return request.response()
+
+    server.register(ECHO + 1, slow_store)
+    connection = await client.connection(address)
+    for n in range(20):
+        await connection.invoke_oneway(RemotingCommand.request(ECHO + 1, {"n": n}))
+    await wait_until(lambda: len(server.connections) == 1 and len(next(iter(server.connections))._handler_tasks) == 20)
+    await connection.close()
+    await wait_until(lambda: not server.connections)
+    release.set()
+    await wait_until(lambda: len(served) == 20)
+    assert sorted(served) == list(range(20))

@@ -1,0 +1,26 @@
+"""Shared by the store tests: small segment sizes so rolling happens, and a message maker."""
+
+from __future__ import annotations
+
+from ferrymq.common.message import MessageExt
+from ferrymq.store import StoreConfig
+
+STORE_HOST = ("10.0.0.1", 10911)
+SMALL_COMMIT_LOG = 64 * 1024  # rolls after a few dozen KiB of records
+SMALL_CONSUME_QUEUE = 20 * 100  # 100 entries per file
+
+
+def small_config(root, **overrides) -> StoreConfig:
+    settings = dict(mapped_file_size_commit_log=SMALL_COMMIT_LOG, mapped_file_size_consume_queue=SMALL_CONSUME_QUEUE)
+    settings.update(overrides)
+    return StoreConfig(str(root), **settings)
+
+
+def make_msg(topic: str = "TopicTest", queue_id: int = 0, body: bytes = b"hello", tags: str | None = "TagA", **props) -> MessageExt:
+    properties = dict(props)
+    if tags:
+        properties["TAGS"] = tags
+    return MessageExt(
+        topic, body, properties=properties, queue_id=queue_id, born_timestamp=1_700_000_000_000,
+        born_host=("192.168.1.10", 50000),
+    )  # fmt: skip

@@ -1,0 +1,112 @@
+import os
+
+import pytest
+
+from ferrymq.store.mapped_file import MappedFile, MappedFileQueue, segment_name
+
+
+def test_segment_is_created_at_full_size_sparse_and_named_by_offset(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), 1 << 20)
+    seg = queue.create_next()
+    assert os.path.basename(seg.path) == "00000000000000000000"
+    assert os.path.getsize(seg.path) == 1 << 20
+    assert os.stat(seg.path).st_blocks * 512 < 1 << 20  # sparse: nothing allocated yet
+    second = queue.create_next()
+    assert os.path.basename(second.path) == segment_name(1 << 20) == "00000000000001048576"
+    queue.close()
+
+
+def test_append_read_and_write_position(tmp_path):
+    seg = MappedFile(str(tmp_path / segment_name(0)), 0, 4096, create=True)
+    assert seg.append(b"abc") == 0
+    assert seg.append(b"defg") == 3
+    assert seg.write_position == 7 and seg.remaining == 4089
+    assert seg.read(0, 7) == b"abcdefg"
+    assert seg.read(5, 100) == b"fg"  # never past the written data
+    assert seg.read(7, 1) == b""
+    assert seg.read_raw(5, 4) == b"fg\x00\x00"
+    with pytest.raises(ValueError):
+        seg.append(b"x" * 4090)
+    seg.close()
+
+
+def test_truncate_zeroes_the_tail(tmp_path):
+    seg = MappedFile(str(tmp_path / segment_name(0)), 0, 4096, create=True)
+    seg.append(b"x" * 100)
+    seg.flush()
+    seg.truncate(40)
+    assert seg.write_position == 40 and seg.flushed_position == 40
+    assert seg.read_raw(0, 100) == b"x" * 40 + bytes(60)
+    assert os.path.getsize(seg.path) == 4096
+    seg.close()
+
+
+def test_queue_find_min_max(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), 100)
+    assert queue.find(0) is None and queue.min_offset == 0 and queue.max_offset == 0
+    first, second = queue.create_next(), queue.create_next()
+    first.append(b"a" * 100)
+    second.append(b"b" * 30)
+    assert queue.find(0) is first and queue.find(99) is first
+    assert queue.find(100) is second and queue.find(199) is second
+    assert queue.find(200) is None
+    assert (queue.min_offset, queue.max_offset) == (0, 130)
+    queue.close()
+
+
+def test_queue_can_start_past_zero(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), 100)
+    seg = queue.create_next(250)
+    assert seg.start_offset == 200 and os.path.basename(seg.path) == segment_name(200)
+    assert queue.find(199) is None and queue.find(250) is seg
+    queue.close()
+
+
+def test_load_marks_segments_full_and_truncate_dirty(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), 100)
+    for _ in range(3):
+        queue.create_next().append(b"z" * 100)
+    queue.flush()
+    queue.close()
+    (tmp_path / "not-a-segment.tmp").write_bytes(b"ignored")
+
+    loaded = MappedFileQueue(str(tmp_path), 100)
+    loaded.load()
+    assert [s.start_offset for s in loaded.segments] == [0, 100, 200]
+    assert loaded.max_offset == 300
+    loaded.truncate_dirty(150)
+    assert [s.start_offset for s in loaded.segments] == [0, 100]
+    assert not os.path.exists(tmp_path / segment_name(200))
+    assert loaded.max_offset == 150
+    assert loaded.segments[1].read_raw(0, 100) == b"z" * 50 + bytes(50)
+    loaded.close()
+
+
+def test_load_rejects_wrong_sizes_and_gaps(tmp_path):
+    (tmp_path / segment_name(0)).write_bytes(bytes(50))
+    with pytest.raises(ValueError, match="expected 100"):
+        MappedFileQueue(str(tmp_path), 100).load()
+    (tmp_path / segment_name(0)).write_bytes(bytes(100))
+    (tmp_path / segment_name(200)).write_bytes(bytes(100))
+    with pytest.raises(ValueError, match="gap"):
+        MappedFileQueue(str(tmp_path), 100).load()
+
+
+def test_delete_keeps_readers_safe(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), 100)
+    first, second = queue.create_next(), queue.create_next()
+    first.append(b"a" * 100)
+    queue.delete(first)
+    assert queue.segments == [second] and queue.min_offset == 100
+    assert not os.path.exists(first.path)
+    assert first.read(0, 3) == b"aaa"  # an in-flight reader still holding it can finish
+    queue.close()
+
+
+def test_flush_reports_durable_offset(tmp_path):
+    queue = MappedFileQueue(str(tmp_path), 100)
+    seg = queue.create_next()
+    seg.append(b"abc")
+    assert queue.flush() == 3
+    assert seg.flushed_position == 3
+    queue.close()
