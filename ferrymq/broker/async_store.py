@@ -26,6 +26,8 @@ class AsyncMessageStore:
         self.store = store
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="store-write")
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
+        # fsync gets its own thread: a slow disk delays durability, never the next append.
+        self._flusher = ThreadPoolExecutor(1, thread_name_prefix="store-flush")
         self.arrival_listeners: list[ArrivalListener] = []
 
     async def _write(self, fn: Callable[..., T], *args) -> T:
@@ -58,11 +60,14 @@ class AsyncMessageStore:
                            tag_filter: Callable[[int], bool] | None = None) -> GetResult:
         return await self.read(self.store.get_messages, group, topic, queue_id, offset, max_msg_nums, tag_filter)
 
-    async def flush(self) -> None:
-        await self._write(self.store.flush)
+    async def flush_commit_log(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._flusher, self.store.flush_commit_log)
+
+    async def flush_consume_queues(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._flusher, self.store.flush_consume_queues)
 
     async def shutdown(self) -> None:
         """Finish queued writes, then flush and close the files (in the writer thread)."""
         await self._write(self.store.shutdown)
-        self._writer.shutdown(wait=True)
-        self._readers.shutdown(wait=True)
+        for pool in (self._writer, self._readers, self._flusher):
+            pool.shutdown(wait=False)  # idle by now; joining would block the loop

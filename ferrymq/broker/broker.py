@@ -109,6 +109,11 @@ class Broker:
                  self.server.port, self.address, self.store_config.store_path_root_dir)
         self.spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self.persist_offsets), "offset-persist")
         self.spawn(self._every(10, self._expire_clients), "client-expiry")
+        if not self.store_config.sync_flush:
+            self.spawn(self._every(self.store_config.flush_interval_commit_log / 1000, self.store.flush_commit_log),
+                       "commitlog-flush")
+        self.spawn(self._every(self.store_config.flush_interval_consume_queue / 1000, self.store.flush_consume_queues),
+                   "consumequeue-flush")
         if self.config.namesrv_addresses():
             self.spawn(self._registration_loop(), "namesrv-registration")
         else:

@@ -127,6 +127,19 @@ def decode_properties(s: str) -> dict[str, str]:
 # ---------------------------------------------------------------- model
 
 
+class _PropertyField:
+    """A Message attribute that lives in its properties (TAGS, UNIQ_KEY); None or "" removes it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Message | None, owner: type | None = None) -> str | None:
+        return self if obj is None else obj.properties.get(self.name)  # type: ignore[return-value]
+
+    def __set__(self, obj: Message, value: str | None) -> None:
+        obj._put(self.name, value)
+
+
 @dataclass(slots=True)
 class Message:
     """What a producer sends: topic, body, user flag and string properties."""
@@ -136,13 +149,8 @@ class Message:
     flag: int = 0
     properties: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(Prop.TAGS)
-
-    @tags.setter
-    def tags(self, value: str | None) -> None:
-        self._put(Prop.TAGS, value)
+    tags = _PropertyField(Prop.TAGS)
+    uniq_key = _PropertyField(Prop.UNIQ_KEY)
 
     @property
     def keys(self) -> list[str]:
@@ -151,14 +159,6 @@ class Message:
     @keys.setter
     def keys(self, value: str | Iterable[str] | None) -> None:
         self._put(Prop.KEYS, value if value is None or isinstance(value, str) else " ".join(value))
-
-    @property
-    def uniq_key(self) -> str | None:
-        return self.properties.get(Prop.UNIQ_KEY)
-
-    @uniq_key.setter
-    def uniq_key(self, value: str | None) -> None:
-        self._put(Prop.UNIQ_KEY, value)
 
     @property
     def delay_level(self) -> int:

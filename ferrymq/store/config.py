@@ -20,9 +20,9 @@ class StoreConfig:
     mapped_file_size_consume_queue: int = 300_000 * CQ_ENTRY_SIZE
     max_message_size: int = 4 * 1024 * 1024  # compared to the BODY length (4.9.4+ semantics)
     flush_disk_type: str = ASYNC_FLUSH  # SYNC_FLUSH: put returns after fsync (when WAIT is true)
-    sync_flush_timeout_ms: int = 5000  # a slower fsync answers FLUSH_DISK_TIMEOUT (still stored)
-    flush_interval_commit_log_ms: int = 500  # for the broker's flush timer; the store runs no threads
-    flush_interval_consume_queue_ms: int = 1000
+    sync_flush_timeout: int = 5000  # a slower fsync answers FLUSH_DISK_TIMEOUT (still stored)
+    flush_interval_commit_log: int = 500  # for the broker's flush timer; the store runs no threads
+    flush_interval_consume_queue: int = 1000
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_memory: int = 32
     max_transfer_bytes_on_message_in_disk: int = 64 * 1024

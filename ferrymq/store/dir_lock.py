@@ -37,14 +37,15 @@ class StoreDirLock:
             pass
         return clean
 
-    def release(self) -> None:
-        """Mark a clean shutdown and unlock."""
+    def release(self, *, clean: bool = True) -> None:
+        """Unlock; ``clean`` removes the abort marker (a failed start leaves it as it found it)."""
         if self._fd < 0:
             return
-        try:
-            os.unlink(self.abort_path)
-        except FileNotFoundError:
-            pass
+        if clean:
+            try:
+                os.unlink(self.abort_path)
+            except FileNotFoundError:
+                pass
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
         self._fd = -1

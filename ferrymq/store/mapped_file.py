@@ -22,6 +22,8 @@ import time
 _SEGMENT_NAME = re.compile(r"^\d{20}$")
 _CLOSE_GRACE_S = 30.0  # a deleted segment's fd stays open this long for in-flight readers
 
+_CLOSED = -2
+
 _fdatasync = getattr(os, "fdatasync", os.fsync)  # size never changes, so data-only sync suffices
 
 
@@ -68,6 +70,8 @@ class MappedFile:
         fd = self._fd
         if fd < 0:
             with self._open_lock:
+                if self._fd == _CLOSED:
+                    raise ValueError(f"segment {self.path} is closed")
                 if self._fd < 0:
                     self._fd = os.open(self.path, os.O_RDWR)
                 fd = self._fd
@@ -95,7 +99,10 @@ class MappedFile:
         length = min(length, self.write_position - pos)
         if length <= 0 or pos < 0:
             return b""
-        return os.pread(self.fd, length, pos)  # the file never shrinks, so this is never short
+        try:
+            return os.pread(self.fd, length, pos)  # the file never shrinks, so this is never short
+        except (FileNotFoundError, ValueError):  # deleted (or closed) under a late reader: gone
+            return b""
 
     def read_raw(self, pos: int, length: int) -> bytes:
         """Bytes as they are on disk, ignoring write_position (recovery looks past it)."""
@@ -119,7 +126,7 @@ class MappedFile:
         with self._open_lock:
             if self._fd >= 0:
                 os.close(self._fd)
-                self._fd = -1
+            self._fd = _CLOSED  # for good: a late reader must not reopen (and leak) it
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path!r}, write_position={self.write_position})"

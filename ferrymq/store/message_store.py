@@ -154,7 +154,7 @@ class MessageStore:
             self.commit_log.queue_offsets = {f"{t}-{q}": cq.max_offset for (t, q), cq in self._queues.items()}
         except BaseException:
             self._close_files()
-            self._dir_lock.release()
+            self._dir_lock.release(clean=clean)  # an unclean past stays unclean for the next try
             raise
         self._running = True
 
@@ -257,7 +257,7 @@ class MessageStore:
 
         try:
             appended = self.commit_log.put(data, sizes, f"{topic}-{queue_id}", dispatched, dispatch)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # disk full, I/O error; the write was undone
             return _refused(PutStatus.UNKNOWN_ERROR, f"write failed: {exc}")
         if appended is None:
             return _refused(PutStatus.SERVICE_NOT_AVAILABLE, "message store is not running")
@@ -287,11 +287,18 @@ class MessageStore:
             result.status, result.remark = PutStatus.FLUSH_DISK_TIMEOUT, f"flush failed: {exc}"
             return
         elapsed_ms = (time.monotonic() - started) * 1000
-        if elapsed_ms > self.config.sync_flush_timeout_ms:
+        if elapsed_ms > self.config.sync_flush_timeout:
             result.status, result.remark = PutStatus.FLUSH_DISK_TIMEOUT, f"flush took {elapsed_ms:.0f} ms"
 
     def _index(
-        self, topic: str, queue_id: int, queue_offset: int, phys: int, msgs: Sequence[MessageExt], sizes: Sequence[int], store_ts: int
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        phys: int,
+        msgs: Sequence[MessageExt],
+        sizes: Sequence[int],
+        store_ts: int,
     ) -> None:
         """Write the ConsumeQueue entries of records just appended (under the write lock)."""
         entries = []
@@ -349,9 +356,15 @@ class MessageStore:
         return self._read_queue(cq, offset, max_msg_nums, tag_filter, min_offset, max_offset)
 
     def _read_queue(
-        self, cq: ConsumeQueue, offset: int, max_msg_nums: int, tag_filter: Callable[[int], bool] | None, min_offset: int, max_offset: int
+        self,
+        cq: ConsumeQueue,
+        offset: int,
+        max_msg_nums: int,
+        tag_filter: Callable[[int], bool] | None,
+        min_offset: int,
+        max_offset: int,
     ) -> GetResult:
-        cl, cfg = self.commit_log, self.config
+        cl = self.commit_log
         max_phy, cl_min, window = cl.max_offset, cl.min_offset, self.in_memory_window
         scan_entries = max(MAX_FILTER_SCAN_BYTES, max_msg_nums * CQ_ENTRY_SIZE) // CQ_ENTRY_SIZE
         data = cq.read_entries(offset, scan_entries)
@@ -368,17 +381,9 @@ class MessageStore:
             last_phys = phys
             if phys < skip_below:
                 continue
-            if picked:  # "batch full" limits; the first message always goes through
-                if len(picked) >= max_msg_nums:
-                    scanned = i
-                    break
-                if max_phy - phys > window:  # on disk: smaller batches
-                    full = picked_bytes + size > cfg.max_transfer_bytes_on_message_in_disk or len(picked) >= cfg.max_transfer_count_on_message_in_disk
-                else:
-                    full = picked_bytes + size > cfg.max_transfer_bytes_on_message_in_memory or len(picked) >= cfg.max_transfer_count_on_message_in_memory
-                if full:
-                    scanned = i
-                    break
+            if picked and self._batch_full(len(picked), picked_bytes, size, max_msg_nums, max_phy - phys > window):
+                scanned = i
+                break
             if tag_filter is not None and not tag_filter(tags_code):
                 if not picked:
                     status = GetStatus.NO_MATCHED_MESSAGE
@@ -408,6 +413,17 @@ class MessageStore:
             fall_behind_bytes=fall_behind,
         )
 
+    def _batch_full(self, count: int, total: int, size: int, max_msg_nums: int, on_disk: bool) -> bool:
+        """RocketMQ's isTheBatchFull; only asked once the batch holds a message (one always goes)."""
+        cfg = self.config
+        if count >= max_msg_nums:
+            return True
+        if on_disk:  # not in the page cache: smaller batches
+            max_bytes, max_count = cfg.max_transfer_bytes_on_message_in_disk, cfg.max_transfer_count_on_message_in_disk
+        else:
+            max_bytes, max_count = cfg.max_transfer_bytes_on_message_in_memory, cfg.max_transfer_count_on_message_in_memory
+        return total + size > max_bytes or count >= max_count
+
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self._queues.get((topic, queue_id))
         return cq.max_offset if cq else 0
@@ -427,6 +443,7 @@ class MessageStore:
         return self._store_time_at(entry[0], entry[1]) if entry else -1
 
     def _entry(self, topic: str, queue_id: int, offset: int) -> tuple[int, int, int] | None:
+        self._check_running()
         cq = self._queues.get((topic, queue_id))
         return cq.entry(offset) if cq else None
 

@@ -8,7 +8,7 @@ from ferrymq.common.java_hash import java_string_hash
 from ferrymq.common.message import MessageExt, SysFlag, decode_record, decode_records
 from ferrymq.common.message_id import offset_msg_id
 from ferrymq.store import GetStatus, PutStatus, StoreNotRunningError
-from ferrymq.store.consume_queue import CQ_ENTRY
+from ferrymq.store.consume_queue import CQ_ENTRY, ConsumeQueue
 
 
 def put_all(store, msgs):
@@ -320,7 +320,7 @@ def test_sync_flush(open_store):
 
 
 def test_sync_flush_timeout_is_reported_but_the_message_is_stored(open_store):
-    store = open_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout_ms=-1)
+    store = open_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=-1)
     result = store.put_message(make_msg())
     assert result.status is PutStatus.FLUSH_DISK_TIMEOUT and result.ok
     assert store.get_max_offset_in_queue("TopicTest", 0) == 1
@@ -345,3 +345,24 @@ def test_put_sets_store_fields_on_the_message(open_store):
     assert m.store_host == STORE_HOST
     assert m.sys_flag & SysFlag.BORNHOST_V6 and not m.sys_flag & SysFlag.STOREHOST_V6
     assert m.msg_id == offset_msg_id(*STORE_HOST, m.commit_log_offset)
+
+
+def test_failed_write_is_undone(open_store, monkeypatch):
+    store = open_store()
+    put_all(store, [make_msg(queue_id=0)])
+    end = store.max_phy_offset
+    real_append = ConsumeQueue.append
+
+    def disk_full(self, *args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ConsumeQueue, "append", disk_full)
+    failed = store.put_message(make_msg(queue_id=0))
+    assert failed.status is PutStatus.UNKNOWN_ERROR and "No space" in failed.remark
+    assert store.max_phy_offset == end
+    assert store.look_message_by_offset(end) is None
+
+    monkeypatch.setattr(ConsumeQueue, "append", real_append)
+    ok = store.put_message(make_msg(queue_id=0, body=b"second"))
+    assert (ok.wrote_offset, ok.queue_offset) == (end, 1)
+    assert [m.body for m in decode_records(b"".join(pull_all(store, "TopicTest", 0)))] == [b"hello", b"second"]

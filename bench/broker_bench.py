@@ -1,0 +1,633 @@
+"""Broker throughput and latency: FerryMQ standalone against Apache RocketMQ 4.9.7.
+
+Not a test. Run: .venv/bin/python bench/broker_bench.py [--quick] [--messages N] [--only ferrymq|apache]
+
+For each broker (FerryMQ ``standalone`` as a subprocess, Apache RocketMQ 4.9.7 name server +
+broker from the compat harness; both ASYNC_FLUSH, 1 GiB commit-log files, on 127.0.0.1), a
+topic with 8 queues per load generator is created (FerryMQ's admin client / the official
+mqadmin), then each scenario is measured by two load generators in turn:
+
+* ``python``: FerryMQ's own asyncio client (``Producer``, ``PullConsumer``) in this process;
+* ``java``: ``ferrymq.compat.BenchLoad``, the official RocketMQ 4.9.7 Java client
+  (``DefaultMQProducer``, ``DefaultMQPullConsumer``) in its own JVM.
+
+Scenarios, 1 KiB bodies, each after an unmeasured warm-up of the same shape, each bounded by
+``--messages`` and ``--seconds``:
+
+* ``sync1``   sync sends, 1 in flight (one sender);
+* ``sync64``  sync sends, 64 in flight (64 concurrent senders on one producer);
+* ``batch32`` batch sends of 32 messages, 1 batch in flight;
+* ``pull``    drain the topic (everything the sends put there) from offset 0, 32 per pull,
+  one puller per queue (8 pulls in flight).
+
+Latency is per request (a send, a batch, a pull). Broker CPU is the broker process's
+utime+stime over the scenario (/proc), per message. ``--profile`` samples the FerryMQ broker
+with py-spy (if installed: ``.venv/bin/pip install --target .cache/tools/py-spy py-spy``) and
+prints its hot spots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from ferrymq.client.admin import AdminClient  # noqa: E402
+from ferrymq.client.producer import Producer  # noqa: E402
+from ferrymq.client.pull_consumer import PullConsumer, PullStatus  # noqa: E402
+from ferrymq.common.message import Message  # noqa: E402
+from tests.support import StandaloneProcess  # noqa: E402
+
+SCENARIOS = ("sync1", "sync64", "batch32", "pull")
+DESCRIPTIONS = {
+    "sync1": "sync send, 1 in flight",
+    "sync64": "sync send, 64 in flight (64 concurrent senders)",
+    "batch32": "batch send of 32 messages, 1 batch in flight",
+    "pull": "pull 32 per request, drain the topic, 1 puller per queue (8 in flight)",
+}
+LATENCY_OF = {"sync1": "send", "sync64": "send", "batch32": "batch", "pull": "pull"}
+QUEUES = 8
+TOPICS = {"python": "BenchPy", "java": "BenchJava"}
+
+# Apache: the stock runbroker.sh wants 8 GiB; a 1 GiB heap, G1 (runbroker.sh's collector) and
+# full JIT (the harness's test JVMs stop at C1 to start fast; a benchmark must not).
+APACHE_BROKER_JVM = ("-Xms1g", "-Xmx1g", "-XX:MaxDirectMemorySize=1g", "-XX:+UseG1GC",
+                     "-XX:G1HeapRegionSize=16m", "-XX:-UsePerfData")
+# Apache's own defaults where the harness shrinks them for tests (FerryMQ has the same defaults).
+APACHE_BROKER_CONF = {"mappedFileSizeCommitLog": str(1024 * 1024 * 1024),
+                      "mappedFileSizeConsumeQueue": str(300_000 * 20)}
+# The Java load generator: bigger heap than the harness's short-lived clients, full JIT.
+LOADGEN_JVM = ("-Xms256m", "-Xmx512m", "-XX:TieredStopAtLevel=4")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Machine facts
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+        return (p.stdout + p.stderr).strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"<{e}>"
+
+
+def machine_info() -> dict:
+    model = ""
+    for line in _run(["lscpu"]).splitlines():
+        if line.lower().startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+    java = _run(["java", "-version"]).splitlines()
+    commit = _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
+    dirty = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "nproc": _run(["nproc"]),
+        "cpu": model or platform.processor(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "java": java[0] if java else "?",
+        "ferrymq_commit": commit + ("+dirty" if dirty else ""),
+    }
+
+
+def proc_cpu_seconds(pid: int | None) -> float:
+    """utime + stime of a process (USER_HZ = 100)."""
+    if not pid:
+        return 0.0
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Brokers
+
+
+class FerryBroker:
+    name = "FerryMQ"
+
+    def __init__(self, workdir: Path) -> None:
+        self.proc = StandaloneProcess(workdir / "ferrymq-data")
+
+    def start(self) -> None:
+        self.proc.start()
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.proc.namesrv_addr
+
+    @property
+    def pid(self) -> int:
+        return self.proc.proc.pid
+
+    async def create_topic(self, topic: str) -> None:
+        async with AdminClient(namesrv_addr=self.namesrv_addr) as admin:
+            await admin.create_topic(topic, read_queues=QUEUES, write_queues=QUEUES)
+
+    def problems(self) -> list[str]:
+        """Warnings, errors and tracebacks in the broker's log."""
+        lines = self.proc.log().splitlines()
+        return [ln for ln in lines if re.search(r"\b(WARNING|ERROR|CRITICAL)\b|Traceback|Exception", ln)]
+
+    def stop(self) -> None:
+        rc = self.proc.stop()
+        if rc:
+            log(f"FerryMQ standalone exited with {rc}")
+
+
+class ApacheBroker:
+    name = "Apache"
+
+    def __init__(self, workdir: Path) -> None:
+        from tests.compat.harness import ApacheRocketMQ
+
+        self.mq = ApacheRocketMQ(broker_jvm_opts=APACHE_BROKER_JVM, broker_conf=dict(APACHE_BROKER_CONF),
+                                 workdir=workdir / "apache")
+
+    def start(self) -> None:
+        self.mq.start()
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.mq.namesrv_addr
+
+    @property
+    def pid(self) -> int | None:
+        for p in self.mq._procs:  # the harness keeps its processes here; only the pid is read
+            if p.name == "broker":
+                return p.popen.pid
+        return None
+
+    async def create_topic(self, topic: str) -> None:
+        from tests.compat.harness import run_mqadmin
+
+        await asyncio.to_thread(run_mqadmin, self.namesrv_addr, "updateTopic", "-c", self.mq.cluster_name,
+                                "-t", topic, "-r", str(QUEUES), "-w", str(QUEUES))
+
+    def problems(self) -> list[str]:
+        return []
+
+    def stop(self) -> None:
+        self.mq.stop()
+
+
+async def wait_for_route(namesrv: str, topic: str, timeout: float = 30) -> None:
+    """Until the name server lists ``topic`` with 8 writable queues."""
+    deadline = time.monotonic() + timeout
+    async with AdminClient(namesrv_addr=namesrv) as admin:
+        while True:
+            try:
+                route = await admin.topic_route(topic)
+                if sum(q.write_queue_nums for q in route.queue_datas) >= QUEUES:
+                    return
+            except Exception:  # noqa: BLE001 - not there yet
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {topic} has no route with {QUEUES} queues after {timeout}s")
+            await asyncio.sleep(0.2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Load generator (a): FerryMQ's Python client
+
+
+def percentile(sorted_values: list[float], p: float) -> float | None:
+    """Nearest rank."""
+    if not sorted_values:
+        return None
+    idx = math.ceil(p * len(sorted_values)) - 1
+    return sorted_values[max(0, min(len(sorted_values) - 1, idx))]
+
+
+def summarize(lat_ns: list[int], messages: int, errors: int, first_error: str | None, elapsed: float,
+              client_cpu: float, broker_cpu: float) -> dict:
+    lat = sorted(x / 1e6 for x in lat_ns)
+    return {
+        "messages": messages, "requests": len(lat), "errors": errors, "firstError": first_error,
+        "elapsedS": elapsed, "msgsPerSec": messages / elapsed if elapsed > 0 else 0.0,
+        "p50Ms": percentile(lat, 0.50), "p99Ms": percentile(lat, 0.99), "maxMs": lat[-1] if lat else None,
+        "clientCpuS": client_cpu, "brokerCpuS": broker_cpu,
+    }
+
+
+class PythonLoad:
+    def __init__(self, namesrv: str, topic: str, body: bytes, broker_pid: int | None) -> None:
+        self.namesrv, self.topic, self.body, self.broker_pid = namesrv, topic, body, broker_pid
+
+    async def _sends(self, concurrency: int, per_op: int, total: int, seconds: float, op) -> dict:
+        claimed = 0
+        done = 0
+        errors = 0
+        first_error: str | None = None
+        lat: list[int] = []
+        cpu0, broker0 = time.process_time(), proc_cpu_seconds(self.broker_pid)
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
+
+        async def worker() -> None:
+            nonlocal claimed, done, errors, first_error
+            while claimed + per_op <= total and time.perf_counter() < deadline:
+                claimed += per_op
+                s = time.perf_counter_ns()
+                try:
+                    await op()
+                except Exception as e:  # noqa: BLE001 - counted and reported
+                    errors += 1
+                    first_error = first_error or f"{type(e).__name__}: {e}"
+                    continue
+                lat.append(time.perf_counter_ns() - s)
+                done += per_op
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+        return summarize(lat, done, errors, first_error, elapsed, time.process_time() - cpu0,
+                         proc_cpu_seconds(self.broker_pid) - broker0)
+
+    async def _pulls(self, consumer: PullConsumer, total: int, seconds: float) -> dict:
+        queues = await consumer.fetch_queues(self.topic)
+        done = 0
+        errors = 0
+        first_error: str | None = None
+        lat: list[int] = []
+        cpu0, broker0 = time.process_time(), proc_cpu_seconds(self.broker_pid)
+        t0 = time.perf_counter()
+        deadline = t0 + seconds
+
+        async def worker(mq) -> None:
+            nonlocal done, errors, first_error
+            offset = 0
+            while done < total and time.perf_counter() < deadline:
+                s = time.perf_counter_ns()
+                try:
+                    result = await consumer.pull(mq, offset, max_nums=32)
+                except Exception as e:  # noqa: BLE001 - counted and reported
+                    errors += 1
+                    first_error = first_error or f"{type(e).__name__}: {e}"
+                    if errors > 100:
+                        return
+                    continue
+                lat.append(time.perf_counter_ns() - s)
+                if result.status is not PullStatus.FOUND:
+                    return
+                done += len(result.messages)
+                offset = result.next_begin_offset
+
+        await asyncio.gather(*(worker(mq) for mq in queues))
+        elapsed = time.perf_counter() - t0
+        out = summarize(lat, done, errors, first_error, elapsed, time.process_time() - cpu0,
+                        proc_cpu_seconds(self.broker_pid) - broker0)
+        out["queues"] = len(queues)
+        return out
+
+    async def run(self, scenarios: list[str], messages: int, seconds: float, warmup: int) -> dict[str, dict]:
+        results: dict[str, dict] = {}
+        producer = await Producer(f"bench_py_p_{os.getpid()}", namesrv_addr=self.namesrv, send_timeout=10.0).start()
+        consumer: PullConsumer | None = None
+        try:
+            for scenario in scenarios:
+                log(f"  python client: {scenario}")
+                if scenario.startswith("sync"):
+                    concurrency = int(scenario[4:])
+
+                    async def op() -> None:
+                        await producer.send(Message(self.topic, self.body, properties={"TAGS": "TagA"}))
+
+                    if warmup:
+                        await self._sends(concurrency, 1, warmup, seconds, op)
+                    results[scenario] = await self._sends(concurrency, 1, messages, seconds, op)
+                elif scenario.startswith("batch"):
+                    k = int(scenario[5:])
+
+                    async def op() -> None:  # noqa: F811 - one op per scenario
+                        await producer.send_batch([Message(self.topic, self.body, properties={"TAGS": "TagA"})
+                                                   for _ in range(k)])
+
+                    if warmup:
+                        await self._sends(1, k, warmup, seconds, op)
+                    results[scenario] = await self._sends(1, k, messages, seconds, op)
+                elif scenario == "pull":
+                    consumer = consumer or await PullConsumer(f"bench_py_c_{os.getpid()}",
+                                                              namesrv_addr=self.namesrv).start()
+                    if warmup:
+                        await self._pulls(consumer, warmup, seconds)
+                    results[scenario] = await self._pulls(consumer, 1 << 62, seconds)
+                else:
+                    raise ValueError(f"unknown scenario {scenario}")
+        finally:
+            await producer.close()
+            if consumer:
+                await consumer.close()
+        return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Load generator (b): the official Java client (ferrymq.compat.BenchLoad)
+
+
+def java_load(namesrv: str, topic: str, scenarios: list[str], messages: int, seconds: float, warmup: int,
+              size: int, broker_pid: int | None) -> dict[str, dict]:
+    from tests.compat.harness import java_client_command
+
+    args = ["--namesrv", namesrv, "--topic", topic, "--scenarios", ",".join(scenarios),
+            "--messages", str(messages), "--seconds", str(int(seconds)), "--warmup", str(warmup),
+            "--size", str(size), "--broker-pid", str(broker_pid or 0)]
+    cmd = java_client_command(args, main="ferrymq.compat.BenchLoad", jvm_args=LOADGEN_JVM)
+    timeout = len(scenarios) * (2 * seconds + 15) + 60
+    log(f"  java client: {','.join(scenarios)} (one JVM)")
+    proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    results: dict[str, dict] = {}
+    for line in proc.stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if event.get("event") == "result":
+                results[event.pop("scenario")] = event
+            elif event.get("event") == "error":
+                log(f"  java client error: {event.get('error')}")
+    if proc.returncode != 0:
+        log(f"  java client exited {proc.returncode}; stderr tail:\n{proc.stderr[-3000:]}")
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Profiling the FerryMQ broker (optional)
+
+
+def find_py_spy() -> str | None:
+    return shutil.which("py-spy") or next(
+        (str(p) for p in [REPO / ".cache/tools/py-spy/bin/py-spy"] if p.is_file()), None)
+
+
+class PySpy:
+    """``py-spy record --format raw`` on a pid until stopped; then the hottest functions."""
+
+    def __init__(self, pid: int, out: Path, rate: int = 200) -> None:
+        self.out = out
+        exe = find_py_spy()
+        if not exe:
+            raise RuntimeError("py-spy not found (.venv/bin/pip install --target .cache/tools/py-spy py-spy)")
+        self.proc = subprocess.Popen([exe, "record", "-p", str(pid), "-o", str(out), "--format", "raw", "-r", str(rate),
+                                      "--threads", "--nonblocking"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def report(self, top: int = 15) -> str:
+        if not self.out.is_file():
+            return f"(no profile written: {self.proc.stderr.read() if self.proc.stderr else ''})"
+        own: collections.Counter[str] = collections.Counter()
+        inclusive: collections.Counter[str] = collections.Counter()
+        threads: collections.Counter[str] = collections.Counter()
+        total = 0
+        for line in self.out.read_text(errors="replace").splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not count.isdigit():
+                continue
+            n = int(count)
+            frames = stack.split(";")
+            total += n
+            threads[re.sub(r"\d+", "N", frames[0])] += n
+            funcs = [f for f in frames[1:] if f]
+            if funcs:
+                own[funcs[-1]] += n
+                for f in set(funcs):
+                    inclusive[f] += n
+        if not total:
+            return "(empty profile)"
+
+        def fmt(counter: collections.Counter[str], title: str) -> list[str]:
+            lines = [title]
+            for name, n in counter.most_common(top):
+                lines.append(f"  {100 * n / total:5.1f}%  {name}")
+            return lines
+
+        out = [f"py-spy: {total} samples of the FerryMQ broker process (all threads, idle included)"]
+        out += fmt(threads, "by thread:")
+        out += fmt(own, "self time (the frame on top of the stack):")
+        out += fmt(inclusive, "inclusive time (the frame anywhere on the stack):")
+        return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Orchestration and reporting
+
+
+async def bench_broker(broker, args, scenarios: list[str], clients: list[str], workdir: Path) -> dict:
+    out: dict = {"clients": {}, "problems": []}
+    t0 = time.monotonic()
+    log(f"{broker.name}: starting")
+    try:
+        broker.start()
+    except Exception as e:  # noqa: BLE001 - report it, go on with the other broker
+        log(f"{broker.name} did not start: {type(e).__name__}: {e}")
+        out["clients"] = {c: {"failed": f"broker did not start: {e}"} for c in clients}
+        return out
+    out["startupS"] = time.monotonic() - t0
+    profiler = None
+    try:
+        for client in clients:
+            await broker.create_topic(TOPICS[client])
+        for client in clients:
+            await wait_for_route(broker.namesrv_addr, TOPICS[client])
+        if args.profile and isinstance(broker, FerryBroker):
+            profiler = PySpy(broker.pid, workdir / "ferrymq-profile.txt")
+        body = bytes((ord("a") + i % 26) for i in range(args.size))
+        for client in clients:
+            topic = TOPICS[client]
+            try:
+                if client == "python":
+                    load = PythonLoad(broker.namesrv_addr, topic, body, broker.pid)
+                    res = await asyncio.wait_for(load.run(scenarios, args.messages, args.seconds, args.warmup),
+                                                 len(scenarios) * (2 * args.seconds + 30) + 30)
+                else:
+                    res = await asyncio.to_thread(java_load, broker.namesrv_addr, topic, scenarios, args.messages,
+                                                  args.seconds, args.warmup, args.size, broker.pid)
+            except Exception as e:  # noqa: BLE001 - one failing generator must not lose the rest
+                log(f"  {client} client FAILED on {broker.name}: {type(e).__name__}: {e}")
+                res = {"failed": f"{type(e).__name__}: {e}"}
+            out["clients"][client] = res
+        if profiler:
+            profiler.stop()
+            out["profile"] = profiler.report()
+    finally:
+        if profiler and profiler.proc.poll() is None:
+            profiler.stop()
+        out["problems"] = broker.problems()
+        broker.stop()
+    return out
+
+
+def _num(v, fmt: str, missing: str = "-") -> str:
+    return missing if v is None else format(v, fmt)
+
+
+def _ratio(a, b) -> str:
+    if a is None or b is None or not b:
+        return "-"
+    return f"{a / b:.2f}x"
+
+
+def print_report(info: dict, results: dict, args, scenarios: list[str], clients: list[str], file=sys.stdout) -> None:
+    p = lambda *a: print(*a, file=file)  # noqa: E731
+    p("")
+    p("FerryMQ broker benchmark")
+    p(f"date {info['date']}   cpu {info['cpu']}   nproc {info['nproc']}   memory {info['memory_gib']} GiB   "
+      f"kernel {info['kernel']}")
+    p(f"python {info['python']}   java: {info['java']}   ferrymq {info['ferrymq_commit']}")
+    p(f"bodies {args.size} B   per scenario: at most {args.messages} messages or {args.seconds:g} s, "
+      f"after {args.warmup} warm-up messages   topic: {QUEUES} queues   brokers: ASYNC_FLUSH on 127.0.0.1")
+    for name, r in results.items():
+        p(f"{name}: started in {r.get('startupS', 0):.1f}s")
+    brokers = list(results)
+    for scenario in scenarios:
+        p("")
+        p(f"== {scenario}: {DESCRIPTIONS[scenario]} ({args.size} B bodies; latency per {LATENCY_OF[scenario]}) ==")
+        header = (f"  {'load generator':<15} {'broker':<10} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+                  f"{'msgs':>7} {'errors':>6} {'broker CPU us/msg':>18}")
+        p(header)
+        for client in clients:
+            rows = {}
+            for b in brokers:
+                r = results[b]["clients"].get(client, {})
+                if "failed" in r:
+                    p(f"  {client + ' client':<15} {b:<10} FAILED: {r['failed'][:80]}")
+                    continue
+                s = r.get(scenario)
+                if not s:
+                    p(f"  {client + ' client':<15} {b:<10} (no result)")
+                    continue
+                rows[b] = s
+                cpu = s.get("brokerCpuS")
+                cpu_per = 1e6 * cpu / s["messages"] if cpu is not None and s.get("messages") else None
+                p(f"  {client + ' client':<15} {b:<10} {s['msgsPerSec']:>10,.0f} {_num(s['p50Ms'], '8.2f'):>8} "
+                  f"{_num(s['p99Ms'], '8.2f'):>8} {_num(s['maxMs'], '8.1f'):>8} {s['messages']:>7} {s['errors']:>6} "
+                  f"{_num(cpu_per, '18.1f'):>18}")
+                if s.get("errors"):
+                    p(f"  {'':<15} {'':<10} first error: {s.get('firstError')}")
+            if "FerryMQ" in rows and "Apache" in rows:
+                f, a = rows["FerryMQ"], rows["Apache"]
+                p(f"  {'':<15} {'F/A ratio':<10} {_ratio(f['msgsPerSec'], a['msgsPerSec']):>10} "
+                  f"{_ratio(f['p50Ms'], a['p50Ms']):>8} {_ratio(f['p99Ms'], a['p99Ms']):>8}")
+    # one-screen summary
+    if len(brokers) == 2:
+        p("")
+        p("== summary: FerryMQ / Apache (msgs/s ratio > 1 means FerryMQ is faster) ==")
+        p(f"  {'scenario':<9} {'client':<7} {'FerryMQ msgs/s':>15} {'Apache msgs/s':>14} {'ratio':>7} "
+          f"{'p50 F/A ms':>15} {'p99 F/A ms':>15}")
+        for scenario in scenarios:
+            for client in clients:
+                f = results["FerryMQ"]["clients"].get(client, {}).get(scenario)
+                a = results["Apache"]["clients"].get(client, {}).get(scenario)
+                if not f or not a:
+                    continue
+                p(f"  {scenario:<9} {client:<7} {f['msgsPerSec']:>15,.0f} {a['msgsPerSec']:>14,.0f} "
+                  f"{_ratio(f['msgsPerSec'], a['msgsPerSec']):>7} "
+                  f"{_num(f['p50Ms'], '.2f') + '/' + _num(a['p50Ms'], '.2f'):>15} "
+                  f"{_num(f['p99Ms'], '.2f') + '/' + _num(a['p99Ms'], '.2f'):>15}")
+    for name, r in results.items():
+        if r.get("problems"):
+            p("")
+            p(f"{name} broker log: {len(r['problems'])} warning/error lines, first ones:")
+            for line in r["problems"][:10]:
+                p(f"  {line[:200]}")
+        if r.get("profile"):
+            p("")
+            p(r["profile"])
+
+
+async def amain(args) -> int:
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    for s in scenarios:
+        if s not in SCENARIOS:
+            raise SystemExit(f"unknown scenario {s}; choose from {', '.join(SCENARIOS)}")
+    if "java" in clients or args.only != "ferrymq":
+        try:
+            from tests.compat.harness import CompatUnavailable, ensure_compat_classes
+
+            await asyncio.to_thread(ensure_compat_classes)
+        except CompatUnavailable as e:
+            log(f"Apache RocketMQ jars unavailable ({e.reason}): FerryMQ with the Python client only")
+            clients = [c for c in clients if c != "java"]
+            args.only = "ferrymq"
+    info = machine_info()
+    t0 = time.monotonic()
+    results: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="ferrymq-bench-") as tmp:
+        workdir = Path(tmp)
+        kinds = [FerryBroker, ApacheBroker]
+        if args.only == "ferrymq":
+            kinds = [FerryBroker]
+        elif args.only == "apache":
+            kinds = [ApacheBroker]
+        for kind in kinds:
+            broker = kind(workdir)
+            results[broker.name] = await bench_broker(broker, args, scenarios, clients, workdir)
+    info["elapsedS"] = round(time.monotonic() - t0, 1)
+    print_report(info, results, args, scenarios, clients)
+    print(f"\nbenchmark run time: {info['elapsedS']:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": info, "args": vars(args), "results": results}, indent=2))
+        print(f"results written to {args.json}")
+    failed = any("failed" in c for r in results.values() for c in r["clients"].values())
+    return 1 if failed else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small counts and time bounds (about a minute)")
+    parser.add_argument("--messages", type=int, default=None, help="messages per scenario (default 20000; quick 2000)")
+    parser.add_argument("--seconds", type=float, default=None, help="time bound per scenario (default 20; quick 5)")
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up messages per scenario (default 2000; quick 300)")
+    parser.add_argument("--size", type=int, default=1024, help="body size in bytes (default 1024)")
+    parser.add_argument("--only", choices=("ferrymq", "apache"), default=None, help="one broker only")
+    parser.add_argument("--clients", default="python,java", help="load generators (default python,java)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"default {','.join(SCENARIOS)}")
+    parser.add_argument("--profile", action="store_true", help="sample the FerryMQ broker with py-spy")
+    parser.add_argument("--json", default=None, help="also write the raw results to this file")
+    args = parser.parse_args()
+    if args.messages is None:
+        args.messages = 2000 if args.quick else 20000
+    if args.seconds is None:
+        args.seconds = 5.0 if args.quick else 20.0
+    if args.warmup is None:
+        args.warmup = 300 if args.quick else 2000
+    sys.exit(asyncio.run(amain(args)))
+
+
+if __name__ == "__main__":
+    main()

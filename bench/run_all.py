@@ -1,0 +1,41 @@
+"""``make bench``: the broker benchmark (FerryMQ against Apache RocketMQ 4.9.7), then the
+storage-layer benchmark. Arguments are passed to bench/broker_bench.py (e.g. ``--quick``).
+
+Run: .venv/bin/python bench/run_all.py [--quick] [broker_bench options]
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+
+
+def run(title: str, cmd: list[str], timeout: float) -> int:
+    print(f"\n##### {title}: {' '.join(cmd)}", flush=True)
+    t0 = time.monotonic()
+    try:
+        rc = subprocess.run(cmd, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        print(f"##### {title}: timed out after {timeout:.0f} s", flush=True)
+        return 1
+    print(f"##### {title}: exit {rc} after {time.monotonic() - t0:.0f} s", flush=True)
+    return rc
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    quick = "--quick" in args
+    t0 = time.monotonic()
+    rc = run("broker benchmark", [sys.executable, str(BENCH / "broker_bench.py"), *args], 900)
+    store_args = ["--messages", "20000" if quick else "100000", "--sync-messages", "200" if quick else "2000"]
+    rc |= run("store benchmark", [sys.executable, str(BENCH / "store_bench.py"), *store_args], 300)
+    print(f"\nall benchmarks: {time.monotonic() - t0:.0f} s, exit {rc}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
