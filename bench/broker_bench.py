@@ -11,8 +11,10 @@ mqadmin), then each scenario is measured by two load generators in turn:
 * ``java``: ``ferrymq.compat.BenchLoad``, the official RocketMQ 4.9.7 Java client
   (``DefaultMQProducer``, ``DefaultMQPullConsumer``) in its own JVM.
 
-Scenarios, 1 KiB bodies, each after an unmeasured warm-up of the same shape, each bounded by
-``--messages`` and ``--seconds``:
+Each broker first gets ``--broker-warmup`` unmeasured messages (sent and pulled, on a topic of
+its own) so the JVM has compiled its hot paths. Scenarios, 1 KiB bodies, each after an
+unmeasured warm-up of the same shape (``--warmup``), each bounded by ``--messages`` and
+``--seconds``:
 
 * ``sync1``   sync sends, 1 in flight (one sender);
 * ``sync64``  sync sends, 64 in flight (64 concurrent senders on one producer);
@@ -65,6 +67,7 @@ DESCRIPTIONS = {
 LATENCY_OF = {"sync1": "send", "sync64": "send", "batch32": "batch", "pull": "pull"}
 QUEUES = 8
 TOPICS = {"python": "BenchPy", "java": "BenchJava"}
+WARMUP_TOPIC = "BenchWarmup"
 
 # Apache: the stock runbroker.sh wants 8 GiB; a 1 GiB heap, G1 (runbroker.sh's collector) and
 # full JIT (the harness's test JVMs stop at C1 to start fast; a benchmark must not).
@@ -305,13 +308,15 @@ class PythonLoad:
         out["queues"] = len(queues)
         return out
 
-    async def run(self, scenarios: list[str], messages: int, seconds: float, warmup: int) -> dict[str, dict]:
+    async def run(self, scenarios: list[str], messages: int, seconds: float, warmup: int,
+                  quiet: bool = False) -> dict[str, dict]:
         results: dict[str, dict] = {}
         producer = await Producer(f"bench_py_p_{os.getpid()}", namesrv_addr=self.namesrv, send_timeout=10.0).start()
         consumer: PullConsumer | None = None
         try:
             for scenario in scenarios:
-                log(f"  python client: {scenario}")
+                if not quiet:
+                    log(f"  python client: {scenario}")
                 if scenario.startswith("sync"):
                     concurrency = int(scenario[4:])
 
@@ -386,17 +391,21 @@ def find_py_spy() -> str | None:
         (str(p) for p in [REPO / ".cache/tools/py-spy/bin/py-spy"] if p.is_file()), None)
 
 
-class PySpy:
-    """``py-spy record --format raw`` on a pid until stopped; then the hottest functions."""
+# Leaf frames of a thread that is waiting, not working.
+_IDLE = re.compile(r"EpollSelector\.select|_worker \(concurrent/futures/thread\.py:81\)|Condition\.wait|Thread\.join"
+                   r"|_wait_for_tstate_lock|Event\.wait")
 
-    def __init__(self, pid: int, out: Path, rate: int = 200) -> None:
+
+class PySpy:
+    """``py-spy record --format raw --threads`` on a pid until stopped; then the hottest functions."""
+
+    def __init__(self, pid: int, out: Path, rate: int = 100) -> None:
         self.out = out
         exe = find_py_spy()
         if not exe:
             raise RuntimeError("py-spy not found (.venv/bin/pip install --target .cache/tools/py-spy py-spy)")
         self.proc = subprocess.Popen([exe, "record", "-p", str(pid), "-o", str(out), "--format", "raw", "-r", str(rate),
-                                      "--threads", "--nonblocking"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                      "--threads"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)
@@ -406,40 +415,46 @@ class PySpy:
             self.proc.kill()
             self.proc.wait()
 
-    def report(self, top: int = 15) -> str:
-        if not self.out.is_file():
-            return f"(no profile written: {self.proc.stderr.read() if self.proc.stderr else ''})"
-        own: collections.Counter[str] = collections.Counter()
-        inclusive: collections.Counter[str] = collections.Counter()
-        threads: collections.Counter[str] = collections.Counter()
-        total = 0
-        for line in self.out.read_text(errors="replace").splitlines():
-            stack, _, count = line.rpartition(" ")
-            if not count.isdigit():
-                continue
-            n = int(count)
-            frames = stack.split(";")
-            total += n
-            threads[re.sub(r"\d+", "N", frames[0])] += n
-            funcs = [f for f in frames[1:] if f]
-            if funcs:
-                own[funcs[-1]] += n
-                for f in set(funcs):
-                    inclusive[f] += n
-        if not total:
-            return "(empty profile)"
+    def report(self, top: int = 20) -> str:
+        return summarize_profile(self.out, top)
 
-        def fmt(counter: collections.Counter[str], title: str) -> list[str]:
-            lines = [title]
-            for name, n in counter.most_common(top):
-                lines.append(f"  {100 * n / total:5.1f}%  {name}")
-            return lines
 
-        out = [f"py-spy: {total} samples of the FerryMQ broker process (all threads, idle included)"]
-        out += fmt(threads, "by thread:")
-        out += fmt(own, "self time (the frame on top of the stack):")
-        out += fmt(inclusive, "inclusive time (the frame anywhere on the stack):")
-        return "\n".join(out)
+def summarize_profile(path: Path, top: int = 20) -> str:
+    """Per-thread busy share, then self and inclusive time of the busy (non-idle) samples."""
+    if not path.is_file():
+        return f"(no profile at {path})"
+    total: collections.Counter[str] = collections.Counter()
+    busy: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        frames = stack.split(";")
+        thread = re.sub(r"_\d+$", "_N", re.sub(r"^thread \(\d+\): ", "", frames[0]))
+        total[thread] += n
+        funcs = [re.sub(r":\d+\)$", ")", f) for f in frames[1:] if f]
+        if not funcs or _IDLE.search(frames[-1]):
+            continue
+        busy[thread] += n
+        own[f"[{thread}] {funcs[-1]}"] += n
+        for f in set(funcs):
+            if "ferrymq/" in f and "ferrymq/cli/" not in f:
+                inclusive[f"[{thread}] {f}"] += n
+    all_busy = sum(busy.values())
+    if not all_busy:
+        return "(empty profile)"
+    out = [f"py-spy profile of the FerryMQ broker process: {sum(total.values())} samples, {all_busy} busy"]
+    out.append("busy share of each thread's samples:")
+    for thread, n in total.most_common():
+        out.append(f"  {thread:<20} {100 * busy[thread] / n:5.1f}% busy ({busy[thread]} of {n})")
+    out.append("self time, % of all busy samples:")
+    out += [f"  {100 * n / all_busy:5.1f}%  {name}" for name, n in own.most_common(top)]
+    out.append("inclusive time of FerryMQ functions, % of all busy samples:")
+    out += [f"  {100 * n / all_busy:5.1f}%  {name}" for name, n in inclusive.most_common(top)]
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,12 +474,21 @@ async def bench_broker(broker, args, scenarios: list[str], clients: list[str], w
     out["startupS"] = time.monotonic() - t0
     profiler = None
     try:
-        for client in clients:
-            await broker.create_topic(TOPICS[client])
-        for client in clients:
-            await wait_for_route(broker.namesrv_addr, TOPICS[client])
+        for topic in [WARMUP_TOPIC, *(TOPICS[c] for c in clients)]:
+            await broker.create_topic(topic)
+        for topic in [WARMUP_TOPIC, *(TOPICS[c] for c in clients)]:
+            await wait_for_route(broker.namesrv_addr, topic)
+        if args.broker_warmup:
+            # Not measured: lets the JVM broker compile its hot paths before the first figure.
+            log(f"  broker warm-up: {args.broker_warmup} messages (sync64, batch32, pull)")
+            warm = PythonLoad(broker.namesrv_addr, WARMUP_TOPIC, bytes(args.size), None)
+            await asyncio.wait_for(warm.run(["sync64", "batch32", "pull"], args.broker_warmup, args.seconds, 0,
+                                            quiet=True), 3 * args.seconds + 60)
         if args.profile and isinstance(broker, FerryBroker):
-            profiler = PySpy(broker.pid, workdir / "ferrymq-profile.txt")
+            prof_dir = REPO / ".cache" / "bench"
+            prof_dir.mkdir(parents=True, exist_ok=True)
+            profiler = PySpy(broker.pid, prof_dir / f"ferrymq-profile-{time.strftime('%Y%m%d-%H%M%S')}.raw")
+            log(f"  profiling the FerryMQ broker into {profiler.out}")
         body = bytes((ord("a") + i % 26) for i in range(args.size))
         for client in clients:
             topic = TOPICS[client]
@@ -509,7 +533,9 @@ def print_report(info: dict, results: dict, args, scenarios: list[str], clients:
       f"kernel {info['kernel']}")
     p(f"python {info['python']}   java: {info['java']}   ferrymq {info['ferrymq_commit']}")
     p(f"bodies {args.size} B   per scenario: at most {args.messages} messages or {args.seconds:g} s, "
-      f"after {args.warmup} warm-up messages   topic: {QUEUES} queues   brokers: ASYNC_FLUSH on 127.0.0.1")
+      f"after {args.warmup} warm-up messages")
+    p(f"topics: {QUEUES} queues   brokers: ASYNC_FLUSH on 127.0.0.1, each warmed up with {args.broker_warmup} messages "
+      f"first   ratio F/A = FerryMQ / Apache: msgs/s > 1 means FerryMQ is faster, latency > 1 means slower")
     for name, r in results.items():
         p(f"{name}: started in {r.get('startupS', 0):.1f}s")
     brokers = list(results)
@@ -609,10 +635,13 @@ async def amain(args) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small counts and time bounds (about a minute)")
-    parser.add_argument("--messages", type=int, default=None, help="messages per scenario (default 20000; quick 2000)")
-    parser.add_argument("--seconds", type=float, default=None, help="time bound per scenario (default 20; quick 5)")
-    parser.add_argument("--warmup", type=int, default=None, help="warm-up messages per scenario (default 2000; quick 300)")
+    parser.add_argument("--quick", action="store_true", help="small counts and time bounds (well under a minute)")
+    parser.add_argument("--messages", type=int, default=None, help="messages per scenario (default 50000; quick 3000)")
+    parser.add_argument("--seconds", type=float, default=None, help="time bound per scenario (default 15; quick 5)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="warm-up messages before each scenario (default 5000; quick 500)")
+    parser.add_argument("--broker-warmup", type=int, default=None,
+                        help="messages sent and pulled once per broker before any scenario (default 20000; quick 3000)")
     parser.add_argument("--size", type=int, default=1024, help="body size in bytes (default 1024)")
     parser.add_argument("--only", choices=("ferrymq", "apache"), default=None, help="one broker only")
     parser.add_argument("--clients", default="python,java", help="load generators (default python,java)")
@@ -621,11 +650,13 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the raw results to this file")
     args = parser.parse_args()
     if args.messages is None:
-        args.messages = 2000 if args.quick else 20000
+        args.messages = 3000 if args.quick else 50000
     if args.seconds is None:
-        args.seconds = 5.0 if args.quick else 20.0
+        args.seconds = 5.0 if args.quick else 15.0
     if args.warmup is None:
-        args.warmup = 300 if args.quick else 2000
+        args.warmup = 500 if args.quick else 5000
+    if args.broker_warmup is None:
+        args.broker_warmup = 3000 if args.quick else 20000
     sys.exit(asyncio.run(amain(args)))
 
 

@@ -55,4 +55,11 @@ class JsonConfigFile:
         """Render on the loop (a consistent snapshot), write in a thread; saves never overlap."""
         async with self._lock:
             text = render()
-            await asyncio.to_thread(self.write_blocking, text)
+            write = asyncio.ensure_future(asyncio.to_thread(self.write_blocking, text))
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # The thread cannot be stopped: hold the lock until it is done, so the
+                # next save never races it on the .tmp file.
+                await write
+                raise

@@ -38,31 +38,44 @@ def build_broker(args: argparse.Namespace, namesrv_addr: str | None) -> Broker:
     return Broker(broker_config, store_config)
 
 
-async def wait_for_stop_signal() -> None:
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT. Installed first thing, so a signal that comes
+    during start-up also leads to a clean shutdown instead of killing the process."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+    return stop
+
+
+async def until(stop: asyncio.Event, coro) -> None:
+    """Run ``coro`` unless a stop signal comes first."""
+    task = asyncio.ensure_future(coro)
+    waiter = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    else:
+        task.result()
 
 
 async def run_standalone(args: argparse.Namespace) -> int:
+    stop = stop_on_signals()
     namesrv = NameServer(NamesrvConfig(listen_host=args.host, listen_port=args.namesrv_port))
     await namesrv.start()
     broker = build_broker(args, f"{args.host}:{namesrv.port}")
     try:
         await broker.start()
-        await asyncio.wait_for(broker.registered.wait(), 10)
+        await until(stop, asyncio.wait_for(broker.registered.wait(), 10))
         print(f"FerryMQ standalone is ready: name server {namesrv.address}, broker {broker.address}, "
               f"data in {broker.store_config.store_path_root_dir}", flush=True)
         if getattr(args, "demo", False):
             from ferrymq.cli.demo import run_demo
-            await run_demo(namesrv.address)
-        await wait_for_stop_signal()
+            await until(stop, run_demo(namesrv.address))
+        await stop.wait()
         print("shutting down...", flush=True)
     finally:
         await broker.stop()
@@ -71,22 +84,24 @@ async def run_standalone(args: argparse.Namespace) -> int:
 
 
 async def run_namesrv(args: argparse.Namespace) -> int:
+    stop = stop_on_signals()
     namesrv = NameServer(NamesrvConfig(listen_host=args.host, listen_port=args.namesrv_port))
     await namesrv.start()
     print(f"FerryMQ name server is ready on {namesrv.address}", flush=True)
     try:
-        await wait_for_stop_signal()
+        await stop.wait()
     finally:
         await namesrv.stop()
     return 0
 
 
 async def run_broker(args: argparse.Namespace) -> int:
+    stop = stop_on_signals()
     broker = build_broker(args, args.namesrv)
-    await broker.start()
-    print(f"FerryMQ broker {broker.config.broker_name} is ready on {broker.address}", flush=True)
     try:
-        await wait_for_stop_signal()
+        await broker.start()
+        print(f"FerryMQ broker {broker.config.broker_name} is ready on {broker.address}", flush=True)
+        await stop.wait()
     finally:
         await broker.stop()
     return 0
