@@ -636,12 +636,12 @@ async def amain(args) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts and time bounds (well under a minute)")
-    parser.add_argument("--messages", type=int, default=None, help="messages per scenario (default 50000; quick 3000)")
+    parser.add_argument("--messages", type=int, default=None, help="messages per scenario (default 50000; quick 5000)")
     parser.add_argument("--seconds", type=float, default=None, help="time bound per scenario (default 15; quick 5)")
     parser.add_argument("--warmup", type=int, default=None,
-                        help="warm-up messages before each scenario (default 5000; quick 500)")
+                        help="warm-up messages before each scenario (default 5000; quick 1000)")
     parser.add_argument("--broker-warmup", type=int, default=None,
-                        help="messages sent and pulled once per broker before any scenario (default 20000; quick 3000)")
+                        help="messages sent and pulled once per broker before any scenario (default 20000; quick 10000)")
     parser.add_argument("--size", type=int, default=1024, help="body size in bytes (default 1024)")
     parser.add_argument("--only", choices=("ferrymq", "apache"), default=None, help="one broker only")
     parser.add_argument("--clients", default="python,java", help="load generators (default python,java)")
@@ -650,13 +650,13 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the raw results to this file")
     args = parser.parse_args()
     if args.messages is None:
-        args.messages = 3000 if args.quick else 50000
+        args.messages = 5000 if args.quick else 50000
     if args.seconds is None:
         args.seconds = 5.0 if args.quick else 15.0
     if args.warmup is None:
-        args.warmup = 500 if args.quick else 5000
+        args.warmup = 1000 if args.quick else 5000
     if args.broker_warmup is None:
-        args.broker_warmup = 3000 if args.quick else 20000
+        args.broker_warmup = 10000 if args.quick else 20000
     sys.exit(asyncio.run(amain(args)))
 
 

@@ -86,51 +86,33 @@ class InProcessCluster:
 
 
 @dataclass
-class StandaloneProcess:
-    """``ferrymq standalone`` as a subprocess (for restarts, kill -9 and foreign clients)."""
+class FerryProcess:
+    """Any ``ferrymq`` server command as a subprocess, ready once it prints ``ready_text``."""
 
-    data_dir: Path
-    settings: list[str] = field(default_factory=list)
-    namesrv_port: int = 0
-    broker_port: int = 0
+    args: list[str]
+    ready_text: str
+    log_path: Path
     proc: subprocess.Popen | None = None
-    log_path: Path | None = None
 
-    def start(self, timeout: float = 30.0) -> "StandaloneProcess":
-        self.namesrv_port = self.namesrv_port or free_port()
-        self.broker_port = self.broker_port or free_port()
-        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-standalone-{time.time_ns()}.log"
-        cmd = [sys.executable, "-m", "ferrymq.cli.main", "--log-level", "info", "standalone", "--host", "127.0.0.1",
-               "--namesrv-port", str(self.namesrv_port), "--broker-port", str(self.broker_port),
-               "--data-dir", str(self.data_dir)]
-        for s in self.settings:
-            cmd += ["--set", s]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    def start(self, timeout: float = 30.0) -> "FerryProcess":
+        cmd = [sys.executable, "-m", "ferrymq.cli.main", "--log-level", "info", *self.args]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"ferrymq standalone exited with {self.proc.returncode}:\n{self.log()}")
-            if b"FerryMQ standalone is ready" in self.log_path.read_bytes():
+                raise RuntimeError(f"{' '.join(self.args[:1])} exited with {self.proc.returncode}:\n{self.log()}")
+            if self.ready_text.encode() in self.log_path.read_bytes():
                 return self
             time.sleep(0.05)
         self.kill()
-        raise RuntimeError(f"ferrymq standalone did not become ready in {timeout}s:\n{self.log()}")
-
-    @property
-    def namesrv_addr(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    @property
-    def broker_addr(self) -> str:
-        return f"127.0.0.1:{self.broker_port}"
+        raise RuntimeError(f"{' '.join(self.args[:1])} did not become ready in {timeout}s:\n{self.log()}")
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait: a clean shutdown."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -143,3 +125,55 @@ class StandaloneProcess:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+@dataclass
+class StandaloneProcess:
+    """``ferrymq standalone`` as a subprocess (for restarts, kill -9 and foreign clients)."""
+
+    data_dir: Path
+    settings: list[str] = field(default_factory=list)
+    namesrv_port: int = 0
+    broker_port: int = 0
+    http_port: int | None = None
+    process: FerryProcess | None = None
+
+    def start(self, timeout: float = 30.0) -> "StandaloneProcess":
+        self.namesrv_port = self.namesrv_port or free_port()
+        self.broker_port = self.broker_port or free_port()
+        args = ["standalone", "--host", "127.0.0.1", "--namesrv-port", str(self.namesrv_port),
+                "--broker-port", str(self.broker_port), "--data-dir", str(self.data_dir)]
+        if self.http_port is not None:
+            args += ["--http-port", str(self.http_port)]
+        for s in self.settings:
+            args += ["--set", s]
+        log_path = self.data_dir.parent / f"{self.data_dir.name}-standalone-{time.time_ns()}.log"
+        self.process = FerryProcess(args, "FerryMQ standalone is ready", log_path).start(timeout)
+        return self
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.process.proc if self.process else None
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.process.log_path if self.process else None
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def log(self) -> str:
+        return self.process.log() if self.process else ""
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        return self.process.stop(timeout) if self.process else 0
+
+    def kill(self) -> None:
+        if self.process:
+            self.process.kill()

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import shutil
 import socket
+import time
 import zlib
 from pathlib import Path
 from typing import Coroutine
@@ -17,6 +18,7 @@ from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.consumer_manager import ConsumerManager
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.broker.long_polling import PullWaiters
+from ferrymq.broker.metrics import broker_registry
 from ferrymq.broker.processors.admin import AdminProcessor
 from ferrymq.broker.processors.client_manage import ClientManageProcessors
 from ferrymq.broker.processors.offsets import OffsetProcessors
@@ -70,6 +72,8 @@ class Broker:
         self._register_processors()
         self.server.add_connection_listener(on_close=self.consumers.connection_closed)
         self.topics.on_change = self._on_topics_changed
+        self.metrics_registry, self.flush_latency = broker_registry(self)
+        self.store_loaded = False
 
     @property
     def address(self) -> str:
@@ -102,6 +106,7 @@ class Broker:
     async def start(self) -> None:
         await asyncio.to_thread(self._load_config_tables)
         await self.store.load()
+        self.store_loaded = True
         self._repair_topics_from_store()
         await self.server.start()
         log.info("broker %s (%s) listening on %s:%d, advertised as %s, store %s",
@@ -110,7 +115,7 @@ class Broker:
         self.spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self.persist_offsets), "offset-persist")
         self.spawn(self._every(10, self._expire_clients), "client-expiry")
         if not self.store_config.sync_flush:
-            self.spawn(self._every(self.store_config.flush_interval_commit_log / 1000, self.store.flush_commit_log),
+            self.spawn(self._every(self.store_config.flush_interval_commit_log / 1000, self._flush_commit_log),
                        "commitlog-flush")
         self.spawn(self._every(self.store_config.flush_interval_consume_queue / 1000, self.store.flush_consume_queues),
                    "consumequeue-flush")
@@ -166,6 +171,11 @@ class Broker:
             await asyncio.sleep(seconds)
             await fn()
 
+    async def _flush_commit_log(self) -> None:
+        started = time.perf_counter()
+        await self.store.flush_commit_log()
+        self.flush_latency.observe(time.perf_counter() - started)
+
     async def persist_offsets(self) -> None:
         await self.offsets.persist()
         await self.groups.persist()
@@ -182,11 +192,16 @@ class Broker:
 
     async def _registration_loop(self) -> None:
         period = min(max(self.config.register_name_server_period, 10_000), 60_000) / 1000
+        retry = 0.5
         while True:
             self._register_wanted.clear()
-            await self.register_with_namesrvs()
+            ok = await self.register_with_namesrvs()
+            # Until some name server has us, retry soon (doubling): a broker that started
+            # before its name servers should become reachable seconds after they do.
+            wait = period if ok else retry
+            retry = 0.5 if ok else min(retry * 2, period)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._register_wanted.wait(), period)
+                await asyncio.wait_for(self._register_wanted.wait(), wait)
 
     def _register_command(self) -> RemotingCommand:
         body = RegisterBrokerBody(self.topics.wrapper()).to_json()
@@ -197,7 +212,7 @@ class Broker:
             "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF,
         }, body)
 
-    async def register_with_namesrvs(self) -> None:
+    async def register_with_namesrvs(self) -> bool:
         addrs = self.config.namesrv_addresses()
         timeout = self.config.register_broker_timeout_mills / 1000
         results = await asyncio.gather(*(self.namesrv_client.invoke(a, self._register_command(), timeout) for a in addrs),
@@ -212,6 +227,7 @@ class Broker:
                 ok += 1
         if ok:
             self.registered.set()
+        return ok > 0
 
     async def _unregister_from_namesrvs(self) -> None:
         for addr in self.config.namesrv_addresses():
@@ -221,6 +237,26 @@ class Broker:
                     "clusterName": self.config.broker_cluster_name, "brokerId": self.config.broker_id}), 3.0)
 
     # ------------------------------------------------------------------ info
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready = store recovered and at least one name server took our registration."""
+        if not self.store_loaded:
+            return False, "store not loaded"
+        if self.stopping:
+            return False, "shutting down"
+        if self.config.namesrv_addresses() and not self.registered.is_set():
+            return False, "not registered with any name server"
+        return True, ""
+
+    def group_lags(self) -> list[tuple[str, str, int]]:
+        """(group, topic, messages behind) for every group with committed offsets here."""
+        store = self.store.store
+        out = []
+        for key, queues in sorted(self.offsets.table.items()):
+            topic, _, group = key.rpartition("@")
+            behind = sum(max(0, store.get_max_offset_in_queue(topic, q) - offset) for q, offset in queues.items())
+            out.append((group, topic, behind))
+        return out
 
     async def earliest_message_time(self) -> int:
         store = self.store.store

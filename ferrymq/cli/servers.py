@@ -12,13 +12,17 @@ from pathlib import Path
 
 from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import load_broker_settings
+from ferrymq.common.http_endpoints import HttpEndpoints
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 
 
 def add_server_arguments(p: argparse.ArgumentParser, *, namesrv: bool, broker: bool) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--http-port", type=int, default=None,
+                   help="serve /healthz, /readyz and /metrics on this port (default: off; 0 = any free port)")
     if namesrv:
-        p.add_argument("--namesrv-port", type=int, default=9876, help="name server port (default 9876)")
+        names = ["--namesrv-port"] if broker else ["--port", "--namesrv-port"]
+        p.add_argument(*names, dest="namesrv_port", type=int, default=9876, help="name server port (default 9876)")
     if broker:
         p.add_argument("--broker-port", type=int, default=10911, help="broker port (default 10911)")
         p.add_argument("--data-dir", default=None, help="store directory (default ./.data)")
@@ -62,11 +66,27 @@ async def until(stop: asyncio.Event, coro) -> None:
         task.result()
 
 
+async def start_http(args: argparse.Namespace, *components) -> HttpEndpoints | None:
+    """The probe/metrics endpoints of the components this process runs (if --http-port)."""
+    if args.http_port is None:
+        return None
+    http = HttpEndpoints(args.host, args.http_port, registries=[c.metrics_registry for c in components],
+                         readiness=[c.readiness for c in components])
+    await http.start()
+    return http
+
+
+async def stop_http(http: HttpEndpoints | None) -> None:
+    if http is not None:
+        await http.stop()
+
+
 async def run_standalone(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     namesrv = NameServer(NamesrvConfig(listen_host=args.host, listen_port=args.namesrv_port))
     await namesrv.start()
     broker = build_broker(args, f"{args.host}:{namesrv.port}")
+    http = await start_http(args, namesrv, broker)
     try:
         await broker.start()
         await until(stop, asyncio.wait_for(broker.registered.wait(), 10))
@@ -78,6 +98,7 @@ async def run_standalone(args: argparse.Namespace) -> int:
         await stop.wait()
         print("shutting down...", flush=True)
     finally:
+        await stop_http(http)
         await broker.stop()
         await namesrv.stop()
     return 0
@@ -87,10 +108,12 @@ async def run_namesrv(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     namesrv = NameServer(NamesrvConfig(listen_host=args.host, listen_port=args.namesrv_port))
     await namesrv.start()
+    http = await start_http(args, namesrv)
     print(f"FerryMQ name server is ready on {namesrv.address}", flush=True)
     try:
         await stop.wait()
     finally:
+        await stop_http(http)
         await namesrv.stop()
     return 0
 
@@ -98,11 +121,13 @@ async def run_namesrv(args: argparse.Namespace) -> int:
 async def run_broker(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     broker = build_broker(args, args.namesrv)
+    http = await start_http(args, broker)
     try:
         await broker.start()
         print(f"FerryMQ broker {broker.config.broker_name} is ready on {broker.address}", flush=True)
         await stop.wait()
     finally:
+        await stop_http(http)
         await broker.stop()
     return 0
 

@@ -19,6 +19,7 @@ from ferrymq.common.protocol import (
     TopicConfigSerializeWrapper,
     TopicList,
 )
+from ferrymq.namesrv.metrics import namesrv_registry
 from ferrymq.namesrv.route_info import RouteInfo
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -66,6 +67,8 @@ class NameServer:
         for code, handler in handlers.items():
             self.server.register(code, handler)
         self.server.add_connection_listener(on_close=self.routes.remove_by_connection)
+        self.metrics_registry = namesrv_registry(self)
+        self.serving = False
 
     @property
     def port(self) -> int:
@@ -77,10 +80,15 @@ class NameServer:
 
     async def start(self) -> None:
         await self.server.start()
+        self.serving = True
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-broker-expiry")
         log.info("name server listening on %s", self.address)
 
+    def readiness(self) -> tuple[bool, str]:
+        return (True, "") if self.serving else (False, "name server not serving")
+
     async def stop(self) -> None:
+        self.serving = False
         if self._scan_task:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

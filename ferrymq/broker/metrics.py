@@ -1,0 +1,78 @@
+"""Prometheus metrics of a broker, read from its live state when scraped.
+
+Counters and gauges are computed by a collector at scrape time (no bookkeeping on the send
+or pull path); only the flush latency is a histogram fed as flushes happen.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+
+if TYPE_CHECKING:
+    from ferrymq.broker.broker import Broker
+
+
+class BrokerCollector(Collector):
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator:
+        b = self.broker
+        labels = [b.config.broker_cluster_name, b.config.broker_name]
+        base = ["cluster", "broker"]
+        families = {
+            name: CounterMetricFamily(f"ferrymq_broker_{name}", help_, labels=base + ["topic"])
+            for name, help_ in (("messages_in", "Messages stored, per topic"), ("bytes_in", "Bytes stored, per topic"),
+                                ("messages_out", "Messages delivered by pulls, per topic"),
+                                ("bytes_out", "Bytes delivered by pulls, per topic"))
+        }
+        for topic, c in sorted(b.stats.topics.items()):
+            for name, value in (("messages_in", c.messages_in), ("bytes_in", c.bytes_in),
+                                ("messages_out", c.messages_out), ("bytes_out", c.bytes_out)):
+                families[name].add_metric(labels + [topic], value)
+        yield from families.values()
+
+        yield _gauge("held_pulls", "Pull requests held by long polling", base, labels, b.pull_waiters.held)
+        yield _gauge("connections", "Open client connections", base, labels, len(b.server.connections))
+        store = b.store.store
+        yield _gauge("store_commitlog_bytes", "Bytes held in the CommitLog (max - min offset)", base, labels,
+                     store.max_phy_offset - store.min_phy_offset)
+        yield _gauge("store_commitlog_segments", "CommitLog segment files", base, labels, len(store.commit_log.segments))
+        yield _gauge("topics", "Topics configured on this broker", base, labels, len(b.topics.table))
+
+        lag = GaugeMetricFamily("ferrymq_broker_group_lag_messages",
+                                "Messages not yet consumed by a group (max offset - committed offset), per topic",
+                                labels=base + ["group", "topic"])
+        for group, topic, behind in b.group_lags():
+            lag.add_metric(labels + [group, topic], behind)
+        yield lag
+        enabled = GaugeMetricFamily("ferrymq_broker_group_consume_enabled",
+                                    "1 while the group may consume, 0 when consumption is disabled", labels=base + ["group"])
+        disabled = 0
+        for name, group in sorted(b.groups.table.items()):
+            enabled.add_metric(labels + [name], 1 if group.consume_enable else 0)
+            disabled += 0 if group.consume_enable else 1
+        yield enabled
+        yield _gauge("groups_disabled", "Subscription groups with consumption disabled", base, labels, disabled)
+
+
+def _gauge(name: str, help_: str, label_names: list[str], labels: list[str], value: float) -> GaugeMetricFamily:
+    g = GaugeMetricFamily(f"ferrymq_broker_{name}", help_, labels=label_names)
+    g.add_metric(labels, value)
+    return g
+
+
+def broker_registry(broker: "Broker") -> tuple[CollectorRegistry, Histogram]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(broker))
+    flush_latency = Histogram("ferrymq_broker_flush_latency_seconds", "Time taken by CommitLog fsyncs",
+                              buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+                              registry=registry)
+    return registry, flush_latency
+
+

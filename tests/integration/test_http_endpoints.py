@@ -1,0 +1,105 @@
+"""/healthz, /readyz and /metrics of broker and name server processes, as probes and
+Prometheus see them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ferrymq.client.producer import Producer
+from ferrymq.client.pull_consumer import PullConsumer
+from ferrymq.common.message import Message
+from tests.support import FerryProcess, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def wait_for(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+@pytest.fixture
+def processes(tmp_path):
+    started: list[FerryProcess] = []
+
+    def start(args: list[str], ready: str, wait: bool = True) -> FerryProcess:
+        p = FerryProcess(args, ready, tmp_path / f"{args[0]}-{len(started)}.log")
+        started.append(p)
+        return p.start() if wait else p
+
+    yield start
+    for p in started:
+        assert p.stop() == 0, p.log()
+
+
+def test_broker_is_ready_only_after_a_name_server_took_its_registration(processes, tmp_path):
+    ns_port, broker_port, broker_http, ns_http = free_port(), free_port(), free_port(), free_port()
+    processes(["broker", "--namesrv", f"127.0.0.1:{ns_port}", "--broker-port", str(broker_port),
+                        "--http-port", str(broker_http), "--data-dir", str(tmp_path / "b")], "is ready on")
+    assert get(broker_http, "/healthz") == (200, "ok\n")
+    status, text = get(broker_http, "/readyz")
+    assert status == 503 and "not registered with any name server" in text
+
+    processes(["namesrv", "--port", str(ns_port), "--http-port", str(ns_http)], "name server is ready")
+    assert get(ns_http, "/readyz")[0] == 200
+    wait_for(lambda: get(broker_http, "/readyz")[0] == 200)
+    ns_metrics = samples(get(ns_http, "/metrics")[1])
+    assert ns_metrics[("ferrymq_namesrv_brokers", (("cluster", "DefaultCluster"),))] == 1
+
+
+def test_broker_metrics_count_traffic_lag_and_groups(processes, tmp_path):
+    ns_port, broker_port, http_port = free_port(), free_port(), free_port()
+    processes(["standalone", "--namesrv-port", str(ns_port), "--broker-port", str(broker_port),
+               "--http-port", str(http_port), "--data-dir", str(tmp_path / "s")], "standalone is ready")
+    ns = f"127.0.0.1:{ns_port}"
+
+    async def traffic():
+        async with Producer("p", namesrv_addr=ns) as producer:
+            sent = [await producer.send(Message("Metered", b"x" * 100)) for _ in range(10)]
+        mq = sent[0].message_queue
+        async with PullConsumer("metered-group", namesrv_addr=ns) as consumer:
+            result = await consumer.pull(mq, 0, max_nums=32)
+            await consumer.commit(mq, 1)
+        return mq, sum(1 for s in sent if s.message_queue == mq), len(result.messages)
+
+    mq, in_queue, pulled = asyncio.run(traffic())
+    m = samples(get(http_port, "/metrics")[1])
+    base = (("broker", "broker-a"), ("cluster", "DefaultCluster"))
+    assert m[("ferrymq_broker_messages_in_total", base + (("topic", "Metered"),))] == 10
+    assert m[("ferrymq_broker_messages_out_total", base + (("topic", "Metered"),))] == pulled
+    assert m[("ferrymq_broker_bytes_in_total", base + (("topic", "Metered"),))] >= 1000
+    assert m[("ferrymq_broker_group_lag_messages", base + (("group", "metered-group"), ("topic", "Metered")))] == in_queue - 1
+    assert m[("ferrymq_broker_group_consume_enabled", base + (("group", "metered-group"),))] == 1
+    assert m[("ferrymq_broker_held_pulls", base)] == 0
+    assert m[("ferrymq_broker_store_commitlog_segments", base)] == 1
+    assert m[("ferrymq_broker_store_commitlog_bytes", base)] > 1000
+    assert m[("ferrymq_broker_connections", base)] >= 0
+    assert ("ferrymq_broker_flush_latency_seconds_count", ()) in m
+    assert any(k[0] == "ferrymq_namesrv_topics" for k in m)  # standalone serves both components' metrics
