@@ -163,6 +163,31 @@ async def run_topic_route(args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_topic_status(args: argparse.Namespace) -> int:
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        rows = await admin.topic_stats(args.topic)
+    if args.json:
+        emit_json({"topic": args.topic, "queues": rows})
+        return 0
+
+    def when(ms: int) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
+
+    print(table(["broker", "queue", "min offset", "max offset", "last updated"],
+                [[r["brokerName"], r["queueId"], r["minOffset"], r["maxOffset"], when(r["lastUpdateTimestamp"])] for r in rows]))
+    return 0
+
+
+async def run_topic_delete(args: argparse.Namespace) -> int:
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        await admin.delete_topic(args.topic, cluster=args.cluster)
+    if args.json:
+        emit_json({"topic": args.topic, "deleted": True})
+    else:
+        print(f"topic {args.topic} deleted from the brokers and name servers")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("produce", help="send messages to a topic")
     add_namesrv(p)
@@ -191,7 +216,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--commit", action="store_true", help="commit the group's offsets as messages are read")
     p.set_defaults(run=run_consume)
 
-    admin = sub.add_parser("admin", help="manage topics, groups and the cluster").add_subparsers(dest="area", required=True)
+
+
+def register_admin(admin: argparse._SubParsersAction) -> None:
     topic = admin.add_parser("topic", help="topics").add_subparsers(dest="action", required=True)
     p = topic.add_parser("create", help="create or update a topic")
     add_namesrv(p)
@@ -211,3 +238,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_namesrv(p)
     p.add_argument("topic")
     p.set_defaults(run=run_topic_route)
+    p = topic.add_parser("status", help="offsets of every queue (mqadmin topicStatus)")
+    add_namesrv(p)
+    p.add_argument("topic")
+    p.set_defaults(run=run_topic_status)
+    p = topic.add_parser("delete", help="delete a topic from brokers and name servers (mqadmin deleteTopic)")
+    add_namesrv(p)
+    p.add_argument("topic")
+    p.add_argument("-c", "--cluster", help="only from this cluster's brokers")
+    p.set_defaults(run=run_topic_delete)

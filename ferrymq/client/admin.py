@@ -6,11 +6,14 @@ from __future__ import annotations
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
+from ferrymq.common import rocketmq_json
+from ferrymq.common.config_loader import parse_properties
 from ferrymq.common.message import validate_topic
 from ferrymq.common.protocol import (
     DEFAULT_TOPIC,
     ClusterInfo,
     KVTable,
+    MessageQueue,
     Perm,
     TopicConfig,
     TopicConfigSerializeWrapper,
@@ -101,6 +104,33 @@ class AdminClient:
         if route is None:
             raise MQClientError(f"topic {topic} does not exist")
         return route
+
+    async def topic_stats(self, topic: str) -> list[dict]:
+        """Per queue of every broker with the topic: brokerName, queueId, minOffset, maxOffset,
+        lastUpdateTimestamp (GET_TOPIC_STATS_INFO, as mqadmin topicStatus)."""
+        route = await self.topic_route(topic)
+        rows = []
+        for broker in route.broker_datas:
+            addr = broker.master_addr()
+            if not addr:
+                continue
+            response = _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(
+                RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})))
+            table = rocketmq_json.loads(response.body or b"{}").get("offsetTable", {})
+            for key, stats in table.items():
+                mq = MessageQueue.from_dict(dict(key)) if isinstance(key, rocketmq_json.ObjectKey) else MessageQueue.from_json(key)
+                rows.append({"brokerName": mq.broker_name, "queueId": mq.queue_id, **stats})
+        return sorted(rows, key=lambda r: (r["brokerName"], r["queueId"]))
+
+    # ------------------------------------------------------------------ brokers
+
+    async def broker_config(self, broker_addr: str) -> dict[str, str]:
+        response = _ok(await self.instance.invoke_broker(broker_addr, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)))
+        return parse_properties((response.body or b"").decode("utf-8"))
+
+    async def update_broker_config(self, broker_addr: str, settings: dict[str, str]) -> None:
+        body = "\n".join(f"{k}={v}" for k, v in settings.items()).encode("utf-8")
+        _ok(await self.instance.invoke_broker(broker_addr, RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body)))
 
     async def topic_configs(self, broker_addr: str) -> dict[str, TopicConfig]:
         response = _ok(await self.instance.invoke_broker(broker_addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG)))

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from typing import Callable
 
 from ferrymq.client.config import ClientConfig
@@ -23,7 +24,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
-from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.errors import RemotingConnectionError, RemotingError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,12 @@ class ClientInstance:
         self.request_handlers: dict[int, Callable] = {}
         self._namesrv_index = random.randrange(1 << 16)
         self._tasks: list[asyncio.Task] = []
+        self._background: set[asyncio.Task] = set()
+        self._refreshing: set[str] = set()
+        # Connect back-off: after a failed connect, calls to that address fail fast until
+        # this time, doubling up to 30 s, so a dead broker is not hammered.
+        self._down_until: dict[str, float] = {}
+        self._down_backoff: dict[str, float] = {}
         self._started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -53,9 +60,9 @@ class ClientInstance:
         ]
 
     async def close(self) -> None:
-        for task in self._tasks:
+        for task in [*self._tasks, *self._background]:
             task.cancel()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._background]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await self.remoting.close()
@@ -85,15 +92,25 @@ class ClientInstance:
                 self._namesrv_index = (self._namesrv_index + attempt) % len(addrs)
                 return response
             except (RemotingError, OSError) as e:
-                last_error = e
-                request = _fresh_copy(request)
+                last_error = e  # the next attempt gets a new opaque from invoke()
         raise MQClientError(f"no name server reachable ({', '.join(addrs)}): {last_error}")
 
     async def invoke_broker(self, addr: str, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        down_until = self._down_until.get(addr, 0.0)
+        if down_until > time.monotonic():
+            raise MQClientError(f"broker {addr} was unreachable; next attempt in {down_until - time.monotonic():.1f}s")
         try:
-            return await self.remoting.invoke(addr, request, timeout or self.config.api_timeout)
+            response = await self.remoting.invoke(addr, request, timeout or self.config.api_timeout)
+        except RemotingConnectionError as e:
+            backoff = min(self._down_backoff.get(addr, 0.25) * 2, 30.0)
+            self._down_backoff[addr] = backoff
+            self._down_until[addr] = time.monotonic() + backoff
+            raise MQClientError(f"broker {addr}: {e}") from e
         except (RemotingError, OSError) as e:
             raise MQClientError(f"broker {addr}: {e}") from e
+        self._down_until.pop(addr, None)
+        self._down_backoff.pop(addr, None)
+        return response
 
     async def invoke_broker_oneway(self, addr: str, request: RemotingCommand) -> None:
         try:
@@ -123,6 +140,24 @@ class ClientInstance:
 
     async def default_topic_route(self) -> TopicRouteData | None:
         return await self.route(DEFAULT_TOPIC)
+
+    def schedule_route_refresh(self, topic: str) -> None:
+        """Re-read a topic's route soon (a broker failed); at most one refresh in flight."""
+        if topic in self._refreshing:
+            return
+        self._refreshing.add(topic)
+
+        async def refresh() -> None:
+            try:
+                await self.fetch_route(topic)
+            except (MQClientError, RemotingError):
+                pass
+            finally:
+                self._refreshing.discard(topic)
+
+        task = asyncio.create_task(refresh(), name=f"route-refresh-{topic}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def refresh_routes(self) -> None:
         for topic in list(self.routes):
@@ -176,7 +211,3 @@ class ClientInstance:
             return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {request.code} not supported")
         return await handler(request, conn)
 
-
-def _fresh_copy(request: RemotingCommand) -> RemotingCommand:
-    """A retry must not reuse the opaque of a request that may still be answered."""
-    return RemotingCommand.request(request.code, dict(request.ext_fields), request.body, serialize_type=request.serialize_type)

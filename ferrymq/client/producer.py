@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ferrymq.client.broker_faults import BrokerFaults
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
@@ -56,7 +57,8 @@ class SendResult:
 class Producer:
     def __init__(self, group: str = "DEFAULT_PRODUCER", *, namesrv_addr: str | None = None,
                  config: ClientConfig | None = None, send_timeout: float = 3.0, retry_times: int = 2,
-                 default_topic_queue_nums: int = 4, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+                 default_topic_queue_nums: int = 4, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+                 send_latency_fault_enable: bool = True) -> None:
         self.group = group
         self.config = config or ClientConfig()
         if namesrv_addr:
@@ -67,6 +69,7 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self.max_message_size = max_message_size
         self._counter = itertools.count()
+        self.faults = BrokerFaults(send_latency_fault_enable)
         self._pending: set[asyncio.Task] = set()
 
     async def start(self) -> "Producer":
@@ -175,15 +178,20 @@ class Producer:
         return route
 
     def _select_queue(self, route: TopicRouteData, topic: str, avoid_broker: str | None) -> MessageQueue:
+        """Round robin over the writable queues, skipping the broker that just failed and
+        brokers that failed recently; if all are avoided, the one that recovers first."""
         queues = route.publish_queues(topic)
         if not queues:
             raise MQClientError(f"topic {topic} has no writable queue")
         start = next(self._counter)
-        for i in range(len(queues)):
-            mq = queues[(start + i) % len(queues)]
+        ordered = [queues[(start + i) % len(queues)] for i in range(len(queues))]
+        for mq in ordered:
+            if mq.broker_name != avoid_broker and self.faults.available(mq.broker_name):
+                return mq
+        for mq in ordered:
             if mq.broker_name != avoid_broker:
                 return mq
-        return queues[start % len(queues)]
+        return ordered[0]
 
     async def _send_with_retry(self, topic: str, queue: MessageQueue | None,
                                make_request: Callable[[MessageQueue], RemotingCommand], timeout: float | None,
@@ -201,9 +209,14 @@ class Producer:
                 mq = queue or self._select_queue(route, topic, last_broker)
                 last_broker = mq.broker_name
                 addr = await self.instance.find_broker_addr(mq.broker_name, topic)
+                started = time.monotonic()
                 response = await self.instance.invoke_broker(addr, make_request(mq), remaining)
+                self.faults.record(mq.broker_name, time.monotonic() - started, failed=False)
             except MQClientError as e:
                 last_error = e
+                if last_broker is not None:
+                    self.faults.record(last_broker, 0.0, failed=True)
+                    self.instance.schedule_route_refresh(topic)
                 continue
             if response.code in RETRY_CODES:
                 last_error = MQBrokerError(response.code, response.remark)

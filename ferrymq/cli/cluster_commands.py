@@ -1,0 +1,91 @@
+"""``ferrymq admin cluster|broker ...``: what mqadmin's clusterList, brokerStatus and
+getBrokerConfig/updateBrokerConfig do."""
+
+from __future__ import annotations
+
+import argparse
+
+from ferrymq.cli.client_commands import add_namesrv, namesrv_of
+from ferrymq.cli.output import emit_json, table
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.errors import MQClientError
+from ferrymq.common.config_loader import parse_assignments
+
+
+async def run_cluster_list(args: argparse.Namespace) -> int:
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        info = await admin.cluster_info()
+        rows = []
+        for cluster, names in sorted(info.cluster_addr_table.items()):
+            for name in sorted(names):
+                for broker_id, addr in sorted(info.broker_addr_table[name].broker_addrs.items()):
+                    try:
+                        runtime = await admin.broker_runtime_info(addr)
+                    except MQClientError as e:
+                        runtime = {"error": str(e)}
+                    rows.append({"cluster": cluster, "brokerName": name, "brokerId": broker_id, "address": addr,
+                                 "version": runtime.get("brokerVersionDesc", "?"),
+                                 "putTps": float(runtime.get("putTps", "0").split()[0] or 0),
+                                 "getTps": float(runtime.get("getTransferedTps", "0").split()[0] or 0),
+                                 "messagesInToday": int(runtime.get("msgPutTotalTodayNow", 0) or 0),
+                                 "diskRatio": float(runtime.get("commitLogDiskRatio", 0) or 0)})
+    if args.json:
+        emit_json({"brokers": rows})
+    else:
+        print(table(["cluster", "broker", "id", "address", "version", "in/s", "out/s", "in today", "disk"],
+                    [[r["cluster"], r["brokerName"], r["brokerId"], r["address"], r["version"], f"{r['putTps']:.1f}",
+                      f"{r['getTps']:.1f}", r["messagesInToday"], f"{r['diskRatio']:.0%}"] for r in rows]))
+    return 0
+
+
+async def run_broker_status(args: argparse.Namespace) -> int:
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        info = await admin.broker_runtime_info(args.broker)
+    if args.json:
+        emit_json(info)
+    else:
+        print(table(["key", "value"], sorted(info.items())))
+    return 0
+
+
+async def run_broker_config_get(args: argparse.Namespace) -> int:
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        config = await admin.broker_config(args.broker)
+    if args.json:
+        emit_json(config)
+    else:
+        print("\n".join(f"{k}={v}" for k, v in sorted(config.items())))
+    return 0
+
+
+async def run_broker_config_set(args: argparse.Namespace) -> int:
+    settings = parse_assignments(args.settings)
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        await admin.update_broker_config(args.broker, settings)
+    if args.json:
+        emit_json({"broker": args.broker, "updated": settings})
+    else:
+        print(f"updated on {args.broker}: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    return 0
+
+
+def register_admin(admin: argparse._SubParsersAction) -> None:
+    cluster = admin.add_parser("cluster", help="clusters").add_subparsers(dest="action", required=True)
+    p = cluster.add_parser("list", help="brokers of every cluster with their traffic (mqadmin clusterList)")
+    add_namesrv(p)
+    p.set_defaults(run=run_cluster_list)
+
+    broker = admin.add_parser("broker", help="one broker").add_subparsers(dest="action", required=True)
+    p = broker.add_parser("status", help="runtime info (mqadmin brokerStatus)")
+    add_namesrv(p)
+    p.add_argument("-b", "--broker", required=True, help="broker address host:port")
+    p.set_defaults(run=run_broker_status)
+    p = broker.add_parser("config", help="show a broker's configuration (mqadmin getBrokerConfig)")
+    add_namesrv(p)
+    p.add_argument("-b", "--broker", required=True, help="broker address host:port")
+    p.set_defaults(run=run_broker_config_get)
+    p = broker.add_parser("set-config", help="change broker settings at run time (mqadmin updateBrokerConfig)")
+    add_namesrv(p)
+    p.add_argument("-b", "--broker", required=True, help="broker address host:port")
+    p.add_argument("settings", nargs="+", metavar="KEY=VALUE")
+    p.set_defaults(run=run_broker_config_set)
