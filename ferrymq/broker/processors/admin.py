@@ -42,6 +42,7 @@ class AdminProcessor:
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_runtime_info,
             RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
         }
 
     async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -93,6 +94,13 @@ class AdminProcessor:
                 "minOffset": store.store.get_min_offset_in_queue(topic, queue_id), "maxOffset": max_offset,
                 "lastUpdateTimestamp": max(last, 0)}
         return req.response(body=rocketmq_json.dumps({"offsetTable": table}).encode())
+
+    async def query_topic_consume_by_who(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """Groups that consume a topic: online subscribers and groups with offsets for it."""
+        topic = req.get_str("topic", required=True)
+        groups = set(self.broker.offsets.groups_of_topic(topic))
+        groups |= {name for name, info in self.broker.consumers.groups.items() if topic in info.subscriptions}
+        return req.response(body=rocketmq_json.dumps({"groupList": sorted(groups)}).encode())
 
     # ------------------------------------------------------------------ groups
 

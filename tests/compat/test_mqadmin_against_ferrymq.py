@@ -1,0 +1,55 @@
+"""The official mqadmin (rocketmq-tools 4.9.7) against ``ferrymq standalone``: the commands
+RocketMQ users already know, with their output checked."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+
+from tests.support import StandaloneProcess
+
+from .harness import run_mqadmin
+
+pytestmark = pytest.mark.compat
+
+
+@pytest.fixture(scope="module")
+def ferrymq(tmp_path_factory, rocketmq_jars):
+    server = StandaloneProcess(tmp_path_factory.mktemp("ferrymq-mqadmin") / "store").start()
+    try:
+        yield server
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_update_topic_then_topic_list_and_route(ferrymq):
+    topic = f"AdminTopic_{uuid.uuid4().hex[:6]}"
+    out = run_mqadmin(ferrymq.namesrv_addr, "updateTopic", "-b", ferrymq.broker_addr, "-t", topic, "-r", "3", "-w", "5")
+    assert "create topic to " + ferrymq.broker_addr + " success" in out, out
+    assert topic in run_mqadmin(ferrymq.namesrv_addr, "topicList").split()
+    route = run_mqadmin(ferrymq.namesrv_addr, "topicRoute", "-t", topic)
+    assert '"readQueueNums":3' in route and '"writeQueueNums":5' in route, route
+    assert f'"{ferrymq.broker_addr}"' in route
+
+
+def test_update_topic_for_a_whole_cluster(ferrymq):
+    topic = f"AdminClusterTopic_{uuid.uuid4().hex[:6]}"
+    out = run_mqadmin(ferrymq.namesrv_addr, "updateTopic", "-c", "DefaultCluster", "-t", topic, "-r", "2", "-w", "2")
+    assert f"create topic to {ferrymq.broker_addr} success" in out, out
+    assert '"writeQueueNums":2' in run_mqadmin(ferrymq.namesrv_addr, "topicRoute", "-t", topic)
+
+
+def test_cluster_list_shows_the_broker_with_its_version(ferrymq):
+    out = run_mqadmin(ferrymq.namesrv_addr, "clusterList")
+    rows = [line for line in out.splitlines() if "broker-a" in line]
+    assert rows, out
+    assert "DefaultCluster" in rows[0] and ferrymq.broker_addr in rows[0] and "V4_9_7" in rows[0], out
+
+
+def test_broker_status_prints_runtime_info(ferrymq):
+    out = run_mqadmin(ferrymq.namesrv_addr, "brokerStatus", "-b", ferrymq.broker_addr)
+    table = dict(re.findall(r"^(\w+)\s*:\s*(.*)$", out, re.M))
+    assert table.get("brokerVersionDesc") == "V4_9_7", out
+    assert int(table["commitLogMaxOffset"]) >= 0 and "putTps" in table
