@@ -6,9 +6,9 @@ one loader in :mod:`ferrymq.common.config_loader` applies each key to whichever 
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 
+from ferrymq.common.net import local_ip
 from ferrymq.common.protocol import Perm
 
 
@@ -46,23 +46,13 @@ class BrokerConfig:
             return self.broker_ip1
         if self.listen_host not in ("", "0.0.0.0", "::"):
             return self.listen_host
-        return _local_ip()
+        return local_ip()
 
     def advertised_addr(self, port: int | None = None) -> str:
         return f"{self.advertised_host()}:{port or self.listen_port}"
 
     def namesrv_addresses(self) -> list[str]:
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
-
-
-def _local_ip() -> str:
-    """The host's primary address, found without sending anything (UDP connect only routes)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            return s.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
 
 
 def load_broker_settings(conf_file: str | None, assignments: list[str] | None,

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass, field
 
+from ferrymq.common.net import local_ip
 from ferrymq.remoting.codes import SerializeType
 
 
 def default_namesrv() -> str:
     # The same variable RocketMQ's Java client reads (not ROCKETMQ_NAMESRV_ADDR).
     return os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
-
-
-def local_ip() -> str:
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))  # routing only; nothing is sent
-            return s.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
 
 
 @dataclass

@@ -55,6 +55,19 @@ def java_client(rocketmq_jars: Path) -> JavaClient:
     return JavaClient()
 
 
+@pytest.fixture(scope="module")
+def ferrymq(tmp_path_factory, rocketmq_jars):
+    """``ferrymq standalone`` as a subprocess for one test module; must stop cleanly."""
+    from tests.support import StandaloneProcess
+
+    server = StandaloneProcess(tmp_path_factory.mktemp("ferrymq-compat") / "store").start()
+    try:
+        yield server
+    finally:
+        code = server.stop()
+        assert code == 0, f"standalone did not shut down cleanly ({code}):\n{server.log()}"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

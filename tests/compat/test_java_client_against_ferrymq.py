@@ -24,16 +24,6 @@ from .harness import JavaClient, run_mqadmin
 pytestmark = pytest.mark.compat
 
 
-@pytest.fixture(scope="module")
-def ferrymq(tmp_path_factory, rocketmq_jars):
-    server = StandaloneProcess(tmp_path_factory.mktemp("ferrymq-compat") / "store").start()
-    try:
-        yield server
-    finally:
-        code = server.stop()
-        assert code == 0, f"standalone did not shut down cleanly ({code}):\n{server.log()}"
-
-
 def test_java_producer_all_modes_and_push_consumer(ferrymq: StandaloneProcess, java_client: JavaClient):
     topic = f"FerryCompat_{uuid.uuid4().hex[:8]}"
     events = java_client.produce_consume(ferrymq.namesrv_addr, topic, count=COUNT, modes=MODES, tag="TagA",

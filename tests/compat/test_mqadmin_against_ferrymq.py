@@ -8,20 +8,10 @@ import uuid
 
 import pytest
 
-from tests.support import StandaloneProcess
 
 from .harness import run_mqadmin
 
 pytestmark = pytest.mark.compat
-
-
-@pytest.fixture(scope="module")
-def ferrymq(tmp_path_factory, rocketmq_jars):
-    server = StandaloneProcess(tmp_path_factory.mktemp("ferrymq-mqadmin") / "store").start()
-    try:
-        yield server
-    finally:
-        assert server.stop() == 0, server.log()
 
 
 def test_update_topic_then_topic_list_and_route(ferrymq):
