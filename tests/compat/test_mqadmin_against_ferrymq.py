@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 
-
 from .harness import run_mqadmin
 
 pytestmark = pytest.mark.compat
@@ -43,3 +42,25 @@ def test_broker_status_prints_runtime_info(ferrymq):
     table = dict(re.findall(r"^(\w+)\s*:\s*(.*)$", out, re.M))
     assert table.get("brokerVersionDesc") == "V4_9_7", out
     assert int(table["commitLogMaxOffset"]) >= 0 and "putTps" in table
+
+
+def test_update_sub_group_and_consumer_progress(ferrymq, java_client):
+    topic = f"AdminProgress_{uuid.uuid4().hex[:6]}"
+    group = f"AdminGroup_{uuid.uuid4().hex[:6]}"
+    out = run_mqadmin(ferrymq.namesrv_addr, "updateSubGroup", "-b", ferrymq.broker_addr, "-g", group, "-r", "3")
+    assert f"create subscription group to {ferrymq.broker_addr} success" in out, out
+
+    # A group that consumed part of a topic: Java produces 10, the push consumer reads them,
+    # then 5 more arrive that nobody reads.
+    java_client.produce(ferrymq.namesrv_addr, topic, count=10, modes=("sync",), key_prefix="p")
+    java_client.consume(ferrymq.namesrv_addr, topic, group=group, expect_count=10)
+    java_client.produce(ferrymq.namesrv_addr, topic, count=5, modes=("sync",), key_prefix="q")
+
+    progress = run_mqadmin(ferrymq.namesrv_addr, "consumerProgress", "-g", group)
+    rows = [line.split() for line in progress.splitlines() if line.startswith(topic)]
+    assert rows, progress
+    broker_offsets = sum(int(r[3]) for r in rows)
+    consumer_offsets = sum(int(r[4]) for r in rows)
+    assert broker_offsets == 15, progress
+    assert consumer_offsets == 10, progress
+    assert "Diff Total: 5" in progress, progress
