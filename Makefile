@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[dev]'
+	@$(PY) -m pip install --quiet -e '.[dev,spark]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
@@ -32,3 +32,20 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+## k8s-test: the operator on a local control plane (etcd, kube-apiserver, controller-manager,
+## scheduler, kwok, helm built once from the Go module proxy into ~/.cache/ferrymq-k8s)
+.PHONY: k8s-test e2e-kind
+k8s-test: $(STAMP)
+	@bash e2e/controlplane/build.sh >/dev/null
+	@FERRYMQ_K8S_TESTS=1 $(PY) -m pytest -q -ra tests/operator tests/k8s
+
+## e2e-kind: the same scenarios on a real kind cluster (needs a running Docker engine and kind)
+e2e-kind: $(STAMP)
+	@bash e2e/kind/run.sh
+
+## soak: the kill -9 crash test for longer (200 SYNC_FLUSH and 50 ASYNC_FLUSH kill/restart cycles;
+## FERRYMQ_CRASH_CYCLES / FERRYMQ_CRASH_SEED to change them)
+.PHONY: soak
+soak: $(STAMP)
+	@FERRYMQ_CRASH_CYCLES=$${FERRYMQ_CRASH_CYCLES:-200} $(PY) -m pytest -q -s -ra --timeout 3600 tests/integration/test_store_crash.py

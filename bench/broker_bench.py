@@ -116,6 +116,20 @@ def machine_info() -> dict:
     }
 
 
+def system_busy_seconds() -> float:
+    """CPU seconds all CPUs spent busy since boot (/proc/stat: everything but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and its reaped children (brokers, JVMs: all reaped by the end)."""
+    import resource
+
+    return sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+
+
 def proc_cpu_seconds(pid: int | None) -> float:
     """utime + stime of a process (USER_HZ = 100)."""
     if not pid:
@@ -536,6 +550,10 @@ def print_report(info: dict, results: dict, args, scenarios: list[str], clients:
       f"after {args.warmup} warm-up messages")
     p(f"topics: {QUEUES} queues   brokers: ASYNC_FLUSH on 127.0.0.1, each warmed up with {args.broker_warmup} messages "
       f"first   ratio F/A = FerryMQ / Apache: msgs/s > 1 means FerryMQ is faster, latency > 1 means slower")
+    p(f"load average before the run: {info.get('loadavg_before')}   CPU used by other processes during the run: "
+      f"{info.get('other_cpu_cores', 0):.2f} cores on average"
+      + ("   WARNING: the machine was not idle, figures are disturbed"
+         if info.get("other_cpu_cores", 0) > 0.15 else ""))
     for name, r in results.items():
         p(f"{name}: started in {r.get('startupS', 0):.1f}s")
     brokers = list(results)
@@ -611,6 +629,8 @@ async def amain(args) -> int:
             clients = [c for c in clients if c != "java"]
             args.only = "ferrymq"
     info = machine_info()
+    info["loadavg_before"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    busy0, own0 = system_busy_seconds(), own_cpu_seconds()
     t0 = time.monotonic()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="ferrymq-bench-") as tmp:
@@ -624,6 +644,9 @@ async def amain(args) -> int:
             broker = kind(workdir)
             results[broker.name] = await bench_broker(broker, args, scenarios, clients, workdir)
     info["elapsedS"] = round(time.monotonic() - t0, 1)
+    # Everything else on the machine competes for the same 2 cores: say how much there was.
+    other = (system_busy_seconds() - busy0) - (own_cpu_seconds() - own0)
+    info["other_cpu_cores"] = round(max(0.0, other) / max(info["elapsedS"], 1e-9), 2)
     print_report(info, results, args, scenarios, clients)
     print(f"\nbenchmark run time: {info['elapsedS']:.0f} s")
     if args.json:
@@ -641,7 +664,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=None,
                         help="warm-up messages before each scenario (default 5000; quick 1000)")
     parser.add_argument("--broker-warmup", type=int, default=None,
-                        help="messages sent and pulled once per broker before any scenario (default 20000; quick 10000)")
+                        help="messages sent and pulled once per broker before any scenario "
+                             "(default 20000; quick 10000)")
     parser.add_argument("--size", type=int, default=1024, help="body size in bytes (default 1024)")
     parser.add_argument("--only", choices=("ferrymq", "apache"), default=None, help="one broker only")
     parser.add_argument("--clients", default="python,java", help="load generators (default python,java)")

@@ -1,5 +1,5 @@
 """``make bench``: the broker benchmark (FerryMQ against Apache RocketMQ 4.9.7), then the
-storage-layer benchmark. Arguments are passed to bench/broker_bench.py (e.g. ``--quick``).
+storage-layer benchmarks (throughput, SYNC_FLUSH group commit, recovery of a 1 GiB CommitLog). Arguments are passed to bench/broker_bench.py (e.g. ``--quick``).
 
 Run: .venv/bin/python bench/run_all.py [--quick] [broker_bench options]
 """
@@ -33,6 +33,10 @@ def main() -> int:
     rc = run("broker benchmark", [sys.executable, str(BENCH / "broker_bench.py"), *args], 900)
     store_args = ["--messages", "20000" if quick else "100000", "--sync-messages", "200" if quick else "2000"]
     rc |= run("store benchmark", [sys.executable, str(BENCH / "store_bench.py"), *store_args], 300)
+    rc |= run("SYNC_FLUSH group commit", [sys.executable, str(BENCH / "store_group_commit.py"),
+                                          "--seconds", "2" if quick else "5"], 600)
+    rc |= run("store recovery", [sys.executable, str(BENCH / "store_recovery.py"),
+                                 "--size-mib", "128" if quick else "1024"], 900)
     print(f"\nall benchmarks: {time.monotonic() - t0:.0f} s, exit {rc}")
     return rc
 

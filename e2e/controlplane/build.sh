@@ -39,9 +39,16 @@ step() {  # step NAME CMD... : run CMD, log wall time
 }
 
 build_helm() {
-  GOBIN="$BIN" "${NICE[@]}" go install -trimpath \
-    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  # Like helm's Makefile: the default Kubernetes version of `helm template`/`lint` comes from
+  # the client-go helm is built with (otherwise it is v1.20 and charts with kubeVersion fail).
+  local gomod minor
+  gomod="$(cd /tmp && go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+  minor="$(sed -n 's/^[[:space:]]*k8s.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$gomod" | head -1)"
+  local x="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    x+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$minor"
+  done
+  GOBIN="$BIN" "${NICE[@]}" go install -trimpath -ldflags "-s -w $x" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
 
 build_kwok() {
@@ -71,19 +78,42 @@ build_k8s() {
   mv "$tmp"/* "$BIN/"; rmdir "$tmp"
 }
 
+kwok_stages() {
+  # kwok v0.8 starts with no stages unless given some: take the upstream "fast" node and pod
+  # stages (Ready at once, Jobs complete, deletions finish) and node heartbeats with leases
+  # from the pinned kwok module we just built, so nothing fetched is copied into the repo.
+  local src; src="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
+  local f out="$OUT/kwok-stages.yaml.tmp"
+  : > "$out"
+  for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+           pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+    [ -f "$src/$f" ] || (cd /tmp && go mod download "sigs.k8s.io/kwok@$KWOK_VERSION")
+    { echo "---"; cat "$src/$f"; } >> "$out"
+  done
+  mv "$out" "$OUT/kwok-stages.yaml"
+}
+
 missing() { for b in "$@"; do [ -x "$BIN/$b" ] || return 0; done; return 1; }
 
-need_go
-if missing helm; then step "helm $HELM_VERSION" build_helm; fi
-if missing etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; then
-  step "k8s $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl, etcd)" build_k8s
-fi
-if missing kwok; then step "kwok $KWOK_VERSION" build_kwok; fi
+main() {
+  need_go
+  if missing helm; then step "helm $HELM_VERSION" build_helm; fi
+  if missing etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; then
+    step "k8s $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl, etcd)" build_k8s
+  fi
+  if missing kwok; then step "kwok $KWOK_VERSION" build_kwok; fi
+  [ -s "$OUT/kwok-stages.yaml" ] || kwok_stages
 
-if [ -n "${FERRYMQ_K8S_REPORT:-}" ] || ! grep -q '^sizes' "$LOG" 2>/dev/null; then
-  { echo "sizes $(date -u +%FT%TZ):"; (cd "$BIN" && ls -l | awk 'NR>1 {printf "  %-26s %6.1f MB\n", $9, $5/1048576}');
-    echo "  total $(du -sh "$BIN" | cut -f1)"; } | tee -a "$LOG"
-fi
-# A link in the git-ignored .cache/ makes the binaries easy to find from the clone.
-mkdir -p "$HERE/../../.cache" && ln -sfn "$OUT" "$HERE/../../.cache/k8s"
-echo "$BIN"
+  if [ -n "${FERRYMQ_K8S_REPORT:-}" ] || ! grep -q '^sizes' "$LOG" 2>/dev/null; then
+    { echo "sizes $(date -u +%FT%TZ):"; (cd "$BIN" && ls -l | awk 'NR>1 {printf "  %-26s %6.1f MB\n", $9, $5/1048576}');
+      echo "  total $(du -sh "$BIN" | cut -f1)"; } | tee -a "$LOG"
+  fi
+  # A link in the git-ignored .cache/ makes the binaries easy to find from the clone.
+  mkdir -p "$HERE/../../.cache" && ln -sfn "$OUT" "$HERE/../../.cache/k8s"
+  echo "$BIN"
+}
+
+# Everything above is definitions: bash has parsed the whole file before main runs, so an
+# edit to this script during a long build cannot derail the running one.
+main "$@"
+exit

@@ -4,34 +4,133 @@ Every store call that touches the disk runs in a worker thread, never on the eve
 Writes go through a single writer thread, so appends keep their arrival order without a
 lock convoy; reads use a small pool so a cold read never delays a send. After a write the
 arrival is announced on the loop to wake held pulls for that queue.
+
+Under load the hand-offs cost more than the appends, so they are batched both ways: the
+writer thread takes every put queued since it last looked, and the results (and
+group-commit acknowledgements) reach the loop with one wake-up per batch, not per put.
+
+SYNC_FLUSH (group commit): the writer thread only appends; it never fsyncs. A put whose
+WAIT is true then waits, on the loop, for a future that the store's group-commit thread
+resolves once an fsync covers the put's last byte; that thread fsyncs once for every put
+waiting at the time, so concurrent sends share fsyncs and the writer keeps appending
+meanwhile. After syncFlushTimeout the send is answered FLUSH_DISK_TIMEOUT (the message is
+stored). A put with WAIT=false is answered at once and only nudges the flush thread.
+
+ASYNC_FLUSH: the broker's timers call ``flush_commit_log_timed`` / ``flush_consume_queues_timed``
+(in the flush thread), and ``clean`` for retention (in its own thread).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from ferrymq.common.message import MessageExt
-from ferrymq.store.message_store import AppendResult, GetResult, MessageStore, PutStatus
+from ferrymq.store.message_store import AppendResult, GetResult, MessageStore, PutStatus, QueryMessageResult
+from ferrymq.store.retention import CleanResult
 
 T = TypeVar("T")
 
 ArrivalListener = Callable[[str, int, int], None]  # topic, queue id, new max offset
 
 
+class _LoopCompletions:
+    """Completes asyncio futures from other threads with one loop wake-up per batch."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Future, Any, BaseException | None]] = []
+        self._scheduled = False
+
+    def complete(self, future: asyncio.Future, result: Any = None, error: BaseException | None = None) -> None:
+        with self._lock:
+            self._pending.append((future, result, error))
+            if self._scheduled:
+                return  # the wake-up already asked for will take this one too
+            self._scheduled = True
+        self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            batch, self._pending, self._scheduled = self._pending, [], False
+        for future, result, error in batch:
+            if future.done():  # cancelled meanwhile (a timed-out wait)
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+
+class _WriterThread:
+    """The store's one writer: runs queued calls in order, all that queued up per wake-up."""
+
+    def __init__(self) -> None:
+        self._jobs: collections.deque = collections.deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="store-write", daemon=True)
+        self._thread.start()
+
+    def submit(self, completions: _LoopCompletions, future: asyncio.Future, fn: Callable, args: tuple, kwargs: dict) -> None:
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("the store's writer thread has stopped")
+            self._jobs.append((completions, future, fn, args, kwargs))
+            if len(self._jobs) == 1:
+                self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._stopping:
+                    self._cond.wait()
+                if not self._jobs:
+                    return
+                jobs = list(self._jobs)
+                self._jobs.clear()
+            for completions, future, fn, args, kwargs in jobs:
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:  # delivered to the awaiting coroutine
+                    completions.complete(future, error=exc)
+                else:
+                    completions.complete(future, result)
+
+
 class AsyncMessageStore:
     def __init__(self, store: MessageStore, *, read_threads: int = 4) -> None:
         self.store = store
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="store-write")
+        self._writer = _WriterThread()
+        self._completions: _LoopCompletions | None = None
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
         # fsync gets its own thread: a slow disk delays durability, never the next append.
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="store-flush")
+        # Retention deletes files and may take a while: it must not hold up the timed flushes.
+        self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="store-clean")
         self.arrival_listeners: list[ArrivalListener] = []
 
-    async def _write(self, fn: Callable[..., T], *args) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._writer, functools.partial(fn, *args))
+    def _loop_completions(self) -> _LoopCompletions:
+        loop = asyncio.get_running_loop()
+        if self._completions is None or self._completions._loop is not loop:
+            self._completions = _LoopCompletions(loop)
+        return self._completions
+
+    async def _write(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        completions = self._loop_completions()
+        future = completions._loop.create_future()
+        self._writer.submit(completions, future, fn, args, kwargs)
+        return await future
 
     async def read(self, fn: Callable[..., T], *args, **kwargs) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._readers, functools.partial(fn, *args, **kwargs))
@@ -39,15 +138,39 @@ class AsyncMessageStore:
     async def load(self) -> None:
         await self._write(self.store.load)
 
-    async def put_message(self, msg: MessageExt) -> AppendResult:
-        result = await self._write(self.store.put_message, msg)
+    async def put_message(self, msg: MessageExt, *, wait: bool = True) -> AppendResult:
+        """Store one message; answer per the flush policy (``wait``: the message's WAIT flag)."""
+        result = await self._write(self.store.put_message, msg, wait_flush=False)
         self._announce(msg.topic, msg.queue_id, result)
-        return result
+        return await self._flushed(result, wait and msg.wait_store_msg_ok)
 
-    async def put_messages(self, msgs: list[MessageExt]) -> AppendResult:
-        result = await self._write(self.store.put_messages, msgs)
+    async def put_messages(self, msgs: list[MessageExt], *, wait: bool = True) -> AppendResult:
+        result = await self._write(self.store.put_messages, msgs, wait_flush=False)
         if msgs:
             self._announce(msgs[0].topic, msgs[0].queue_id, result)
+        return await self._flushed(result, wait and all(m.wait_store_msg_ok for m in msgs))
+
+    async def _flushed(self, result: AppendResult, wait: bool) -> AppendResult:
+        """SYNC_FLUSH: hold the answer until the group commit's fsync covers the message."""
+        store = self.store
+        if not store.config.sync_flush or result.status is not PutStatus.PUT_OK:
+            return result
+        end = result.wrote_offset + result.wrote_bytes
+        if not wait:
+            store.request_flush(end, None)
+            return result
+        completions = self._loop_completions()
+        flushed: asyncio.Future[bool] = completions._loop.create_future()
+        # Called by the group-commit thread: one loop wake-up for all the puts an fsync covered.
+        store.request_flush(end, functools.partial(completions.complete, flushed))
+        try:
+            ok = await asyncio.wait_for(flushed, max(0, store.config.sync_flush_timeout) / 1000)
+        except asyncio.TimeoutError:
+            result.status = PutStatus.FLUSH_DISK_TIMEOUT
+            result.remark = f"wait for flush timeout: not fsynced within syncFlushTimeout {store.config.sync_flush_timeout} ms"
+            return result
+        if not ok:
+            result.status, result.remark = PutStatus.FLUSH_DISK_TIMEOUT, "the fsync of the CommitLog failed"
         return result
 
     def _announce(self, topic: str, queue_id: int, result: AppendResult) -> None:
@@ -60,14 +183,33 @@ class AsyncMessageStore:
                            tag_filter: Callable[[int], bool] | None = None) -> GetResult:
         return await self.read(self.store.get_messages, group, topic, queue_id, offset, max_msg_nums, tag_filter)
 
+    async def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
+        return await self.read(self.store.query_message, topic, key, max_num, begin, end)
+
+    async def _in_flusher(self, fn: Callable[..., T], *args) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._flusher, functools.partial(fn, *args))
+
     async def flush_commit_log(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._flusher, self.store.flush_commit_log)
+        """fsync everything written so far."""
+        await self._in_flusher(self.store.flush_commit_log)
+
+    async def flush_commit_log_timed(self) -> None:
+        """ASYNC_FLUSH's timer: flushCommitLogLeastPages / flushCommitLogThoroughInterval."""
+        await self._in_flusher(self.store.flush_commit_log_timed)
 
     async def flush_consume_queues(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._flusher, self.store.flush_consume_queues)
+        await self._in_flusher(self.store.flush_consume_queues)
+
+    async def flush_consume_queues_timed(self) -> None:
+        await self._in_flusher(self.store.flush_consume_queues_timed)
+
+    async def clean(self) -> CleanResult:
+        """One retention run (expired files, the disk guard)."""
+        return await asyncio.get_running_loop().run_in_executor(self._cleaner, self.store.clean)
 
     async def shutdown(self) -> None:
         """Finish queued writes, then flush and close the files (in the writer thread)."""
         await self._write(self.store.shutdown)
-        for pool in (self._writer, self._readers, self._flusher):
+        self._writer.stop()
+        for pool in (self._readers, self._flusher, self._cleaner):
             pool.shutdown(wait=False)  # idle by now; joining would block the loop

@@ -17,13 +17,19 @@ from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.consumer_manager import ConsumerManager
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
+from ferrymq.broker.lock_manager import QueueLockManager
 from ferrymq.broker.long_polling import PullWaiters
 from ferrymq.broker.metrics import broker_registry
 from ferrymq.broker.processors.admin import AdminProcessor
 from ferrymq.broker.processors.client_manage import ClientManageProcessors
+from ferrymq.broker.processors.consumer_admin import ConsumerAdminProcessors
 from ferrymq.broker.processors.offsets import OffsetProcessors
 from ferrymq.broker.processors.pull import PullProcessor
+from ferrymq.broker.processors.query import QueryProcessors
 from ferrymq.broker.processors.send import SendProcessor
+from ferrymq.broker.protection import ConsumeProtection
+from ferrymq.broker.retry import RetryService
+from ferrymq.broker.schedule import ScheduleMessageService
 from ferrymq.broker.stats import BrokerStats
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
@@ -61,6 +67,12 @@ class Broker:
         self.store_host = (socket.gethostbyname(config.advertised_host()), config.listen_port)
         self.store = AsyncMessageStore(MessageStore(store_config, store_host=self.store_host))
         self.store.arrival_listeners.append(self.pull_waiters.notify)
+        # Consumer groups: delay levels, retries/DLQ, orderly locks, protection.
+        self.schedule = ScheduleMessageService(self, config_dir)
+        self.store.arrival_listeners.append(self.schedule.on_arrival)
+        self.retry = RetryService(self)
+        self.locks = QueueLockManager(config.rebalance_lock_max_live_time / 1000)
+        self.protection = ConsumeProtection(self)
         self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker")
         self.namesrv_client = RemotingClient()
         self.client_manage = ClientManageProcessors(self)
@@ -91,13 +103,15 @@ class Broker:
             RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
             RequestCode.GET_MAX_OFFSET: offsets.get_max_offset,
             RequestCode.GET_MIN_OFFSET: offsets.get_min_offset,
-            RequestCode.GET_EARLIEST_MSG_STORETIME: offsets.get_earliest_store_time,
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: offsets.search_offset_by_timestamp,
             RequestCode.HEART_BEAT: cm.heartbeat,
             RequestCode.UNREGISTER_CLIENT: cm.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: cm.get_consumer_list,
             RequestCode.CHECK_CLIENT_CONFIG: cm.check_client_config,
         }.items():
+            self.server.register(code, handler)
+        for code, handler in ConsumerAdminProcessors(self).handlers().items():
+            self.server.register(code, handler)
+        for code, handler in QueryProcessors(self).handlers().items():
             self.server.register(code, handler)
         self.server.register_default(AdminProcessor(self))
 
@@ -114,11 +128,14 @@ class Broker:
                  self.server.port, self.address, self.store_config.store_path_root_dir)
         self.spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self.persist_offsets), "offset-persist")
         self.spawn(self._every(10, self._expire_clients), "client-expiry")
+        self.schedule.start()
+        self.spawn(self._protection_loop(), "broker-protection")
         if not self.store_config.sync_flush:
             self.spawn(self._every(self.store_config.flush_interval_commit_log / 1000, self._flush_commit_log),
                        "commitlog-flush")
-        self.spawn(self._every(self.store_config.flush_interval_consume_queue / 1000, self.store.flush_consume_queues),
+        self.spawn(self._every(self.store_config.flush_interval_consume_queue / 1000, self.store.flush_consume_queues_timed),
                    "consumequeue-flush")
+        self.spawn(self._every(self.store_config.clean_resource_interval / 1000, self._clean_store), "store-clean")
         if self.config.namesrv_addresses():
             self.spawn(self._registration_loop(), "namesrv-registration")
         else:
@@ -128,6 +145,7 @@ class Broker:
         self.topics.load()
         self.groups.load()
         self.offsets.load()
+        self.schedule.load()
 
     def _repair_topics_from_store(self) -> None:
         """A queue found on disk whose topic config was lost is re-declared, so its data stays reachable."""
@@ -151,6 +169,7 @@ class Broker:
         await self.topics.persist()
         await self.groups.persist(force=True)
         await self.offsets.persist(force=True)
+        await self.schedule.persist()
         await self.store.shutdown()
         log.info("broker %s stopped cleanly", self.config.broker_name)
 
@@ -173,12 +192,25 @@ class Broker:
 
     async def _flush_commit_log(self) -> None:
         started = time.perf_counter()
-        await self.store.flush_commit_log()
+        await self.store.flush_commit_log_timed()  # flushCommitLogLeastPages / ...ThoroughInterval
         self.flush_latency.observe(time.perf_counter() - started)
+
+    async def _clean_store(self) -> None:
+        """Retention and the disk guard (store/retention.py); a failed run is retried next time."""
+        try:
+            await self.store.clean()
+        except OSError as exc:
+            log.error("store retention run failed: %s", exc)
 
     async def persist_offsets(self) -> None:
         await self.offsets.persist()
         await self.groups.persist()
+
+    async def _protection_loop(self) -> None:
+        # The interval is re-read every round, so UPDATE_BROKER_CONFIG changes it live.
+        while True:
+            await asyncio.sleep(max(self.config.protect_broker_interval_millis, 100) / 1000)
+            await self.protection.check()
 
     async def _expire_clients(self) -> None:
         self.consumers.expire(self.config.channel_expired_timeout / 1000)

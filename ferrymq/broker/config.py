@@ -40,6 +40,12 @@ class BrokerConfig:
     region_id: str = "DefaultRegion"
     trace_on: bool = True
     max_frame_size: int = 16 * 1024 * 1024
+    # Broker protection (wire facts 7.7): disable a group that reads too far behind the head.
+    disable_consume_if_consumer_read_slowly: bool = False
+    consumer_fallbehind_threshold: int = 16 * 1024**3
+    protect_broker_interval_millis: int = 180_000  # RocketMQ's fixed 3 min, configurable here
+    # Orderly consumers' queue locks lapse after this long without renewal.
+    rebalance_lock_max_live_time: int = 60_000
 
     def advertised_host(self) -> str:
         if self.broker_ip1:

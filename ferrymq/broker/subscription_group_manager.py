@@ -51,6 +51,16 @@ class SubscriptionGroupManager:
         self._dirty = True
         return config
 
+    def disable_consume(self, group: str) -> bool:
+        """Broker protection: stop the group's pulls (NO_PERMISSION) until an admin re-enables it."""
+        config = self.table.get(group)
+        if config is None or not config.consume_enable:
+            return False
+        config.consume_enable = False
+        self.data_version.next()
+        self._dirty = True
+        return True
+
     def delete(self, group: str) -> bool:
         if self.table.pop(group, None) is None:
             return False

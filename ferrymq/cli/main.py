@@ -7,7 +7,7 @@ import asyncio
 import sys
 
 from ferrymq import __version__
-from ferrymq.cli import client_commands, cluster_commands, servers
+from ferrymq.cli import client_commands, cluster_commands, group_commands, message_commands, servers
 from ferrymq.cli.logging_setup import configure_logging
 from ferrymq.cli.output import fail
 from ferrymq.client.errors import MQClientError
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     # `ferrymq admin AREA ACTION`: each area module adds its own subcommands here.
     admin = sub.add_parser("admin", help="manage topics, groups, brokers and the cluster")
     admin_areas = admin.add_subparsers(dest="area", required=True, parser_class=_Parser)
-    for area in (client_commands, cluster_commands):
+    for area in (client_commands, cluster_commands, message_commands, group_commands):
         area.register_admin(admin_areas)
     return parser
 

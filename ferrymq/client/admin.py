@@ -8,13 +8,16 @@ from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
 from ferrymq.common import rocketmq_json
 from ferrymq.common.config_loader import parse_properties
-from ferrymq.common.message import validate_topic
+from ferrymq.common.consumer_protocol import ConsumerConnection, ConsumeStats, ResetOffsetBody
+from ferrymq.common.message import MessageExt, Prop, decode_records, validate_group, validate_topic
+from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.common.protocol import (
     DEFAULT_TOPIC,
     ClusterInfo,
     KVTable,
     MessageQueue,
     Perm,
+    SubscriptionGroupConfig,
     TopicConfig,
     TopicConfigSerializeWrapper,
     TopicList,
@@ -135,3 +138,162 @@ class AdminClient:
     async def topic_configs(self, broker_addr: str) -> dict[str, TopicConfig]:
         response = _ok(await self.instance.invoke_broker(broker_addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG)))
         return TopicConfigSerializeWrapper.from_json(response.body or b"{}").topic_config_table
+
+    # ------------------------------------------------------------------ messages
+
+    async def query_messages(self, topic: str, key: str, *, max_num: int = 64, begin_ms: int = 0,
+                             end_ms: int | None = None, unique_key: bool = False) -> list[MessageExt]:
+        """Messages of ``topic`` indexed under ``key`` (a KEYS value, or with ``unique_key`` a
+        client message id / UNIQ_KEY), from every broker serving the topic (QUERY_MESSAGE,
+        as mqadmin queryMsgByKey). Brokers answer hash matches; the key is checked here."""
+        route = await self.topic_route(topic)
+        fields = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin_ms,
+                  "endTimestamp": end_ms if end_ms is not None else 2**63 - 1}
+        if unique_key:
+            fields["_UNIQUE_KEY_QUERY"] = "true"
+        found: dict[tuple[str, int], MessageExt] = {}
+        for broker in route.broker_datas:
+            addr = broker.master_addr()
+            if not addr:
+                continue
+            response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.QUERY_MESSAGE, fields))
+            if response.code == ResponseCode.QUERY_NOT_FOUND:
+                continue
+            for m in decode_records(_ok(response).body or b""):
+                matches = m.properties.get(Prop.UNIQ_KEY) == key if unique_key else key in m.keys
+                if matches and m.topic == topic:
+                    found[(f"{m.store_host[0]}:{m.store_host[1]}", m.commit_log_offset)] = m
+        return sorted(found.values(), key=lambda m: (m.store_timestamp, m.commit_log_offset))
+
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
+        """The message an offset msgId names (VIEW_MESSAGE_BY_ID at the broker address it encodes)."""
+        try:
+            host, port, offset = decode_offset_msg_id(offset_msg_id)
+        except ValueError as e:
+            raise MQClientError(str(e)) from None
+        addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        response = _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(
+            RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})))
+        messages = decode_records(response.body or b"")
+        if not messages:
+            raise MQClientError(f"broker {addr} returned no message for offset {offset}")
+        return messages[0]
+
+    # ------------------------------------------------------------------ consumer groups
+
+    async def _group_targets(self, cluster: str | None, broker_addr: str | None) -> dict[str, str]:
+        """brokerName -> address: one broker, or every master of a cluster (all when none is named)."""
+        if broker_addr:
+            return {broker_addr: broker_addr}
+        addrs = await self.master_addrs(cluster)
+        if not addrs:
+            raise MQClientError("no broker is registered with the name server")
+        return addrs
+
+    async def group_configs(self, broker_addr: str) -> dict[str, SubscriptionGroupConfig]:
+        """Every subscription group a broker knows (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)."""
+        response = _ok(await self.instance.invoke_broker(
+            broker_addr, RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)))
+        table = rocketmq_json.loads(response.body or b"{}").get("subscriptionGroupTable") or {}
+        return {name: SubscriptionGroupConfig.from_dict(raw) for name, raw in table.items()}
+
+    async def update_group(self, config: SubscriptionGroupConfig, *, cluster: str | None = None,
+                           broker_addr: str | None = None) -> list[str]:
+        """Create or replace a subscription group on one broker or every master (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP)."""
+        error = validate_group(config.group_name)
+        if error:
+            raise MQClientError(f"invalid group {config.group_name!r}: {error}")
+        addrs = list((await self._group_targets(cluster, broker_addr)).values())
+        for addr in addrs:
+            _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=config.to_json())))
+        return addrs
+
+    async def create_group(self, group: str, *, cluster: str | None = None, broker_addr: str | None = None,
+                           **settings) -> list[str]:
+        """``settings``: SubscriptionGroupConfig fields (consume_enable, retry_max_times, ...)."""
+        return await self.update_group(SubscriptionGroupConfig(group_name=group, **settings), cluster=cluster,
+                                       broker_addr=broker_addr)
+
+    async def list_groups(self, *, cluster: str | None = None) -> dict[str, dict[str, SubscriptionGroupConfig]]:
+        """group -> brokerName -> its config there."""
+        out: dict[str, dict[str, SubscriptionGroupConfig]] = {}
+        for name, addr in (await self._group_targets(cluster, None)).items():
+            for group, config in (await self.group_configs(addr)).items():
+                out.setdefault(group, {})[name] = config
+        return dict(sorted(out.items()))
+
+    async def delete_group(self, group: str, *, cluster: str | None = None, remove_offsets: bool = False) -> None:
+        for addr in (await self._group_targets(cluster, None)).values():
+            _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(
+                RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group, "removeOffset": remove_offsets})))
+
+    async def set_group_consume_enable(self, group: str, enable: bool, *, cluster: str | None = None) -> list[str]:
+        """Turn a group's consumption on or off on every master (how a group disabled by broker
+        protection is re-enabled); other settings of the group are kept."""
+        changed = []
+        for addr in (await self._group_targets(cluster, None)).values():
+            config = (await self.group_configs(addr)).get(group) or SubscriptionGroupConfig(group_name=group)
+            config.consume_enable = enable
+            _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=config.to_json())))
+            changed.append(addr)
+        return changed
+
+    async def enable_group(self, group: str, *, cluster: str | None = None) -> list[str]:
+        return await self.set_group_consume_enable(group, True, cluster=cluster)
+
+    async def disable_group(self, group: str, *, cluster: str | None = None) -> list[str]:
+        return await self.set_group_consume_enable(group, False, cluster=cluster)
+
+    async def consume_stats(self, group: str, *, topic: str | None = None, cluster: str | None = None) -> ConsumeStats:
+        """The group's progress on every master, merged (GET_CONSUME_STATS): per queue the broker's
+        max offset, the group's committed offset (lag = the difference) and whether it may consume."""
+        merged = ConsumeStats()
+        enabled: list[bool] = []
+        fields = {"consumerGroup": group, "topic": topic}
+        for addr in (await self._group_targets(cluster, None)).values():
+            response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.GET_CONSUME_STATS, fields))
+            stats = ConsumeStats.from_json(_ok(response).body or b"{}")
+            merged.offset_table.update(stats.offset_table)
+            merged.consume_tps += stats.consume_tps
+            if stats.consume_enable is not None:
+                enabled.append(stats.consume_enable)
+        merged.offset_table = dict(sorted(merged.offset_table.items()))
+        merged.consume_enable = all(enabled) if enabled else None
+        return merged
+
+    async def consumer_connections(self, group: str, *, cluster: str | None = None) -> ConsumerConnection | None:
+        """Who is online in the group (GET_CONSUMER_CONNECTION_LIST), None when nobody is."""
+        merged: ConsumerConnection | None = None
+        for addr in (await self._group_targets(cluster, None)).values():
+            response = await self.instance.invoke_broker(addr, RemotingCommand.request(
+                RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}))
+            if response.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                continue
+            found = ConsumerConnection.from_json(_ok(response).body or b"{}")
+            if merged is None:
+                merged = found
+            else:
+                known = {c.client_id for c in merged.connection_set}
+                merged.connection_set += [c for c in found.connection_set if c.client_id not in known]
+                merged.subscription_table.update(found.subscription_table)
+        return merged
+
+    async def reset_offset(self, group: str, topic: str, *, timestamp: int | None = None, force: bool = True) -> dict[MessageQueue, int]:
+        """Move the group's offsets on ``topic`` to the message stored nearest ``timestamp`` (ms;
+        0 = the beginning; None = the end) on every broker of the topic; with ``force`` off an
+        offset only moves backwards. Online members are told and restart from there
+        (INVOKE_BROKER_TO_RESET_OFFSET)."""
+        route = await self.topic_route(topic)
+        out: dict[MessageQueue, int] = {}
+        for broker in route.broker_datas:
+            addr = broker.master_addr()
+            if not addr:
+                continue
+            response = _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(
+                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {"topic": topic, "group": group,
+                                                             "timestamp": -1 if timestamp is None else timestamp,
+                                                             "isForce": force})))
+            out.update(ResetOffsetBody.from_json(response.body or b"{}").offset_table)
+        return dict(sorted(out.items()))

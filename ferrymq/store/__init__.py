@@ -10,6 +10,7 @@ from ferrymq.store.message_store import (
     GetStatus,
     MessageStore,
     PutStatus,
+    QueryMessageResult,
     StoreNotRunningError,
 )
 
@@ -21,6 +22,7 @@ __all__ = [
     "GetStatus",
     "MessageStore",
     "PutStatus",
+    "QueryMessageResult",
     "StoreConfig",
     "StoreNotRunningError",
 ]

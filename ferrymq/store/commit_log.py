@@ -5,18 +5,34 @@ the offsets and store time into records encoded beforehand, writes them with one
 pwrite and indexes them (the ``dispatch`` callback), so the critical section stays short.
 Readers take no lock: they only read below ``max_offset``, which moves after the bytes
 are in the file.
+
+Flushing is separate from writing: ``flush`` fsyncs whatever is written so far, and is
+called by the group-commit thread (SYNC_FLUSH) or a timer (ASYNC_FLUSH), never by a put.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from ferrymq.common.message import BLANK_MAGIC, MESSAGE_MAGIC, MIN_RECORD_SIZE, RECORD_HEADER, check_record, stamp_record
+from ferrymq.common.message import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
+    RECORD_HEADER,
+    check_record,
+    record_store_timestamp,
+    stamp_record,
+)
 from ferrymq.store.mapped_file import MappedFile, MappedFileQueue
+
+log = logging.getLogger(__name__)
 
 BLANK_RECORD = struct.Struct(">ii")  # [remaining bytes of the segment][BLANK_MAGIC]
 BLANK_SIZE = BLANK_RECORD.size  # a record must leave room for this at the segment end
@@ -25,8 +41,11 @@ _WALK_CHUNK = 4 * 1024 * 1024  # recovery reads this much per pread
 _READ_AHEAD = 4096  # a single-record read guesses the record fits in this
 _MAX_RUN_GAP = 16 * 1024  # reading over a gap this small is cheaper than another pread
 
-# dispatch(first queue offset, first physical offset, store timestamp), called under the lock
+# dispatch(first queue offset, first physical offset, store timestamp), called under the lock for
+# every put (the store decides what goes to ConsumeQueues and the IndexFile)
 Dispatch = Callable[[int, int, int], None]
+# roll listener: called under the lock when a new segment starts (the disk guard looks then)
+RollListener = Callable[[], None]
 
 
 def _wall_clock_ms() -> int:
@@ -38,6 +57,20 @@ class Appended:
     phys_offset: int  # where the first record starts
     queue_offset: int  # first record's queue offset (0 for records that are not dispatched)
     store_timestamp: int
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What a recovery walk found: where valid data ends and, if something else than
+    clean zeros followed, what and how much was dropped."""
+
+    end: int  # CommitLog offset just past the last valid record
+    last_store_timestamp: int  # of that record, 0 if none was walked
+    walked_from: int  # offset the validation started at
+    records_checked: int = 0
+    problem: str | None = None  # why the record at ``end`` was rejected, None for a clean end
+    dropped_bytes: int = 0  # non-zero bytes from ``end`` to the last written byte of its segment
+    dropped_segments: int = 0  # later segment files deleted with it
 
 
 class SegmentWalker:
@@ -84,8 +117,11 @@ class CommitLog:
         self.lock = threading.Lock()  # the one write lock of the store
         self.closed = False
         self._flush_lock = threading.Lock()
-        self._max_offset = 0
+        # (offset just past the last record, its store timestamp), replaced as one value so
+        # a flush can tell which record its fsync covers without taking the write lock.
+        self._head = (0, 0)
         self._flushed_offset = 0
+        self.on_roll: RollListener | None = None
         # "topic-queueId" -> next queue offset; written only under ``lock``
         self.queue_offsets: dict[str, int] = {}
         self.clock: Callable[[], int] = _wall_clock_ms  # STORETIMESTAMP source; tests pin it
@@ -99,7 +135,16 @@ class CommitLog:
     @property
     def max_offset(self) -> int:
         """Offset just past the last complete record (what readers may see)."""
-        return self._max_offset
+        return self._head[0]
+
+    @property
+    def flushed_offset(self) -> int:
+        """Everything below this is fsynced."""
+        return self._flushed_offset
+
+    @property
+    def _max_offset(self) -> int:
+        return self._head[0]
 
     @property
     def segments(self) -> list[MappedFile]:
@@ -138,25 +183,35 @@ class CommitLog:
             for i, size in enumerate(record_sizes):
                 stamp_record(data, queue_offset + i if dispatched else 0, phys + at, now, at)
                 at += size
+            head = self._head
             try:
                 seg.append(data)
-                self._max_offset = phys + n  # before dispatch: an indexed record must be readable
-                if dispatched:
-                    dispatch(queue_offset, phys, now)
+                self._head = (phys + n, now)  # before dispatch: an indexed record must be readable
+                dispatch(queue_offset, phys, now)
             except BaseException:
-                self._max_offset = phys
-                seg.truncate(pos)
+                self._head = head
+                try:
+                    seg.truncate(pos)  # zeros again: nothing half-written stays for recovery to find
+                except OSError:
+                    seg.write_position = pos  # at least the next record overwrites it
                 raise
             if dispatched:
                 self.queue_offsets[queue_key] = queue_offset + len(record_sizes)
             return Appended(phys, queue_offset, now)
 
     def _roll(self, seg: MappedFile | None) -> MappedFile:
-        """Close the tail segment with a blank record and start the next one."""
-        if seg is not None:
+        """Close the tail segment with a blank record and start the next one.
+
+        Each step can fail (disk full); the state only moves once both files are right, so
+        the next put simply tries again."""
+        if seg is not None and seg.write_position < seg.size:
             seg.write_at(seg.write_position, BLANK_RECORD.pack(seg.remaining, BLANK_MAGIC))
+        nxt = self._files.create_next()
+        if seg is not None:
             seg.write_position = seg.size
-        return self._files.create_next()
+        if self.on_roll is not None:
+            self.on_roll()
+        return nxt
 
     # ------------------------------------------------------------ reading
 
@@ -226,34 +281,113 @@ class CommitLog:
     def load(self) -> None:
         self._files.load()
 
-    def recover(self, *, segments_to_check: int, check_crc: bool) -> int:
-        """Find where valid data ends by walking the last segments record by record, drop
-        anything after it, and return that offset. Segments before the walked ones were
-        finished with a blank record before their successor existed, so they are whole."""
-        segs = self._files.segments
-        end = 0
-        if segs:
-            end = segs[max(0, len(segs) - segments_to_check)].start_offset
-            for seg in segs[max(0, len(segs) - segments_to_check) :]:
-                walker = SegmentWalker(seg, check_crc=check_crc)
-                for _ in walker:
-                    pass
-                end = seg.start_offset + walker.end
-                if not walker.reached_blank:
-                    break
-                if seg is not segs[-1]:
-                    end = seg.end_offset
-            self._files.truncate_dirty(end)
-        self._max_offset = self._flushed_offset = end
-        return end
+    def has_record(self, phys_offset: int, size: int) -> bool:
+        """Whether a well-formed record of ``size`` bytes is on disk at ``phys_offset`` (recovery)."""
+        seg = self._files.find(phys_offset)
+        if seg is None or size <= 0:
+            return False
+        return check_record(seg.read_raw(phys_offset - seg.start_offset, size)) == size
 
-    def flush(self, until: int | None = None) -> int:
-        """fsync what is written; returns the durable offset. With ``until``, callers whose
-        data an earlier fsync already covered return at once (group commit)."""
+    def first_store_timestamp(self, seg: MappedFile) -> int:
+        """Store time of the segment's first record; 0 if it does not start with one."""
+        head = seg.read_raw(0, 128)
+        if len(head) < 64 or RECORD_HEADER.unpack_from(head)[1] != MESSAGE_MAGIC:
+            return 0
+        return record_store_timestamp(head)
+
+    def recover(self, *, start_index: int, check_crc: bool, start_at: int | None = None,
+                on_record: Callable[[int, bytes, int, int], None] | None = None) -> RecoveryReport:
+        """Find where valid data ends by walking segments from ``start_index`` record by
+        record (magic code, length, field layout and, with ``check_crc``, the body CRC),
+        drop everything after it, and report what was found. ``on_record(offset, chunk,
+        position in chunk, size)`` sees each valid record as the walk passes it.
+
+        Segments before ``start_index`` are trusted: each was finished with a blank record
+        before its successor existed, and the checkpoint says they are on disk."""
+        segs = self._files.segments
+        if not segs:
+            self._head = (0, 0)
+            self._flushed_offset = 0
+            return RecoveryReport(0, 0, 0)
+        start_index = min(max(0, start_index), len(segs) - 1)
+        first = segs[start_index]
+        # ``start_at``: a known record boundary inside the first segment walked (a clean restart
+        # starts at the end of the last ConsumeQueue entry instead of re-reading the whole file).
+        start_pos = start_at - first.start_offset if start_at is not None and first.start_offset <= start_at < first.end_offset else 0
+        report = RecoveryReport(first.start_offset + start_pos, 0, first.start_offset + start_pos)
+        for i in range(start_index, len(segs)):
+            seg = segs[i]
+            walker = SegmentWalker(seg, start_pos if i == start_index else 0, check_crc=check_crc)
+            for pos, total, chunk, rel in walker:
+                report.records_checked += 1
+                report.last_store_timestamp = record_store_timestamp(chunk, rel)
+                if on_record is not None:
+                    on_record(seg.start_offset + pos, chunk, rel, total)
+            report.end = seg.start_offset + walker.end
+            if not walker.reached_blank:
+                report.problem = self._diagnose(seg, walker.end)
+                report.dropped_bytes = _nonzero_extent(seg, walker.end)
+                report.dropped_segments = len(segs) - 1 - i
+                break
+            if i < len(segs) - 1:
+                report.end = seg.end_offset  # a blank record: the next record starts in the next file
+        if report.problem is not None or report.dropped_bytes or report.dropped_segments:
+            report.problem = report.problem or "zeros where a record should start, data after them"
+            log.warning(
+                "CommitLog recovery: invalid data at offset %d (%s); truncating the CommitLog at %d, "
+                "dropping %d bytes of that file%s",
+                report.end, report.problem, report.end, report.dropped_bytes,
+                f" and {report.dropped_segments} later file(s)" if report.dropped_segments else "",
+            )
+        self._files.truncate_dirty(report.end)
+        self._head = (report.end, report.last_store_timestamp)
+        self._flushed_offset = report.end
+        return report
+
+    def sync_from(self, offset: int) -> None:
+        """fsync every segment from the one holding ``offset``: after a process crash the data
+        recovery accepted may still sit dirty in the page cache, and the checkpoint is about
+        to call it flushed."""
+        for seg in self._files.segments:
+            if seg.end_offset > offset:
+                seg.flushed_position = 0
+                seg.flush()
+
+    @staticmethod
+    def _diagnose(seg: MappedFile, pos: int) -> str | None:
+        """Why no valid record starts at ``pos``; None when it is the clean end of the data."""
+        head = seg.read_raw(pos, RECORD_HEADER.size)
+        if len(head) < RECORD_HEADER.size:
+            return None if not head.strip(b"\0") else "a record header cut by the end of the file"
+        total, magic = RECORD_HEADER.unpack(head)
+        if total == 0 and magic == 0:
+            return None
+        if magic != MESSAGE_MAGIC:
+            return f"bad magic code 0x{magic & 0xFFFFFFFF:08X}"
+        if total < MIN_RECORD_SIZE or pos + total > seg.size:
+            return f"bad total size {total}"
+        record = seg.read_raw(pos, total)
+        if check_record(record, check_crc=False) == total:
+            return "body CRC mismatch"
+        if not record[total // 2 :].strip(b"\0"):
+            return f"incomplete record ({total} bytes announced, the rest never written)"
+        return "record fields do not add up to its total size"
+
+    def flush(self, least_pages: int = 0) -> tuple[int, int] | None:
+        """fsync what is written, if at least ``least_pages`` pages are dirty (0: always).
+        Returns (durable offset, store time of the last record it covers), None if skipped."""
         with self._flush_lock:
-            if until is None or self._flushed_offset < until:
-                self._flushed_offset = max(self._flushed_offset, self._files.flush())
-            return self._flushed_offset
+            head = self._head  # everything up to here is written; the fsync below covers it
+            if least_pages > 0 and self._files.dirty_pages() < least_pages:
+                return None
+            if head[0] > self._flushed_offset:
+                self._files.flush()
+                self._flushed_offset = head[0]
+            return self._flushed_offset, head[1]
+
+    def delete_expired(self, expired_ms: int, now_ms: int, *, at_once: bool, max_files: int = 10) -> int:
+        """Retention: delete old segments (never the one being written). Returns how many."""
+        return len(self._files.delete_expired_by_time(expired_ms, now_ms, at_once=at_once, max_files=max_files))
 
     def close(self) -> None:
         """Flush and close; waits for an in-flight put, later puts get None."""
@@ -261,3 +395,31 @@ class CommitLog:
             self.closed = True
             self.flush()
             self._files.close()
+
+
+def _nonzero_extent(seg: MappedFile, pos: int) -> int:
+    """Bytes from ``pos`` to the last non-zero byte of the segment (0 if only zeros follow).
+
+    Segments are sparse: SEEK_DATA / SEEK_HOLE skip the never-written (and truncated) parts,
+    so the usual case, a clean end followed by a hole, costs a couple of system calls."""
+    fd, size, last, at = seg.fd, seg.size, 0, pos
+    while at < size:
+        try:
+            data_at = os.lseek(fd, at, os.SEEK_DATA)
+            hole_at = min(os.lseek(fd, data_at, os.SEEK_HOLE), size)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data after ``at``
+                break
+            data_at, hole_at = at, size  # no sparse-file support here: read it all
+        if data_at >= size:
+            break
+        while data_at < hole_at:
+            chunk = os.pread(fd, min(_WALK_CHUNK, hole_at - data_at), data_at)
+            if not chunk:
+                break
+            stripped = len(chunk.rstrip(b"\0"))
+            if stripped:
+                last = data_at + stripped
+            data_at += len(chunk)
+        at = hole_at
+    return max(0, last - pos)

@@ -19,16 +19,37 @@ class StoreConfig:
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
     mapped_file_size_consume_queue: int = 300_000 * CQ_ENTRY_SIZE
     max_message_size: int = 4 * 1024 * 1024  # compared to the BODY length (4.9.4+ semantics)
-    flush_disk_type: str = ASYNC_FLUSH  # SYNC_FLUSH: put returns after fsync (when WAIT is true)
-    sync_flush_timeout: int = 5000  # a slower fsync answers FLUSH_DISK_TIMEOUT (still stored)
-    flush_interval_commit_log: int = 500  # for the broker's flush timer; the store runs no threads
-    flush_interval_consume_queue: int = 1000
+    # ---- flushing (wire facts 7.8)
+    flush_disk_type: str = ASYNC_FLUSH  # SYNC_FLUSH: a send is answered after its fsync (group commit)
+    sync_flush_timeout: int = 5000  # ms; a slower fsync answers FLUSH_DISK_TIMEOUT (the message is stored)
+    flush_interval_commit_log: int = 500  # ms between ASYNC_FLUSH CommitLog flushes
+    flush_commit_log_least_pages: int = 4  # ...each only when this many 4 KiB pages are dirty,
+    flush_commit_log_thorough_interval: int = 10_000  # ...except one flush of everything this often (ms)
+    flush_interval_consume_queue: int = 1000  # ms; ConsumeQueues, IndexFiles and the checkpoint
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 60_000  # ms; the checkpoint's logics/index times move then
+    # ---- reading
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_memory: int = 32
     max_transfer_bytes_on_message_in_disk: int = 64 * 1024
     max_transfer_count_on_message_in_disk: int = 8
     access_message_in_memory_max_ratio: int = 40  # % of RAM behind the CommitLog head counted "in memory"
+    # ---- recovery
     check_crc_on_recover: bool = True  # only after an unclean exit: a CRC per record is slow in Python
+    # ---- message index (IndexFile, wire facts 6.3) and queries
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
+    default_query_max_num: int = 32  # QUERY_MESSAGE by UNIQ_KEY returns at most this many
+    max_msgs_num_batch: int = 64  # any QUERY_MESSAGE returns at most this many
+    # ---- retention and the disk guard
+    file_reserved_time: int = 72  # hours a finished CommitLog file is kept after its last write
+    delete_when: str = "04"  # hours of the day (";"-separated) when expired files are deleted
+    disk_max_used_space_ratio: int = 75  # % used above which expired files are deleted at once (clamped 10..95)
+    disk_space_clean_forcibly_ratio: int = 85  # % used above which the oldest files go even unexpired
+    disk_space_warning_level_ratio: int = 90  # % used above which sends are refused (disk full)
+    clean_file_forcibly_enable: bool = True
+    clean_resource_interval: int = 10_000  # ms between retention checks
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
     def __post_init__(self) -> None:
@@ -38,6 +59,9 @@ class StoreConfig:
         entries = -(-self.mapped_file_size_consume_queue // CQ_ENTRY_SIZE)
         self.mapped_file_size_consume_queue = max(1, entries) * CQ_ENTRY_SIZE
         self.delay_level_millis()  # fail at construction on a malformed table
+        self.delete_hours()
+        if self.max_hash_slot_num < 1 or self.max_index_num < 2:
+            raise ValueError("maxHashSlotNum must be >= 1 and maxIndexNum >= 2")
 
     @property
     def sync_flush(self) -> bool:
@@ -50,6 +74,31 @@ class StoreConfig:
     @property
     def consume_queue_dir(self) -> str:
         return os.path.join(self.store_path_root_dir, "consumequeue")
+
+    @property
+    def index_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "index")
+
+    @property
+    def checkpoint_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "checkpoint")
+
+    @property
+    def disk_max_used_ratio(self) -> float:
+        """diskMaxUsedSpaceRatio as a fraction, clamped to 10..95 % as RocketMQ does."""
+        return min(max(self.disk_max_used_space_ratio, 10), 95) / 100
+
+    def delete_hours(self) -> set[int]:
+        """delete_when as hours of the day: "04" -> {4}, "01;13" -> {1, 13}."""
+        hours = set()
+        for item in self.delete_when.split(";"):
+            item = item.strip()
+            if not item:
+                continue
+            if not item.isdigit() or not 0 <= int(item) <= 23:
+                raise ValueError(f"deleteWhen must be hours 00..23 separated by ';', got {self.delete_when!r}")
+            hours.add(int(item))
+        return hours
 
     def delay_level_millis(self) -> list[int]:
         """message_delay_level as milliseconds; level n is element n-1."""

@@ -18,6 +18,10 @@ CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
 _EMPTY_ENTRY = bytes(CQ_ENTRY_SIZE)
 
 
+class ConsumeQueueGapError(ValueError):
+    """An entry would leave a hole in a queue: its earlier entries are missing."""
+
+
 def _first_true(lo: int, hi: int, pred) -> int:
     """Smallest i in [lo, hi) with pred(i) true, else hi; pred must be monotone (False..True)."""
     while lo < hi:
@@ -96,7 +100,7 @@ class ConsumeQueue:
                 return
         if queue_offset > expected:
             if self._files.last() is not None:
-                raise ValueError(f"{self.topic}-{self.queue_id}: entry for offset {queue_offset}, expected {expected}")
+                raise ConsumeQueueGapError(f"{self.topic}-{self.queue_id}: entry for offset {queue_offset}, expected {expected}")
             self._start_at(queue_offset)
         view = memoryview(entries)
         try:
@@ -111,6 +115,12 @@ class ConsumeQueue:
             self._files.truncate_dirty(queue_offset * CQ_ENTRY_SIZE)  # all or nothing
             raise
         self.max_phys_end = phys_end
+
+    def truncate_to(self, queue_offset: int) -> None:
+        """Forget entries from ``queue_offset`` on (undoing a put whose index write failed)."""
+        if queue_offset < self.max_offset:
+            self._files.truncate_dirty(queue_offset * CQ_ENTRY_SIZE)
+            self._refresh_phys_end()
 
     def _start_at(self, queue_offset: int) -> None:
         seg = self._files.create_next(queue_offset * CQ_ENTRY_SIZE)
@@ -170,8 +180,27 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------ lifecycle
 
-    def flush(self) -> None:
+    def flush(self, least_pages: int = 0) -> bool:
+        """fsync if at least ``least_pages`` 4 KiB pages are dirty (0: whatever is dirty)."""
+        if least_pages > 0 and self._files.dirty_pages() < least_pages:
+            return False
         self._files.flush()
+        return True
+
+    def delete_expired(self, commit_log_min: int) -> int:
+        """Retention: delete leading files whose every record is gone from the CommitLog,
+        then move the min offset to the first entry still readable. Returns files deleted."""
+
+        def expired(seg: MappedFile) -> bool:
+            last = seg.read_raw(seg.size - CQ_ENTRY_SIZE, CQ_ENTRY_SIZE)
+            return len(last) == CQ_ENTRY_SIZE and CQ_ENTRY.unpack(last)[0] < commit_log_min
+
+        deleted = self._files.delete_leading(expired)
+        first = self._files.first()
+        if first is not None:
+            self._min_offset = max(self._min_offset, first.start_offset // CQ_ENTRY_SIZE)
+        self.correct_min_offset(commit_log_min)
+        return len(deleted)
 
     def close(self) -> None:
         self._files.close()

@@ -11,8 +11,8 @@ import fcntl
 import os
 
 
-class StoreLockedError(RuntimeError):
-    pass
+class StoreLockedError(OSError):
+    """Another store (another broker) has the directory: an OSError, so the CLI prints one line."""
 
 
 class StoreDirLock:

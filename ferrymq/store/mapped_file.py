@@ -14,17 +14,21 @@ reader holding a snapshot is never confused by a concurrent roll or delete.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
 import time
 
+log = logging.getLogger(__name__)
+
+OS_PAGE_SIZE = 4096  # flush*LeastPages count pages of this size
 _SEGMENT_NAME = re.compile(r"^\d{20}$")
 _CLOSE_GRACE_S = 30.0  # a deleted segment's fd stays open this long for in-flight readers
 
 _CLOSED = -2
 
-_fdatasync = getattr(os, "fdatasync", os.fsync)  # size never changes, so data-only sync suffices
+fdatasync = getattr(os, "fdatasync", os.fsync)  # size never changes, so data-only sync suffices
 
 
 def segment_name(start_offset: int) -> str:
@@ -53,8 +57,15 @@ class MappedFile:
             self._fd = fd
         else:
             actual = os.path.getsize(path)
-            if actual != size:
+            if actual > size:
                 raise ValueError(f"segment {path} is {actual} bytes, expected {size} (was the file size setting changed?)")
+            if actual < size:
+                # A file cut short (a crash while the file system extended it, a copy that stopped):
+                # what is missing reads as zeros, as RocketMQ's mmap of the full size would; recovery
+                # then finds where valid records end.
+                log.warning("segment %s is %d bytes, expected %d: reading the missing %d bytes as empty",
+                            path, actual, size, size - actual)
+                os.truncate(path, size)
 
     @property
     def end_offset(self) -> int:
@@ -111,7 +122,7 @@ class MappedFile:
     def flush(self) -> None:
         written = self.write_position
         if self.flushed_position < written:
-            _fdatasync(self.fd)
+            fdatasync(self.fd)
             self.flushed_position = written
 
     def truncate(self, pos: int) -> None:
@@ -128,6 +139,12 @@ class MappedFile:
                 os.close(self._fd)
             self._fd = _CLOSED  # for good: a late reader must not reopen (and leak) it
 
+    def last_modified_ms(self) -> int:
+        try:
+            return os.stat(self.path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return 0
+
     def __repr__(self) -> str:
         return f"MappedFile({self.path!r}, write_position={self.write_position})"
 
@@ -141,6 +158,9 @@ class MappedFileQueue:
         self._segments: list[MappedFile] = []
         self._retired: list[tuple[float, MappedFile]] = []
         self._flush_lock = threading.Lock()
+        # Guards replacing the segment list: the writer adds at the end while the retention
+        # thread removes from the front.
+        self._list_lock = threading.Lock()
 
     def load(self) -> None:
         """Open the existing segments; each is assumed full until recovery says otherwise."""
@@ -177,7 +197,8 @@ class MappedFileQueue:
             start = 0 if start_offset is None else start_offset - start_offset % self.segment_size
         os.makedirs(self.directory, exist_ok=True)
         seg = MappedFile(os.path.join(self.directory, segment_name(start)), start, self.segment_size, create=True)
-        self._segments = [*self._segments, seg]
+        with self._list_lock:
+            self._segments = [*self._segments, seg]
         return seg
 
     def find(self, offset: int) -> MappedFile | None:
@@ -212,8 +233,12 @@ class MappedFileQueue:
     def delete(self, seg: MappedFile) -> None:
         """Remove a segment. Its descriptor is closed later so an in-flight pread cannot
         hit a closed (or, worse, reused) file descriptor."""
-        self._segments = [s for s in self._segments if s is not seg]
-        os.unlink(seg.path)
+        with self._list_lock:
+            self._segments = [s for s in self._segments if s is not seg]
+        try:
+            os.unlink(seg.path)
+        except FileNotFoundError:
+            pass
         now = time.monotonic()
         self._retired.append((now, seg))
         keep = []
@@ -232,6 +257,34 @@ class MappedFileQueue:
                 if seg.flushed_position < seg.write_position:
                     seg.flush()
             return durable
+
+    def dirty_pages(self) -> int:
+        """Pages written but not yet fsynced, counted as RocketMQ's isAbleToFlush does."""
+        return sum(s.write_position // OS_PAGE_SIZE - s.flushed_position // OS_PAGE_SIZE
+                   for s in self._segments if s.flushed_position < s.write_position)
+
+    def delete_expired_by_time(self, expired_ms: int, now_ms: int, *, at_once: bool, max_files: int) -> list[MappedFile]:
+        """Delete the oldest segments whose last write is ``expired_ms`` old (all of them when
+        ``at_once``), never the newest one; stops at the first one still young."""
+        deleted = []
+        for seg in self._segments[:-1]:
+            if len(deleted) >= max_files:
+                break
+            if not at_once and seg.last_modified_ms() + expired_ms > now_ms:
+                break
+            self.delete(seg)
+            deleted.append(seg)
+        return deleted
+
+    def delete_leading(self, expired) -> list[MappedFile]:
+        """Delete segments from the front while ``expired(segment)``, never the newest one."""
+        deleted = []
+        for seg in self._segments[:-1]:
+            if not expired(seg):
+                break
+            self.delete(seg)
+            deleted.append(seg)
+        return deleted
 
     def close(self) -> None:
         for seg in self._segments:

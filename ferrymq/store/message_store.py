@@ -1,15 +1,30 @@
-"""MessageStore: the facade the broker uses (RocketMQ's DefaultMessageStore, minus the threads).
+"""MessageStore: the facade the broker uses (RocketMQ's DefaultMessageStore).
 
 Synchronous and thread-safe: the broker calls it from worker threads. A put encodes
-outside the write lock, then appends to the CommitLog and indexes the ConsumeQueue
-under it, so by the time put returns the message is pullable (no reput thread). Reads
-take no lock. Nothing runs in the background: the broker calls ``flush_commit_log`` /
-``flush_consume_queues`` on its own timers (config intervals) for ASYNC_FLUSH.
+outside the write lock, then appends to the CommitLog and writes its ConsumeQueue entry
+and IndexFile keys under it, so by the time put returns the message is pullable and
+queryable (no reput thread). Reads take no lock.
+
+Durability: with SYNC_FLUSH the store runs one group-commit thread (store/flush.py); a
+put either waits for it (``wait_flush=True``, the default for direct callers) or leaves
+the waiting to its caller (the broker's AsyncMessageStore waits on the event loop). With
+ASYNC_FLUSH the broker calls ``flush_commit_log_timed`` / ``flush_consume_queues_timed``
+on its timers, and ``clean`` for retention (store/retention.py).
+
+Recovery follows RocketMQ (wire facts 6.4, 6.5): after a clean exit the last CommitLog
+file is walked; after an unclean one (``abort`` present) every file from the checkpoint
+on is validated record by record (magic, length, body CRC), a torn or corrupt tail is cut
+off and logged, and ConsumeQueues and IndexFiles are trimmed to the CommitLog and rebuilt
+from it.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
+import shutil
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,15 +43,22 @@ from ferrymq.common.message import (
     validate_topic,
 )
 from ferrymq.common.message_id import offset_msg_id, pack_ip
-from ferrymq.store.commit_log import BLANK_SIZE, CommitLog
+from ferrymq.store.checkpoint import StoreCheckpoint
+from ferrymq.store.commit_log import BLANK_SIZE, CommitLog, RecoveryReport
 from ferrymq.store.config import StoreConfig
-from ferrymq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from ferrymq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue, ConsumeQueueGapError
 from ferrymq.store.dir_lock import StoreDirLock
+from ferrymq.store.flush import GroupCommitService
+from ferrymq.store.index_service import IndexService
+from ferrymq.store.retention import CleanResult, CleanService, disk_used_ratio
+
+log = logging.getLogger(__name__)
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"  # its tagsCode is the delivery time, not a tag hash
 
 MAX_FILTER_SCAN_BYTES = 16000  # ConsumeQueue bytes a filtered pull may scan (at least)
 _STORE_TIMESTAMP_SPAN = 48 + 20 + 8  # bytes of a record that always include STORETIMESTAMP
+_DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 class PutStatus(Enum):
@@ -104,6 +126,15 @@ class GetResult:
         return b"".join(self.records)
 
 
+@dataclass
+class QueryMessageResult:
+    """QUERY_MESSAGE: candidate records (hash matches; the client checks the keys)."""
+
+    records: list[bytes] = field(default_factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phyoffset: int = 0
+
+
 class StoreNotRunningError(RuntimeError):
     pass
 
@@ -127,6 +158,18 @@ class MessageStore:
         self._running = False
         # Records within this many bytes of the CommitLog head count as "in memory" (page cache).
         self.in_memory_window = int(_total_physical_memory() * config.access_message_in_memory_max_ratio / 100)
+        self.checkpoint: StoreCheckpoint | None = None
+        self.index = IndexService(config) if config.message_index_enable else None
+        self.group_commit: GroupCommitService | None = None
+        self.clean_service = CleanService(self)
+        self.commit_log.on_roll = self._check_disk_on_roll
+        self.last_recovery: RecoveryReport | None = None
+        self.last_exit_clean = True
+        self._disk_full: str | None = None  # why sends are refused, None while writable
+        self._last_dispatched_ts = 0  # store time of the newest ConsumeQueue entry (checkpoint)
+        self._last_cl_thorough: float | None = None  # monotonic ms of the last full flush; None: never
+        self._last_cq_thorough: float | None = None
+        self._timed_flush_lock = threading.Lock()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -134,35 +177,34 @@ class MessageStore:
         """Open or create the store and recover it; put and get work when this returns."""
         os.makedirs(self.config.store_path_root_dir, exist_ok=True)
         clean = self._dir_lock.acquire()
+        self.last_exit_clean = clean
         try:
+            self.checkpoint = StoreCheckpoint(self.config.checkpoint_path)
             self.commit_log.load()
             self._load_consume_queues()
-            # A clean exit finished every segment but the last with a blank record; after a
-            # crash, check the last three (as RocketMQ does) and their CRCs.
-            end = self.commit_log.recover(
-                segments_to_check=1 if clean else 3,
-                check_crc=not clean and self.config.check_crc_on_recover,
-            )
-            queues = list(self._queues.values())
-            for cq in queues:
-                cq.truncate_beyond(end)
-            # Records written but not indexed (a crash between the two writes) are indexed now.
-            indexed_end = max((cq.max_phys_end for cq in queues), default=0)
-            self._replay(max(indexed_end, self.commit_log.min_offset), end)
-            for cq in self._queues.values():
-                cq.correct_min_offset(self.commit_log.min_offset)
-            self.commit_log.queue_offsets = {f"{t}-{q}": cq.max_offset for (t, q), cq in self._queues.items()}
+            if self.index is not None:
+                self.index.load()
+            self._recover(clean)
         except BaseException:
             self._close_files()
             self._dir_lock.release(clean=clean)  # an unclean past stays unclean for the next try
             raise
         self._running = True
+        if self.config.sync_flush:
+            self.group_commit = GroupCommitService(self._group_flush, lambda: self.commit_log.flushed_offset)
+            self.group_commit.start()
+        self.clean_service.check_space()  # refuse sends from the start if the disk is already over the guard
 
     def shutdown(self) -> None:
         """Flush and close. Call after the broker stopped calling in."""
         if not self._running:
             return
         self._running = False
+        if self.group_commit is not None:
+            self.group_commit.stop()
+            stats = self.group_commit.stats
+            log.info("group commit: %d acknowledgement(s) over %d fsync(s) (%.1f per fsync, largest group %d)",
+                     stats.acks, stats.fsyncs, stats.acks_per_fsync, stats.largest_group)
         self._close_files()
         self._dir_lock.release()
 
@@ -171,6 +213,116 @@ class MessageStore:
         for cq in list(self._queues.values()):
             cq.flush()
             cq.close()
+        if self.index is not None:
+            self.index.close()
+        if self.checkpoint is not None:
+            head_offset, head_ts = self.commit_log.flushed_offset, self._last_dispatched_ts
+            self.checkpoint.commit_log_flushed(head_offset, head_ts)
+            self.checkpoint.logics_flushed(head_ts, self.index.last_indexed_timestamp if self.index else head_ts)
+            self.checkpoint.close()
+
+    # ------------------------------------------------------------ recovery
+
+    def _recover(self, clean: bool) -> None:
+        cfg, cl = self.config, self.commit_log
+        segments = cl.segments
+        started = time.monotonic()
+        if self.index is not None:
+            self.index.undo_unfinished()
+        if clean:
+            # Every file but the last was finished with a blank record before the next began,
+            # and the last ConsumeQueue entry ends on a record boundary: walk on from there.
+            last_entry_end = self._last_entry_end()
+            report = cl.recover(start_index=len(segments) - 1, check_crc=False, start_at=last_entry_end)
+            if report.last_store_timestamp == 0 and last_entry_end > 0:
+                report.last_store_timestamp = self._last_entry_store_time()
+            redispatch = None
+        else:
+            start_index = self._abnormal_start_index()
+            log.warning("the store was not shut down cleanly (%s exists): checking the CommitLog from file %d of %d "
+                        "(checkpoint: physic %d, logics %d, index %d)", self._dir_lock.abort_path, start_index + 1,
+                        len(segments), self.checkpoint.physic_msg_timestamp, self.checkpoint.logics_msg_timestamp,
+                        self.checkpoint.index_msg_timestamp)
+            # One pass: validate each record and bring ConsumeQueues and IndexFiles up to date with it.
+            redispatch = _Redispatch(self)
+            redispatch.partial = bool(segments) and segments[start_index].start_offset > cl.min_offset
+            report = cl.recover(start_index=start_index, check_crc=cfg.check_crc_on_recover, on_record=redispatch)
+        self.last_recovery = report
+        end = report.end
+        for cq in self._queues.values():
+            cq.truncate_beyond(end)  # entries for records the CommitLog no longer has
+        if self.index is not None:
+            self.index.truncate_beyond(end, self._store_time_of)
+        if redispatch is None:
+            # After a clean exit the queues are complete; only a lost ConsumeQueue or IndexFile
+            # directory needs records dispatched again.
+            queues = list(self._queues.values())
+            start = max(max((cq.max_phys_end for cq in queues), default=0), cl.min_offset)
+            index_after = self.index.indexed_end if self.index is not None else -1
+            if self.index is not None and not self.index.files and cl.max_offset > cl.min_offset:
+                start, index_after = cl.min_offset, -1
+            dispatched = self._replay(start, end, index_after)
+        else:
+            dispatched = redispatch.dispatched
+            if redispatch.gap is not None:
+                self._rebuild_consume_queues(redispatch.gap, end)
+        if dispatched or not clean:
+            log.info("recovery: CommitLog valid up to offset %d (%d record(s) checked from offset %d), %d record(s) "
+                     "dispatched again to ConsumeQueues / IndexFiles, in %.2f s", end, report.records_checked,
+                     report.walked_from, dispatched, time.monotonic() - started)
+        for cq in self._queues.values():
+            cq.correct_min_offset(cl.min_offset)
+        cl.queue_offsets = {f"{t}-{q}": cq.max_offset for (t, q), cq in self._queues.items()}
+        self._last_dispatched_ts = report.last_store_timestamp
+        if self.checkpoint.physic_flushed_offset > end:
+            self.checkpoint.reset_flushed_offset(end)
+        if not clean:
+            # What a crashed process wrote may not be on disk yet: make it so before taking new
+            # writes, so the checkpoint (and every later flushed offset) tells the truth.
+            cl.sync_from(report.walked_from)
+            self.checkpoint.commit_log_flushed(end, report.last_store_timestamp)
+            self.flush_consume_queues()
+
+    def _last_entry_end(self) -> int:
+        """End of the newest record a ConsumeQueue points at, if that record is intact; else 0."""
+        newest = max(self._queues.values(), key=lambda cq: cq.max_phys_end, default=None)
+        entry = newest.entry(newest.max_offset - 1) if newest is not None else None
+        if entry is None or not self.commit_log.has_record(entry[0], entry[1]):
+            return 0
+        return entry[0] + entry[1]
+
+    def _last_entry_store_time(self) -> int:
+        """Store time of the newest record any ConsumeQueue points at (0 if none is readable)."""
+        newest = max(self._queues.values(), key=lambda cq: cq.max_phys_end, default=None)
+        entry = newest.entry(newest.max_offset - 1) if newest is not None else None
+        return self._store_time_of(entry[0]) if entry else 0
+
+    def _rebuild_consume_queues(self, reason: str, end: int) -> None:
+        """Entries older than the checkpoint are missing too (a lost or damaged file): build
+        every ConsumeQueue again from the whole CommitLog."""
+        log.warning("%s; rebuilding every ConsumeQueue from the CommitLog", reason)
+        for cq in self._queues.values():
+            cq.close()
+        self._queues = {}
+        shutil.rmtree(self.config.consume_queue_dir, ignore_errors=True)
+        index_after = self.index.indexed_end if self.index is not None else -1
+        self._replay(self.commit_log.min_offset, end, index_after)
+
+    def _abnormal_start_index(self) -> int:
+        """The last CommitLog file whose first record is older than what the checkpoint says
+        is on disk everywhere (RocketMQ's isMappedFileMatchedRecover); the first file if none."""
+        cp = self.checkpoint
+        min_ts = cp.min_timestamp_index() if self.index is not None else cp.min_timestamp()
+        segments = self.commit_log.segments
+        for i in range(len(segments) - 1, -1, -1):
+            first_ts = self.commit_log.first_store_timestamp(segments[i])
+            if 0 < first_ts <= min_ts:
+                return i
+        return 0
+
+    def _store_time_of(self, phys: int) -> int:
+        head = self.commit_log.get_data(phys, _STORE_TIMESTAMP_SPAN)
+        return record_store_timestamp(head) if head and len(head) >= _STORE_TIMESTAMP_SPAN else 0
 
     def _load_consume_queues(self) -> None:
         root = self.config.consume_queue_dir
@@ -191,19 +343,42 @@ class MessageStore:
             self._queues[(topic, queue_id)] = cq
         return cq
 
-    def _replay(self, start: int, end: int) -> None:
-        for phys, record in self.commit_log.iter_records(start, end):
-            m, _ = decode_record(record)
-            if SysFlag.is_dispatched(m.sys_flag):
-                self._index(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], m.store_timestamp)
+    def _replay(self, start: int, end: int, index_after: int) -> int:
+        """Dispatch CommitLog records in [start, end) again: ConsumeQueue entries a queue
+        already has are skipped, index keys only for records past ``index_after``."""
+        count = 0
+        index = self.index
+        partial = start > self.commit_log.min_offset  # records before ``start`` are not looked at
+        try:
+            for phys, record in self.commit_log.iter_records(start, end):
+                m, _ = decode_record(record)
+                self._dispatch_again(m, phys, partial)
+                if index is not None and phys > index_after:
+                    index.build_index(m.topic, m.sys_flag, m.properties, phys, m.store_timestamp)
+                    index_after = phys
+                count += 1
+        except ConsumeQueueGapError as exc:
+            self._rebuild_consume_queues(str(exc), end)
+        return count
+
+    def _dispatch_again(self, m: MessageExt, phys: int, partial: bool) -> None:
+        if not SysFlag.is_dispatched(m.sys_flag):
+            return
+        if partial and m.queue_offset > 0 and (m.topic, m.queue_id) not in self._queues:
+            raise ConsumeQueueGapError(f"{m.topic}-{m.queue_id}: no ConsumeQueue on disk, but the CommitLog "
+                                       f"has its record for offset {m.queue_offset}")
+        self._index(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], m.store_timestamp)
 
     # ------------------------------------------------------------ writing
 
-    def put_message(self, msg: MessageExt) -> AppendResult:
-        """Store one message. Sets its offsets, store time and store host; indexes it before returning."""
-        return self._put([msg])
+    def put_message(self, msg: MessageExt, *, wait_flush: bool = True) -> AppendResult:
+        """Store one message. Sets its offsets, store time and store host; indexes it before returning.
 
-    def put_messages(self, msgs: list[MessageExt]) -> AppendResult:
+        With SYNC_FLUSH and ``wait_flush`` (and the message's WAIT not false) it returns once
+        the record is fsynced; without ``wait_flush`` the caller waits (``request_flush``)."""
+        return self._put([msg], wait_flush)
+
+    def put_messages(self, msgs: list[MessageExt], *, wait_flush: bool = True) -> AppendResult:
         """Store a batch contiguously with consecutive queue offsets (same topic and queue)."""
         if not msgs:
             return _refused(PutStatus.MESSAGE_ILLEGAL, "empty batch")
@@ -215,11 +390,13 @@ class MessageStore:
                 return _refused(PutStatus.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
             if m.delay_level > 0:
                 return _refused(PutStatus.MESSAGE_ILLEGAL, "batch messages cannot have a delay level")
-        return self._put(msgs)
+        return self._put(msgs, wait_flush)
 
-    def _put(self, msgs: Sequence[MessageExt]) -> AppendResult:
+    def _put(self, msgs: Sequence[MessageExt], wait_flush: bool = True) -> AppendResult:
         if not self._running:
-            return _refused(PutStatus.SERVICE_NOT_AVAILABLE, "message store is not running")
+            return _refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark("message store is not running"))
+        if self._disk_full is not None:
+            return _refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark(self._disk_full))
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
         if (topic, queue_id) not in self._queues:  # known queues were validated when created
             error = validate_topic(topic)
@@ -253,14 +430,32 @@ class MessageStore:
         dispatched = SysFlag.is_dispatched(msgs[0].sys_flag)
 
         def dispatch(queue_offset: int, phys: int, store_ts: int) -> None:
-            self._index(topic, queue_id, queue_offset, phys, msgs, sizes, store_ts)
+            if dispatched:
+                self._index(topic, queue_id, queue_offset, phys, msgs, sizes, store_ts)
+            if self.index is not None:
+                try:
+                    at = phys
+                    for m, size in zip(msgs, sizes):
+                        self.index.build_index(topic, m.sys_flag, m.properties, at, store_ts)
+                        at += size
+                except BaseException:
+                    if dispatched:
+                        self._queues[(topic, queue_id)].truncate_to(queue_offset)
+                    raise
+            self._last_dispatched_ts = store_ts
 
         try:
             appended = self.commit_log.put(data, sizes, f"{topic}-{queue_id}", dispatched, dispatch)
-        except (OSError, ValueError) as exc:  # disk full, I/O error; the write was undone
+        except OSError as exc:  # the write and its index entries were undone: nothing was stored
+            if exc.errno in _DISK_FULL_ERRNOS:
+                self.mark_disk_full(f"write failed: {exc}")
+                return _refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark(f"write failed: {exc}"))
+            log.error("CommitLog write failed: %s", exc)
+            return _refused(PutStatus.UNKNOWN_ERROR, f"write failed: {exc}")
+        except ValueError as exc:
             return _refused(PutStatus.UNKNOWN_ERROR, f"write failed: {exc}")
         if appended is None:
-            return _refused(PutStatus.SERVICE_NOT_AVAILABLE, "message store is not running")
+            return _refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark("message store is not running"))
 
         phys, ids = appended.phys_offset, []
         host, port = self.store_host
@@ -274,21 +469,85 @@ class MessageStore:
             PutStatus.PUT_OK, appended.phys_offset, len(data), ids, appended.queue_offset, len(msgs),
             appended.store_timestamp,
         )  # fmt: skip
-        if self.config.sync_flush and all(m.wait_store_msg_ok for m in msgs):
-            self._wait_flushed(phys, result)
+        if self.config.sync_flush and wait_flush:
+            if all(m.wait_store_msg_ok for m in msgs):
+                self._wait_flushed(phys, result)
+            else:
+                self.request_flush(phys, None)
         return result
 
+    def request_flush(self, offset: int, done: Callable[[bool], None] | None) -> None:
+        """SYNC_FLUSH: call ``done(ok)`` once the CommitLog is fsynced up to ``offset``; with
+        ``done`` None just have it flushed soon (WAIT=false). Concurrent requests share fsyncs."""
+        gc = self.group_commit
+        if gc is None:
+            if done is not None:
+                done(self.commit_log.flushed_offset >= offset)
+        elif done is None:
+            gc.wakeup()
+        else:
+            gc.request(offset, done)
+
     def _wait_flushed(self, offset: int, result: AppendResult) -> None:
-        """SYNC_FLUSH: fsync before answering. Concurrent puts share one fsync (group commit)."""
-        started = time.monotonic()
-        try:
-            self.commit_log.flush(until=offset)
-        except OSError as exc:
-            result.status, result.remark = PutStatus.FLUSH_DISK_TIMEOUT, f"flush failed: {exc}"
+        """Block until the group-commit thread's fsync covers ``offset`` or syncFlushTimeout passes."""
+        if self.config.sync_flush_timeout <= 0 and self.commit_log.flushed_offset < offset:
+            self.request_flush(offset, None)  # no time to wait at all: just have it flushed soon
+            result.status, result.remark = PutStatus.FLUSH_DISK_TIMEOUT, (
+                f"wait for flush timeout: not fsynced within syncFlushTimeout {self.config.sync_flush_timeout} ms")
             return
-        elapsed_ms = (time.monotonic() - started) * 1000
-        if elapsed_ms > self.config.sync_flush_timeout:
-            result.status, result.remark = PutStatus.FLUSH_DISK_TIMEOUT, f"flush took {elapsed_ms:.0f} ms"
+        flushed = threading.Event()
+        outcome = [False]
+
+        def done(ok: bool) -> None:
+            outcome[0] = ok
+            flushed.set()
+
+        self.request_flush(offset, done)
+        if not flushed.wait(max(0, self.config.sync_flush_timeout) / 1000):
+            result.status, result.remark = PutStatus.FLUSH_DISK_TIMEOUT, (
+                f"wait for flush timeout: not fsynced within syncFlushTimeout {self.config.sync_flush_timeout} ms")
+        elif not outcome[0]:
+            result.status, result.remark = PutStatus.FLUSH_DISK_TIMEOUT, "the fsync of the CommitLog failed"
+
+    def _group_flush(self) -> int:
+        """The group-commit thread's fsync; the checkpoint follows it."""
+        offset, store_ts = self.commit_log.flush()
+        if self.checkpoint is not None:
+            self.checkpoint.commit_log_flushed(offset, store_ts)
+        return offset
+
+    # ------------------------------------------------------------ disk guard
+
+    def mark_disk_full(self, reason: str) -> None:
+        if self._disk_full is None:
+            log.error("message store marked full, sends are refused until space is freed: %s", reason)
+        self._disk_full = reason
+
+    def mark_disk_ok(self, ratio: float) -> None:
+        if self._disk_full is not None:
+            log.warning("disk usage %.2f%% is acceptable again: accepting sends", ratio * 100)
+        self._disk_full = None
+
+    @property
+    def writable(self) -> bool:
+        return self._running and self._disk_full is None
+
+    def _check_disk_on_roll(self) -> None:
+        """A new CommitLog file is a cheap moment to look at the disk between retention runs."""
+        ratio = disk_used_ratio(self.config.store_path_root_dir)
+        if ratio > self.config.disk_space_warning_level_ratio / 100:
+            self.mark_disk_full(f"disk usage {ratio:.2%} is above diskSpaceWarningLevelRatio "
+                                f"{self.config.disk_space_warning_level_ratio}%")
+
+    def service_unavailable_remark(self, reason: str) -> str:
+        """RocketMQ's remark for SERVICE_NOT_AVAILABLE (with its disk usage figures), and why."""
+        root = self.config.store_path_root_dir
+        cl = disk_used_ratio(self.config.commit_log_dir if os.path.isdir(self.config.commit_log_dir) else root)
+        cq = disk_used_ratio(self.config.consume_queue_dir if os.path.isdir(self.config.consume_queue_dir) else root)
+        ix = disk_used_ratio(self.config.index_dir if os.path.isdir(self.config.index_dir) else root)
+        return ("service not available now. It may be caused by one of the following reasons: the broker's disk is full "
+                f"[CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {ix:5.2f}], messages are put to the slave, message store has been "
+                f"shut down, etc. ({reason})")
 
     def _index(
         self,
@@ -488,6 +747,31 @@ class MessageStore:
             found = right if abs(timestamp - left_time) > abs(timestamp - right_time) else left
         return min(max(found, cq.min_offset), cq.max_offset)
 
+    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
+        """QUERY_MESSAGE: records indexed under ``topic#key`` stored within [begin, end] ms,
+        at most min(max_num, maxMsgsNumBatch), oldest first (RocketMQ's queryMessage)."""
+        self._check_running()
+        result = QueryMessageResult()
+        if self.index is None:
+            return result
+        last_query_time = end
+        for _ in range(3):
+            found = self.index.query_offsets(topic, key, max_num, begin, last_query_time)
+            if not found.phy_offsets:
+                break
+            result.index_last_update_timestamp = found.index_last_update_timestamp
+            result.index_last_update_phyoffset = found.index_last_update_phyoffset
+            for i, phys in enumerate(sorted(set(found.phy_offsets))):
+                record = self.commit_log.read_record(phys)
+                if record is None:  # deleted by retention (or never written: a refused put)
+                    continue
+                if i == 0:
+                    last_query_time = record_store_timestamp(record)
+                result.records.append(record)
+            if result.records or last_query_time < begin:
+                break
+        return result
+
     def look_message_by_offset(self, phys_offset: int) -> bytes | None:
         """The raw record at ``phys_offset`` (VIEW_MESSAGE_BY_ID, send-back), None if none starts there."""
         self._check_running()
@@ -512,19 +796,95 @@ class MessageStore:
             out.setdefault(topic, []).append(queue_id)
         return out
 
-    # ------------------------------------------------------------ flushing
+    def consume_queues(self) -> list[ConsumeQueue]:
+        return list(self._queues.values())
 
-    def flush_commit_log(self) -> int:
-        """fsync the CommitLog; returns the durable offset."""
-        return self.commit_log.flush()
+    # ------------------------------------------------------------ flushing and retention
 
-    def flush_consume_queues(self) -> None:
+    def flush_commit_log(self, least_pages: int = 0) -> int:
+        """fsync the CommitLog (if ``least_pages`` pages are dirty); returns the durable offset."""
+        flushed = self.commit_log.flush(least_pages)
+        if flushed is not None and self.checkpoint is not None:
+            self.checkpoint.commit_log_flushed(*flushed)
+        return self.commit_log.flushed_offset
+
+    def flush_commit_log_timed(self) -> int:
+        """ASYNC_FLUSH's timer (RocketMQ's FlushRealTimeService): flush when at least
+        flushCommitLogLeastPages pages are dirty, and everything every
+        flushCommitLogThoroughInterval. Returns the durable offset."""
+        with self._timed_flush_lock:
+            now = time.monotonic() * 1000
+            least = self.config.flush_commit_log_least_pages
+            if self._last_cl_thorough is None or now - self._last_cl_thorough >= self.config.flush_commit_log_thorough_interval:
+                self._last_cl_thorough, least = now, 0
+        return self.flush_commit_log(least)
+
+    def flush_consume_queues(self, least_pages: int = 0) -> None:
+        """fsync ConsumeQueues (and, for a full flush, IndexFiles) and move the checkpoint."""
+        logics_ts = self._last_dispatched_ts  # read first: the flushes below cover at least this
+        index_ts = self.index.last_indexed_timestamp if self.index is not None else 0
         for cq in list(self._queues.values()):
-            cq.flush()
+            cq.flush(least_pages)
+        if self.index is not None:
+            self.index.flush(durable=least_pages == 0)
+        if least_pages == 0 and self.checkpoint is not None:
+            self.checkpoint.logics_flushed(logics_ts, index_ts or logics_ts)
+
+    def flush_consume_queues_timed(self) -> None:
+        """The ConsumeQueue timer (RocketMQ's FlushConsumeQueueService): flushConsumeQueueLeastPages,
+        and a full flush (IndexFiles and checkpoint too) every flushConsumeQueueThoroughInterval."""
+        with self._timed_flush_lock:
+            now = time.monotonic() * 1000
+            least = self.config.flush_consume_queue_least_pages
+            if self._last_cq_thorough is None or now - self._last_cq_thorough >= self.config.flush_consume_queue_thorough_interval:
+                self._last_cq_thorough, least = now, 0
+        self.flush_consume_queues(least)
 
     def flush(self) -> None:
         self.flush_commit_log()
         self.flush_consume_queues()
+
+    def clean(self, now_ms: int | None = None) -> CleanResult:
+        """One retention run (expired files, disk guard); the broker calls it every cleanResourceInterval."""
+        self._check_running()
+        return self.clean_service.run(now_ms)
+
+
+class _Redispatch:
+    """Abnormal recovery's per-record step, run as the CommitLog walk validates each record.
+
+    A record stored before the checkpoint's logics (and index) time is already in its
+    ConsumeQueue (and IndexFile) on disk: it is skipped without being decoded. Any other is
+    decoded and dispatched; a ConsumeQueue that already has its entry ignores it, the
+    IndexFiles take only records past the last one they indexed."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        cp = store.checkpoint
+        self.logics_safe = cp.min_timestamp()
+        self.index_safe = cp.min_timestamp_index()
+        self.index_after = store.index.indexed_end if store.index is not None else -1
+        self.partial = True  # the walk starts after the CommitLog's first record (set by the caller)
+        self.dispatched = 0
+        self.gap: str | None = None  # set when a ConsumeQueue turns out to miss older entries
+
+    def __call__(self, phys: int, chunk: bytes, pos: int, size: int) -> None:
+        store_ts = record_store_timestamp(chunk, pos)
+        index = self.store.index
+        need_index = index is not None and phys > self.index_after
+        need_queue = self.gap is None and store_ts > self.logics_safe
+        if not need_queue and not (need_index and store_ts > self.index_safe):
+            return
+        m, _ = decode_record(chunk[pos : pos + size])
+        if need_queue:
+            try:
+                self.store._dispatch_again(m, phys, self.partial)
+            except ConsumeQueueGapError as exc:
+                self.gap = str(exc)  # stop dispatching; the queues are rebuilt after the walk
+        if need_index:
+            index.build_index(m.topic, m.sys_flag, m.properties, phys, store_ts)
+            self.index_after = phys
+        self.dispatched += 1
 
 
 def _refused(status: PutStatus, remark: str) -> AppendResult:

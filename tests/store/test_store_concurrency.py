@@ -108,4 +108,4 @@ def test_concurrent_sync_flush_puts_share_fsyncs(open_store):
 
     run_threads([writer(q) for q in range(4)])
     assert len(results) == 200 and all(r.status is PutStatus.PUT_OK for r in results)
-    assert store.commit_log._flushed_offset == store.max_phy_offset
+    assert store.commit_log.flushed_offset == store.max_phy_offset

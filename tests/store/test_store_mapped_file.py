@@ -82,8 +82,8 @@ def test_load_marks_segments_full_and_truncate_dirty(tmp_path):
     loaded.close()
 
 
-def test_load_rejects_wrong_sizes_and_gaps(tmp_path):
-    (tmp_path / segment_name(0)).write_bytes(bytes(50))
+def test_load_rejects_oversized_segments_and_gaps(tmp_path):
+    (tmp_path / segment_name(0)).write_bytes(bytes(150))
     with pytest.raises(ValueError, match="expected 100"):
         MappedFileQueue(str(tmp_path), 100).load()
     (tmp_path / segment_name(0)).write_bytes(bytes(100))
@@ -109,4 +109,14 @@ def test_flush_reports_durable_offset(tmp_path):
     seg.append(b"abc")
     assert queue.flush() == 3
     assert seg.flushed_position == 3
+    queue.close()
+
+
+def test_a_segment_cut_short_reads_as_zeros_after_its_end(tmp_path, caplog):
+    (tmp_path / segment_name(0)).write_bytes(b"q" * 60)  # as a crash while the file grew could leave it
+    queue = MappedFileQueue(str(tmp_path), 100)
+    queue.load()
+    assert os.path.getsize(tmp_path / segment_name(0)) == 100
+    assert queue.segments[0].read_raw(0, 100) == b"q" * 60 + bytes(40)
+    assert "is 60 bytes, expected 100" in caplog.text
     queue.close()

@@ -313,7 +313,7 @@ def test_sync_flush(open_store):
     store = open_store(flush_disk_type="SYNC_FLUSH")
     result = store.put_message(make_msg())
     assert result.status is PutStatus.PUT_OK
-    assert store.commit_log._flushed_offset >= result.wrote_offset + result.wrote_bytes
+    assert store.commit_log.flushed_offset >= result.wrote_offset + result.wrote_bytes
     no_wait = store.put_message(make_msg(WAIT="false"))
     assert no_wait.status is PutStatus.PUT_OK
     assert store.flush_commit_log() == store.max_phy_offset
@@ -358,11 +358,14 @@ def test_failed_write_is_undone(open_store, monkeypatch):
 
     monkeypatch.setattr(ConsumeQueue, "append", disk_full)
     failed = store.put_message(make_msg(queue_id=0))
-    assert failed.status is PutStatus.UNKNOWN_ERROR and "No space" in failed.remark
+    assert failed.status is PutStatus.SERVICE_NOT_AVAILABLE and "No space" in failed.remark
+    assert "the broker's disk is full" in failed.remark
     assert store.max_phy_offset == end
     assert store.look_message_by_offset(end) is None
 
     monkeypatch.setattr(ConsumeQueue, "append", real_append)
+    assert store.put_message(make_msg(queue_id=0)).status is PutStatus.SERVICE_NOT_AVAILABLE  # marked full
+    store.clean()  # the retention run finds the disk has room: writable again
     ok = store.put_message(make_msg(queue_id=0, body=b"second"))
     assert (ok.wrote_offset, ok.queue_offset) == (end, 1)
     assert [m.body for m in decode_records(b"".join(pull_all(store, "TopicTest", 0)))] == [b"hello", b"second"]

@@ -204,6 +204,34 @@ def test_a_failed_load_keeps_the_unclean_marker(open_store, tmp_path):
     fill(store, 5)
     target = crash_copy(tmp_path)
     with pytest.raises(ValueError, match="expected"):
-        open_store(target, mapped_file_size_commit_log=128 * 1024)  # wrong size setting
+        open_store(target, mapped_file_size_commit_log=32 * 1024)  # wrong size setting
     assert (target / "abort").exists()
     assert open_store(target).get_max_offset_in_queue("TopicTest", 1) == 2
+
+
+def test_a_clean_restart_starts_at_the_last_consume_queue_entry(open_store, tmp_path):
+    from ferrymq.common.message import SysFlag
+    store = open_store()
+    fill(store, 30)
+    prepared = make_msg(queue_id=1)
+    prepared.sys_flag = SysFlag.TRANSACTION_PREPARED_TYPE  # stored, but in no ConsumeQueue
+    store.put_message(prepared)
+    end = store.max_phy_offset
+    store.shutdown()
+    reopened = open_store()
+    assert reopened.last_recovery.records_checked == 1  # only the record after the last entry
+    assert reopened.max_phy_offset == end
+    assert reopened.last_recovery.last_store_timestamp == prepared.store_timestamp
+
+
+def test_a_clean_restart_does_not_trust_an_entry_whose_record_is_gone(open_store, tmp_path):
+    store = open_store()
+    msgs = fill(store, 30)
+    store.shutdown()
+    last = msgs[-1]
+    with open(tmp_path / "store" / "commitlog" / f"{last.commit_log_offset - last.commit_log_offset % SMALL_COMMIT_LOG:020d}", "r+b") as f:
+        f.seek(last.commit_log_offset % SMALL_COMMIT_LOG)
+        f.write(bytes(last.store_size))  # lost after a "clean" exit (a restored backup, a bad disk)
+    reopened = open_store()
+    assert reopened.max_phy_offset == last.commit_log_offset
+    assert reopened.get_max_offset_in_queue("TopicTest", last.queue_id) == last.queue_offset

@@ -1,7 +1,7 @@
 """The admin processor: every request code without a dedicated processor comes here.
 
-Topic and subscription-group management, broker config and runtime info, message view
-and topic stats. Codes it does not know are answered REQUEST_CODE_NOT_SUPPORTED.
+Topic management, broker config and runtime info, and topic stats (message queries are
+in query.py). Codes it does not know are answered REQUEST_CODE_NOT_SUPPORTED.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from ferrymq import __version__
 from ferrymq.common import rocketmq_json
 from ferrymq.common.config_loader import ConfigError, apply_settings, parse_properties, to_properties
-from ferrymq.common.message import validate_group, validate_topic
-from ferrymq.common.protocol import KVTable, MessageQueue, Perm, SubscriptionGroupConfig, TopicConfig
+from ferrymq.common.message import validate_topic
+from ferrymq.common.protocol import KVTable, MessageQueue, Perm, TopicConfig
 from ferrymq.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
@@ -34,13 +34,9 @@ class AdminProcessor:
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_topic,
             RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
             RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group,
-            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_group,
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_groups,
             RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
             RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_runtime_info,
-            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
         }
@@ -102,31 +98,6 @@ class AdminProcessor:
         groups |= {name for name, info in self.broker.consumers.groups.items() if topic in info.subscriptions}
         return req.response(body=rocketmq_json.dumps({"groupList": sorted(groups)}).encode())
 
-    # ------------------------------------------------------------------ groups
-
-    async def update_group(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        try:
-            config = SubscriptionGroupConfig.from_json(req.body or b"")
-        except ValueError as e:
-            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"malformed subscription group body: {e}")
-        error = validate_group(config.group_name)
-        if error:
-            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"group[{config.group_name}] is invalid: {error}")
-        self.broker.groups.update(config)
-        await self.broker.groups.persist()
-        return req.response()
-
-    async def delete_group(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        group = req.get_str("groupName", required=True)
-        self.broker.groups.delete(group)
-        if req.get_bool("removeOffset"):
-            self.broker.offsets.remove_group(group)
-        await self.broker.groups.persist()
-        return req.response()
-
-    async def get_all_groups(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return req.response(body=self.broker.groups.render().encode())
-
     # ------------------------------------------------------------------ broker
 
     async def get_broker_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -162,16 +133,6 @@ class AdminProcessor:
             "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0", "dispatchBehindBytes": "0",
         }
         return req.response(body=KVTable(table).to_json())
-
-    # ------------------------------------------------------------------ messages
-
-    async def view_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        offset = req.get_long("offset", required=True)
-        store = self.broker.store
-        record = await store.read(store.store.look_message_by_offset, offset)
-        if record is None:
-            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"can not find message by the offset, {offset}")
-        return req.response(body=record)
 
 
 def _uptime(ms: int) -> str:

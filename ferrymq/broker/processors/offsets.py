@@ -1,4 +1,4 @@
-"""Consumer offsets and queue offsets: codes 14, 15, 29, 30, 31, 32."""
+"""Consumer offsets and queue offsets: codes 14, 15, 30, 31 (29 and 32 are in query.py)."""
 
 from __future__ import annotations
 
@@ -44,17 +44,4 @@ class OffsetProcessors:
 
     async def get_min_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         offset = self.broker.store.store.get_min_offset_in_queue(req.get_str("topic", required=True), req.get_int("queueId", required=True))
-        return req.response(ext_fields={"offset": offset})
-
-    async def get_earliest_store_time(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        store = self.broker.store
-        topic, queue_id = req.get_str("topic", required=True), req.get_int("queueId", required=True)
-        min_offset = store.store.get_min_offset_in_queue(topic, queue_id)
-        timestamp = await store.read(store.store.get_store_time, topic, queue_id, min_offset)
-        return req.response(ext_fields={"timestamp": timestamp})
-
-    async def search_offset_by_timestamp(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        store = self.broker.store
-        offset = await store.read(store.store.search_offset_by_timestamp, req.get_str("topic", required=True),
-                                  req.get_int("queueId", required=True), req.get_long("timestamp", required=True))
         return req.response(ext_fields={"offset": offset})

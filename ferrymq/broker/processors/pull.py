@@ -60,6 +60,10 @@ def response_code(status: GetStatus, requested_offset: int) -> int:
     return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
 
 
+# Reads that tell how far behind the head the group reads (caught up counts as 0).
+_FALL_BEHIND_KNOWN = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_OVERFLOW_ONE)
+
+
 class PullProcessor:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
@@ -110,9 +114,13 @@ class PullProcessor:
         tag_filter = tag_filter_for(sub)
         result = await broker.store.get_messages(group, topic, queue_id, offset, max_nums, tag_filter)
         code = response_code(result.status, offset)
+        if result.status in _FALL_BEHIND_KNOWN:
+            broker.protection.record(group, topic, queue_id, result.fall_behind_bytes)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & PullSysFlag.SUSPEND:
             result = await self._hold(group, topic, queue_id, offset, max_nums, tag_filter, req)
             code = response_code(result.status, offset)
+            if result.status in _FALL_BEHIND_KNOWN:
+                broker.protection.record(group, topic, queue_id, result.fall_behind_bytes)
         return self._respond(req, result, code, group, topic)
 
     async def _hold(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int,

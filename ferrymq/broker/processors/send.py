@@ -13,6 +13,7 @@ import random
 import time
 from typing import TYPE_CHECKING
 
+from ferrymq.broker.schedule import divert_to_schedule, is_delayable
 from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
 from ferrymq.common.message import MessageExt, Prop, decode_batch_body, decode_properties, validate_topic
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, Perm, dlq_topic
@@ -82,7 +83,7 @@ class SendProcessor:
                                 remark=f"request queueId[{queue_id}] is illegal, {topic_config} Producer: {conn.remote_address[0]}")
 
         batch_props = decode_properties(req.get_str("properties", "") or "")
-        batch_props.pop(Prop.WAIT, None)
+        wait = batch_props.pop(Prop.WAIT, None) != "false"  # honoured, not stored (as 4.9.1+)
         batch_props[Prop.CLUSTER] = broker.config.broker_cluster_name
         reconsume_times = req.get_int("reconsumeTimes", 0)
         born_host = (conn.remote_address[0], conn.remote_address[1])
@@ -101,14 +102,17 @@ class SendProcessor:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
             msgs = [MessageExt(topic=topic, body=body, flag=flag, properties={**props, **batch_props}, **common)
                     for flag, body, props in elements]
-            result = await broker.store.put_messages(msgs)
+            result = await broker.store.put_messages(msgs, wait=wait)
         else:
             msg = MessageExt(topic=topic, body=req.body or b"", flag=req.get_int("flag", 0), properties=batch_props, **common)
             dlq = self._dead_letter_target(req, msg)
             if dlq is not None:
                 msg.topic, msg.queue_id = dlq, 0
-            result = await broker.store.put_message(msg)
+                msg.delay_level = 0  # a dead letter waits for a human, not a timer
             topic, queue_id = msg.topic, msg.queue_id
+            if is_delayable(msg):  # held in SCHEDULE_TOPIC_XXXX until due (wire facts 7.3 step 6)
+                divert_to_schedule(msg, broker.schedule.level_count)
+            result = await broker.store.put_message(msg, wait=wait)
 
         code = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
         broker.stats.record_put(topic, result.msg_num if code in (0, 10) else 0, result.wrote_bytes)

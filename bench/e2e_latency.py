@@ -1,0 +1,403 @@
+"""End-to-end consume benchmark: push consumers on FerryMQ against Apache RocketMQ 4.9.7.
+
+Not a test. Run: .venv/bin/python bench/e2e_latency.py [--quick] [--rate 500] [--seconds 10]
+                 [--backlog 20000] [--only ferrymq|apache] [--consumers python,java] [--markdown]
+
+For each broker (FerryMQ ``standalone`` subprocess; Apache RocketMQ 4.9.7 name server + broker
+from the compat harness) and each push consumer (FerryMQ's ``PushConsumer`` in this process;
+the official ``DefaultMQPushConsumer`` in its own JVM, tests/compat ``PushConsumerRun``), on
+topics with 8 queues and 1 KiB bodies:
+
+* ``latency``: a producer (FerryMQ's Python client, in its own process) sends at a steady
+  ``--rate`` for ``--seconds`` after a warm-up; latency per message = the time the listener
+  saw it minus the broker's store timestamp (same host clock, ms resolution), so it is the
+  store -> long-poll wake-up -> pull -> decode -> listener path; p50, p99, max.
+* ``catch-up``: ``--backlog`` messages are stored first (batch sends); a new group then starts
+  from the first offset; throughput = backlog / time from the consumer's start to the last
+  message at the listener.
+
+The listeners do nothing but record. Ratios compare FerryMQ with Apache for the same consumer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from ferrymq.client.admin import AdminClient  # noqa: E402
+from ferrymq.client.producer import Producer  # noqa: E402
+from ferrymq.client.push_config import ConsumeFromWhere  # noqa: E402
+from ferrymq.client.push_consumer import PushConsumer  # noqa: E402
+from ferrymq.common.message import Message  # noqa: E402
+from tests.support import StandaloneProcess  # noqa: E402
+
+QUEUES = 8
+BODY = 1024
+APACHE_BROKER_JVM = ("-Xms1g", "-Xmx1g", "-XX:MaxDirectMemorySize=1g", "-XX:+UseG1GC", "-XX:-UsePerfData")
+APACHE_BROKER_CONF = {"mappedFileSizeCommitLog": str(1024 * 1024 * 1024), "mappedFileSizeConsumeQueue": str(300_000 * 20)}
+CONSUMER_JVM = ("-Xms128m", "-Xmx512m", "-XX:TieredStopAtLevel=4")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def percentile(sorted_values: list[float], p: float) -> float | None:
+    if not sorted_values:
+        return None
+    return sorted_values[max(0, min(len(sorted_values) - 1, math.ceil(p * len(sorted_values)) - 1))]
+
+
+# ---------------------------------------------------------------------------------------------
+# The producer, in its own process (so it does not share a CPU with the consumer being measured)
+
+
+async def produce_main(args: argparse.Namespace) -> None:
+    body = b"x" * BODY
+    async with Producer("e2e-bench-producer", namesrv_addr=args.namesrv) as producer:
+        if args.batch:
+            for start in range(0, args.count, 32):
+                batch = [Message(args.topic, body) for _ in range(min(32, args.count - start))]
+                await producer.send_batch(batch)
+        else:
+            t0 = time.monotonic()
+            for i in range(args.count):
+                delay = t0 + i / args.rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await producer.send(Message(args.topic, body))
+            elapsed = time.monotonic() - t0
+            print(json.dumps({"sent": args.count, "elapsed": elapsed}), flush=True)
+
+
+async def run_producer(namesrv: str, topic: str, count: int, *, rate: float = 0, batch: bool = False) -> dict:
+    cmd = [sys.executable, __file__, "_produce", "--namesrv", namesrv, "--topic", topic, "--count", str(count),
+           "--rate", str(rate)] + (["--batch"] if batch else [])
+    proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"producer failed ({proc.returncode})")
+    lines = [json.loads(x) for x in out.decode().splitlines() if x.startswith("{")]
+    return lines[-1] if lines else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Brokers
+
+
+class FerryBroker:
+    name = "FerryMQ"
+
+    def __init__(self, workdir: Path) -> None:
+        self.proc = StandaloneProcess(workdir / "ferrymq-data")
+
+    def start(self) -> None:
+        self.proc.start()
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.proc.namesrv_addr
+
+    async def create_topic(self, topic: str) -> None:
+        async with AdminClient(namesrv_addr=self.namesrv_addr) as admin:
+            await admin.create_topic(topic, read_queues=QUEUES, write_queues=QUEUES)
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+
+class ApacheBroker:
+    name = "Apache"
+
+    def __init__(self, workdir: Path) -> None:
+        from tests.compat.harness import ApacheRocketMQ
+
+        self.mq = ApacheRocketMQ(broker_jvm_opts=APACHE_BROKER_JVM, broker_conf=dict(APACHE_BROKER_CONF),
+                                 workdir=workdir / "apache")
+
+    def start(self) -> None:
+        self.mq.start()
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.mq.namesrv_addr
+
+    async def create_topic(self, topic: str) -> None:
+        from tests.compat.harness import run_mqadmin
+
+        await asyncio.to_thread(run_mqadmin, self.namesrv_addr, "updateTopic", "-c", self.mq.cluster_name,
+                                "-t", topic, "-r", str(QUEUES), "-w", str(QUEUES))
+
+    def stop(self) -> None:
+        self.mq.stop()
+
+
+async def wait_for_route(namesrv: str, topic: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    async with AdminClient(namesrv_addr=namesrv) as admin:
+        while True:
+            try:
+                route = await admin.topic_route(topic)
+                if sum(q.read_queue_nums for q in route.queue_datas) >= QUEUES:
+                    return
+            except Exception:  # noqa: BLE001 - not routed yet
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no route for {topic}")
+            await asyncio.sleep(0.2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Consumers: both record (arrival ms, store ms) per message
+
+
+@dataclass
+class Arrivals:
+    samples: list[tuple[float, int]] = field(default_factory=list)  # (arrival ms, store ms)
+    count: int = 0
+    last_arrival: float = 0.0  # time.monotonic() of the latest message
+
+
+class PythonConsumer:
+    name = "python"
+
+    def __init__(self, namesrv: str, group: str, topic: str) -> None:
+        self.arrivals = Arrivals()
+        self.consumer = PushConsumer(group, namesrv_addr=namesrv, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+        self.consumer.subscribe(topic).register_listener(self._listen)
+
+    def _listen(self, msgs, context) -> None:
+        now = time.time() * 1000
+        a = self.arrivals
+        for m in msgs:
+            a.samples.append((now, m.store_timestamp))
+        a.count += len(msgs)
+        a.last_arrival = time.monotonic()
+
+    async def start(self) -> None:
+        await self.consumer.start()
+
+    async def stop(self) -> None:
+        await self.consumer.shutdown()
+
+
+class JavaConsumer:
+    name = "java"
+
+    def __init__(self, namesrv: str, group: str, topic: str) -> None:
+        self.arrivals = Arrivals()
+        self.args = ["--namesrv", namesrv, "--topic", topic, "--group", group, "--instance", group, "--run-ms", "900000"]
+        self.proc: asyncio.subprocess.Process | None = None
+        self.ready = asyncio.Event()
+        self.reader: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        from tests.compat.harness import java_client_command
+
+        cmd = java_client_command(self.args, main="ferrymq.compat.PushConsumerRun", jvm_args=CONSUMER_JVM)
+        self.proc = await asyncio.create_subprocess_exec(*cmd, stdin=asyncio.subprocess.PIPE,
+                                                         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        self.reader = asyncio.create_task(self._read())
+        await asyncio.wait_for(self.ready.wait(), 60)
+
+    async def _read(self) -> None:
+        a = self.arrivals
+        async for line in self.proc.stdout:
+            if not line.startswith(b"{"):
+                continue
+            e = json.loads(line)
+            if e["event"] == "ready":
+                self.ready.set()
+            elif e["event"] == "received":
+                a.samples.append((e["receivedAt"], e["storeTimestamp"]))
+                a.count += 1
+                a.last_arrival = time.monotonic()
+
+    async def stop(self) -> None:
+        if self.proc and self.proc.returncode is None:
+            self.proc.stdin.close()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 30)
+            except asyncio.TimeoutError:
+                self.proc.kill()
+        if self.reader:
+            await self.reader
+
+
+CONSUMERS = {"python": PythonConsumer, "java": JavaConsumer}
+
+
+async def wait_count(arrivals: Arrivals, n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while arrivals.count < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {arrivals.count} of {n} messages arrived within {timeout:.0f} s")
+        await asyncio.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenarios
+
+
+async def latency(broker, kind: str, rate: float, seconds: float, warmup: float, run_id: str) -> dict:
+    topic, group = f"E2ELat_{kind}_{run_id}", f"e2e-lat-{kind}-{run_id}"
+    await broker.create_topic(topic)
+    await wait_for_route(broker.namesrv_addr, topic)
+    consumer = CONSUMERS[kind](broker.namesrv_addr, group, topic)
+    await consumer.start()
+    try:
+        warm = max(1, int(rate * warmup))
+        await run_producer(broker.namesrv_addr, topic, warm, rate=rate)
+        await wait_count(consumer.arrivals, warm, 60)
+        consumer.arrivals.samples.clear()
+        n = int(rate * seconds)
+        sent = await run_producer(broker.namesrv_addr, topic, n, rate=rate)
+        await wait_count(consumer.arrivals, warm + n, 60)
+    finally:
+        await consumer.stop()
+    lat = sorted(arrival - store for arrival, store in consumer.arrivals.samples)
+    return {"messages": len(lat), "sendRate": n / sent["elapsed"] if sent.get("elapsed") else None,
+            "p50Ms": percentile(lat, 0.5), "p99Ms": percentile(lat, 0.99), "maxMs": lat[-1] if lat else None}
+
+
+async def catch_up(broker, kind: str, backlog: int, run_id: str) -> dict:
+    topic, group = f"E2ECatch_{kind}_{run_id}", f"e2e-catch-{kind}-{run_id}"
+    await broker.create_topic(topic)
+    await wait_for_route(broker.namesrv_addr, topic)
+    await run_producer(broker.namesrv_addr, topic, backlog, batch=True)
+    consumer = CONSUMERS[kind](broker.namesrv_addr, group, topic)
+    started = time.monotonic()
+    await consumer.start()
+    try:
+        await wait_count(consumer.arrivals, backlog, 300)
+        elapsed = consumer.arrivals.last_arrival - started
+    finally:
+        await consumer.stop()
+    return {"messages": backlog, "elapsedS": elapsed, "msgsPerSec": backlog / elapsed}
+
+
+def machine() -> dict:
+    def run(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return "?"
+
+    model = next((ln.split(":", 1)[1].strip() for ln in run(["lscpu"]).splitlines() if ln.lower().startswith("model name")), "")
+    return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "nproc": run(["nproc"]),
+            "cpu": model or platform.processor(), "python": platform.python_version(),
+            "commit": run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])}
+
+
+def markdown(results: dict, args: argparse.Namespace) -> str:
+    m = results["machine"]
+    lines = [f"## Push consumer end to end: latency and catch-up, FerryMQ vs Apache RocketMQ ({m['date'][:10]})", "",
+             f"`bench/e2e_latency.py --rate {args.rate:g} --seconds {args.seconds:g} --backlog {args.backlog}`: "
+             f"{m['nproc']} CPUs ({m['cpu']}), Python {m['python']}, commit {m['commit']}. 8 queues, 1 KiB bodies, "
+             "ASYNC_FLUSH, broker, producer (FerryMQ Python client, own process) and consumer on one host. "
+             "Latency = listener clock minus the broker's store timestamp (ms resolution).", "",
+             "| broker | consumer | msgs | p50 ms | p99 ms | max ms | catch-up msg/s |", "|---|---|---:|---:|---:|---:|---:|"]
+    rows = results["runs"]
+    for r in rows:
+        lat, cu = r.get("latency", {}), r.get("catchUp", {})
+        lines.append(f"| {r['broker']} | {r['consumer']} | {lat.get('messages', '-')} | {_f(lat.get('p50Ms'))} | "
+                     f"{_f(lat.get('p99Ms'))} | {_f(lat.get('maxMs'))} | {_f(cu.get('msgsPerSec'), 0)} |")
+    lines.append("")
+    by = {(r["broker"], r["consumer"]): r for r in rows}
+    for kind in CONSUMERS:
+        f, a = by.get(("FerryMQ", kind)), by.get(("Apache", kind))
+        if f and a and "latency" in f and "latency" in a:
+            lines.append(f"- {kind} consumer, FerryMQ / Apache: p50 {_ratio(f['latency']['p50Ms'], a['latency']['p50Ms'])}, "
+                         f"p99 {_ratio(f['latency']['p99Ms'], a['latency']['p99Ms'])}, catch-up throughput "
+                         f"{_ratio(f['catchUp']['msgsPerSec'], a['catchUp']['msgsPerSec'])}")
+    return "\n".join(lines) + "\n"
+
+
+def _f(v, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def _ratio(a, b) -> str:
+    return "-" if not a or not b else f"{a / b:.2f}x"
+
+
+async def main_async(args: argparse.Namespace) -> dict:
+    kinds = [k.strip() for k in args.consumers.split(",") if k.strip()]
+    brokers = [FerryBroker, ApacheBroker]
+    if args.only:
+        brokers = [b for b in brokers if b.name.lower() == args.only]
+    results = {"machine": machine(), "runs": []}
+    workdir = Path(tempfile.mkdtemp(prefix="ferrymq-e2e-bench-"))
+    run_id = str(int(time.time()))
+    for cls in brokers:
+        broker = cls(workdir)
+        log(f"starting {broker.name}")
+        try:
+            broker.start()
+        except Exception as e:  # noqa: BLE001 - e.g. Maven Central unreachable for Apache
+            log(f"{broker.name} unavailable: {e}")
+            continue
+        try:
+            for kind in kinds:
+                row = {"broker": broker.name, "consumer": kind}
+                log(f"{broker.name} / {kind}: latency at {args.rate:g} msg/s for {args.seconds:g} s")
+                row["latency"] = await latency(broker, kind, args.rate, args.seconds, args.warmup, run_id)
+                log(f"  {row['latency']}")
+                log(f"{broker.name} / {kind}: catch-up of {args.backlog} messages")
+                row["catchUp"] = await catch_up(broker, kind, args.backlog, run_id)
+                log(f"  {row['catchUp']}")
+                results["runs"].append(row)
+        finally:
+            broker.stop()
+    return results
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "_produce":
+        p = argparse.ArgumentParser()
+        p.add_argument("_produce")
+        p.add_argument("--namesrv", required=True)
+        p.add_argument("--topic", required=True)
+        p.add_argument("--count", type=int, required=True)
+        p.add_argument("--rate", type=float, default=0)
+        p.add_argument("--batch", action="store_true")
+        asyncio.run(produce_main(p.parse_args()))
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="rate 300, 4 s, backlog 5000")
+    p.add_argument("--rate", type=float, default=500.0, help="messages per second for the latency run")
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--warmup", type=float, default=2.0)
+    p.add_argument("--backlog", type=int, default=20000)
+    p.add_argument("--only", choices=["ferrymq", "apache"])
+    p.add_argument("--consumers", default="python,java")
+    p.add_argument("--markdown", action="store_true", help="print a RESULTS.md section at the end")
+    p.add_argument("--json", type=Path, help="write the results here")
+    args = p.parse_args()
+    if args.quick:
+        args.rate, args.seconds, args.backlog = 300.0, 4.0, 5000
+    results = asyncio.run(main_async(args))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+    if args.markdown:
+        print(markdown(results, args))
+    return 0 if results["runs"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""``ferrymq admin group create|list|progress|enable|disable|reset-offset``: consumer groups, as
+mqadmin's updateSubGroup, consumerProgress and resetOffsetByTime do them."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import time
+
+from ferrymq.cli.client_commands import add_namesrv, namesrv_of
+from ferrymq.cli.output import emit_json, table
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.errors import MQClientError
+
+
+def _when(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S") if ms > 0 else "-"
+
+
+async def run_group_create(args: argparse.Namespace) -> int:
+    settings = dict(consume_enable=not args.disabled, retry_max_times=args.retry_max_times,
+                    retry_queue_nums=args.retry_queues, consume_broadcast_enable=not args.no_broadcast,
+                    consume_from_min_enable=not args.no_from_min)
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        addrs = await admin.create_group(args.group, cluster=args.cluster, broker_addr=args.broker, **settings)
+    if args.json:
+        emit_json({"group": args.group, "brokers": addrs, **settings})
+    else:
+        print(f"group {args.group} created on {', '.join(addrs)}")
+    return 0
+
+
+async def run_group_list(args: argparse.Namespace) -> int:
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        groups = await admin.list_groups(cluster=args.cluster)
+    rows = [{"group": g, "broker": b, **c.to_dict()} for g, by_broker in groups.items() for b, c in sorted(by_broker.items())]
+    if args.json:
+        emit_json({"groups": rows})
+    else:
+        print(table(["group", "broker", "consume", "broadcast", "retry queues", "max retries"],
+                    [[r["group"], r["broker"], "enabled" if r["consumeEnable"] else "DISABLED",
+                      r["consumeBroadcastEnable"], r["retryQueueNums"], r["retryMaxTimes"]] for r in rows]))
+    return 0
+
+
+async def run_group_progress(args: argparse.Namespace) -> int:
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        stats = await admin.consume_stats(args.group, topic=args.topic, cluster=args.cluster)
+        online = await admin.consumer_connections(args.group, cluster=args.cluster)
+    members = sorted(c.client_id for c in online.connection_set) if online else []
+    rows = [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "brokerOffset": w.broker_offset,
+             "consumerOffset": w.consumer_offset, "lag": w.lag, "lastTimestamp": w.last_timestamp}
+            for mq, w in stats.offset_table.items()]
+    if args.json:
+        emit_json({"group": args.group, "consumeEnable": stats.consume_enable, "totalLag": stats.total_lag(),
+                   "consumeTps": stats.consume_tps, "members": members, "queues": rows})
+        return 0
+    if not rows:
+        raise MQClientError(f"group {args.group} has no consume progress (no offsets and not online)")
+    print(table(["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "last consumed"],
+                [[r["topic"], r["brokerName"], r["queueId"], r["brokerOffset"], r["consumerOffset"], r["lag"],
+                  _when(r["lastTimestamp"])] for r in rows]))
+    state = {True: "enabled", False: "DISABLED (pulls refused; re-enable: ferrymq admin group enable)", None: "unknown"}
+    print(f"\ngroup {args.group}: consume {state[stats.consume_enable]}, total lag {stats.total_lag()}, "
+          f"{len(members)} member(s) online")
+    return 0
+
+
+async def run_group_enable(args: argparse.Namespace) -> int:
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        addrs = await admin.set_group_consume_enable(args.group, args.enable, cluster=args.cluster)
+    word = "enabled" if args.enable else "disabled"
+    if args.json:
+        emit_json({"group": args.group, "consumeEnable": args.enable, "brokers": addrs})
+    else:
+        print(f"group {args.group} {word} on {', '.join(addrs)}")
+    return 0
+
+
+def parse_reset_point(value: str) -> int | None:
+    """``earliest`` -> 0, ``latest`` -> None, epoch ms, or ``yyyy-MM-ddTHH:mm:ss`` (local time)."""
+    if value == "earliest":
+        return 0
+    if value == "latest":
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        return int(time.mktime(datetime.datetime.fromisoformat(value).timetuple()) * 1000)
+    except ValueError:
+        raise MQClientError(f"--to must be earliest, latest, epoch milliseconds or an ISO date-time, not {value!r}") from None
+
+
+async def run_group_reset_offset(args: argparse.Namespace) -> int:
+    point = parse_reset_point(args.to)
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        offsets = await admin.reset_offset(args.group, args.topic, timestamp=point, force=not args.only_backwards)
+    rows = [{"brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": o} for mq, o in offsets.items()]
+    if args.json:
+        emit_json({"group": args.group, "topic": args.topic, "queues": rows})
+    else:
+        print(table(["broker", "queue", "new offset"], [[r["brokerName"], r["queueId"], r["offset"]] for r in rows]))
+    return 0
+
+
+def register_admin(admin: argparse._SubParsersAction) -> None:
+    group = admin.add_parser("group", help="consumer groups").add_subparsers(dest="action", required=True)
+
+    p = group.add_parser("create", help="create or update a subscription group (mqadmin updateSubGroup)")
+    add_namesrv(p)
+    p.add_argument("group")
+    p.add_argument("--retry-max-times", type=int, default=16, help="deliveries before the DLQ (default 16)")
+    p.add_argument("--retry-queues", type=int, default=1, help="queues of %%RETRY%%<group> (default 1)")
+    p.add_argument("--disabled", action="store_true", help="create with consumption disabled")
+    p.add_argument("--no-broadcast", action="store_true", help="refuse broadcasting consumers")
+    p.add_argument("--no-from-min", action="store_true", help="consumeFromMinEnable=false")
+    p.add_argument("-c", "--cluster", help="on every master of this cluster (default: all brokers)")
+    p.add_argument("-b", "--broker", help="on this broker address only")
+    p.set_defaults(run=run_group_create)
+
+    p = group.add_parser("list", help="subscription groups of every broker")
+    add_namesrv(p)
+    p.add_argument("-c", "--cluster")
+    p.set_defaults(run=run_group_list)
+
+    p = group.add_parser("progress", help="lag per queue and whether the group may consume (mqadmin consumerProgress)")
+    add_namesrv(p)
+    p.add_argument("group")
+    p.add_argument("-t", "--topic", help="only this topic")
+    p.add_argument("-c", "--cluster")
+    p.set_defaults(run=run_group_progress)
+
+    for action, enable, text in (("enable", True, "let a group consume again (e.g. after broker protection)"),
+                                 ("disable", False, "refuse a group's pulls (NO_PERMISSION)")):
+        p = group.add_parser(action, help=text)
+        add_namesrv(p)
+        p.add_argument("group")
+        p.add_argument("-c", "--cluster")
+        p.set_defaults(run=run_group_enable, enable=enable)
+
+    p = group.add_parser("reset-offset", help="move a group's offsets on a topic (mqadmin resetOffsetByTime)")
+    add_namesrv(p)
+    p.add_argument("group")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("--to", required=True, help="earliest, latest, epoch milliseconds, or 2024-06-01T12:00:00")
+    p.add_argument("--only-backwards", action="store_true", help="never move an offset forward (isForce=false)")
+    p.set_defaults(run=run_group_reset_offset)

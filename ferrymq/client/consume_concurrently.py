@@ -1,0 +1,162 @@
+"""Concurrent consumption: pulled messages go to a bounded pool of listener calls in any order.
+
+Each pull's messages are cut into batches (consume_message_batch_max_size) and queued; a
+fixed number of workers (consume_thread_max) take batches and call the listener. The
+queue's committed offset only moves past a message once it and everything before it are
+done (see ProcessQueue.remove). A failed batch is sent back to the broker (retry topic,
+delay levels, then DLQ); a message whose send-back fails too is kept and consumed again
+locally a little later, so nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ferrymq.client.listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, Listener
+from ferrymq.client.process_queue import ProcessQueue
+from ferrymq.client.push_config import MessageModel
+from ferrymq.common.message import MessageExt, Prop
+from ferrymq.common.protocol import MessageQueue
+
+if TYPE_CHECKING:
+    from ferrymq.client.push_consumer import PushConsumer
+
+log = logging.getLogger(__name__)
+
+
+async def call_listener(listener: Listener, executor: ThreadPoolExecutor, msgs: list[MessageExt], context) -> object:
+    """Run a sync listener in the pool, await an async one."""
+    if inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(getattr(listener, "__call__", None)):
+        return await listener(msgs, context)
+    result = await asyncio.get_running_loop().run_in_executor(executor, listener, msgs, context)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def prepare_for_listener(msgs: list[MessageExt], group: str) -> None:
+    """Retry-topic messages show their original topic (RocketMQ's resetRetryAndNamespace)."""
+    retry = "%RETRY%" + group
+    now = str(int(time.time() * 1000))
+    for m in msgs:
+        original = m.properties.get(Prop.RETRY_TOPIC)
+        if original and m.topic == retry:
+            m.topic = original
+        m.properties[Prop.CONSUME_START_TIME] = now
+
+
+@dataclass
+class ConsumeRequest:
+    msgs: list[MessageExt]
+    pq: ProcessQueue
+    mq: MessageQueue
+
+
+class ConcurrentConsumeService:
+    orderly = False
+
+    def __init__(self, consumer: "PushConsumer", listener: Listener) -> None:
+        self.consumer = consumer
+        self.listener = listener
+        self.config = consumer.config
+        self._queue: asyncio.Queue[ConsumeRequest] = asyncio.Queue()
+        self._executor = ThreadPoolExecutor(self.config.consume_thread_max, thread_name_prefix=f"consume-{consumer.group}")
+        self._workers: list[asyncio.Task] = []
+        self._busy = 0
+        self._later: set[asyncio.Task] = set()
+
+    def start(self) -> None:
+        self._workers = [asyncio.create_task(self._work(), name=f"consume-worker-{i}")
+                         for i in range(self.config.consume_thread_max)]
+
+    async def shutdown(self) -> None:
+        """Stop taking work; wait (bounded) for listener calls in progress, then stop the workers."""
+        for task in self._later:
+            task.cancel()
+        deadline = time.monotonic() + self.config.await_termination
+        while self._busy and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, *self._later, return_exceptions=True)
+        self._executor.shutdown(wait=False)
+
+    @property
+    def backlog(self) -> int:
+        return self._queue.qsize()
+
+    def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, dispatch: bool = True) -> None:
+        size = max(1, self.config.consume_message_batch_max_size)
+        for i in range(0, len(msgs), size):
+            self._queue.put_nowait(ConsumeRequest(msgs[i:i + size], pq, mq))
+
+    def _submit_later(self, request: ConsumeRequest, delay: float) -> None:
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            self.submit(request.msgs, request.pq, request.mq)
+
+        task = asyncio.create_task(later())
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    async def _work(self) -> None:
+        while True:
+            request = await self._queue.get()
+            self._busy += 1
+            try:
+                await self._consume(request)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("consuming %d message(s) of %s failed unexpectedly", len(request.msgs), request.mq)
+            finally:
+                self._busy -= 1
+
+    async def _consume(self, request: ConsumeRequest) -> None:
+        if request.pq.dropped:
+            return
+        group = self.consumer.group
+        prepare_for_listener(request.msgs, group)
+        context = ConsumeConcurrentlyContext(request.mq)
+        try:
+            status = await call_listener(self.listener, self._executor, request.msgs, context)
+        except Exception:
+            log.warning("listener of group %s failed on %d message(s) of %s; they will be retried", group,
+                        len(request.msgs), request.mq, exc_info=True)
+            status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        if request.pq.dropped:
+            # The queue moved to another member meanwhile; it starts from the committed offset.
+            log.debug("%s was dropped during consumption; result of %d message(s) not committed", request.mq,
+                      len(request.msgs))
+            return
+        await self._process_result(request, status, context)
+
+    async def _process_result(self, request: ConsumeRequest, status, context: ConsumeConcurrentlyContext) -> None:
+        msgs, pq, mq = request.msgs, request.pq, request.mq
+        consumer = self.consumer
+        done = msgs
+        if status in (ConsumeConcurrentlyStatus.RECONSUME_LATER, ConsumeConcurrentlyStatus.RECONSUME_LATER.value):
+            if self.config.message_model is MessageModel.BROADCASTING:
+                for m in msgs:
+                    log.warning("BROADCASTING, the message %s consume failed, drop it", m.client_msg_id)
+            else:
+                kept = []
+                for m in msgs:
+                    if not await consumer.send_message_back(m, context.delay_level_when_next_consume, mq.broker_name):
+                        m.reconsume_times += 1
+                        kept.append(m)
+                if kept:
+                    # Not acknowledged anywhere: keep them (they hold the offset back) and retry here.
+                    kept_ids = {id(m) for m in kept}
+                    done = [m for m in msgs if id(m) not in kept_ids]
+                    self._submit_later(ConsumeRequest(kept, pq, mq), self.config.retry_local_delay)
+        offset = pq.remove(done)
+        if offset >= 0 and not pq.dropped:
+            consumer.offset_store.update(mq, offset, increase_only=True)
+        consumer.consumed += len(done)

@@ -1,0 +1,456 @@
+"""PushConsumer: a consumer group member that pulls for you and calls your listener.
+
+    consumer = PushConsumer("orders-group", namesrv_addr="127.0.0.1:9876")
+    consumer.subscribe("Orders", "TagA || TagB")
+    consumer.register_listener(handle)            # or register_listener(handle, orderly=True)
+    await consumer.start()
+    ...
+    await consumer.shutdown()
+
+What it does, as RocketMQ's DefaultMQPushConsumer (and compatible with it in one group):
+
+* heartbeats its subscriptions (plus ``%RETRY%<group>`` in clustering) to every broker;
+* rebalances (rebalance.py) every 20 s and whenever a broker says the group changed;
+* one pull task per owned queue: long polling (held 15 s on the broker, 30 s timeout), paused
+  50 ms at a time while the queue holds too much (flow control: count, MiB, offset span);
+* hands messages to the listener through a bounded executor, concurrently
+  (consume_concurrently.py) or in order per queue (consume_orderly.py);
+* failed messages go back to the broker (CONSUMER_SEND_MSG_BACK) for delayed redelivery
+  through the retry topic and, after maxReconsumeTimes, the DLQ; if the broker cannot take
+  them back they are re-sent to ``%RETRY%<group>`` directly, as the Java client does;
+* offsets: in memory, persisted every 5 s and at shutdown (offset_store.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import Callable
+
+from ferrymq.client.config import ClientConfig
+from ferrymq.client.consume_concurrently import ConcurrentConsumeService
+from ferrymq.client.consume_orderly import OrderlyConsumeService
+from ferrymq.client.errors import MQBrokerError, MQClientError
+from ferrymq.client.instance import ClientInstance
+from ferrymq.client.listener import Listener
+from ferrymq.client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
+from ferrymq.client.process_queue import ProcessQueue
+from ferrymq.client.pull_consumer import FLAG_COMMIT_OFFSET, FLAG_SUSPEND, parse_tags
+from ferrymq.client.push_config import MessageModel, PushConsumerConfig
+from ferrymq.client.rebalance import Rebalancer
+from ferrymq.common.consumer_protocol import ResetOffsetBody
+from ferrymq.common.java_hash import java_string_hash
+from ferrymq.common.message import MessageExt, Prop, decode_records, decompress_body, encode_properties, validate_group
+from ferrymq.common.protocol import (
+    DEFAULT_TOPIC,
+    ConsumerData,
+    MessageQueue,
+    SubscriptionData,
+    retry_topic,
+)
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+ORDERLY_NOT_LOCKED_DELAY = 3.0  # an orderly queue whose lock is not held: look again this much later
+OFFSET_ILLEGAL_GRACE = 10.0  # RocketMQ waits this long before re-creating a queue after OFFSET_ILLEGAL
+_CLIENT_ONLY_PROPS = (Prop.MIN_OFFSET, Prop.MAX_OFFSET, Prop.CONSUME_START_TIME, Prop.TRAN_MSG)
+
+
+def build_subscription(topic: str, expression: str | None) -> SubscriptionData:
+    """``*`` or ``TagA || TagB`` -> SubscriptionData with Java hashCodes (RocketMQ's FilterAPI)."""
+    expression = (expression or "*").strip()
+    if expression in ("", "*"):
+        return SubscriptionData(topic=topic, sub_string="*")
+    tags = [t.strip() for t in expression.split("||") if t.strip()]
+    return SubscriptionData(topic=topic, sub_string=expression, tags_set=tags,
+                            code_set=[java_string_hash(t) for t in tags])
+
+
+class PushConsumer:
+    def __init__(self, group: str, *, namesrv_addr: str | None = None, config: ClientConfig | None = None,
+                 push_config: PushConsumerConfig | None = None, **settings) -> None:
+        error = validate_group(group)
+        if error:
+            raise MQClientError(error)
+        self.group = group
+        self.client_config = config or ClientConfig()
+        if namesrv_addr:
+            self.client_config.namesrv_addr = namesrv_addr
+        self.config = push_config or PushConsumerConfig()
+        if settings:
+            self.config = dataclasses.replace(self.config, **settings)  # TypeError names an unknown setting
+        self.instance = ClientInstance(self.client_config)
+        self.subscriptions: dict[str, SubscriptionData] = {}
+        self.listener: Listener | None = None
+        self.orderly = False
+        self.rebalancer = Rebalancer(self)
+        self.offset_store: RemoteBrokerOffsetStore | LocalFileOffsetStore = RemoteBrokerOffsetStore(self.instance, group)
+        self.service: ConcurrentConsumeService | OrderlyConsumeService | None = None
+        self.consumed = 0  # messages whose consumption finished (successfully or handed back)
+        self.flow_controlled = 0  # pulls postponed by flow control
+        # Called with the sorted owned queues after every assignment change (observability, tests).
+        self.assignment_listeners: list[Callable[[list[MessageQueue]], None]] = []
+        self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._rebalance_wanted = asyncio.Event()
+        self._running = False
+
+    @property
+    def client_id(self) -> str:
+        return self.client_config.client_id
+
+    @property
+    def clustering(self) -> bool:
+        return self.config.message_model is MessageModel.CLUSTERING
+
+    # ------------------------------------------------------------------ set-up
+
+    def subscribe(self, topic: str, expression: str = "*") -> "PushConsumer":
+        self.subscriptions[topic] = build_subscription(topic, expression)
+        if self._running:
+            self._update_consumer_data()
+            self._spawn(self._resubscribed())
+        return self
+
+    def unsubscribe(self, topic: str) -> None:
+        self.subscriptions.pop(topic, None)
+        if self._running:
+            self._update_consumer_data()
+            self._spawn(self._resubscribed())
+
+    async def _resubscribed(self) -> None:
+        await self.instance.send_heartbeats()
+        self._rebalance_wanted.set()
+
+    def register_listener(self, listener: Listener, *, orderly: bool = False) -> "PushConsumer":
+        if self._running:
+            raise MQClientError("register the listener before start()")
+        self.listener, self.orderly = listener, orderly
+        return self
+
+    def register_message_listener_concurrently(self, listener: Listener) -> "PushConsumer":
+        return self.register_listener(listener)
+
+    def register_message_listener_orderly(self, listener: Listener) -> "PushConsumer":
+        return self.register_listener(listener, orderly=True)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> "PushConsumer":
+        if self._running:
+            return self
+        if self.listener is None:
+            raise MQClientError("no listener registered (register_listener before start)")
+        if not self.subscriptions:
+            raise MQClientError("no subscription (subscribe before start)")
+        if self.clustering:
+            self.subscriptions.setdefault(retry_topic(self.group), build_subscription(retry_topic(self.group), "*"))
+            self.offset_store = RemoteBrokerOffsetStore(self.instance, self.group)
+        else:
+            self.offset_store = LocalFileOffsetStore(self.config.offset_store_dir, self.client_id, self.group)
+        await self.offset_store.load()
+        self.instance.request_handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_ids_changed
+        self.instance.request_handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._on_reset_offset
+        self.service = (OrderlyConsumeService if self.orderly else ConcurrentConsumeService)(self, self.listener)
+        self.service.start()
+        await self.instance.start()
+        for topic in self.subscriptions:
+            route = await self.instance.fetch_route(topic)  # raises when no name server answers
+            if route is None and not topic.startswith("%RETRY%"):
+                log.warning("topic %s has no route yet; group %s will consume it once it exists", topic, self.group)
+        self._update_consumer_data()
+        await self.instance.send_heartbeats()
+        self._running = True
+        retry_soon = await self.rebalancer.rebalance()
+        self._spawn(self._rebalance_loop(1.0 if retry_soon else self.config.rebalance_interval))
+        self._spawn(self._persist_loop())
+        log.info("push consumer %s of group %s started (%s, %s)", self.client_id, self.group,
+                 self.config.message_model.value, "orderly" if self.orderly else "concurrently")
+        return self
+
+    async def shutdown(self) -> None:
+        """Finish listener calls in progress (bounded), persist offsets, leave the group."""
+        if not self._running:
+            await self.instance.close()
+            return
+        self._running = False
+        tasks = list(self._tasks) + list(self._pull_tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=10)
+            for task in stuck:
+                log.warning("push consumer task %s did not stop", task.get_name())
+        if self.service:
+            await self.service.shutdown()
+        owned = set(self.rebalancer.process_queues)
+        await self.offset_store.persist_all(owned, oneway=False)
+        if self.orderly and self.clustering:
+            await self.rebalancer.unlock_all()
+        await self.rebalancer.drop_all()
+        if self.clustering:
+            await self.instance.unregister(consumer_group=self.group)
+        self.instance.consumer_data.pop(self.group, None)
+        await self.instance.close()
+        log.info("push consumer %s of group %s shut down", self.client_id, self.group)
+
+    close = shutdown
+
+    async def __aenter__(self) -> "PushConsumer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.shutdown()
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("push consumer task failed", exc_info=task.exception())
+
+    def _update_consumer_data(self) -> None:
+        self.instance.consumer_data[self.group] = ConsumerData(
+            group_name=self.group, consume_type="CONSUME_PASSIVELY", message_model=self.config.message_model.value,
+            consume_from_where=self.config.consume_from_where.value,
+            subscription_data_set=list(self.subscriptions.values()))
+
+    # ------------------------------------------------------------------ periodic work
+
+    async def _rebalance_loop(self, first_wait: float) -> None:
+        wait, backoff = first_wait, 1.0
+        while self._running:
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that arrives just
+            # as the event is set, and shutdown would then wait for this loop forever.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._rebalance_wanted.wait()
+            self._rebalance_wanted.clear()
+            try:
+                retry_soon = await self.rebalancer.rebalance()
+            except MQClientError as e:
+                log.warning("rebalance of group %s failed: %s", self.group, e)
+                retry_soon = True
+            if retry_soon:
+                wait, backoff = backoff, min(backoff * 2, self.config.rebalance_interval)
+            else:
+                wait, backoff = self.config.rebalance_interval, 1.0
+
+    def rebalance_soon(self) -> None:
+        self._rebalance_wanted.set()
+
+    async def _persist_loop(self) -> None:
+        while self._running:
+            await asyncio.sleep(self.config.persist_consumer_offset_interval)
+            await self.offset_store.persist_all(set(self.rebalancer.process_queues), oneway=True)
+
+    async def on_assignment_changed(self, topic: str) -> None:
+        """Called by the rebalance: brokers learn the new state at once (RocketMQ does the same)."""
+        await self.instance.send_heartbeats()
+        owned = self.rebalancer.owned()
+        for listener in self.assignment_listeners:
+            listener(owned)
+
+    # ------------------------------------------------------------------ requests from brokers
+
+    async def _on_ids_changed(self, request: RemotingCommand, conn: Connection) -> None:
+        log.info("group %s changed (told by %s); rebalancing now", request.get_str("consumerGroup"), conn.remote_address)
+        self._rebalance_wanted.set()
+        return None
+
+    async def _on_reset_offset(self, request: RemotingCommand, conn: Connection) -> None:
+        if request.get_str("group") != self.group:
+            return None
+        topic = request.get_str("topic") or ""
+        table = ResetOffsetBody.from_json(request.body or b"{}").offset_table
+        self._spawn(self._reset_offsets(topic, table))
+        return None
+
+    async def _reset_offsets(self, topic: str, table: dict[MessageQueue, int]) -> None:
+        """Drop the topic's queues, store the new offsets, and let the rebalance take them again."""
+        rebalancer = self.rebalancer
+        async with rebalancer._lock:
+            mine = {mq: pq for mq, pq in rebalancer.process_queues.items() if mq.topic == topic}
+            for pq in mine.values():
+                pq.dropped = True
+            for mq, pq in mine.items():
+                if await rebalancer._remove_unnecessary(mq, pq, reset_to=table.get(mq)):
+                    rebalancer._forget(mq)
+        log.info("group %s: offsets of %s reset to %s", self.group, topic, {mq.queue_id: o for mq, o in table.items()})
+        self._rebalance_wanted.set()
+
+    # ------------------------------------------------------------------ pulling
+
+    def start_pulling(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        old = self._pull_tasks.get(mq)
+        if old is not None and not old.done():
+            old.cancel()
+        task = asyncio.create_task(self._pull_loop(mq, pq, offset), name=f"pull {mq}")
+        self._pull_tasks[mq] = task
+
+        def done(t: asyncio.Task) -> None:
+            if self._pull_tasks.get(mq) is t:
+                del self._pull_tasks[mq]
+            if not t.cancelled() and t.exception() is not None:
+                log.error("pull task of %s failed", mq, exc_info=t.exception())
+
+        task.add_done_callback(done)
+
+    def _flow_controlled(self, pq: ProcessQueue) -> bool:
+        cfg = self.config
+        if pq.msg_count > cfg.pull_threshold_for_queue or pq.msg_size > cfg.pull_threshold_size_for_queue * MIB:
+            return True
+        return not self.orderly and pq.max_span() > cfg.consume_concurrently_max_span
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        cfg = self.config
+        next_offset = offset
+        while self._running and not pq.dropped:
+            pq.last_pull_time = time.monotonic()
+            if self._flow_controlled(pq):
+                self.flow_controlled += 1
+                await asyncio.sleep(cfg.flow_control_delay)
+                continue
+            if self.orderly and self.clustering and not pq.locked:
+                await asyncio.sleep(ORDERLY_NOT_LOCKED_DELAY)
+                continue
+            sub = self.subscriptions.get(mq.topic)
+            if sub is None:
+                await asyncio.sleep(cfg.pull_delay_on_error)
+                continue
+            try:
+                response = await self._pull(mq, next_offset, sub)
+            except MQClientError as e:
+                log.debug("pull of %s at %d failed: %s", mq, next_offset, e)
+                await asyncio.sleep(cfg.pull_delay_on_error)
+                continue
+            if pq.dropped:
+                return
+            code = response.code
+            if code == ResponseCode.SUCCESS:
+                next_offset = response.get_long("nextBeginOffset", next_offset)
+                msgs = self._accept(response, sub)
+                if msgs:
+                    dispatch = pq.put(msgs)
+                    self.service.submit(msgs, pq, mq, dispatch)
+            elif code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+                next_offset = response.get_long("nextBeginOffset", next_offset)
+                if pq.msg_count == 0:  # nothing in flight: the empty stretch can be committed
+                    self.offset_store.update(mq, next_offset, increase_only=True)
+            elif code == ResponseCode.PULL_OFFSET_MOVED:
+                next_offset = response.get_long("nextBeginOffset", next_offset)
+                log.warning("group %s: offset of %s illegal (%s); moving to %d", self.group, mq, response.remark, next_offset)
+                pq.dropped = True
+                self._spawn(self._offset_moved(mq, next_offset))
+                return
+            else:
+                level = logging.WARNING if code == ResponseCode.NO_PERMISSION else logging.DEBUG
+                log.log(level, "pull of %s refused: code %d %s", mq, code, response.remark)
+                await asyncio.sleep(0.02 if code == ResponseCode.FLOW_CONTROL else cfg.pull_delay_on_error)
+                continue
+            if cfg.pull_interval > 0:
+                await asyncio.sleep(cfg.pull_interval)
+
+    async def _offset_moved(self, mq: MessageQueue, offset: int) -> None:
+        await asyncio.sleep(OFFSET_ILLEGAL_GRACE)
+        self.offset_store.update(mq, offset, increase_only=False)
+        await self.offset_store.persist(mq)
+        await self.rebalancer.remove_process_queue(mq)
+        self._rebalance_wanted.set()
+
+    async def _pull(self, mq: MessageQueue, offset: int, sub: SubscriptionData) -> RemotingCommand:
+        flags, commit = FLAG_SUSPEND, 0
+        if self.clustering:
+            in_memory = self.offset_store.table.get(mq, -1)
+            if in_memory > 0:
+                flags |= FLAG_COMMIT_OFFSET
+                commit = in_memory
+        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
+            "maxMsgNums": self.config.pull_batch_size, "sysFlag": flags, "commitOffset": commit,
+            "suspendTimeoutMillis": int(self.config.broker_suspend_max * 1000), "subVersion": sub.sub_version,
+            "expressionType": "TAG"}, serialize_type=self.client_config.serialize_type)
+        addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
+        return await self.instance.invoke_broker(addr, request, self.config.pull_timeout)
+
+    @staticmethod
+    def _accept(response: RemotingCommand, sub: SubscriptionData) -> list[MessageExt]:
+        """Decode, re-check tags (the broker filtered by hash), decompress, stamp min/max offsets."""
+        tags = parse_tags(sub.sub_string) if sub.tags_set else None
+        min_offset, max_offset = response.get_str("minOffset", "0"), response.get_str("maxOffset", "0")
+        kept = []
+        for m in decode_records(response.body or b""):
+            if tags is not None and m.tags not in tags:
+                continue
+            try:
+                m.body = decompress_body(m)
+            except (ValueError, OSError) as e:
+                log.error("message %s at %s#%d offset %d: %s; given to the listener as stored", m.client_msg_id,
+                          m.topic, m.queue_id, m.queue_offset, e)
+            m.properties[Prop.MIN_OFFSET] = min_offset
+            m.properties[Prop.MAX_OFFSET] = max_offset
+            kept.append(m)
+        return kept
+
+    # ------------------------------------------------------------------ failed messages
+
+    async def send_message_back(self, msg: MessageExt, delay_level: int, broker_name: str) -> bool:
+        """CONSUMER_SEND_MSG_BACK; if the broker cannot take it, re-send to the retry topic directly."""
+        max_times = self.config.effective_max_reconsume_times(self.orderly)
+        try:
+            addr = await self.instance.find_broker_addr(broker_name, msg.topic)
+            response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+                "offset": msg.commit_log_offset, "group": self.group, "delayLevel": delay_level,
+                "originMsgId": msg.client_msg_id, "originTopic": msg.topic, "unitMode": False,
+                "maxReconsumeTimes": max_times, "bname": broker_name}), self.config.send_back_timeout)
+            if response.code == ResponseCode.SUCCESS:
+                return True
+            raise MQBrokerError(response.code, response.remark)
+        except MQClientError as e:
+            log.warning("send-back of %s failed (%s); re-sending it to %s", msg.client_msg_id, e, retry_topic(self.group))
+        return await self.send_to_retry_topic(msg, reconsume_times=msg.reconsume_times + 1,
+                                              delay_level=3 + msg.reconsume_times, broker_name=broker_name)
+
+    async def send_to_retry_topic(self, msg: MessageExt, *, reconsume_times: int, delay_level: int,
+                                  broker_name: str | None = None) -> bool:
+        """A copy to ``%RETRY%<group>`` (a broker dead-letters it once reconsume_times reaches the max)."""
+        props = {k: v for k, v in msg.properties.items() if k not in _CLIENT_ONLY_PROPS}
+        props.setdefault(Prop.ORIGIN_MESSAGE_ID, msg.client_msg_id)
+        props[Prop.RETRY_TOPIC] = msg.topic
+        props.pop(Prop.RECONSUME_TIME, None)
+        props.pop(Prop.MAX_RECONSUME_TIMES, None)
+        props[Prop.DELAY] = str(delay_level)
+        broker_name = broker_name or self._broker_of(msg)
+        topic = retry_topic(self.group)
+        try:
+            addr = await self.instance.find_broker_addr(broker_name, msg.topic)
+            response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {
+                "a": CLIENT_INNER_PRODUCER_GROUP, "b": topic, "c": DEFAULT_TOPIC, "d": 4, "e": -1, "f": 0,
+                "g": int(time.time() * 1000), "h": msg.flag, "i": encode_properties(props), "j": reconsume_times,
+                "k": False, "l": self.config.effective_max_reconsume_times(self.orderly), "m": False, "n": broker_name,
+            }, msg.body), self.config.send_back_timeout)
+        except MQClientError as e:
+            log.warning("re-sending %s to %s failed: %s", msg.client_msg_id, topic, e)
+            return False
+        if response.code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+            log.warning("re-sending %s to %s refused: code %d %s", msg.client_msg_id, topic, response.code, response.remark)
+            return False
+        return True
+
+    def _broker_of(self, msg: MessageExt) -> str:
+        for mq in self.rebalancer.process_queues:
+            if mq.queue_id == msg.queue_id and mq.topic in (msg.topic, retry_topic(self.group)):
+                return mq.broker_name
+        return next(iter(self.instance.broker_addrs), "")

@@ -1,0 +1,113 @@
+"""The broker-side calls the operator makes, each a thin use of ferrymq's one AdminClient.
+
+This module is a port, not a second admin client: it opens an ``AdminClient`` against the
+name servers of one Broker resource and turns its answers into the small shapes the pure
+decision functions take (``topics.ObservedTopic``, consumeEnable per broker, lag).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.config import ClientConfig
+from ferrymq.common.protocol import Perm, SubscriptionGroupConfig
+
+from ferrymq_operator.topics import DesiredTopic, ObservedTopic
+
+
+@contextlib.asynccontextmanager
+async def connect(namesrv_addr: str, timeout: float):
+    admin = AdminClient(namesrv_addr=namesrv_addr, config=ClientConfig(namesrv_addr=namesrv_addr, api_timeout=timeout))
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
+async def brokers(admin: AdminClient, cluster: str) -> dict[str, str]:
+    """brokerName -> master address, for the brokers of one Broker resource (its cluster)."""
+    info = await admin.cluster_info()
+    if cluster not in info.cluster_addr_table:
+        return {}
+    return await admin.master_addrs(cluster)
+
+
+# ---------------------------------------------------------------------------- topics
+
+async def observe_topic(admin: AdminClient, addrs: dict[str, str], topic: str) -> dict[str, ObservedTopic | None]:
+    out: dict[str, ObservedTopic | None] = {}
+    for name, addr in addrs.items():
+        config = (await admin.topic_configs(addr)).get(topic)
+        out[name] = None if config is None else ObservedTopic(config.read_queue_nums, config.write_queue_nums,
+                                                               config.perm, config.order)
+    return out
+
+
+async def apply_topic(admin: AdminClient, addr: str, topic: DesiredTopic) -> None:
+    await admin.create_topic(topic.name, read_queues=topic.read_queues, write_queues=topic.write_queues,
+                             perm=topic.perm, order=topic.order, broker_addr=addr)
+
+
+async def delete_topic(admin: AdminClient, topic: str, cluster: str) -> None:
+    await admin.delete_topic(topic, cluster=cluster)
+
+
+async def topic_exists_anywhere(admin: AdminClient, addrs: dict[str, str], topic: str) -> list[str]:
+    return [name for name, addr in addrs.items() if topic in await admin.topic_configs(addr)]
+
+
+# ---------------------------------------------------------------------------- groups
+
+async def observe_group(admin: AdminClient, addrs: dict[str, str], group: str) -> dict[str, SubscriptionGroupConfig | None]:
+    return {name: (await admin.group_configs(addr)).get(group) for name, addr in addrs.items()}
+
+
+async def apply_group(admin: AdminClient, addr: str, config: SubscriptionGroupConfig) -> None:
+    await admin.update_group(config, broker_addr=addr)
+
+
+async def delete_group(admin: AdminClient, group: str, cluster: str) -> None:
+    # Offsets are kept: a group re-created under the same name resumes where it stopped.
+    await admin.delete_group(group, cluster=cluster)
+
+
+@dataclass(frozen=True)
+class QueueLag:
+    broker: str
+    topic: str
+    messages: int
+    bytes: int | None  # RocketMQ's consume stats carry no byte counts; None until they do
+
+
+async def group_lag(admin: AdminClient, group: str, cluster: str) -> list[QueueLag]:
+    """Per queue: the messages the group is behind (broker max offset - committed offset)."""
+    stats = await admin.consume_stats(group, cluster=cluster)
+    return [QueueLag(mq.broker_name, mq.topic, w.lag, None) for mq, w in stats.offset_table.items()]
+
+
+async def reset_to_latest(admin: AdminClient, group: str, topics: list[str]) -> None:
+    """Move the group's offsets to the end of every queue of ``topics`` (skip the backlog)."""
+    for topic in topics:
+        await admin.reset_offset(group, topic, timestamp=None)
+
+
+async def revoke_write(admin: AdminClient, addr: str) -> None:
+    """Drain a broker before removing it: read-only, so producers move to the others."""
+    await admin.update_broker_config(addr, {"brokerPermission": str(Perm.READ)})
+
+
+async def backlog(admin: AdminClient, cluster: str, broker_names: list[str]) -> dict[str, int]:
+    """brokerName -> unconsumed messages summed over every group known on those brokers."""
+    out = {name: 0 for name in broker_names}
+    addrs = await admin.master_addrs(cluster)
+    groups: set[str] = set()
+    for name in broker_names:
+        if name in addrs:
+            groups |= set(await admin.group_configs(addrs[name]))
+    for group in sorted(groups):
+        for q in await group_lag(admin, group, cluster):
+            if q.broker in out:
+                out[q.broker] += q.messages
+    return out

@@ -1,0 +1,97 @@
+"""The few Kubernetes API calls the operator makes, through the official ``kubernetes`` client.
+
+The client is synchronous, so every call runs in a worker thread (``asyncio.to_thread``):
+nothing blocks kopf's event loop. Owned objects are written with server-side apply (one
+field manager, forced), which makes every reconcile an idempotent "make it so".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import kubernetes
+from kubernetes.client.rest import ApiException
+
+from ferrymq_operator.constants import FIELD_MANAGER, GROUP, PLURALS, VERSION
+
+# apiVersion/kind -> (path prefix, plural) for the kinds we apply.
+_RESOURCES = {
+    ("v1", "ConfigMap"): ("/api/v1", "configmaps"),
+    ("v1", "Service"): ("/api/v1", "services"),
+    ("v1", "Pod"): ("/api/v1", "pods"),
+    ("v1", "PersistentVolumeClaim"): ("/api/v1", "persistentvolumeclaims"),
+    ("apps/v1", "StatefulSet"): ("/apis/apps/v1", "statefulsets"),
+    ("policy/v1", "PodDisruptionBudget"): ("/apis/policy/v1", "poddisruptionbudgets"),
+    ("batch/v1", "CronJob"): ("/apis/batch/v1", "cronjobs"),
+    ("v1", "ServiceAccount"): ("/api/v1", "serviceaccounts"),
+    ("rbac.authorization.k8s.io/v1", "Role"): ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+}
+_RESOURCES.update({(f"{GROUP}/{VERSION}", kind): (f"/apis/{GROUP}/{VERSION}", plural) for kind, plural in PLURALS.items()})
+
+
+def load_config() -> None:
+    """In a pod: the ServiceAccount; elsewhere: $KUBECONFIG / ~/.kube/config."""
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+
+
+def _path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    prefix, plural = _RESOURCES[(api_version, kind)]
+    return f"{prefix}/namespaces/{namespace}/{plural}" + (f"/{name}" if name else "")
+
+
+def _call(method: str, path: str, body=None, query: list | None = None, content_type: str | None = None):
+    """One raw API request (the generated typed clients have no server-side apply), JSON in
+    and out; non-2xx answers raise ApiException with the server's message."""
+    api = kubernetes.client.ApiClient()
+    headers = {"Accept": "application/json"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    params = api.param_serialize(method, path, query_params=query or [], header_params=headers, body=body,
+                                 auth_settings=["BearerToken"])
+    response = api.call_api(*params)
+    raw = response.read()
+    if not 200 <= response.status <= 299:
+        raise ApiException(status=response.status, reason=response.reason, body=raw.decode(errors="replace"))
+    return json.loads(raw) if raw else None
+
+
+async def apply(obj: dict) -> dict:
+    meta = obj["metadata"]
+    path = _path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+    return await asyncio.to_thread(_call, "PATCH", path, obj, [("fieldManager", FIELD_MANAGER), ("force", "true")],
+                                   "application/apply-patch+yaml")
+
+
+async def get(api_version: str, kind: str, namespace: str, name: str) -> dict | None:
+    try:
+        return await asyncio.to_thread(_call, "GET", _path(api_version, kind, namespace, name))
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+async def list_(api_version: str, kind: str, namespace: str, label_selector: str | None = None) -> list[dict]:
+    query = [("labelSelector", label_selector)] if label_selector else []
+    result = await asyncio.to_thread(_call, "GET", _path(api_version, kind, namespace), None, query)
+    return result.get("items", [])
+
+
+async def delete(api_version: str, kind: str, namespace: str, name: str) -> bool:
+    try:
+        await asyncio.to_thread(_call, "DELETE", _path(api_version, kind, namespace, name))
+        return True
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+async def patch_merge(api_version: str, kind: str, namespace: str, name: str, patch: dict) -> dict:
+    return await asyncio.to_thread(_call, "PATCH", _path(api_version, kind, namespace, name), patch, None,
+                                   "application/merge-patch+json")

@@ -1,0 +1,71 @@
+"""Broker lifecycle decisions: which pod to restart next, and whether a scale-down may proceed.
+
+Pure functions over plain pod/StatefulSet dicts; the handlers carry them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ferrymq_operator.constants import ANN_CONFIG_HASH
+
+
+def pod_ready(pod: dict) -> bool:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def _ordinal(pod: dict) -> int:
+    return int(pod["metadata"]["name"].rsplit("-", 1)[1])
+
+
+@dataclass(frozen=True)
+class RestartPlan:
+    stale: list[str]              # pods whose config hash differs from the desired one
+    delete_next: str | None       # the one pod to delete now, if it is safe
+    waiting_reason: str = ""      # why nothing is deleted although pods are stale
+
+
+def plan_restart(pods: list[dict], desired_hash: str, replicas: int) -> RestartPlan:
+    """One pod at a time, and only when every pod of the set exists and is Ready: a restart
+    never takes a second broker down while another is still recovering. Highest ordinal
+    first, like the StatefulSet controller's own rolling update."""
+    stale = sorted((p for p in pods if (p["metadata"].get("annotations") or {}).get(ANN_CONFIG_HASH) != desired_hash),
+                   key=_ordinal, reverse=True)
+    names = [p["metadata"]["name"] for p in stale]
+    if not stale:
+        return RestartPlan([], None)
+    not_ready = sorted(p["metadata"]["name"] for p in pods if not pod_ready(p))
+    if not_ready:
+        return RestartPlan(names, None, f"waiting for {', '.join(not_ready)} to be Ready")
+    if len(pods) < replicas:
+        return RestartPlan(names, None, f"waiting for {replicas - len(pods)} pod(s) to be created")
+    return RestartPlan(names, names[0])
+
+
+@dataclass(frozen=True)
+class ScalePlan:
+    """What to set the broker StatefulSet's replicas to, and why."""
+
+    replicas: int
+    draining: list[str] = field(default_factory=list)  # brokerNames that must lose write permission
+    blocked: str = ""                                     # non-empty: scale-down refused for now
+
+
+def plan_scale(current: int | None, desired: int, pod_name, backlog: dict[str, int] | None) -> ScalePlan:
+    """Scale-up applies at once. Scale-down removes the highest ordinals, but only once those
+    brokers hold no unconsumed messages: first they are drained (write permission revoked so
+    producers move to the others), then the set shrinks. ``backlog`` maps brokerName to its
+    unconsumed message count (None: not known yet, e.g. the brokers are unreachable)."""
+    if current is None or desired >= current:
+        return ScalePlan(desired)
+    leaving = [pod_name(i) for i in range(desired, current)]
+    if backlog is None:
+        return ScalePlan(current, leaving, "cannot read the backlog of " + ", ".join(leaving))
+    pending = {b: backlog.get(b, 0) for b in leaving if backlog.get(b, 0) > 0}
+    if pending:
+        detail = ", ".join(f"{b} holds {n} unconsumed message(s)" for b, n in sorted(pending.items()))
+        return ScalePlan(current, leaving, f"scale-down to {desired} waits for draining: {detail}")
+    return ScalePlan(desired, leaving)

@@ -1,0 +1,142 @@
+"""The one place synchronous Spark code drives FerryMQ's asyncio client.
+
+Spark calls the data source from plain threads (planner processes on the driver, Python
+workers on executors) and a user may call the commit helper from a notebook whose thread
+already runs an event loop. So the client gets its own event loop on a daemon thread and
+every call is handed over with ``run_coroutine_threadsafe``: it works whatever the calling
+thread is doing, and the client's connections live as long as this object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import threading
+from typing import Awaitable, Callable, Iterable, Iterator, TypeVar
+
+from ferrymq.client.config import ClientConfig
+from ferrymq.client.errors import MQClientError
+from ferrymq.client.pull_consumer import PullConsumer
+from ferrymq.common.protocol import MessageQueue
+
+from ferrymq_spark.offsets import Offsets, QueueKey
+
+T = TypeVar("T")
+
+
+class BlockingConsumer:
+    """A :class:`PullConsumer` for synchronous callers; use as a context manager."""
+
+    def __init__(self, group: str, config: ClientConfig) -> None:
+        self.group = group
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="ferrymq-spark-client", daemon=True)
+        self._thread.start()
+        self.consumer = PullConsumer(group, config=config)
+        self._closed = False
+        try:
+            self._call(self.consumer.start())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def _call(self, coro: Awaitable[T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def pipelined(self, calls: Iterable[Callable[[PullConsumer], Awaitable[T]]], depth: int) -> Iterator[T]:
+        """Results of ``call(consumer)`` for each call, in order, with up to ``depth`` of them
+        running at once on the client's loop: the network and the broker work while the
+        caller turns the previous result into rows."""
+        pending: collections.deque[concurrent.futures.Future] = collections.deque()
+        calls = iter(calls)
+        try:
+            for call in calls:
+                pending.append(asyncio.run_coroutine_threadsafe(call(self.consumer), self._loop))
+                if len(pending) >= depth:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:  # the caller stopped early (an error, or Spark cancelled the task)
+                f.cancel()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._call(self.consumer.close())
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> "BlockingConsumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ many queues at once
+
+    def queues(self, topics: Iterable[str]) -> list[QueueKey]:
+        """Every readable queue of the topics, fresh from the name server."""
+        async def fetch() -> list[QueueKey]:
+            out: list[QueueKey] = []
+            for topic in topics:
+                try:
+                    mqs = await self.consumer.fetch_queues(topic)
+                except MQClientError as e:
+                    raise MQClientError(f"cannot read topic {topic}: {e}") from e
+                out += [(mq.topic, mq.broker_name, mq.queue_id) for mq in mqs]
+            return sorted(out)
+        return self._call(fetch())
+
+    def _each(self, keys: Iterable[QueueKey], call) -> Offsets:
+        keys = list(keys)
+
+        async def run() -> Offsets:
+            values = await asyncio.gather(*(call(MessageQueue(*k)) for k in keys))
+            return dict(zip(keys, values))
+        return self._call(run())
+
+    def min_offsets(self, keys: Iterable[QueueKey]) -> Offsets:
+        return self._each(keys, self.consumer.min_offset)
+
+    def max_offsets(self, keys: Iterable[QueueKey]) -> Offsets:
+        return self._each(keys, self.consumer.max_offset)
+
+    def committed_offsets(self, keys: Iterable[QueueKey]) -> Offsets:
+        """The group's committed offsets; -1 where it has none."""
+        return self._each(keys, self.consumer.committed)
+
+    def offsets_for_timestamp(self, keys: Iterable[QueueKey], timestamp_ms: int) -> Offsets:
+        """Per queue, the first offset whose message was stored at or after ``timestamp_ms``
+        (the queue's end when there is none), as the Kafka source's startingTimestamp."""
+        return self._each(keys, lambda mq: self._first_at_or_after(mq, timestamp_ms))
+
+    async def _first_at_or_after(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        # SEARCH_OFFSET_BY_TIMESTAMP answers RocketMQ's "nearest" offset, and a batch shares one
+        # store time, so bisect on the messages themselves (one-message pulls, ~log2(n) of them).
+        lo, hi = await self.consumer.min_offset(mq), await self.consumer.max_offset(mq)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            result = await self.consumer.pull(mq, mid, max_nums=1)
+            if not result.messages:  # removed under us: search above it
+                lo = mid + 1
+                continue
+            m = result.messages[0]
+            if m.store_timestamp >= timestamp_ms:
+                hi = min(mid, m.queue_offset)
+            else:
+                lo = m.queue_offset + 1
+        return lo
+
+    def commit_offsets(self, offsets: Offsets) -> None:
+        async def run() -> None:
+            await asyncio.gather(*(self.consumer.commit(MessageQueue(*k), o) for k, o in offsets.items()))
+        self._call(run())

@@ -1,0 +1,92 @@
+"""Helpers for consumer-group tests: waiting on conditions, recording listeners, producing."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.producer import Producer, SendResult
+from ferrymq.common.message import Message, MessageExt
+
+
+async def wait_until(predicate: Callable[[], object], timeout: float, what: str, poll: float = 0.02) -> float:
+    """Wait for ``predicate()`` (a plain or async callable, checked every ``poll`` s until a
+    deadline); returns the seconds it took. Fails the test with ``what`` when the deadline passes."""
+    started = time.monotonic()
+    deadline = started + timeout
+    while True:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            break
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(poll)
+    return time.monotonic() - started
+
+
+@dataclass
+class Received:
+    key: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    reconsume_times: int
+    at: float  # time.monotonic() when the listener saw it
+    consumer: str
+    msg: MessageExt
+
+
+@dataclass
+class Recorder:
+    """A listener factory that records every delivery (thread-safe: sync listeners run in threads)."""
+
+    events: list[Received] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def listener(self, name: str, fail: Callable[[MessageExt], bool] | None = None, result_on_fail=None):
+        def listen(msgs: list[MessageExt], context):
+            now = time.monotonic()
+            with self._lock:
+                for m in msgs:
+                    self.events.append(Received(m.keys[0] if m.keys else m.client_msg_id, m.topic, m.queue_id,
+                                                m.queue_offset, m.reconsume_times, now, name, m))
+            if fail is not None and any(fail(m) for m in msgs):
+                return result_on_fail
+            return None
+
+        return listen
+
+    def keys(self) -> set[str]:
+        with self._lock:
+            return {e.key for e in self.events}
+
+    def of(self, key: str) -> list[Received]:
+        with self._lock:
+            return [e for e in self.events if e.key == key]
+
+
+async def create_topic(namesrv: str, topic: str, queues: int = 8, *, order: bool = False) -> None:
+    async with AdminClient(namesrv_addr=namesrv) as admin:
+        await admin.create_topic(topic, read_queues=queues, write_queues=queues, order=order)
+
+
+async def produce(namesrv: str, topic: str, count: int, *, prefix: str = "k", tags: str | None = None,
+                  delay_level: int = 0, body_size: int = 16, queue=None) -> list[SendResult]:
+    results = []
+    async with Producer(f"{topic}-producer", namesrv_addr=namesrv) as producer:
+        for i in range(count):
+            m = Message(topic, f"{prefix}-{i}:".encode() + b"x" * body_size)
+            m.keys = [f"{prefix}-{i}"]
+            if tags:
+                m.tags = tags
+            if delay_level:
+                m.delay_level = delay_level
+            results.append(await producer.send(m, queue=queue) if queue else await producer.send(m))
+    return results

@@ -1,0 +1,156 @@
+"""Fixtures of the k8s layer: one local control plane per session (see controlplane.py), the
+chart installed with helm, real FerryMQ processes standing in for the (fake) broker pods, and
+the operator as a process authenticated with the chart's own ServiceAccount token.
+
+Run with ``make k8s-test`` (sets FERRYMQ_K8S_TESTS=1 after building the binaries); in a
+plain ``make test`` these tests are skipped with one line saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.k8s.controlplane import BUILD_SCRIPT, REPO, ControlPlane, bin_dir, missing_binaries, wait_until
+from tests.support import FerryProcess, free_port
+
+CLUSTER = "demo"          # Broker name in the tests = RocketMQ cluster name of the real brokers
+RELEASE_NS = "ferrymq-system"
+RELEASE = "ferrymq"
+SA = "ferrymq-ferrymq-operator"
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.k8s)
+            if os.environ.get("FERRYMQ_K8S_TESTS") != "1":
+                item.add_marker(pytest.mark.skip(reason="k8s layer: run `make k8s-test` (builds and starts a local control plane)"))
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory):
+    if missing_binaries():
+        if subprocess.run(["bash", "-c", "command -v go"], capture_output=True).returncode != 0:
+            pytest.skip(f"control-plane binaries missing ({', '.join(missing_binaries())}) and no Go toolchain to build them")
+        subprocess.run(["bash", str(BUILD_SCRIPT)], check=True)
+    cp = ControlPlane(tmp_path_factory.mktemp("k8s"))
+    try:
+        cp.start()
+    except Exception:
+        print(cp.diagnostics())
+        cp.stop()
+        raise
+    yield cp
+    cp.stop()
+
+
+@pytest.fixture(scope="session")
+def helm_release(control_plane):
+    """The chart, installed as a user would (CRDs from its crds/, RBAC, Deployment)."""
+    control_plane.kubectl("create", "namespace", RELEASE_NS)
+    control_plane.helm("install", RELEASE, str(REPO / "charts" / "ferrymq-operator"), "-n", RELEASE_NS, "--wait",
+                       "--timeout", "180s")
+    for crd in ("brokers.ferrymq.io", "topics.ferrymq.io", "consumergroups.ferrymq.io"):
+        control_plane.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    return RELEASE
+
+
+@pytest.fixture(scope="session")
+def ferry_cluster(tmp_path_factory):
+    """A real name server and two real brokers on 127.0.0.1: what the operator's admin calls
+    reach instead of the fake pods. Broker names match the pods' (demo-broker-N), and
+    protection is tight so tests can trip it with a small backlog."""
+    work = tmp_path_factory.mktemp("ferry")
+    ns_port = free_port()
+    procs = [FerryProcess(["namesrv", "--host", "127.0.0.1", "--namesrv-port", str(ns_port)],
+                          "name server is ready", work / "namesrv.log").start()]
+    addr = f"127.0.0.1:{ns_port}"
+    for i in range(2):
+        procs.append(FerryProcess(
+            ["broker", "--host", "127.0.0.1", "--namesrv", addr, "--broker-port", str(free_port()),
+             "--data-dir", str(work / f"broker-{i}"),
+             "--set", f"brokerClusterName={CLUSTER}", "--set", f"brokerName={CLUSTER}-broker-{i}",
+             "--set", "disableConsumeIfConsumerReadSlowly=true", "--set", "consumerFallbehindThreshold=1024",
+             "--set", "protectBrokerIntervalMillis=300", "--set", "mappedFileSizeCommitLog=4194304"],
+            "is ready", work / f"broker-{i}.log").start())
+
+    class Cluster:
+        namesrv_addr = addr
+        processes = procs
+
+    yield Cluster
+    for p in reversed(procs):
+        p.stop()
+
+
+@pytest.fixture(scope="session")
+def operator_process(control_plane, helm_release, ferry_cluster, tmp_path_factory):
+    """``python -m ferrymq_operator`` (the image's entrypoint) with the chart's ServiceAccount
+    token, so every call it makes goes through the chart's RBAC."""
+    work = tmp_path_factory.mktemp("operator")
+    token = control_plane.kubectl("create", "token", SA, "-n", RELEASE_NS, "--duration=2h").stdout.strip()
+    kubeconfig = control_plane.token_kubeconfig(token, work / "kubeconfig")
+    log_path = work / "operator.log"
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)]),
+           "FERRYMQ_NAMESRV_OVERRIDES": json.dumps({"*": ferry_cluster.namesrv_addr}),
+           "FERRYMQ_RESYNC_SECONDS": "2", "FERRYMQ_BROKER_RESYNC_SECONDS": "1", "FERRYMQ_ADMIN_TIMEOUT": "3"}
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "ferrymq_operator"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                cwd=REPO, start_new_session=True)
+
+    class Operator:
+        process = proc
+        log = log_path
+
+        @staticmethod
+        def log_text() -> str:
+            return log_path.read_text(errors="replace")
+
+    try:
+        wait_until("operator started", lambda: proc.poll() is not None or b"Activity 'configure' succeeded" in log_path.read_bytes(), 60)
+    finally:
+        if proc.poll() is not None:
+            raise RuntimeError(f"operator exited with {proc.returncode}:\n{Operator.log_text()}")
+    yield Operator
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def namespace(control_plane, request):
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    control_plane.kubectl("create", "namespace", name)
+    yield name
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    if failed:
+        print(control_plane.kubectl("get", "all,pvc,brokers,topics,consumergroups,events", "-n", name, check=False).stdout)
+        print(control_plane.diagnostics())
+    control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def operator_logs(operator_process, request):
+    """Print the operator's log of this test on failure."""
+    start = operator_process.log.stat().st_size if operator_process.log.exists() else 0
+    yield operator_process
+    failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+    if failed:
+        with open(operator_process.log, "rb") as f:
+            f.seek(start)
+            print("--- operator log ---\n" + f.read().decode(errors="replace")[-20000:])
+
+
+__all__ = ["bin_dir"]

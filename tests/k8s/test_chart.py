@@ -1,0 +1,79 @@
+"""The Helm chart: lint, render, server-side validation, and a real `helm install`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from tests.k8s.conftest import RELEASE_NS, SA
+from tests.k8s.controlplane import REPO
+
+CHART = REPO / "charts" / "ferrymq-operator"
+
+
+def helm(control_plane, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([str(control_plane.bin / "helm"), *args], capture_output=True, text=True)
+
+
+def test_helm_lint_strict(control_plane):
+    p = helm(control_plane, "lint", "--strict", str(CHART))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in p.stdout
+
+
+@pytest.mark.parametrize("values", [[], ["--set", "watchNamespaces={team-a,team-b}"],
+                                    ["--set", "serviceAccount.create=false,rbac.create=false"],
+                                    ["--set-json", 'namesrvOverrides={"ns/b":"10.1.1.1:9876"}']])
+def test_rendered_manifests_pass_server_side_validation(control_plane, values):
+    p = helm(control_plane, "template", "r", str(CHART), "-n", "ferrymq-render", *values)
+    assert p.returncode == 0, p.stderr
+    docs = [d for d in yaml.safe_load_all(p.stdout) if d]
+    kinds = sorted(d["kind"] for d in docs)
+    assert "Deployment" in kinds
+    control_plane.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
+                         for n in ("ferrymq-render", "team-a", "team-b")])
+    dry = control_plane.kubectl("apply", "--dry-run=server", "-f", "-",
+                                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), check=False)
+    assert dry.returncode == 0 and not dry.stderr.strip(), dry.stderr
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    c = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    if "watchNamespaces" in " ".join(values):
+        roles = [d for d in docs if d["kind"] == "Role"]
+        assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+        assert not any(d["kind"] == "ClusterRole" and d["metadata"]["name"] == "r-ferrymq-operator" for d in docs)
+
+
+def test_values_schema_rejects_bad_values(control_plane):
+    p = helm(control_plane, "template", "r", str(CHART), "--set", "watchNamespaces={Bad_Name}")
+    assert p.returncode != 0 and "watchNamespaces" in p.stderr
+    p = helm(control_plane, "template", "r", str(CHART), "--set", "unknownKey=1")
+    assert p.returncode != 0 and "unknownKey" in p.stderr
+
+
+def test_helm_install_succeeded(control_plane, helm_release):
+    status = json.loads(control_plane.helm("status", helm_release, "-n", RELEASE_NS, "-o", "json").stdout)
+    assert status["info"]["status"] == "deployed"
+    dep = control_plane.get("deployment", "ferrymq-ferrymq-operator", RELEASE_NS)
+    assert dep["status"].get("availableReplicas") == 1
+    assert control_plane.get("serviceaccount", SA, RELEASE_NS)
+    for crd in ("brokers.ferrymq.io", "topics.ferrymq.io", "consumergroups.ferrymq.io"):
+        obj = control_plane.get("crd", crd)
+        assert any(c["type"] == "Established" and c["status"] == "True" for c in obj["status"]["conditions"])
+
+
+def test_chart_rbac_is_least_privilege(control_plane, helm_release):
+    """What the operator's ServiceAccount may and may not do, asked of the real authorizer."""
+    def can(verb, resource, ns="default"):
+        p = control_plane.kubectl("auth", "can-i", verb, resource, "-n", ns,
+                                  f"--as=system:serviceaccount:{RELEASE_NS}:{SA}", check=False)
+        return p.stdout.strip() == "yes"
+    assert can("patch", "brokers.ferrymq.io") and can("patch", "topics.ferrymq.io/status")
+    assert can("create", "statefulsets.apps") and can("delete", "pods") and can("create", "events")
+    assert not can("delete", "statefulsets.apps"), "owned objects go away through garbage collection"
+    assert not can("get", "secrets") and not can("create", "pods") and not can("delete", "persistentvolumeclaims")
+    assert not can("create", "clusterroles.rbac.authorization.k8s.io", ns="")

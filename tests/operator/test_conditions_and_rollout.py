@@ -1,0 +1,82 @@
+"""Status conditions and the restart / scale-down planners."""
+
+from __future__ import annotations
+
+from ferrymq_operator import conditions, rollout
+from ferrymq_operator.conditions import Condition
+from ferrymq_operator.constants import ANN_CONFIG_HASH
+from ferrymq_operator.handlers import broker_readiness
+
+
+def test_merge_keeps_transition_time_unless_status_flips():
+    first = conditions.merge([], [Condition("Ready", False, "Pending", "0/1")], now="t1")
+    assert first == [{"type": "Ready", "status": "False", "reason": "Pending", "message": "0/1", "lastTransitionTime": "t1"}]
+    same = conditions.merge(first, [Condition("Ready", False, "StillPending", "0/1 again")], now="t2")
+    assert same[0]["lastTransitionTime"] == "t1" and same[0]["reason"] == "StillPending"
+    flipped = conditions.merge(same, [Condition("Ready", True, "AllReady")], now="t3")
+    assert flipped[0]["status"] == "True" and flipped[0]["lastTransitionTime"] == "t3"
+    unknown = conditions.merge(flipped, [Condition("Other", None, "NotChecked")], now="t4")
+    assert [c["type"] for c in unknown] == ["Other", "Ready"] and unknown[0]["status"] == "Unknown"
+
+
+def test_transitions_only_report_flips():
+    old = conditions.merge([], [Condition("Ready", False, "a"), Condition("X", True, "b")], now="t")
+    new = conditions.merge(old, [Condition("Ready", True, "c"), Condition("X", True, "d")], now="t2")
+    assert [c["type"] for c in conditions.transitions(old, new)] == ["Ready"]
+    assert conditions.transitions(new, new) == []
+    assert conditions.is_true(new, "Ready") and not conditions.is_true(new, "Missing")
+
+
+def pod(name: str, hash_: str, ready: bool = True, deleting: bool = False) -> dict:
+    meta = {"name": name, "annotations": {ANN_CONFIG_HASH: hash_}}
+    if deleting:
+        meta["deletionTimestamp"] = "now"
+    return {"metadata": meta, "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def test_restart_one_stale_pod_at_a_time_highest_ordinal_first():
+    pods = [pod("b-broker-0", "old"), pod("b-broker-1", "old"), pod("b-broker-2", "new")]
+    plan = rollout.plan_restart(pods, "new", 3)
+    assert plan.stale == ["b-broker-1", "b-broker-0"] and plan.delete_next == "b-broker-1"
+
+
+def test_restart_waits_for_readiness_and_missing_pods():
+    pods = [pod("b-broker-0", "old"), pod("b-broker-1", "new", ready=False)]
+    plan = rollout.plan_restart(pods, "new", 2)
+    assert plan.delete_next is None and "b-broker-1" in plan.waiting_reason
+    plan = rollout.plan_restart([pod("b-broker-0", "old", deleting=True)], "new", 1)
+    assert plan.delete_next is None
+    plan = rollout.plan_restart([pod("b-broker-0", "old")], "new", 2)
+    assert plan.delete_next is None and "1 pod(s) to be created" in plan.waiting_reason
+    assert rollout.plan_restart([pod("b-broker-0", "new")], "new", 1) == rollout.RestartPlan([], None)
+    assert rollout.plan_restart([pod("b-broker-10", "old"), pod("b-broker-9", "old")], "new", 2).delete_next == "b-broker-10"
+
+
+def name(i: int) -> str:
+    return f"b-broker-{i}"
+
+
+def test_scale_up_and_first_creation_apply_at_once():
+    assert rollout.plan_scale(None, 3, name, None) == rollout.ScalePlan(3)
+    assert rollout.plan_scale(2, 4, name, None) == rollout.ScalePlan(4)
+
+
+def test_scale_down_waits_for_drained_brokers():
+    blocked = rollout.plan_scale(3, 1, name, {"b-broker-1": 0, "b-broker-2": 12})
+    assert blocked.replicas == 3 and blocked.draining == ["b-broker-1", "b-broker-2"]
+    assert "b-broker-2 holds 12 unconsumed" in blocked.blocked
+    unknown = rollout.plan_scale(3, 2, name, None)
+    assert unknown.replicas == 3 and "cannot read the backlog" in unknown.blocked
+    done = rollout.plan_scale(3, 1, name, {"b-broker-1": 0, "b-broker-2": 0, "b-broker-0": 99})
+    assert done == rollout.ScalePlan(1, ["b-broker-1", "b-broker-2"])
+
+
+def test_broker_readiness():
+    spec = {"nameServer": {"replicas": 2}}
+    cond, phase = broker_readiness(spec, 3, 3, 2, False, False)
+    assert cond.status is True and phase == "Ready"
+    cond, phase = broker_readiness(spec, 3, 2, 2, False, False)
+    assert cond.status is False and phase == "Pending" and "2/3 brokers" in cond.message
+    assert broker_readiness(spec, 3, 3, 2, True, False)[1] == "Restarting"
+    assert broker_readiness(spec, 3, 3, 2, False, True)[1] == "ScaleDownBlocked"
+    assert broker_readiness(spec, 1, 1, 1, False, False)[0].status is False
