@@ -57,14 +57,20 @@ from ferrymq.client.pull_consumer import PullConsumer, PullStatus  # noqa: E402
 from ferrymq.common.message import Message  # noqa: E402
 from tests.support import StandaloneProcess  # noqa: E402
 
-SCENARIOS = ("sync1", "sync64", "batch32", "pull")
-DESCRIPTIONS = {
-    "sync1": "sync send, 1 in flight",
-    "sync64": "sync send, 64 in flight (64 concurrent senders)",
-    "batch32": "batch send of 32 messages, 1 batch in flight",
-    "pull": "pull 32 per request, drain the topic, 1 puller per queue (8 in flight)",
-}
-LATENCY_OF = {"sync1": "send", "sync64": "send", "batch32": "batch", "pull": "pull"}
+SCENARIOS = ("sync1", "sync64", "batch32", "pull")  # the default set; syncN and batchK take any N, K
+SCENARIO_RE = re.compile(r"sync[1-9]\d*|batch[1-9]\d*|pull")
+
+
+def describe(scenario: str) -> str:
+    if scenario == "pull":
+        return "pull 32 per request, drain the topic, 1 puller per queue (8 in flight); latency per pull"
+    if scenario.startswith("sync"):
+        n = int(scenario[4:])
+        who = "one sender" if n == 1 else f"{n} concurrent senders"
+        return f"sync send, {n} in flight ({who}); latency per send"
+    return f"batch send of {scenario[5:]} messages, 1 batch in flight; latency per batch"
+
+
 QUEUES = 8
 TOPICS = {"python": "BenchPy", "java": "BenchJava"}
 WARMUP_TOPIC = "BenchWarmup"
@@ -559,7 +565,7 @@ def print_report(info: dict, results: dict, args, scenarios: list[str], clients:
     brokers = list(results)
     for scenario in scenarios:
         p("")
-        p(f"== {scenario}: {DESCRIPTIONS[scenario]} ({args.size} B bodies; latency per {LATENCY_OF[scenario]}) ==")
+        p(f"== {scenario}: {describe(scenario)} ({args.size} B bodies) ==")
         header = (f"  {'load generator':<15} {'broker':<10} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
                   f"{'msgs':>7} {'errors':>6} {'broker CPU us/msg':>18}")
         p(header)
@@ -617,8 +623,8 @@ async def amain(args) -> int:
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     for s in scenarios:
-        if s not in SCENARIOS:
-            raise SystemExit(f"unknown scenario {s}; choose from {', '.join(SCENARIOS)}")
+        if not SCENARIO_RE.fullmatch(s):
+            raise SystemExit(f"unknown scenario {s}: syncN, batchK or pull (default {','.join(SCENARIOS)})")
     if "java" in clients or args.only != "ferrymq":
         try:
             from tests.compat.harness import CompatUnavailable, ensure_compat_classes

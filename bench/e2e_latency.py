@@ -13,10 +13,11 @@ topics with 8 queues and 1 KiB bodies:
   saw it minus the broker's store timestamp (same host clock, ms resolution), so it is the
   store -> long-poll wake-up -> pull -> decode -> listener path; p50, p99, max.
 * ``catch-up``: ``--backlog`` messages are stored first (batch sends); a new group then starts
-  from the first offset; throughput = backlog / time from the consumer's start to the last
-  message at the listener.
+  from the first offset; throughput = messages / time from the first to the last message at
+  the listener (client start-up excluded).
 
-The listeners do nothing but record. Ratios compare FerryMQ with Apache for the same consumer.
+The listeners do nothing but record. Each scenario runs ``--rounds`` times (fresh topic and
+group each time); medians are reported. Ratios compare FerryMQ with Apache for the same consumer.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import asyncio
 import datetime
 import json
 import math
-import os
 import platform
 import subprocess
 import sys
@@ -169,7 +169,8 @@ async def wait_for_route(namesrv: str, topic: str, timeout: float = 30) -> None:
 class Arrivals:
     samples: list[tuple[float, int]] = field(default_factory=list)  # (arrival ms, store ms)
     count: int = 0
-    last_arrival: float = 0.0  # time.monotonic() of the latest message
+    first_ms: float = 0.0  # wall clock ms when the first message reached the listener
+    last_ms: float = 0.0  # ... and the latest one
 
 
 class PythonConsumer:
@@ -185,8 +186,10 @@ class PythonConsumer:
         a = self.arrivals
         for m in msgs:
             a.samples.append((now, m.store_timestamp))
+        if not a.count:
+            a.first_ms = now
         a.count += len(msgs)
-        a.last_arrival = time.monotonic()
+        a.last_ms = now
 
     async def start(self) -> None:
         await self.consumer.start()
@@ -198,9 +201,11 @@ class PythonConsumer:
 class JavaConsumer:
     name = "java"
 
-    def __init__(self, namesrv: str, group: str, topic: str) -> None:
+    def __init__(self, namesrv: str, group: str, topic: str, expect: int = 0) -> None:
         self.arrivals = Arrivals()
         self.args = ["--namesrv", namesrv, "--topic", topic, "--group", group, "--instance", group, "--run-ms", "900000"]
+        if expect:  # throughput run: no line per message (the pipe would be the bottleneck)
+            self.args += ["--quiet", "true", "--expect", str(expect)]
         self.proc: asyncio.subprocess.Process | None = None
         self.ready = asyncio.Event()
         self.reader: asyncio.Task | None = None
@@ -225,7 +230,13 @@ class JavaConsumer:
             elif e["event"] == "received":
                 a.samples.append((e["receivedAt"], e["storeTimestamp"]))
                 a.count += 1
-                a.last_arrival = time.monotonic()
+            elif e["event"] == "count":
+                a.count = e["n"]
+            elif e["event"] == "first":
+                a.first_ms = e["at"]
+            elif e["event"] == "reached":
+                a.last_ms = e["at"]
+                a.count = max(a.count, e["n"])
 
     async def stop(self) -> None:
         if self.proc and self.proc.returncode is None:
@@ -279,15 +290,27 @@ async def catch_up(broker, kind: str, backlog: int, run_id: str) -> dict:
     await broker.create_topic(topic)
     await wait_for_route(broker.namesrv_addr, topic)
     await run_producer(broker.namesrv_addr, topic, backlog, batch=True)
-    consumer = CONSUMERS[kind](broker.namesrv_addr, group, topic)
-    started = time.monotonic()
+    consumer = (JavaConsumer(broker.namesrv_addr, group, topic, expect=backlog) if kind == "java"
+                else PythonConsumer(broker.namesrv_addr, group, topic))
     await consumer.start()
     try:
         await wait_count(consumer.arrivals, backlog, 300)
-        elapsed = consumer.arrivals.last_arrival - started
+        while not consumer.arrivals.last_ms:  # the "reached" line follows the last count
+            await asyncio.sleep(0.01)
     finally:
         await consumer.stop()
-    return {"messages": backlog, "elapsedS": elapsed, "msgsPerSec": backlog / elapsed}
+    # From the first to the last message at the listener: the drain itself, not client start-up.
+    elapsed = (consumer.arrivals.last_ms - consumer.arrivals.first_ms) / 1000
+    return {"messages": backlog, "elapsedS": elapsed, "msgsPerSec": (backlog - 1) / elapsed if elapsed > 0 else None}
+
+
+def _median_of(rounds: list[dict]) -> dict:
+    """Per field, the median over the rounds (the rounds themselves are kept in the JSON)."""
+    out = {}
+    for key in rounds[0]:
+        values = sorted(r[key] for r in rounds if r.get(key) is not None)
+        out[key] = values[len(values) // 2] if values else None
+    return out
 
 
 def machine() -> dict:
@@ -306,7 +329,8 @@ def machine() -> dict:
 def markdown(results: dict, args: argparse.Namespace) -> str:
     m = results["machine"]
     lines = [f"## Push consumer end to end: latency and catch-up, FerryMQ vs Apache RocketMQ ({m['date'][:10]})", "",
-             f"`bench/e2e_latency.py --rate {args.rate:g} --seconds {args.seconds:g} --backlog {args.backlog}`: "
+             f"`bench/e2e_latency.py --rate {args.rate:g} --seconds {args.seconds:g} --backlog {args.backlog} "
+             f"--rounds {args.rounds}`: medians of {args.rounds} rounds; "
              f"{m['nproc']} CPUs ({m['cpu']}), Python {m['python']}, commit {m['commit']}. 8 queues, 1 KiB bodies, "
              "ASYNC_FLUSH, broker, producer (FerryMQ Python client, own process) and consumer on one host. "
              "Latency = listener clock minus the broker's store timestamp (ms resolution).", "",
@@ -353,14 +377,18 @@ async def main_async(args: argparse.Namespace) -> dict:
             continue
         try:
             for kind in kinds:
-                row = {"broker": broker.name, "consumer": kind}
-                log(f"{broker.name} / {kind}: latency at {args.rate:g} msg/s for {args.seconds:g} s")
-                row["latency"] = await latency(broker, kind, args.rate, args.seconds, args.warmup, run_id)
-                log(f"  {row['latency']}")
-                log(f"{broker.name} / {kind}: catch-up of {args.backlog} messages")
-                row["catchUp"] = await catch_up(broker, kind, args.backlog, run_id)
-                log(f"  {row['catchUp']}")
-                results["runs"].append(row)
+                lat_rounds, catch_rounds = [], []
+                for r in range(args.rounds):
+                    tag = f"{run_id}_{r}"
+                    log(f"{broker.name} / {kind} round {r + 1}: latency at {args.rate:g} msg/s for {args.seconds:g} s")
+                    lat_rounds.append(await latency(broker, kind, args.rate, args.seconds, args.warmup, tag))
+                    log(f"  {lat_rounds[-1]}")
+                    log(f"{broker.name} / {kind} round {r + 1}: catch-up of {args.backlog} messages")
+                    catch_rounds.append(await catch_up(broker, kind, args.backlog, tag))
+                    log(f"  {catch_rounds[-1]}")
+                results["runs"].append({"broker": broker.name, "consumer": kind, "latency": _median_of(lat_rounds),
+                                        "catchUp": _median_of(catch_rounds), "rounds": {"latency": lat_rounds,
+                                                                                        "catchUp": catch_rounds}})
         finally:
             broker.stop()
     return results
@@ -383,13 +411,14 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--backlog", type=int, default=20000)
+    p.add_argument("--rounds", type=int, default=3, help="repeat each scenario; medians are reported")
     p.add_argument("--only", choices=["ferrymq", "apache"])
     p.add_argument("--consumers", default="python,java")
     p.add_argument("--markdown", action="store_true", help="print a RESULTS.md section at the end")
     p.add_argument("--json", type=Path, help="write the results here")
     args = p.parse_args()
     if args.quick:
-        args.rate, args.seconds, args.backlog = 300.0, 4.0, 5000
+        args.rate, args.seconds, args.backlog, args.rounds = 300.0, 4.0, 5000, 1
     results = asyncio.run(main_async(args))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

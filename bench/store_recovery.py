@@ -63,6 +63,17 @@ def timed_load(root: str, size: int) -> tuple[float, MessageStore]:
     return time.perf_counter() - started, store
 
 
+def check(store: MessageStore, filled: dict) -> None:
+    """Every message is where it was put: the CommitLog end and every queue's range."""
+    assert store.max_phy_offset == filled["bytes"], (store.max_phy_offset, filled["bytes"])
+    for queue_id in range(QUEUES):
+        expected = (filled["messages"] - queue_id + QUEUES - 1) // QUEUES
+        assert store.get_min_offset_in_queue("BenchTopic", queue_id) == 0
+        assert store.get_max_offset_in_queue("BenchTopic", queue_id) == expected, (queue_id, expected)
+    last = filled["messages"] - 1
+    assert len(store.query_message("BenchTopic", f"U{last:030d}", 32, 0, 2**62).records) == 1
+
+
 def drop_caches() -> None:
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
@@ -92,31 +103,26 @@ def main() -> None:
               f"in {filled['fill_seconds']:.1f} s, then SIGKILL")
 
         rows = []
-        seconds, store = timed_load(root, size)
-        r = store.last_recovery
-        rows.append(("abnormal (kill -9), warm page cache", seconds, r.records_checked))
-        assert store.max_phy_offset == filled["bytes"]
-        assert store.get_max_offset_in_queue("BenchTopic", 0) == (filled["messages"] + QUEUES - 1) // QUEUES
-        store.shutdown()
 
-        seconds, store = timed_load(root, size)
-        rows.append(("clean restart", seconds, store.last_recovery.records_checked))
-        store.shutdown()
+        def measure(name: str) -> None:
+            seconds, store = timed_load(root, size)
+            rows.append((name, seconds, store.last_recovery.records_checked))
+            check(store, filled)
+            store.shutdown()
 
-        shutil.rmtree(root)
-        shutil.copytree(backup, root)
-        shutil.rmtree(os.path.join(root, "consumequeue"))
-        seconds, store = timed_load(root, size)
-        rows.append(("abnormal, ConsumeQueues lost (rebuilt)", seconds, store.last_recovery.records_checked))
-        store.shutdown()
-
-        if args.drop_caches:
+        def fresh_copy() -> None:
             shutil.rmtree(root)
             shutil.copytree(backup, root)
+
+        measure("abnormal (kill -9), warm page cache")
+        measure("clean restart")
+        fresh_copy()
+        shutil.rmtree(os.path.join(root, "consumequeue"))
+        measure("abnormal, ConsumeQueues lost (rebuilt)")
+        if args.drop_caches:
+            fresh_copy()
             drop_caches()
-            seconds, store = timed_load(root, size)
-            rows.append(("abnormal (kill -9), cold page cache", seconds, store.last_recovery.records_checked))
-            store.shutdown()
+            measure("abnormal (kill -9), cold page cache")
 
     print(f"{'recovery of a ' + str(args.size_mib) + ' MiB CommitLog':<45} {'seconds':>8} {'records checked':>16} {'MiB/s':>8}")
     for name, seconds, checked in rows:

@@ -95,6 +95,17 @@ class ScheduleMessageService:
         return now_ms if due > now_ms + self.levels_ms[level - 1] else due
 
     async def _run_level(self, level: int) -> None:
+        while True:
+            try:
+                await self._walk_level(level)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A level must never stop for good: its messages would wait forever.
+                log.exception("delay level %d failed; retrying in %.0f s", level, RETRY_AFTER_FAILED_PUT)
+                await asyncio.sleep(RETRY_AFTER_FAILED_PUT)
+
+    async def _walk_level(self, level: int) -> None:
         store, arrived = self.broker.store, self._arrivals[level]
         while True:
             offset = self.offsets.get(level, 0)
@@ -120,7 +131,13 @@ class ScheduleMessageService:
         wait = 0.0
         try:
             for record in records:
-                msg = decode_record(record)[0]
+                try:
+                    msg = decode_record(record)[0]
+                except ValueError as e:  # unreadable: nothing to deliver, do not block the level
+                    log.error("delay level %d: undecodable record skipped: %s", level, e)
+                    self.offsets[level] = self.offsets.get(level, 0) + 1
+                    advanced = True
+                    continue
                 now = int(time.time() * 1000)
                 due = self.deliver_time(msg, level, now)
                 if due > now:

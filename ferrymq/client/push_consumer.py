@@ -41,8 +41,7 @@ from ferrymq.client.process_queue import ProcessQueue
 from ferrymq.client.pull_consumer import FLAG_COMMIT_OFFSET, FLAG_SUSPEND, parse_tags
 from ferrymq.client.push_config import MessageModel, PushConsumerConfig
 from ferrymq.client.rebalance import Rebalancer
-from ferrymq.common.consumer_protocol import ResetOffsetBody
-from ferrymq.common.java_hash import java_string_hash
+from ferrymq.common.consumer_protocol import ResetOffsetBody, build_subscription
 from ferrymq.common.message import MessageExt, Prop, decode_records, decompress_body, encode_properties, validate_group
 from ferrymq.common.protocol import (
     DEFAULT_TOPIC,
@@ -62,16 +61,6 @@ CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 ORDERLY_NOT_LOCKED_DELAY = 3.0  # an orderly queue whose lock is not held: look again this much later
 OFFSET_ILLEGAL_GRACE = 10.0  # RocketMQ waits this long before re-creating a queue after OFFSET_ILLEGAL
 _CLIENT_ONLY_PROPS = (Prop.MIN_OFFSET, Prop.MAX_OFFSET, Prop.CONSUME_START_TIME, Prop.TRAN_MSG)
-
-
-def build_subscription(topic: str, expression: str | None) -> SubscriptionData:
-    """``*`` or ``TagA || TagB`` -> SubscriptionData with Java hashCodes (RocketMQ's FilterAPI)."""
-    expression = (expression or "*").strip()
-    if expression in ("", "*"):
-        return SubscriptionData(topic=topic, sub_string="*")
-    tags = [t.strip() for t in expression.split("||") if t.strip()]
-    return SubscriptionData(topic=topic, sub_string=expression, tags_set=tags,
-                            code_set=[java_string_hash(t) for t in tags])
 
 
 class PushConsumer:
@@ -151,6 +140,26 @@ class PushConsumer:
             raise MQClientError("no listener registered (register_listener before start)")
         if not self.subscriptions:
             raise MQClientError("no subscription (subscribe before start)")
+        try:
+            await self._start()
+        except BaseException:
+            await self._abandon_start()
+            raise
+        log.info("push consumer %s of group %s started (%s, %s)", self.client_id, self.group,
+                 self.config.message_model.value, "orderly" if self.orderly else "concurrently")
+        return self
+
+    async def _abandon_start(self) -> None:
+        self._running = False
+        await self.rebalancer.drop_all()
+        for task in list(self._tasks) + list(self._pull_tasks.values()):
+            task.cancel()
+        if self.service:
+            await self.service.shutdown()
+        self.instance.consumer_data.pop(self.group, None)
+        await self.instance.close()
+
+    async def _start(self) -> None:
         if self.clustering:
             self.subscriptions.setdefault(retry_topic(self.group), build_subscription(retry_topic(self.group), "*"))
             self.offset_store = RemoteBrokerOffsetStore(self.instance, self.group)
@@ -172,9 +181,6 @@ class PushConsumer:
         retry_soon = await self.rebalancer.rebalance()
         self._spawn(self._rebalance_loop(1.0 if retry_soon else self.config.rebalance_interval))
         self._spawn(self._persist_loop())
-        log.info("push consumer %s of group %s started (%s, %s)", self.client_id, self.group,
-                 self.config.message_model.value, "orderly" if self.orderly else "concurrently")
-        return self
 
     async def shutdown(self) -> None:
         """Finish listener calls in progress (bounded), persist offsets, leave the group."""

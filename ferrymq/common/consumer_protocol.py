@@ -1,4 +1,5 @@
-"""Bodies of the consumer-group calls: queue locks, connection lists, consume stats, offset resets.
+"""Bodies of the consumer-group calls (queue locks, connection lists, consume stats, offset
+resets) and the subscription expression both sides parse.
 
 Field names follow RocketMQ 4.9 (wire facts 4.5, 4.8, 4.12); ``Map<MessageQueue, X>`` fields
 travel with fastjson's object keys, which :class:`JsonModel` writes and reads.
@@ -8,8 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ferrymq.common.java_hash import java_string_hash
 from ferrymq.common.json_model import JsonModel
 from ferrymq.common.protocol import MessageQueue, SubscriptionData
+
+
+def build_subscription(topic: str, expression: str | None) -> SubscriptionData:
+    """A TAG subscription from ``*`` or ``TagA || TagB`` (RocketMQ's FilterAPI): tags trimmed,
+    codeSet = their Java hashCodes, which is what the broker filters ConsumeQueue entries by."""
+    expression = (expression or "*").strip()
+    if expression in ("", "*"):
+        return SubscriptionData(topic=topic, sub_string="*")
+    tags = [t.strip() for t in expression.split("||") if t.strip()]
+    return SubscriptionData(topic=topic, sub_string=expression, tags_set=tags,
+                            code_set=[java_string_hash(t) for t in tags])
 
 
 @dataclass

@@ -245,7 +245,6 @@ class MessageStore:
                         self.checkpoint.index_msg_timestamp)
             # One pass: validate each record and bring ConsumeQueues and IndexFiles up to date with it.
             redispatch = _Redispatch(self)
-            redispatch.partial = bool(segments) and segments[start_index].start_offset > cl.min_offset
             report = cl.recover(start_index=start_index, check_crc=cfg.check_crc_on_recover, on_record=redispatch)
         self.last_recovery = report
         end = report.end
@@ -864,7 +863,9 @@ class _Redispatch:
         self.logics_safe = cp.min_timestamp()
         self.index_safe = cp.min_timestamp_index()
         self.index_after = store.index.indexed_end if store.index is not None else -1
-        self.partial = True  # the walk starts after the CommitLog's first record (set by the caller)
+        # Records before the checkpoint are skipped unread, so a queue that first shows up here
+        # at an offset above 0 may have lost older entries: that always means a full rebuild.
+        self.partial = True
         self.dispatched = 0
         self.gap: str | None = None  # set when a ConsumeQueue turns out to miss older entries
 

@@ -13,7 +13,8 @@ import pytest
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.push_config import ConsumeFromWhere
-from ferrymq.client.push_consumer import PushConsumer, build_subscription
+from ferrymq.client.push_consumer import PushConsumer
+from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common import rocketmq_json
 from ferrymq.common.consumer_protocol import LockBatchRequestBody, LockBatchResponseBody, UnlockBatchRequestBody
 from ferrymq.common.protocol import ConsumerData, ConsumerListBody, HeartbeatData, MessageQueue

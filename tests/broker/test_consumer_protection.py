@@ -5,7 +5,6 @@ stats show it, and re-enabling it through the admin client resumes consumption w
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest

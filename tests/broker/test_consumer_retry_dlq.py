@@ -14,7 +14,7 @@ from ferrymq.client.listener import ConsumeConcurrentlyStatus
 from ferrymq.client.pull_consumer import PullConsumer, PullStatus
 from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common.message import Prop
-from ferrymq.common.protocol import MessageQueue, dlq_topic
+from ferrymq.common.protocol import dlq_topic
 from tests.consumer_support import Recorder, create_topic, produce, wait_until
 from tests.support import InProcessCluster
 

@@ -251,3 +251,25 @@ async def test_admin_offset_reset_rewinds_an_online_group(cluster):
     finally:
         await consumer.shutdown()
     assert all(len(rec.of(f"r-{i}")) == 2 for i in range(20))
+
+
+async def test_bad_setup_fails_with_a_clear_error(tmp_path):
+    from ferrymq.client.errors import MQClientError
+    from tests.support import free_port
+
+    with pytest.raises(MQClientError, match="group"):
+        PushConsumer("bad group!", namesrv_addr="127.0.0.1:1")
+    with pytest.raises(TypeError):
+        PushConsumer("g", namesrv_addr="127.0.0.1:1", no_such_setting=1)
+    c = PushConsumer("g", namesrv_addr=f"127.0.0.1:{free_port()}")
+    with pytest.raises(MQClientError, match="listener"):
+        await c.start()
+    c.register_listener(lambda msgs, ctx: None)
+    with pytest.raises(MQClientError, match="subscription"):
+        await c.start()
+    c.subscribe("T")
+    tasks_before = len(asyncio.all_tasks())
+    with pytest.raises(MQClientError, match="name server"):
+        await c.start()  # nothing listens there
+    await asyncio.sleep(0)
+    assert len(asyncio.all_tasks()) <= tasks_before, "a failed start leaves nothing running"

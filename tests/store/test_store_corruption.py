@@ -190,3 +190,17 @@ def test_clean_exit_after_a_crash_recovery_needs_no_recovery(open_store, tmp_pat
     with caplog.at_level(logging.WARNING):
         again = open_store(target)
     assert again.last_exit_clean and "not shut down cleanly" not in caplog.text
+
+
+def test_a_lost_consume_queue_is_rebuilt_whole_even_with_a_fresh_checkpoint(open_store, tmp_path, caplog):
+    store = open_store(mapped_file_size_commit_log=1024 * 1024, flush_consume_queue_thorough_interval=0)
+    store.commit_log.clock = iter(range(1_700_000_000_000, 1_700_000_000_000 + 10**9, 1000)).__next__  # 1 s apart
+    msgs = fill(store, 200)  # one CommitLog file: recovery walks from its start
+    store.flush()  # the checkpoint says every ConsumeQueue entry is on disk
+    target = crash_copy(tmp_path)
+    shutil.rmtree(target / "consumequeue")
+    with caplog.at_level(logging.WARNING):
+        crashed = open_store(target, mapped_file_size_commit_log=1024 * 1024)
+    assert "rebuilding every ConsumeQueue" in caplog.text
+    for queue_id in (0, 1):
+        assert pull_all(crashed, queue_id) == [m for m in msgs if m.queue_id == queue_id]

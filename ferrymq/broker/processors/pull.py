@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Callable
 
-from ferrymq.common.java_hash import java_string_hash
+from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common.protocol import Perm, SubscriptionData
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -29,16 +29,6 @@ class PullSysFlag:
     SUBSCRIPTION = 0x4
     CLASS_FILTER = 0x8
     LITE_PULL = 0x10
-
-
-def build_subscription(topic: str, expression: str | None) -> SubscriptionData:
-    """A TAG subscription from ``*`` or ``TagA || TagB`` (tag codes are Java hashCodes)."""
-    expression = (expression or "*").strip()
-    if expression in ("", "*"):
-        return SubscriptionData(topic=topic, sub_string="*")
-    tags = [t.strip() for t in expression.split("||") if t.strip()]
-    return SubscriptionData(topic=topic, sub_string=expression, tags_set=tags,
-                            code_set=[java_string_hash(t) for t in tags])
 
 
 def tag_filter_for(sub: SubscriptionData) -> Callable[[int], bool] | None:

@@ -21,13 +21,14 @@ import org.apache.rocketmq.common.message.MessageQueue;
  *
  * <pre>
  * java ferrymq.compat.PushConsumerRun --namesrv H:P --topic T --group G [--instance NAME]
- *      [--from first|last] [--run-ms MS] [--quiet true] [--fail-prefix P] [--max-reconsume-times N]
+ *      [--from first|last] [--run-ms MS] [--quiet true] [--fail-prefix P] [--max-reconsume-times N] [--expect N]
  * </pre>
  *
  * <p>stdout, JSON lines: {"event":"ready","clientId":...}; {"event":"assigned","queues":[[topic,broker,id],...]}
  * whenever the queues it owns (of --topic) change; {"event":"received","key","queueId","queueOffset",
  * "storeTimestamp","receivedAt","reconsumeTimes"} per message (unless --quiet true; then one
- * {"event":"count","n"} a second); {"event":"done","received":n} after a clean shutdown, which happens
+ * {"event":"count","n"} when it changed, at most every 100 ms); {"event":"first"|"reached","n","at"} when the
+ * first and the --expect'th message reached the listener; {"event":"done","received":n} after a clean shutdown, which happens
  * when stdin closes (or after --run-ms). Messages whose key starts with --fail-prefix are answered
  * RECONSUME_LATER (sent back to the broker: retry topic, delay levels, DLQ).
  */
@@ -40,6 +41,7 @@ public final class PushConsumerRun {
         boolean quiet = false;
         String failPrefix = null;
         int maxReconsume = -1;
+        long expect = 0;
         for (int i = 0; i + 1 < argv.length; i += 2) {
             switch (argv[i]) {
                 case "--namesrv": namesrv = argv[i + 1]; break;
@@ -51,6 +53,7 @@ public final class PushConsumerRun {
                 case "--quiet": quiet = Boolean.parseBoolean(argv[i + 1]); break;
                 case "--fail-prefix": failPrefix = argv[i + 1]; break;
                 case "--max-reconsume-times": maxReconsume = Integer.parseInt(argv[i + 1]); break;
+                case "--expect": expect = Long.parseLong(argv[i + 1]); break;
                 default: throw new IllegalArgumentException("unknown option " + argv[i]);
             }
         }
@@ -60,6 +63,7 @@ public final class PushConsumerRun {
         final String theTopic = topic;
         final boolean silent = quiet;
         final String failing = failPrefix;
+        final long expected = expect;
         final long[] received = {0};
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
         consumer.setNamesrvAddr(namesrv);
@@ -74,8 +78,13 @@ public final class PushConsumerRun {
             boolean fail = false;
             for (MessageExt m : msgs) {
                 fail |= failing != null && m.getKeys() != null && m.getKeys().startsWith(failing);
+                long n;
                 synchronized (received) {
-                    received[0]++;
+                    n = ++received[0];
+                }
+                if (n == 1 || n == expected) {
+                    // for throughput: when the first and the expected last message reached the listener
+                    ProduceConsume.emit(ProduceConsume.obj("event", n == 1 ? "first" : "reached", "n", n, "at", now));
                 }
                 if (!silent) {
                     ProduceConsume.emit(ProduceConsume.obj("event", "received", "key", m.getKeys(), "topic", m.getTopic(),
