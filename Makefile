@@ -18,9 +18,10 @@ venv: $(STAMP)
 run: $(STAMP)
 	@$(PY) -m ferrymq.cli.main standalone --data-dir .data --demo
 
-## test: the full suite (unit, integration, compatibility with the official Java client)
+## test: the full suite (unit, integration, compatibility with the official Java client,
+## Spark local mode); the Kubernetes layer has its own target, k8s-test
 test: $(STAMP)
-	@$(PY) -m pytest -q -ra
+	@$(PY) -m pytest -q -ra --ignore=tests/k8s
 
 ## unit: quick tests only
 unit: $(STAMP)
@@ -37,7 +38,7 @@ clean:
 ## scheduler, kwok, helm built once from the Go module proxy into ~/.cache/ferrymq-k8s)
 .PHONY: k8s-test e2e-kind
 k8s-test: $(STAMP)
-	@bash e2e/controlplane/build.sh >/dev/null
+	@bash e2e/controlplane/build.sh
 	@FERRYMQ_K8S_TESTS=1 $(PY) -m pytest -q -ra tests/operator tests/k8s
 
 ## e2e-kind: the same scenarios on a real kind cluster (needs a running Docker engine and kind)
