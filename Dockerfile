@@ -7,6 +7,9 @@ FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY ferrymq ferrymq
+# ferrymq_spark is installed with the package: the operator builds ConsumerGroups' Spark
+# CronJobs with ferrymq_spark.k8s_cronjob (standard library only; pyspark is not installed).
+COPY spark-jobs/ferrymq_spark spark-jobs/ferrymq_spark
 RUN pip install --no-cache-dir --no-compile --prefix=/install '.[operator]'
 
 FROM ${PYTHON_IMAGE}

@@ -28,6 +28,7 @@ import datetime
 import json
 import math
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -366,6 +367,14 @@ async def main_async(args: argparse.Namespace) -> dict:
         brokers = [b for b in brokers if b.name.lower() == args.only]
     results = {"machine": machine(), "runs": []}
     workdir = Path(tempfile.mkdtemp(prefix="ferrymq-e2e-bench-"))
+    try:
+        await _run_all(args, brokers, kinds, results, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return results
+
+
+async def _run_all(args: argparse.Namespace, brokers: list, kinds: list[str], results: dict, workdir: Path) -> None:
     run_id = str(int(time.time()))
     for cls in brokers:
         broker = cls(workdir)
@@ -391,7 +400,6 @@ async def main_async(args: argparse.Namespace) -> dict:
                                                                                         "catchUp": catch_rounds}})
         finally:
             broker.stop()
-    return results
 
 
 def main() -> int:
@@ -410,7 +418,7 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=500.0, help="messages per second for the latency run")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=2.0)
-    p.add_argument("--backlog", type=int, default=20000)
+    p.add_argument("--backlog", type=int, default=50000)
     p.add_argument("--rounds", type=int, default=3, help="repeat each scenario; medians are reported")
     p.add_argument("--only", choices=["ferrymq", "apache"])
     p.add_argument("--consumers", default="python,java")

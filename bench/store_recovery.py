@@ -2,11 +2,13 @@
 
 A child process fills one 1 GiB CommitLog segment (1 KiB bodies, a UNIQ_KEY and a KEYS value
 each, 8 queues, ASYNC_FLUSH with the broker's timers' calls made by hand) and then kills
-itself with SIGKILL: the ``abort`` file stays, the checkpoint is whatever the last timed
-flush wrote. Then a fresh process opens the store and the time of ``load()`` is measured
-(abnormal recovery: every record of the segment validated with its CRC, ConsumeQueues and
-IndexFile brought up to date). Variants: ConsumeQueues deleted (rebuilt from the CommitLog),
-and a clean restart.
+itself with SIGKILL: the ``abort`` file stays. Then a fresh process opens the store and the
+time of ``load()`` is measured (abnormal recovery: every record of the segment validated
+with its CRC; records newer than the checkpoint dispatched again to the ConsumeQueues and
+IndexFile). Variants: ConsumeQueues deleted (rebuilt from the CommitLog), a clean restart,
+and, with ``--checkpoint fresh``, a kill right after the thorough ConsumeQueue flush that
+moves the checkpoint (default ``stale``: the checkpoint is as old as the broker's 60 s
+flushConsumeQueueThoroughInterval lets it get during the fill).
 
 Not a test. Run: .venv/bin/python bench/store_recovery.py [--size-mib 1024] [--dir PATH] [--drop-caches]
 """
@@ -37,7 +39,7 @@ def config(root: str, size: int) -> StoreConfig:
     return StoreConfig(root, mapped_file_size_commit_log=size)
 
 
-def fill_and_die(root: str, size: int) -> None:
+def fill_and_die(root: str, size: int, fresh_checkpoint: bool) -> None:
     """Child: fill the first segment almost to the end, flush on the broker's schedule, SIGKILL self."""
     store = MessageStore(config(root, size), store_host=("10.0.0.1", 10911))
     store.load()
@@ -52,6 +54,9 @@ def fill_and_die(root: str, size: int) -> None:
             store.flush_commit_log_timed()
             store.flush_consume_queues_timed()
             last_flush = time.monotonic()
+    if fresh_checkpoint:
+        store.flush_commit_log()
+        store.flush_consume_queues()  # the thorough flush: checkpoint times = the newest record
     print(json.dumps({"messages": i, "bytes": store.max_phy_offset, "fill_seconds": time.monotonic() - started}), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -85,22 +90,24 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=1024, help="CommitLog size (one segment), default 1024")
     parser.add_argument("--dir", default=None, help="parent directory for the store (default: a temp dir)")
     parser.add_argument("--drop-caches", action="store_true", help="also measure with a cold page cache (root)")
+    parser.add_argument("--checkpoint", choices=["stale", "fresh"], default="stale",
+                        help="kill as the timers left the checkpoint (stale) or right after it moved (fresh)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     size = args.size_mib * 1024 * 1024
     if args.child:
-        fill_and_die(args.child, size)
+        fill_and_die(args.child, size, args.checkpoint == "fresh")
         return
     with tempfile.TemporaryDirectory(dir=args.dir) as parent:
         root = os.path.join(parent, "store")
-        child = subprocess.run([sys.executable, __file__, "--size-mib", str(args.size_mib), "--child", root],
-                               capture_output=True, text=True)
+        child = subprocess.run([sys.executable, __file__, "--size-mib", str(args.size_mib), "--checkpoint",
+                                args.checkpoint, "--child", root], capture_output=True, text=True)
         assert child.returncode == -signal.SIGKILL, child.stderr
         filled = json.loads(child.stdout)
         backup = os.path.join(parent, "crashed")
         shutil.copytree(root, backup)
         print(f"filled {filled['bytes'] / 2**20:.0f} MiB ({filled['messages']} messages of {BODY} B, 2 index keys each) "
-              f"in {filled['fill_seconds']:.1f} s, then SIGKILL")
+              f"in {filled['fill_seconds']:.1f} s, then SIGKILL; checkpoint {args.checkpoint}")
 
         rows = []
 

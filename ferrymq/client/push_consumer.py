@@ -44,6 +44,7 @@ from ferrymq.client.rebalance import Rebalancer
 from ferrymq.common.consumer_protocol import ResetOffsetBody, build_subscription
 from ferrymq.common.message import MessageExt, Prop, decode_records, decompress_body, encode_properties, validate_group
 from ferrymq.common.protocol import (
+    CLIENT_INNER_PRODUCER_GROUP,
     DEFAULT_TOPIC,
     ConsumerData,
     MessageQueue,
@@ -57,7 +58,6 @@ from ferrymq.remoting.connection import Connection
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
-CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 ORDERLY_NOT_LOCKED_DELAY = 3.0  # an orderly queue whose lock is not held: look again this much later
 OFFSET_ILLEGAL_GRACE = 10.0  # RocketMQ waits this long before re-creating a queue after OFFSET_ILLEGAL
 _CLIENT_ONLY_PROPS = (Prop.MIN_OFFSET, Prop.MAX_OFFSET, Prop.CONSUME_START_TIME, Prop.TRAN_MSG)
@@ -286,14 +286,7 @@ class PushConsumer:
 
     async def _reset_offsets(self, topic: str, table: dict[MessageQueue, int]) -> None:
         """Drop the topic's queues, store the new offsets, and let the rebalance take them again."""
-        rebalancer = self.rebalancer
-        async with rebalancer._lock:
-            mine = {mq: pq for mq, pq in rebalancer.process_queues.items() if mq.topic == topic}
-            for pq in mine.values():
-                pq.dropped = True
-            for mq, pq in mine.items():
-                if await rebalancer._remove_unnecessary(mq, pq, reset_to=table.get(mq)):
-                    rebalancer._forget(mq)
+        await self.rebalancer.release_topic(topic, table)
         log.info("group %s: offsets of %s reset to %s", self.group, topic, {mq.queue_id: o for mq, o in table.items()})
         self._rebalance_wanted.set()
 

@@ -195,6 +195,17 @@ class Rebalancer:
                 if await self._remove_unnecessary(mq, pq):
                     self._forget(mq)
 
+    async def release_topic(self, topic: str, reset_to: dict[MessageQueue, int]) -> None:
+        """Offset reset: give up the topic's queues, persisting the offsets in ``reset_to``
+        instead of ours; the next rebalance takes them again from there."""
+        async with self._lock:
+            mine = {mq: pq for mq, pq in self.process_queues.items() if mq.topic == topic}
+            for pq in mine.values():
+                pq.dropped = True
+            for mq, pq in mine.items():
+                if await self._remove_unnecessary(mq, pq, reset_to=reset_to.get(mq)):
+                    self._forget(mq)
+
     async def drop_all(self) -> None:
         for pq in self.process_queues.values():
             pq.dropped = True

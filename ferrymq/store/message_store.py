@@ -11,7 +11,7 @@ the waiting to its caller (the broker's AsyncMessageStore waits on the event loo
 ASYNC_FLUSH the broker calls ``flush_commit_log_timed`` / ``flush_consume_queues_timed``
 on its timers, and ``clean`` for retention (store/retention.py).
 
-Recovery follows RocketMQ (wire facts 6.4, 6.5): after a clean exit the last CommitLog
+Recovery (store/recovery.py) follows RocketMQ (wire facts 6.4, 6.5): after a clean exit the last CommitLog
 file is walked; after an unclean one (``abort`` present) every file from the checkpoint
 on is validated record by record (magic, length, body CRC), a torn or corrupt tail is cut
 off and logged, and ConsumeQueues and IndexFiles are trimmed to the CommitLog and rebuilt
@@ -23,7 +23,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +35,6 @@ from ferrymq.common.message import (
     MessageExt,
     Prop,
     SysFlag,
-    decode_record,
     encode_properties,
     encode_record,
     record_store_timestamp,
@@ -46,10 +44,11 @@ from ferrymq.common.message_id import offset_msg_id, pack_ip
 from ferrymq.store.checkpoint import StoreCheckpoint
 from ferrymq.store.commit_log import BLANK_SIZE, CommitLog, RecoveryReport
 from ferrymq.store.config import StoreConfig
-from ferrymq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue, ConsumeQueueGapError
+from ferrymq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from ferrymq.store.dir_lock import StoreDirLock
 from ferrymq.store.flush import GroupCommitService
 from ferrymq.store.index_service import IndexService
+from ferrymq.store.recovery import StoreRecovery
 from ferrymq.store.retention import CleanResult, CleanService, disk_used_ratio
 
 log = logging.getLogger(__name__)
@@ -184,7 +183,7 @@ class MessageStore:
             self._load_consume_queues()
             if self.index is not None:
                 self.index.load()
-            self._recover(clean)
+            StoreRecovery(self).run(clean)
         except BaseException:
             self._close_files()
             self._dir_lock.release(clean=clean)  # an unclean past stays unclean for the next try
@@ -221,103 +220,7 @@ class MessageStore:
             self.checkpoint.logics_flushed(head_ts, self.index.last_indexed_timestamp if self.index else head_ts)
             self.checkpoint.close()
 
-    # ------------------------------------------------------------ recovery
-
-    def _recover(self, clean: bool) -> None:
-        cfg, cl = self.config, self.commit_log
-        segments = cl.segments
-        started = time.monotonic()
-        if self.index is not None:
-            self.index.undo_unfinished()
-        if clean:
-            # Every file but the last was finished with a blank record before the next began,
-            # and the last ConsumeQueue entry ends on a record boundary: walk on from there.
-            last_entry_end = self._last_entry_end()
-            report = cl.recover(start_index=len(segments) - 1, check_crc=False, start_at=last_entry_end)
-            if report.last_store_timestamp == 0 and last_entry_end > 0:
-                report.last_store_timestamp = self._last_entry_store_time()
-            redispatch = None
-        else:
-            start_index = self._abnormal_start_index()
-            log.warning("the store was not shut down cleanly (%s exists): checking the CommitLog from file %d of %d "
-                        "(checkpoint: physic %d, logics %d, index %d)", self._dir_lock.abort_path, start_index + 1,
-                        len(segments), self.checkpoint.physic_msg_timestamp, self.checkpoint.logics_msg_timestamp,
-                        self.checkpoint.index_msg_timestamp)
-            # One pass: validate each record and bring ConsumeQueues and IndexFiles up to date with it.
-            redispatch = _Redispatch(self)
-            report = cl.recover(start_index=start_index, check_crc=cfg.check_crc_on_recover, on_record=redispatch)
-        self.last_recovery = report
-        end = report.end
-        for cq in self._queues.values():
-            cq.truncate_beyond(end)  # entries for records the CommitLog no longer has
-        if self.index is not None:
-            self.index.truncate_beyond(end, self._store_time_of)
-        if redispatch is None:
-            # After a clean exit the queues are complete; only a lost ConsumeQueue or IndexFile
-            # directory needs records dispatched again.
-            queues = list(self._queues.values())
-            start = max(max((cq.max_phys_end for cq in queues), default=0), cl.min_offset)
-            index_after = self.index.indexed_end if self.index is not None else -1
-            if self.index is not None and not self.index.files and cl.max_offset > cl.min_offset:
-                start, index_after = cl.min_offset, -1
-            dispatched = self._replay(start, end, index_after)
-        else:
-            dispatched = redispatch.dispatched
-            if redispatch.gap is not None:
-                self._rebuild_consume_queues(redispatch.gap, end)
-        if dispatched or not clean:
-            log.info("recovery: CommitLog valid up to offset %d (%d record(s) checked from offset %d), %d record(s) "
-                     "dispatched again to ConsumeQueues / IndexFiles, in %.2f s", end, report.records_checked,
-                     report.walked_from, dispatched, time.monotonic() - started)
-        for cq in self._queues.values():
-            cq.correct_min_offset(cl.min_offset)
-        cl.queue_offsets = {f"{t}-{q}": cq.max_offset for (t, q), cq in self._queues.items()}
-        self._last_dispatched_ts = report.last_store_timestamp
-        if self.checkpoint.physic_flushed_offset > end:
-            self.checkpoint.reset_flushed_offset(end)
-        if not clean:
-            # What a crashed process wrote may not be on disk yet: make it so before taking new
-            # writes, so the checkpoint (and every later flushed offset) tells the truth.
-            cl.sync_from(report.walked_from)
-            self.checkpoint.commit_log_flushed(end, report.last_store_timestamp)
-            self.flush_consume_queues()
-
-    def _last_entry_end(self) -> int:
-        """End of the newest record a ConsumeQueue points at, if that record is intact; else 0."""
-        newest = max(self._queues.values(), key=lambda cq: cq.max_phys_end, default=None)
-        entry = newest.entry(newest.max_offset - 1) if newest is not None else None
-        if entry is None or not self.commit_log.has_record(entry[0], entry[1]):
-            return 0
-        return entry[0] + entry[1]
-
-    def _last_entry_store_time(self) -> int:
-        """Store time of the newest record any ConsumeQueue points at (0 if none is readable)."""
-        newest = max(self._queues.values(), key=lambda cq: cq.max_phys_end, default=None)
-        entry = newest.entry(newest.max_offset - 1) if newest is not None else None
-        return self._store_time_of(entry[0]) if entry else 0
-
-    def _rebuild_consume_queues(self, reason: str, end: int) -> None:
-        """Entries older than the checkpoint are missing too (a lost or damaged file): build
-        every ConsumeQueue again from the whole CommitLog."""
-        log.warning("%s; rebuilding every ConsumeQueue from the CommitLog", reason)
-        for cq in self._queues.values():
-            cq.close()
-        self._queues = {}
-        shutil.rmtree(self.config.consume_queue_dir, ignore_errors=True)
-        index_after = self.index.indexed_end if self.index is not None else -1
-        self._replay(self.commit_log.min_offset, end, index_after)
-
-    def _abnormal_start_index(self) -> int:
-        """The last CommitLog file whose first record is older than what the checkpoint says
-        is on disk everywhere (RocketMQ's isMappedFileMatchedRecover); the first file if none."""
-        cp = self.checkpoint
-        min_ts = cp.min_timestamp_index() if self.index is not None else cp.min_timestamp()
-        segments = self.commit_log.segments
-        for i in range(len(segments) - 1, -1, -1):
-            first_ts = self.commit_log.first_store_timestamp(segments[i])
-            if 0 < first_ts <= min_ts:
-                return i
-        return 0
+    # ------------------------------------------------------------ recovery (store/recovery.py)
 
     def _store_time_of(self, phys: int) -> int:
         head = self.commit_log.get_data(phys, _STORE_TIMESTAMP_SPAN)
@@ -341,32 +244,6 @@ class MessageStore:
             cq = ConsumeQueue(self.config.consume_queue_dir, topic, queue_id, self.config.mapped_file_size_consume_queue)
             self._queues[(topic, queue_id)] = cq
         return cq
-
-    def _replay(self, start: int, end: int, index_after: int) -> int:
-        """Dispatch CommitLog records in [start, end) again: ConsumeQueue entries a queue
-        already has are skipped, index keys only for records past ``index_after``."""
-        count = 0
-        index = self.index
-        partial = start > self.commit_log.min_offset  # records before ``start`` are not looked at
-        try:
-            for phys, record in self.commit_log.iter_records(start, end):
-                m, _ = decode_record(record)
-                self._dispatch_again(m, phys, partial)
-                if index is not None and phys > index_after:
-                    index.build_index(m.topic, m.sys_flag, m.properties, phys, m.store_timestamp)
-                    index_after = phys
-                count += 1
-        except ConsumeQueueGapError as exc:
-            self._rebuild_consume_queues(str(exc), end)
-        return count
-
-    def _dispatch_again(self, m: MessageExt, phys: int, partial: bool) -> None:
-        if not SysFlag.is_dispatched(m.sys_flag):
-            return
-        if partial and m.queue_offset > 0 and (m.topic, m.queue_id) not in self._queues:
-            raise ConsumeQueueGapError(f"{m.topic}-{m.queue_id}: no ConsumeQueue on disk, but the CommitLog "
-                                       f"has its record for offset {m.queue_offset}")
-        self._index(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], m.store_timestamp)
 
     # ------------------------------------------------------------ writing
 
@@ -847,45 +724,6 @@ class MessageStore:
         """One retention run (expired files, disk guard); the broker calls it every cleanResourceInterval."""
         self._check_running()
         return self.clean_service.run(now_ms)
-
-
-class _Redispatch:
-    """Abnormal recovery's per-record step, run as the CommitLog walk validates each record.
-
-    A record stored before the checkpoint's logics (and index) time is already in its
-    ConsumeQueue (and IndexFile) on disk: it is skipped without being decoded. Any other is
-    decoded and dispatched; a ConsumeQueue that already has its entry ignores it, the
-    IndexFiles take only records past the last one they indexed."""
-
-    def __init__(self, store: MessageStore) -> None:
-        self.store = store
-        cp = store.checkpoint
-        self.logics_safe = cp.min_timestamp()
-        self.index_safe = cp.min_timestamp_index()
-        self.index_after = store.index.indexed_end if store.index is not None else -1
-        # Records before the checkpoint are skipped unread, so a queue that first shows up here
-        # at an offset above 0 may have lost older entries: that always means a full rebuild.
-        self.partial = True
-        self.dispatched = 0
-        self.gap: str | None = None  # set when a ConsumeQueue turns out to miss older entries
-
-    def __call__(self, phys: int, chunk: bytes, pos: int, size: int) -> None:
-        store_ts = record_store_timestamp(chunk, pos)
-        index = self.store.index
-        need_index = index is not None and phys > self.index_after
-        need_queue = self.gap is None and store_ts > self.logics_safe
-        if not need_queue and not (need_index and store_ts > self.index_safe):
-            return
-        m, _ = decode_record(chunk[pos : pos + size])
-        if need_queue:
-            try:
-                self.store._dispatch_again(m, phys, self.partial)
-            except ConsumeQueueGapError as exc:
-                self.gap = str(exc)  # stop dispatching; the queues are rebuilt after the walk
-        if need_index:
-            index.build_index(m.topic, m.sys_flag, m.properties, phys, store_ts)
-            self.index_after = phys
-        self.dispatched += 1
 
 
 def _refused(status: PutStatus, remark: str) -> AppendResult:

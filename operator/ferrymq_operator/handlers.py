@@ -13,7 +13,7 @@ import logging
 
 import kopf
 
-from ferrymq_operator import broker_admin, conditions, groups, kube, manifests, rollout, topics
+from ferrymq_operator import broker_admin, conditions, groups, kube, manifests, rollout, spark_jobs, topics
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import (
     ANN_ENABLE_CONSUME,
@@ -306,9 +306,15 @@ async def _reconcile_group(res: dict, body, patch: kopf.Patch) -> None:
         return _finish(body, patch, status, [Condition("Ready", False, "Unmanaged",
                                                        f"{ANN_MANAGED}=false: the group is left as it is on the brokers")], extra)
     broker = await _broker_of(res)
+    # The Spark job's Kubernetes objects first: they do not depend on the brokers being reachable.
+    spark = await spark_jobs.sync(res, spark_jobs.in_cluster_namesrv(broker) if broker else None, status)
+    spark_conds = [spark.condition] if spark.condition else []
+    if spark.status_patch is not None or spark.remove_status:
+        extra["sparkJob"] = spark.status_patch
     if broker is None:
         return _finish(body, patch, status, [Condition("Ready", False, "BrokerNotFound",
-                                                       f"Broker {spec['brokerRef']['name']} does not exist")], extra)
+                                                       f"Broker {spec['brokerRef']['name']} does not exist"), *spark_conds],
+                       extra)
     spec_enabled = bool(spec.get("consumeEnable", True))
     policy = (spec.get("protection") or {}).get("onFallBehind", "Disable")
     state = groups.ProtectionState.from_status(status)
@@ -318,8 +324,8 @@ async def _reconcile_group(res: dict, body, patch: kopf.Patch) -> None:
             addrs = await broker_admin.brokers(admin, broker["metadata"]["name"])
             if not addrs:
                 return _finish(body, patch, status, [Condition("Ready", False, "NoBrokers",
-                                                               "no broker of this Broker is registered yet")], extra,
-                               applied=False)
+                                                               "no broker of this Broker is registered yet"), *spark_conds],
+                               extra, applied=False)
             observed = await broker_admin.observe_group(admin, addrs, name)
             # Create where missing, and push settings changes; consumeEnable on an existing
             # group is left to the policy below (the broker may own it after a trip).
@@ -345,8 +351,8 @@ async def _reconcile_group(res: dict, body, patch: kopf.Patch) -> None:
                 observed = await broker_admin.observe_group(admin, addrs, name)
                 enabled = {b: (g.consume_enable if g else spec_enabled) for b, g in observed.items()}
     except Exception as e:  # noqa: BLE001 - reported, retried by the timer
-        return _finish(body, patch, status, [Condition("Ready", False, "BrokerUnreachable", f"{type(e).__name__}: {e}")],
-                       extra, applied=False)
+        return _finish(body, patch, status, [Condition("Ready", False, "BrokerUnreachable", f"{type(e).__name__}: {e}"),
+                                             *spark_conds], extra, applied=False)
     if decision.event:
         kopf.event(body, type=decision.event[0], reason=decision.event[1], message=decision.event[2])
     if decision.clear_annotation:
@@ -358,7 +364,7 @@ async def _reconcile_group(res: dict, body, patch: kopf.Patch) -> None:
     conds = [Condition("Ready", True, "Applied", f"group {name} on {len(enabled)} broker(s)"),
              Condition("ConsumeDisabled", decision.consume_disabled, decision.reason, decision.message),
              Condition("FallingBehind", decision.state.tripped and policy == "Alert", decision.reason if policy == "Alert" else "NotAlerting",
-                       decision.message if policy == "Alert" else "")]
+                       decision.message if policy == "Alert" else ""), *spark_conds]
     _finish(body, patch, status, conds, extra)
 
 
@@ -388,7 +394,3 @@ async def group_deleted(body, memo, **_) -> None:
                 await broker_admin.delete_group(admin, groups.group_name(res), broker["metadata"]["name"])
         except Exception as e:  # noqa: BLE001
             raise kopf.TemporaryError(f"cannot delete the group on the brokers yet: {e}", delay=10) from e
-
-# ConsumerGroup.spec.sparkJob is built into a CronJob by the Spark work (spark-jobs/); the
-# place to call it is _reconcile_group, after the broker side: apply the returned objects
-# with kube.apply, owner reference to the ConsumerGroup (manifests.owner_reference).

@@ -24,6 +24,7 @@ _RESOURCES = {
     ("apps/v1", "StatefulSet"): ("/apis/apps/v1", "statefulsets"),
     ("policy/v1", "PodDisruptionBudget"): ("/apis/policy/v1", "poddisruptionbudgets"),
     ("batch/v1", "CronJob"): ("/apis/batch/v1", "cronjobs"),
+    ("batch/v1", "Job"): ("/apis/batch/v1", "jobs"),
     ("v1", "ServiceAccount"): ("/api/v1", "serviceaccounts"),
     ("rbac.authorization.k8s.io/v1", "Role"): ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
@@ -82,9 +83,18 @@ async def list_(api_version: str, kind: str, namespace: str, label_selector: str
     return result.get("items", [])
 
 
-async def delete(api_version: str, kind: str, namespace: str, name: str) -> bool:
+async def delete(api_version: str, kind: str, namespace: str, name: str, *, uid: str | None = None,
+                 propagation: str | None = None) -> bool:
+    """``uid``: delete only that object (not a namesake created since it was read; a
+    mismatch is a 409). ``propagation``: Background/Foreground/Orphan for its dependents."""
+    options: dict = {}
+    if uid:
+        options["preconditions"] = {"uid": uid}
+    if propagation:
+        options["propagationPolicy"] = propagation
     try:
-        await asyncio.to_thread(_call, "DELETE", _path(api_version, kind, namespace, name))
+        await asyncio.to_thread(_call, "DELETE", _path(api_version, kind, namespace, name), options or None, None,
+                                "application/json" if options else None)
         return True
     except ApiException as e:
         if e.status == 404:

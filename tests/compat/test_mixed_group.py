@@ -189,3 +189,48 @@ async def test_java_push_consumer_retries_and_dead_letters_through_ferrymq(tmp_p
     assert [e["reconsumeTimes"] for e in bad()] == [0, 1]
     assert all(e["topic"] == "JavaRetryT" for e in bad()), "the Java client shows the original topic"
     assert {e["key"] for e in java.of("received")} >= {"good-0", "good-1", "good-2"}
+
+
+async def test_java_and_python_orderly_consumers_share_locked_queues_in_order(cluster, rocketmq_jars):
+    """Java's MessageListenerOrderly takes its queues through FerryMQ's LOCK_BATCH_MQ like ours do:
+    the group's queues are split between them and each queue is consumed in offset order."""
+    from ferrymq.client.producer import Producer
+    from ferrymq.common.message import Message
+
+    ns, topic, group = cluster.namesrv_addr, "MixedOrderT", "mixed-order-group"
+    await create_topic(ns, topic, 4, order=True)
+    cmd = java_client_command(["--namesrv", ns, "--topic", topic, "--group", group, "--instance", "java-orderly",
+                               "--orderly", "true"], main="ferrymq.compat.PushConsumerRun")
+    proc = await asyncio.create_subprocess_exec(*cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.DEVNULL)
+    java = JavaPushConsumer(proc)
+    rec = Recorder()
+    py = PushConsumer(group, namesrv_addr=ns, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    py.subscribe(topic).register_listener(rec.listener("py"), orderly=True)
+    try:
+        await wait_until(lambda: java.of("ready"), 60, "the Java consumer started")
+        await py.start()
+
+        def split() -> bool:
+            j, p = java.queues(), {mq.queue_id for mq in py.rebalancer.owned(topic)}
+            return j is not None and len(j) == 2 and sorted(j | p) == [0, 1, 2, 3] and not j & p
+        await wait_until(split, 60, "the four queues split two and two")
+        held = {q: cluster.broker.locks.holder(group, MessageQueue(topic, "broker-a", q)) for q in range(4)}
+        assert sorted(h.split("@")[1] for h in held.values()) == sorted(["java-orderly"] * 2 + [py.client_config.instance_name] * 2)
+
+        async with Producer("mixed-order-p", namesrv_addr=ns) as producer:
+            for i in range(30):
+                for q in range(4):
+                    m = Message(topic, f"{q}:{i}".encode())
+                    m.keys = [f"q{q}-{i}"]
+                    await producer.send(m, queue=MessageQueue(topic, "broker-a", q))
+        await wait_until(lambda: len(java.of("received")) + len(rec.events) >= 120, 60, "all 120 consumed")
+    finally:
+        await java.stop()
+        await py.shutdown()
+    per_queue: dict[int, list[int]] = {}
+    for e in java.of("received"):
+        per_queue.setdefault(e["queueId"], []).append(e["queueOffset"])
+    for e in sorted(rec.events, key=lambda e: e.at):
+        per_queue.setdefault(e.queue_id, []).append(e.queue_offset)
+    assert per_queue == {q: list(range(30)) for q in range(4)}, per_queue

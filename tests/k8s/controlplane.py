@@ -34,6 +34,49 @@ BUILD_SCRIPT = REPO / "e2e" / "controlplane" / "build.sh"
 STORAGE_CLASS = "ferrymq-test"
 PROVISIONER = "ferrymq.io/test-hostpath"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok", "helm")
+# A fake pod owned by a Job completes with exit code 0 (kwok's "fast" pod-complete stage);
+# one carrying this label fails with exit code 1 instead (FAIL_STAGE: weight 1 beats the
+# weight-0 upstream stages whenever both match), so a test can run a failing Job.
+FAIL_LABEL = "ferrymq.io/test-pod-fails"
+FAIL_STAGE = f"""\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: ferrymq-test-pod-fails
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.labels["{FAIL_LABEL}"]'
+      operator: 'In'
+      values: ['true']
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+  weight: 1
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      containerStatuses:
+      {{{{ range .spec.containers }}}}
+      - image: {{{{ .image | Quote }}}}
+        name: {{{{ .name | Quote }}}}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 1
+            finishedAt: {{{{ $now | Quote }}}}
+            reason: Error
+            startedAt: {{{{ $now | Quote }}}}
+      {{{{ end }}}}
+      phase: Failed
+"""
 
 
 def versions() -> dict[str, str]:
@@ -203,6 +246,9 @@ class ControlPlane:
             "--endpoint-reconciler-type=none", f"--tls-cert-file={certs.path('server.crt')}",
             f"--tls-private-key-file={certs.path('server.key')}", f"--client-ca-file={certs.path('ca.crt')}",
             "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true", "--authorization-mode=Node,RBAC",
+            # As on clusters that enforce it (OpenShift): blockOwnerDeletion needs update on the
+            # owner's finalizers, so the chart's RBAC is checked for that too.
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             f"--service-account-issuer={server}", f"--service-account-key-file={certs.path('sa.pub')}",
             f"--service-account-signing-key-file={certs.path('sa.key')}", "--cert-dir", str(self.work / "apiserver-certs"),
             # A front-proxy CA, so the controllers' delegated authn finds a complete config.
@@ -226,8 +272,11 @@ class ControlPlane:
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
             f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
         ], self.work / "logs" / "kube-scheduler.log"))
+        fail_stage = self.work / "kwok-fail-stage.yaml"
+        fail_stage.write_text(FAIL_STAGE)
         self._run(Proc("kwok", [
             str(self.bin / "kwok"), f"--kubeconfig={kc}", f"--config={self.bin.parent / 'kwok-stages.yaml'}",
+            f"--config={fail_stage}",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake", "--node-lease-duration-seconds=40",
             "--cidr=10.0.1.0/24", "--node-ip=10.0.0.250",
         ], self.work / "logs" / "kwok.log"))

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 import yaml
 
+from ferrymq_spark.k8s_cronjob import DRIVER_RULES
 from tests.k8s.conftest import RELEASE_NS, SA
 from tests.k8s.controlplane import REPO
 
@@ -69,11 +70,45 @@ def test_helm_install_succeeded(control_plane, helm_release):
 def test_chart_rbac_is_least_privilege(control_plane, helm_release):
     """What the operator's ServiceAccount may and may not do, asked of the real authorizer."""
     def can(verb, resource, ns="default"):
-        p = control_plane.kubectl("auth", "can-i", verb, resource, "-n", ns,
+        # "kind/x" would be read as the object named x: subresources go in --subresource
+        resource, _, sub = resource.partition("/")
+        p = control_plane.kubectl("auth", "can-i", verb, resource, "-n", ns, *([f"--subresource={sub}"] if sub else []),
                                   f"--as=system:serviceaccount:{RELEASE_NS}:{SA}", check=False)
         return p.stdout.strip() == "yes"
     assert can("patch", "brokers.ferrymq.io") and can("patch", "topics.ferrymq.io/status")
+    assert not can("update", "topics.ferrymq.io/finalizers")
     assert can("create", "statefulsets.apps") and can("delete", "pods") and can("create", "events")
+    # blockOwnerDeletion on owned objects (OwnerReferencesPermissionEnforcement is on in the control plane)
+    assert can("update", "brokers.ferrymq.io/finalizers") and can("update", "consumergroups.ferrymq.io/finalizers")
     assert not can("delete", "statefulsets.apps"), "owned objects go away through garbage collection"
-    assert not can("get", "secrets") and not can("create", "pods") and not can("delete", "persistentvolumeclaims")
+    assert not can("get", "secrets") and not can("delete", "persistentvolumeclaims")
     assert not can("create", "clusterroles.rbac.authorization.k8s.io", ns="")
+    # ConsumerGroup.spec.sparkJob: the CronJob and its RBAC objects, the runs read only.
+    for resource in ("cronjobs.batch", "serviceaccounts", "roles.rbac.authorization.k8s.io",
+                     "rolebindings.rbac.authorization.k8s.io"):
+        assert can("create", resource) and can("patch", resource) and can("delete", resource), resource
+    assert can("list", "jobs.batch") and not can("create", "jobs.batch") and not can("delete", "jobs.batch")
+    # It may grant the Spark driver's Role only what it holds itself: it holds exactly those
+    # rights, and cannot escalate or bind beyond them.
+    for rule in DRIVER_RULES:
+        for resource in rule["resources"]:
+            for verb in rule["verbs"]:
+                assert can(verb, resource), f"{verb} {resource}: granted by the Spark driver's Role"
+    assert not can("escalate", "roles.rbac.authorization.k8s.io") and not can("bind", "roles.rbac.authorization.k8s.io")
+    assert not can("bind", "clusterroles.rbac.authorization.k8s.io") and not can("impersonate", "serviceaccounts")
+    assert not can("create", "persistentvolumeclaims"), "on-demand executor volumes are off by default (rbac.sparkJobVolumes)"
+    assert not can("create", "serviceaccounts/token") and not can("create", "clusterrolebindings.rbac.authorization.k8s.io")
+
+
+@pytest.mark.parametrize("values,present,absent", [
+    (["--set", "rbac.sparkJobs=false"], set(), {("batch", "cronjobs"), ("", "serviceaccounts"), ("", "persistentvolumeclaims")}),
+    (["--set", "rbac.sparkJobVolumes=true"], {("batch", "cronjobs"), ("", "persistentvolumeclaims")}, set()),
+])
+def test_spark_job_rbac_values(control_plane, values, present, absent):
+    p = helm(control_plane, "template", "r", str(CHART), *values)
+    assert p.returncode == 0, p.stderr
+    role = next(d for d in yaml.safe_load_all(p.stdout) if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "r-ferrymq-operator")
+    granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert present <= granted and not (absent & granted)
+    pods = {v for rule in role["rules"] if rule["resources"] == ["pods"] for v in rule["verbs"]}
+    assert ("create" in pods) == ("rbac.sparkJobs=false" not in values[1])

@@ -63,7 +63,13 @@ def test_broker_scale_subresource_and_queue_count_rules():
     group = load(REPO / "crds" / "ferrymq.io_consumergroups.yaml")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     gspec = group["properties"]["spec"]["properties"]
     assert gspec["protection"]["properties"]["onFallBehind"]["enum"] == ["Disable", "ResetToLatest", "Alert"]
-    assert gspec["sparkJob"]["x-kubernetes-preserve-unknown-fields"] is True
+    spark = gspec["sparkJob"]
+    assert "x-kubernetes-preserve-unknown-fields" not in spark, "a misspelt sparkJob field is an error, not ignored"
+    assert spark["required"] == ["schedule", "topics", "output"]
+    assert spark["properties"]["launcher"]["enum"] == ["SparkSubmit", "SparkOperator"]
+    status = group["properties"]["status"]["properties"]["sparkJob"]["properties"]
+    assert {"cronJob", "lastScheduleTime", "lastSuccessfulTime", "lastRun", "suspended"} <= set(status)
+    assert status["lastRun"]["properties"]["result"]["enum"] == ["Running", "Succeeded", "Failed"]
 
 
 def test_operator_package_does_not_shadow_stdlib_operator():

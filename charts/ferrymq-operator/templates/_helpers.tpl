@@ -28,7 +28,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
-{{/* The namespaced rules: everything the operator reads and writes for a Broker. */}}
+{{/* The namespaced rules: everything the operator reads and writes for a Broker, and for
+     ConsumerGroups' Spark jobs (rbac.sparkJobs). Kubernetes lets a subject create a Role, and
+     bind it, only with permissions the subject holds itself: so the operator holds what the
+     Spark driver's Role grants (ferrymq_spark.k8s_cronjob.DRIVER_RULES: executor pods and
+     their ConfigMap; PVCs only with rbac.sparkJobVolumes) rather than `escalate`/`bind`,
+     which would let it grant anything. */}}
 {{- define "ferrymq-operator.namespacedRules" -}}
 - apiGroups: [ferrymq.io]
   resources: [brokers, topics, consumergroups]
@@ -36,15 +41,48 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [ferrymq.io]
   resources: [brokers/status, topics/status, consumergroups/status]
   verbs: [get, patch, update]
+# blockOwnerDeletion on the objects a Broker or ConsumerGroup owns (OwnerReferencesPermissionEnforcement).
+- apiGroups: [ferrymq.io]
+  resources: [brokers/finalizers, consumergroups/finalizers]
+  verbs: [update]
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [get, list, watch, create, patch]
 - apiGroups: [""]
-  resources: [configmaps, services]
+  resources: [services]
+  verbs: [get, create, patch]
+{{- if .Values.rbac.sparkJobs }}
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch, delete, deletecollection]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, patch, delete, deletecollection]
+{{- if .Values.rbac.sparkJobVolumes }}
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, list, watch, create, delete, deletecollection]
+{{- end }}
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create, patch, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create, patch, delete]
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [get, create, patch, delete]
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list]
+{{- else }}
+- apiGroups: [""]
+  resources: [configmaps]
   verbs: [get, create, patch]
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, delete]
+{{- end }}
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch]

@@ -10,7 +10,9 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
@@ -22,6 +24,7 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * <pre>
  * java ferrymq.compat.PushConsumerRun --namesrv H:P --topic T --group G [--instance NAME]
  *      [--from first|last] [--run-ms MS] [--quiet true] [--fail-prefix P] [--max-reconsume-times N] [--expect N]
+ *      [--orderly true]
  * </pre>
  *
  * <p>stdout, JSON lines: {"event":"ready","clientId":...}; {"event":"assigned","queues":[[topic,broker,id],...]}
@@ -30,7 +33,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * {"event":"count","n"} when it changed, at most every 100 ms); {"event":"first"|"reached","n","at"} when the
  * first and the --expect'th message reached the listener; {"event":"done","received":n} after a clean shutdown, which happens
  * when stdin closes (or after --run-ms). Messages whose key starts with --fail-prefix are answered
- * RECONSUME_LATER (sent back to the broker: retry topic, delay levels, DLQ).
+ * RECONSUME_LATER (sent back to the broker: retry topic, delay levels, DLQ). --orderly true registers a
+ * MessageListenerOrderly instead (queue locks: LOCK_BATCH_MQ / UNLOCK_BATCH_MQ).
  */
 public final class PushConsumerRun {
 
@@ -42,6 +46,7 @@ public final class PushConsumerRun {
         String failPrefix = null;
         int maxReconsume = -1;
         long expect = 0;
+        boolean orderly = false;
         for (int i = 0; i + 1 < argv.length; i += 2) {
             switch (argv[i]) {
                 case "--namesrv": namesrv = argv[i + 1]; break;
@@ -54,6 +59,7 @@ public final class PushConsumerRun {
                 case "--fail-prefix": failPrefix = argv[i + 1]; break;
                 case "--max-reconsume-times": maxReconsume = Integer.parseInt(argv[i + 1]); break;
                 case "--expect": expect = Long.parseLong(argv[i + 1]); break;
+                case "--orderly": orderly = Boolean.parseBoolean(argv[i + 1]); break;
                 default: throw new IllegalArgumentException("unknown option " + argv[i]);
             }
         }
@@ -73,28 +79,21 @@ public final class PushConsumerRun {
             ? ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET : ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.setMaxReconsumeTimes(maxReconsume);
         consumer.subscribe(topic, "*");
-        consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
-            long now = System.currentTimeMillis();
-            boolean fail = false;
-            for (MessageExt m : msgs) {
-                fail |= failing != null && m.getKeys() != null && m.getKeys().startsWith(failing);
-                long n;
-                synchronized (received) {
-                    n = ++received[0];
+        if (orderly) {
+            consumer.registerMessageListener((MessageListenerOrderly) (msgs, context) -> {
+                record(msgs, received, expected, silent);
+                return ConsumeOrderlyStatus.SUCCESS;
+            });
+        } else {
+            consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+                boolean fail = false;
+                for (MessageExt m : msgs) {
+                    fail |= failing != null && m.getKeys() != null && m.getKeys().startsWith(failing);
                 }
-                if (n == 1 || n == expected) {
-                    // for throughput: when the first and the expected last message reached the listener
-                    ProduceConsume.emit(ProduceConsume.obj("event", n == 1 ? "first" : "reached", "n", n, "at", now));
-                }
-                if (!silent) {
-                    ProduceConsume.emit(ProduceConsume.obj("event", "received", "key", m.getKeys(), "topic", m.getTopic(),
-                        "queueId", m.getQueueId(), "queueOffset", m.getQueueOffset(),
-                        "storeTimestamp", m.getStoreTimestamp(), "receivedAt", now,
-                        "reconsumeTimes", m.getReconsumeTimes()));
-                }
-            }
-            return fail ? ConsumeConcurrentlyStatus.RECONSUME_LATER : ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
+                record(msgs, received, expected, silent);
+                return fail ? ConsumeConcurrentlyStatus.RECONSUME_LATER : ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+        }
         consumer.start();
         ProduceConsume.emit(ProduceConsume.obj("event", "ready", "clientId", consumer.buildMQClientId()));
 
@@ -161,6 +160,26 @@ public final class PushConsumerRun {
         }
         System.out.flush();
         Runtime.getRuntime().halt(0);
+    }
+
+    private static void record(List<MessageExt> msgs, long[] received, long expected, boolean silent) {
+        long now = System.currentTimeMillis();
+        for (MessageExt m : msgs) {
+            long n;
+            synchronized (received) {
+                n = ++received[0];
+            }
+            if (n == 1 || n == expected) {
+                // for throughput: when the first and the expected last message reached the listener
+                ProduceConsume.emit(ProduceConsume.obj("event", n == 1 ? "first" : "reached", "n", n, "at", now));
+            }
+            if (!silent) {
+                ProduceConsume.emit(ProduceConsume.obj("event", "received", "key", m.getKeys(), "topic", m.getTopic(),
+                    "queueId", m.getQueueId(), "queueOffset", m.getQueueOffset(),
+                    "storeTimestamp", m.getStoreTimestamp(), "receivedAt", now,
+                    "reconsumeTimes", m.getReconsumeTimes(), "thread", Thread.currentThread().getName()));
+            }
+        }
     }
 
     private PushConsumerRun() {

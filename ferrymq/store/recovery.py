@@ -1,0 +1,194 @@
+"""Recovery at load (wire facts 6.4, 6.5): RocketMQ's normal and abnormal CommitLog recovery.
+
+After a clean exit (no ``abort`` file) only the tail of the last CommitLog file is walked,
+from the end of the newest ConsumeQueue entry. After an unclean one, every record from the
+last file older than the checkpoint on is validated (magic code, length, field layout, body
+CRC); the first invalid one ends the CommitLog (logged with its offset, everything after it
+dropped); ConsumeQueues and IndexFiles are trimmed to the CommitLog and records newer than
+the checkpoint are dispatched to them again in the same pass. A ConsumeQueue found missing
+older entries is rebuilt whole from the CommitLog.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from typing import TYPE_CHECKING
+
+from ferrymq.common.message import MessageExt, SysFlag, decode_record, record_store_timestamp
+from ferrymq.store.consume_queue import ConsumeQueueGapError
+
+if TYPE_CHECKING:
+    from ferrymq.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+class StoreRecovery:
+    def __init__(self, store: "MessageStore") -> None:
+        self.store = store
+
+    def run(self, clean: bool) -> None:
+        """Recover the store just loaded; ``clean``: the last run shut down cleanly."""
+        store = self.store
+        cfg, cl, index, checkpoint = store.config, store.commit_log, store.index, store.checkpoint
+        segments = cl.segments
+        started = time.monotonic()
+        if index is not None:
+            index.undo_unfinished()
+        if clean:
+            # Every file but the last was finished with a blank record before the next began,
+            # and the last ConsumeQueue entry ends on a record boundary: walk on from there.
+            last_entry_end = self._last_entry_end()
+            report = cl.recover(start_index=len(segments) - 1, check_crc=False, start_at=last_entry_end)
+            if report.last_store_timestamp == 0 and last_entry_end > 0:
+                report.last_store_timestamp = self._last_entry_store_time()
+            redispatch = None
+        else:
+            start_index = self._abnormal_start_index()
+            log.warning("the store was not shut down cleanly (%s exists): checking the CommitLog from file %d of %d "
+                        "(checkpoint: physic %d, logics %d, index %d)", store._dir_lock.abort_path, start_index + 1,
+                        len(segments), checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp,
+                        checkpoint.index_msg_timestamp)
+            # One pass: validate each record and bring ConsumeQueues and IndexFiles up to date with it.
+            redispatch = _Redispatch(self)
+            report = cl.recover(start_index=start_index, check_crc=cfg.check_crc_on_recover, on_record=redispatch)
+        store.last_recovery = report
+        end = report.end
+        for cq in store._queues.values():
+            cq.truncate_beyond(end)  # entries for records the CommitLog no longer has
+        if index is not None:
+            index.truncate_beyond(end, store._store_time_of)
+        if redispatch is None:
+            # After a clean exit the queues are complete; only a lost ConsumeQueue or IndexFile
+            # directory needs records dispatched again.
+            queues = list(store._queues.values())
+            start = max(max((cq.max_phys_end for cq in queues), default=0), cl.min_offset)
+            index_after = index.indexed_end if index is not None else -1
+            if index is not None and not index.files and cl.max_offset > cl.min_offset:
+                start, index_after = cl.min_offset, -1
+            dispatched = self._replay(start, end, index_after)
+        else:
+            dispatched = redispatch.dispatched
+            if redispatch.gap is not None:
+                self._rebuild_consume_queues(redispatch.gap, end)
+        if dispatched or not clean:
+            log.info("recovery: CommitLog valid up to offset %d (%d record(s) checked from offset %d), %d record(s) "
+                     "dispatched again to ConsumeQueues / IndexFiles, in %.2f s", end, report.records_checked,
+                     report.walked_from, dispatched, time.monotonic() - started)
+        for cq in store._queues.values():
+            cq.correct_min_offset(cl.min_offset)
+        cl.queue_offsets = {f"{t}-{q}": cq.max_offset for (t, q), cq in store._queues.items()}
+        store._last_dispatched_ts = report.last_store_timestamp
+        if checkpoint.physic_flushed_offset > end:
+            checkpoint.reset_flushed_offset(end)
+        if not clean:
+            # What a crashed process wrote may not be on disk yet: make it so before taking new
+            # writes, so the checkpoint (and every later flushed offset) tells the truth.
+            cl.sync_from(report.walked_from)
+            checkpoint.commit_log_flushed(end, report.last_store_timestamp)
+            store.flush_consume_queues()
+
+    def _last_entry_end(self) -> int:
+        """End of the newest record a ConsumeQueue points at, if that record is intact; else 0."""
+        newest = max(self.store._queues.values(), key=lambda cq: cq.max_phys_end, default=None)
+        entry = newest.entry(newest.max_offset - 1) if newest is not None else None
+        if entry is None or not self.store.commit_log.has_record(entry[0], entry[1]):
+            return 0
+        return entry[0] + entry[1]
+
+    def _last_entry_store_time(self) -> int:
+        """Store time of the newest record any ConsumeQueue points at (0 if none is readable)."""
+        newest = max(self.store._queues.values(), key=lambda cq: cq.max_phys_end, default=None)
+        entry = newest.entry(newest.max_offset - 1) if newest is not None else None
+        return self.store._store_time_of(entry[0]) if entry else 0
+
+    def _rebuild_consume_queues(self, reason: str, end: int) -> None:
+        """Entries older than the checkpoint are missing too (a lost or damaged file): build
+        every ConsumeQueue again from the whole CommitLog."""
+        log.warning("%s; rebuilding every ConsumeQueue from the CommitLog", reason)
+        for cq in self.store._queues.values():
+            cq.close()
+        self.store._queues = {}
+        shutil.rmtree(self.store.config.consume_queue_dir, ignore_errors=True)
+        index_after = self.store.index.indexed_end if self.store.index is not None else -1
+        self._replay(self.store.commit_log.min_offset, end, index_after)
+
+    def _abnormal_start_index(self) -> int:
+        """The last CommitLog file whose first record is older than what the checkpoint says
+        is on disk everywhere (RocketMQ's isMappedFileMatchedRecover); the first file if none."""
+        cp = self.store.checkpoint
+        min_ts = cp.min_timestamp_index() if self.store.index is not None else cp.min_timestamp()
+        segments = self.store.commit_log.segments
+        for i in range(len(segments) - 1, -1, -1):
+            first_ts = self.store.commit_log.first_store_timestamp(segments[i])
+            if 0 < first_ts <= min_ts:
+                return i
+        return 0
+
+    def _replay(self, start: int, end: int, index_after: int) -> int:
+        """Dispatch CommitLog records in [start, end) again: ConsumeQueue entries a queue
+        already has are skipped, index keys only for records past ``index_after``."""
+        count = 0
+        index = self.store.index
+        partial = start > self.store.commit_log.min_offset  # records before ``start`` are not looked at
+        try:
+            for phys, record in self.store.commit_log.iter_records(start, end):
+                m, _ = decode_record(record)
+                self._dispatch_again(m, phys, partial)
+                if index is not None and phys > index_after:
+                    index.build_index(m.topic, m.sys_flag, m.properties, phys, m.store_timestamp)
+                    index_after = phys
+                count += 1
+        except ConsumeQueueGapError as exc:
+            self._rebuild_consume_queues(str(exc), end)
+        return count
+
+    def _dispatch_again(self, m: MessageExt, phys: int, partial: bool) -> None:
+        if not SysFlag.is_dispatched(m.sys_flag):
+            return
+        if partial and m.queue_offset > 0 and (m.topic, m.queue_id) not in self.store._queues:
+            raise ConsumeQueueGapError(f"{m.topic}-{m.queue_id}: no ConsumeQueue on disk, but the CommitLog "
+                                       f"has its record for offset {m.queue_offset}")
+        self.store._index(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], m.store_timestamp)
+
+
+class _Redispatch:
+    """Abnormal recovery's per-record step, run as the CommitLog walk validates each record.
+
+    A record stored before the checkpoint's logics (and index) time is already in its
+    ConsumeQueue (and IndexFile) on disk: it is skipped without being decoded. Any other is
+    decoded and dispatched; a ConsumeQueue that already has its entry ignores it, the
+    IndexFiles take only records past the last one they indexed."""
+
+    def __init__(self, recovery: StoreRecovery) -> None:
+        self.recovery = recovery
+        self.store = store = recovery.store
+        cp = store.checkpoint
+        self.logics_safe = cp.min_timestamp()
+        self.index_safe = cp.min_timestamp_index()
+        self.index_after = store.index.indexed_end if store.index is not None else -1
+        # Records before the checkpoint are skipped unread, so a queue that first shows up here
+        # at an offset above 0 may have lost older entries: that always means a full rebuild.
+        self.partial = True
+        self.dispatched = 0
+        self.gap: str | None = None  # set when a ConsumeQueue turns out to miss older entries
+
+    def __call__(self, phys: int, chunk: bytes, pos: int, size: int) -> None:
+        store_ts = record_store_timestamp(chunk, pos)
+        index = self.store.index
+        need_index = index is not None and phys > self.index_after
+        need_queue = self.gap is None and store_ts > self.logics_safe
+        if not need_queue and not (need_index and store_ts > self.index_safe):
+            return
+        m, _ = decode_record(chunk[pos : pos + size])
+        if need_queue:
+            try:
+                self.recovery._dispatch_again(m, phys, self.partial)
+            except ConsumeQueueGapError as exc:
+                self.gap = str(exc)  # stop dispatching; the queues are rebuilt after the walk
+        if need_index:
+            index.build_index(m.topic, m.sys_flag, m.properties, phys, store_ts)
+            self.index_after = phys
+        self.dispatched += 1
