@@ -28,9 +28,12 @@ class PullWaiters:
         entry = (offset, fut)
         self._waiters[key].append(entry)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+            # that arrives just as the future completes, and shutdown would then hang.
+            async with asyncio.timeout(timeout):
+                await fut
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         finally:
             waiters = self._waiters.get(key)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
-from ferrymq.common.message import MessageExt, Prop, decode_records, decompress_body
+from ferrymq.common.message import MessageExt, Prop, decode_records, inflate_in_place
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -115,7 +115,7 @@ class PullConsumer:
         for m in messages:
             if tags is not None and m.tags not in tags:
                 continue
-            decompress_body(m)
+            inflate_in_place(m)
             m.properties[Prop.MIN_OFFSET] = str(result.min_offset)
             m.properties[Prop.MAX_OFFSET] = str(result.max_offset)
             kept.append(m)

@@ -42,7 +42,7 @@ from ferrymq.client.pull_consumer import FLAG_COMMIT_OFFSET, FLAG_SUSPEND, parse
 from ferrymq.client.push_config import MessageModel, PushConsumerConfig
 from ferrymq.client.rebalance import Rebalancer
 from ferrymq.common.consumer_protocol import ResetOffsetBody, build_subscription
-from ferrymq.common.message import MessageExt, Prop, decode_records, decompress_body, encode_properties, validate_group
+from ferrymq.common.message import MessageExt, Prop, decode_records, encode_properties, inflate_in_place, validate_group
 from ferrymq.common.protocol import (
     CLIENT_INNER_PRODUCER_GROUP,
     DEFAULT_TOPIC,
@@ -394,7 +394,7 @@ class PushConsumer:
             if tags is not None and m.tags not in tags:
                 continue
             try:
-                m.body = decompress_body(m)
+                inflate_in_place(m)
             except (ValueError, OSError) as e:
                 log.error("message %s at %s#%d offset %d: %s; given to the listener as stored", m.client_msg_id,
                           m.topic, m.queue_id, m.queue_offset, e)

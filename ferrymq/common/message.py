@@ -418,6 +418,15 @@ def decompress_body(m: MessageExt) -> bytes:
     return zlib.decompress(m.body)
 
 
+def inflate_in_place(m: MessageExt) -> MessageExt:
+    """Replace a compressed body by what the producer wrote and clear the COMPRESSED bit
+    (consumers hand messages to users this way, as the Java client does)."""
+    if m.sys_flag & SysFlag.COMPRESSED:
+        m.body = decompress_body(m)
+        m.sys_flag &= ~(SysFlag.COMPRESSED | SysFlag.COMPRESSION_TYPE_MASK)
+    return m
+
+
 # ---------------------------------------------------------------- SEND_BATCH_MESSAGE body
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC(0), BODYCRC(0), FLAG, BODY length
