@@ -94,3 +94,58 @@ def test_admin_produce_and_pull_against_apache(apache_rocketmq: ApacheRocketMQ):
             assert await consumer.max_offset(batch_mq) >= 8
 
     asyncio.run(scenario())
+
+
+def test_python_push_consumer_against_apache(apache_rocketmq: ApacheRocketMQ):
+    """Heartbeat, rebalance, long-polling pulls, offset commits and send-back, all answered
+    by Apache's own broker."""
+    from ferrymq.client.listener import ConsumeConcurrentlyStatus
+    from ferrymq.client.push_config import ConsumeFromWhere
+    from ferrymq.client.push_consumer import PushConsumer
+
+    ns = apache_rocketmq.namesrv_addr
+    topic = f"PyPushOnApache_{uuid.uuid4().hex[:6]}"
+    group = f"py_push_{uuid.uuid4().hex[:6]}"
+
+    async def scenario():
+        async with AdminClient(namesrv_addr=ns) as admin:
+            await admin.create_topic(topic, read_queues=4, write_queues=4)
+            for _ in range(100):
+                try:
+                    await admin.topic_route(topic)
+                    break
+                except Exception:
+                    await asyncio.sleep(0.1)
+        received: dict[str, int] = {}
+        failed_once: set[str] = set()
+        done = asyncio.Event()
+
+        def listener(messages, context):
+            for m in messages:
+                key = m.keys[0]
+                if key == "k3" and key not in failed_once:
+                    failed_once.add(key)  # fail once: redelivered through Apache's retry topic
+                    return ConsumeConcurrentlyStatus.RECONSUME_LATER
+                received[key] = received.get(key, 0) + 1
+            if len(received) == 20:
+                done.set()
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+        consumer = PushConsumer(group, namesrv_addr=ns, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+        consumer.subscribe(topic, "*")
+        consumer.register_listener(listener)
+        await consumer.start()
+        try:
+            async with Producer("py-push-producer", namesrv_addr=ns) as producer:
+                for i in range(20):
+                    m = Message(topic, f"push {i}".encode())
+                    m.keys = [f"k{i}"]
+                    await producer.send(m)
+            # Apache's first retry delay is level 3 (10 s).
+            await asyncio.wait_for(done.wait(), 60)
+        finally:
+            await consumer.close()
+        assert set(received) == {f"k{i}" for i in range(20)}
+        assert "k3" in failed_once
+
+    asyncio.run(scenario())
