@@ -77,6 +77,16 @@ async def run_group_enable(args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_group_delete(args: argparse.Namespace) -> int:
+    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+        await admin.delete_group(args.group, cluster=args.cluster, remove_offsets=args.remove_offsets)
+    if args.json:
+        emit_json({"group": args.group, "deleted": True, "offsetsRemoved": args.remove_offsets})
+    else:
+        print(f"group {args.group} deleted" + (" with its offsets" if args.remove_offsets else ""))
+    return 0
+
+
 def parse_reset_point(value: str) -> int | None:
     """``earliest`` -> 0, ``latest`` -> None, epoch ms, or ``yyyy-MM-ddTHH:mm:ss`` (local time)."""
     if value == "earliest":
@@ -105,6 +115,13 @@ async def run_group_reset_offset(args: argparse.Namespace) -> int:
 
 def register_admin(admin: argparse._SubParsersAction) -> None:
     group = admin.add_parser("group", help="consumer groups").add_subparsers(dest="action", required=True)
+
+    p = group.add_parser("delete", help="delete a subscription group (mqadmin deleteSubGroup)")
+    add_namesrv(p)
+    p.add_argument("group")
+    p.add_argument("--remove-offsets", action="store_true", help="also drop the group's committed offsets")
+    p.add_argument("-c", "--cluster", help="from every master of this cluster (default: all brokers)")
+    p.set_defaults(run=run_group_delete)
 
     p = group.add_parser("create", help="create or update a subscription group (mqadmin updateSubGroup)")
     add_namesrv(p)

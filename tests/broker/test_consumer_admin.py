@@ -225,3 +225,15 @@ async def test_cli_group_commands(cluster):
     assert rc != 0 and "--to must be" in err
     rc, _, err = await run_cli("admin", "group", "progress", "no-such-group", "-n", ns)
     assert rc != 0 and "no consume progress" in err
+
+
+async def test_cli_group_delete_removes_the_group_and_optionally_its_offsets(cluster):
+    ns = cluster.namesrv_addr
+    rc, _, err = await run_cli("admin", "group", "create", "doomed", "-n", ns)
+    assert rc == 0, err
+    cluster.broker.offsets.commit("doomed", "SomeTopic", 0, 5)
+    rc, out, err = await run_cli("admin", "group", "delete", "doomed", "--remove-offsets", "-n", ns, "--json")
+    assert rc == 0, err
+    assert json.loads(out) == {"group": "doomed", "deleted": True, "offsetsRemoved": True}
+    assert "doomed" not in cluster.broker.groups.table
+    assert cluster.broker.offsets.query("doomed", "SomeTopic", 0) == -1
