@@ -112,3 +112,20 @@ def test_spark_job_rbac_values(control_plane, values, present, absent):
     assert present <= granted and not (absent & granted)
     pods = {v for rule in role["rules"] if rule["resources"] == ["pods"] for v in rule["verbs"]}
     assert ("create" in pods) == ("rbac.sparkJobs=false" not in values[1])
+
+
+def test_owner_references_the_operator_sets_pass_owner_reference_enforcement(control_plane, helm_release):
+    """blockOwnerDeletion needs update on the owner's finalizers (OwnerReferencesPermissionEnforcement,
+    on in the local control plane): the chart grants it for Brokers and ConsumerGroups, the
+    owners of everything the operator creates, and for nothing else."""
+    def create_owned_by(kind: str) -> subprocess.CompletedProcess:
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"owned-by-{kind.lower()}", "ownerReferences": [
+            {"apiVersion": "ferrymq.io/v1alpha1", "kind": kind, "name": "x", "uid": "00000000-0000-0000-0000-000000000001",
+             "controller": True, "blockOwnerDeletion": True}]}}
+        return control_plane.kubectl("create", "--dry-run=server", "-n", "default", "-f", "-",
+                                     f"--as=system:serviceaccount:{RELEASE_NS}:{SA}", input=json.dumps(cm), check=False)
+    for kind in ("Broker", "ConsumerGroup"):
+        p = create_owned_by(kind)
+        assert p.returncode == 0, p.stderr
+    p = create_owned_by("Topic")
+    assert p.returncode != 0 and "cannot set blockOwnerDeletion" in p.stderr, p.stderr
