@@ -186,9 +186,23 @@ class Broker:
 
     @staticmethod
     async def _every(seconds: float, fn) -> None:
+        """Run ``fn`` periodically. A failure is logged and the next round still runs: a full
+        disk must not stop offset persistence for good."""
+        failing = False
         while True:
             await asyncio.sleep(seconds)
-            await fn()
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if not failing:  # once per failure streak, not every tick
+                    log.exception("periodic task %s failed; will retry", getattr(fn, "__name__", fn))
+                failing = True
+            else:
+                if failing:
+                    log.info("periodic task %s recovered", getattr(fn, "__name__", fn))
+                failing = False
 
     async def _flush_commit_log(self) -> None:
         started = time.perf_counter()
