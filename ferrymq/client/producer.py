@@ -70,6 +70,8 @@ class Producer:
         self.max_message_size = max_message_size
         self._counter = itertools.count()
         self.faults = BrokerFaults(send_latency_fault_enable)
+        # topic -> (route object, its publish queues): rebuilt only when the route is replaced.
+        self._queue_cache: dict[str, tuple[TopicRouteData, list[MessageQueue]]] = {}
         self._pending: set[asyncio.Task] = set()
 
     async def start(self) -> "Producer":
@@ -162,9 +164,15 @@ class Producer:
         return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, self._header(topic, mq, "", batch=True), body,
                                        serialize_type=self.config.serialize_type)
 
+    def _publish_queues(self, route: TopicRouteData, topic: str) -> list[MessageQueue]:
+        cached = self._queue_cache.get(topic)
+        if cached is None or cached[0] is not route:
+            cached = self._queue_cache[topic] = (route, route.publish_queues(topic))
+        return cached[1]
+
     async def _publish_route(self, topic: str) -> TopicRouteData:
         route = await self.instance.route(topic)
-        if route is None or not route.publish_queues(topic):
+        if route is None or not self._publish_queues(route, topic):
             # Unknown topic: send through the default topic's brokers; they create it.
             default = await self.instance.default_topic_route()
             if default is None or not default.publish_queues(DEFAULT_TOPIC):
@@ -180,7 +188,7 @@ class Producer:
     def _select_queue(self, route: TopicRouteData, topic: str, avoid_broker: str | None) -> MessageQueue:
         """Round robin over the writable queues, skipping the broker that just failed and
         brokers that failed recently; if all are avoided, the one that recovers first."""
-        queues = route.publish_queues(topic)
+        queues = self._publish_queues(route, topic)
         if not queues:
             raise MQClientError(f"topic {topic} has no writable queue")
         start = next(self._counter)
