@@ -53,7 +53,9 @@ def test_update_sub_group_and_consumer_progress(ferrymq, java_client):
     # A group that consumed part of a topic: Java produces 10, the push consumer reads them,
     # then 5 more arrive that nobody reads.
     java_client.produce(ferrymq.namesrv_addr, topic, count=10, modes=("sync",), key_prefix="p")
-    java_client.consume(ferrymq.namesrv_addr, topic, group=group, expect_count=10)
+    # settle: the Java client records a message's offset only after its listener returned, and
+    # persists at shutdown; keep it running briefly so the last listeners finish first.
+    java_client.consume(ferrymq.namesrv_addr, topic, group=group, expect_count=10, settle_ms=1500)
     java_client.produce(ferrymq.namesrv_addr, topic, count=5, modes=("sync",), key_prefix="q")
 
     progress = run_mqadmin(ferrymq.namesrv_addr, "consumerProgress", "-g", group)
