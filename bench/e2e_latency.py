@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import datetime
 import json
-import math
 import platform
 import shutil
 import subprocess
@@ -39,32 +38,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from ferrymq.client.admin import AdminClient  # noqa: E402
 from ferrymq.client.producer import Producer  # noqa: E402
 from ferrymq.client.push_config import ConsumeFromWhere  # noqa: E402
 from ferrymq.client.push_consumer import PushConsumer  # noqa: E402
 from ferrymq.common.message import Message  # noqa: E402
-from tests.support import StandaloneProcess  # noqa: E402
+# The brokers and helpers are the throughput bench's (same set-up, one definition).
+from broker_bench import ApacheBroker, FerryBroker, log, percentile, wait_for_route  # noqa: E402
 
 QUEUES = 8
 BODY = 1024
-APACHE_BROKER_JVM = ("-Xms1g", "-Xmx1g", "-XX:MaxDirectMemorySize=1g", "-XX:+UseG1GC", "-XX:-UsePerfData")
-APACHE_BROKER_CONF = {"mappedFileSizeCommitLog": str(1024 * 1024 * 1024), "mappedFileSizeConsumeQueue": str(300_000 * 20)}
 CONSUMER_JVM = ("-Xms128m", "-Xmx512m", "-XX:TieredStopAtLevel=4")
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def percentile(sorted_values: list[float], p: float) -> float | None:
-    if not sorted_values:
-        return None
-    return sorted_values[max(0, min(len(sorted_values) - 1, math.ceil(p * len(sorted_values)) - 1))]
-
-
-# ---------------------------------------------------------------------------------------------
-# The producer, in its own process (so it does not share a CPU with the consumer being measured)
 
 
 async def produce_main(args: argparse.Namespace) -> None:
@@ -97,73 +80,7 @@ async def run_producer(namesrv: str, topic: str, count: int, *, rate: float = 0,
 
 
 # ---------------------------------------------------------------------------------------------
-# Brokers
-
-
-class FerryBroker:
-    name = "FerryMQ"
-
-    def __init__(self, workdir: Path) -> None:
-        self.proc = StandaloneProcess(workdir / "ferrymq-data")
-
-    def start(self) -> None:
-        self.proc.start()
-
-    @property
-    def namesrv_addr(self) -> str:
-        return self.proc.namesrv_addr
-
-    async def create_topic(self, topic: str) -> None:
-        async with AdminClient(namesrv_addr=self.namesrv_addr) as admin:
-            await admin.create_topic(topic, read_queues=QUEUES, write_queues=QUEUES)
-
-    def stop(self) -> None:
-        self.proc.stop()
-
-
-class ApacheBroker:
-    name = "Apache"
-
-    def __init__(self, workdir: Path) -> None:
-        from tests.compat.harness import ApacheRocketMQ
-
-        self.mq = ApacheRocketMQ(broker_jvm_opts=APACHE_BROKER_JVM, broker_conf=dict(APACHE_BROKER_CONF),
-                                 workdir=workdir / "apache")
-
-    def start(self) -> None:
-        self.mq.start()
-
-    @property
-    def namesrv_addr(self) -> str:
-        return self.mq.namesrv_addr
-
-    async def create_topic(self, topic: str) -> None:
-        from tests.compat.harness import run_mqadmin
-
-        await asyncio.to_thread(run_mqadmin, self.namesrv_addr, "updateTopic", "-c", self.mq.cluster_name,
-                                "-t", topic, "-r", str(QUEUES), "-w", str(QUEUES))
-
-    def stop(self) -> None:
-        self.mq.stop()
-
-
-async def wait_for_route(namesrv: str, topic: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    async with AdminClient(namesrv_addr=namesrv) as admin:
-        while True:
-            try:
-                route = await admin.topic_route(topic)
-                if sum(q.read_queue_nums for q in route.queue_datas) >= QUEUES:
-                    return
-            except Exception:  # noqa: BLE001 - not routed yet
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no route for {topic}")
-            await asyncio.sleep(0.2)
-
-
-# ---------------------------------------------------------------------------------------------
-# Consumers: both record (arrival ms, store ms) per message
+# Consumers
 
 
 @dataclass
