@@ -91,6 +91,10 @@ class Connection:
         self._handler_tasks: set[asyncio.Task[None]] = set()
         self._close_listeners: list[CloseListener] = []
         self._closed = False
+        # Frames written in one pass of the event loop leave in one socket write: under
+        # load many responses complete together, and a syscall per frame dominated.
+        self._outbox: list[bytes] = []
+        self._flush_scheduled = False
         self._closed_event = asyncio.Event()
         self._closer_task: asyncio.Task[None] | None = None
         self._reader_task = asyncio.get_running_loop().create_task(
@@ -185,7 +189,7 @@ class Connection:
         request.opaque = next_opaque()
         frame = self._encode(request)
         future = self._responses.add(request.opaque, request.code, timeout)
-        self._writer.write(frame)
+        self._enqueue(frame)
         return future
 
     async def _invoke_when_permitted(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
@@ -217,7 +221,7 @@ class Connection:
         if self._closed:
             log.debug("dropping response %d for closed connection %s", response.opaque, self._peer)
             return
-        self._writer.write(self._encode(response))
+        self._enqueue(self._encode(response))
         try:
             # Responses are the one output nobody else bounds, so honour back-pressure.
             await self._writer.drain()
@@ -299,10 +303,28 @@ class Connection:
             raise RemotingConnectionError(f"connection to {self._peer} is closed")
 
     def _write(self, frame: bytes) -> None:
-        # One write call per frame: the transport appends whole frames, so concurrent
-        # writers never interleave.
         self._check_open()
+        self._enqueue(frame)
+
+    def _enqueue(self, frame: bytes) -> None:
+        # The first frame of a loop pass leaves at once (no added latency); frames that
+        # follow in the same pass are queued and leave together at its end. Whole frames,
+        # in order, so concurrent writers never interleave.
+        if self._flush_scheduled:
+            self._outbox.append(frame)
+            return
         self._writer.write(frame)
+        self._flush_scheduled = True
+        asyncio.get_running_loop().call_soon(self._flush_outbox)
+
+    def _flush_outbox(self) -> None:
+        self._flush_scheduled = False
+        if not self._outbox:
+            return
+        frames, self._outbox = self._outbox, []
+        if self._writer.transport.is_closing():
+            return
+        self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     # --- closing ------------------------------------------------------------------------------
 
@@ -341,6 +363,7 @@ class Connection:
             self._reader_task.cancel()
         # Requests already read keep running: a oneway send whose sender hung up right
         # after writing it must still be stored. Their answers are dropped.
+        self._flush_outbox()  # what was written before the close still goes out
         self._writer.close()
         self._closer_task = asyncio.get_running_loop().create_task(self._finish_transport())
         self._closed_event.set()
