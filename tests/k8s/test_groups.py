@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
 
-from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
@@ -16,16 +14,6 @@ from ferrymq.common.protocol import MessageQueue
 from tests.k8s.conftest import CLUSTER
 from tests.k8s.controlplane import wait_until
 from tests.k8s.test_operator import API, admin_call, broker_cr, condition, topic_cr, wait_status
-
-GROUP_METHODS = ("group_configs", "update_group", "delete_group", "consume_stats", "reset_offset")
-
-
-@pytest.fixture(autouse=True)
-def _admin_has_group_calls():
-    missing = [m for m in GROUP_METHODS if not hasattr(AdminClient, m)]
-    if missing:
-        pytest.skip(f"ferrymq.client.admin.AdminClient lacks {', '.join(missing)} (consumer-groups work not landed)")
-
 
 def group_cr(name, policy="Disable", **spec) -> dict:
     return {"apiVersion": API, "kind": "ConsumerGroup", "metadata": {"name": name},
