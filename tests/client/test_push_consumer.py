@@ -166,7 +166,11 @@ async def test_flow_control_limits(cluster, limit):
     inner = rec.listener("c")
 
     def listen(msgs, context):
-        if limit != "span" or msgs[0].queue_offset == 0:  # span: only the first message is stuck
+        # span: the first two messages hold both listener threads, so the rest pile up behind
+        # them. (The span is measured over messages still in memory, as in RocketMQ: with one
+        # thread free, everything behind a single stuck message gets consumed, the span falls
+        # back to 0 and pulling rightly resumes.)
+        if limit != "span" or msgs[0].queue_offset in (0, 1):
             stuck.wait(30)
         return inner(msgs, context)
 
@@ -186,7 +190,7 @@ async def test_flow_control_limits(cluster, limit):
         elif limit == "size":
             assert pq.msg_size <= 1024 * 1024 + 8 * (32 * 1024 + 64)
         else:
-            assert pq.max_span() <= 40 + 8
+            assert 40 < pq.max_span() <= 40 + 8, pq.max_span()  # held once over, by at most one pull
         assert pq.msg_count < 200, "not everything was pulled"
         stuck.set()
         await wait_until(lambda: len(rec.keys()) == 200, 30, "all 200 once the listener is free")
