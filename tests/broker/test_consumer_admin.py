@@ -114,6 +114,8 @@ async def test_consume_stats_and_connections(cluster):
     try:
         sent = await produce(ns, "StatsT", 10, prefix="s")
         await wait_until(lambda: len(rec.keys()) == 10, 20, "10 consumed")
+        # The listener saw them; their offsets advance once the listener calls have returned.
+        await wait_until(lambda: consumer.consumed >= 10, 20, "10 consumptions finished")
         await consumer.offset_store.persist_all(set(consumer.rebalancer.process_queues), oneway=False)
         async with AdminClient(namesrv_addr=ns) as admin:
             conns = await admin.consumer_connections("stats-group")
@@ -198,6 +200,7 @@ async def test_cli_group_commands(cluster):
     try:
         await produce(ns, "CliT", 6, prefix="c")
         await wait_until(lambda: len(rec.keys()) == 6, 20, "6 consumed")
+        await wait_until(lambda: consumer.consumed >= 6, 20, "6 consumptions finished")
         await consumer.offset_store.persist_all(set(consumer.rebalancer.process_queues), oneway=False)
 
         rc, out, err = await run_cli("admin", "group", "progress", "cli-group", "-t", "CliT", "-n", ns, "--json")
