@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -90,3 +91,41 @@ async def produce(namesrv: str, topic: str, count: int, *, prefix: str = "k", ta
                 m.delay_level = delay_level
             results.append(await producer.send(m, queue=queue) if queue else await producer.send(m))
     return results
+
+
+class JsonEventsProcess:
+    """A child process (a consumer under test) that prints one JSON event per line and
+    stops cleanly when its standard input closes; its events are collected as they come."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.events: list[dict] = []
+        self.reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def spawn(cls, *cmd: str, **kwargs) -> "JsonEventsProcess":
+        proc = await asyncio.create_subprocess_exec(*cmd, stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, **kwargs)
+        return cls(proc)
+
+    async def _read(self) -> None:
+        async for line in self.proc.stdout:
+            if line.startswith(b"{"):
+                self.events.append(json.loads(line))
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in self.events if e["event"] == kind]
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    async def stop(self, timeout: float = 60.0) -> int:
+        if self.proc.returncode is None:
+            self.proc.stdin.close()
+            try:
+                await asyncio.wait_for(self.proc.wait(), timeout)
+            except asyncio.TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        await self.reader
+        return self.proc.returncode

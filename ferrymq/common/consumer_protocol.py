@@ -37,11 +37,8 @@ class LockBatchResponseBody(JsonModel):
     lock_ok_mq_set: list[MessageQueue] = field(default_factory=list, metadata={"json": "lockOKMQSet"})
 
 
-@dataclass
-class UnlockBatchRequestBody(JsonModel):
-    consumer_group: str = ""
-    client_id: str = ""
-    mq_set: list[MessageQueue] = field(default_factory=list)
+# Java has a separate UnlockBatchRequestBody class with the very same three fields.
+UnlockBatchRequestBody = LockBatchRequestBody
 
 
 @dataclass

@@ -5,16 +5,14 @@ every message produced before, during and after is consumed."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests.consumer_support import create_topic, produce, wait_until
+from tests.consumer_support import JsonEventsProcess, create_topic, produce, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -22,29 +20,11 @@ PROC = Path(__file__).with_name("push_consumer_proc.py")
 REBALANCE_INTERVAL = 20.0  # the consumers' default
 
 
-@dataclass
-class ConsumerProcess:
-    proc: asyncio.subprocess.Process
-    events: list[dict] = field(default_factory=list)
-    reader: asyncio.Task | None = None
-
+class ConsumerProcess(JsonEventsProcess):
     @classmethod
     async def start(cls, namesrv: str, group: str, topic: str, *extra: str) -> "ConsumerProcess":
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(PROC), "--namesrv", namesrv, "--group", group, "--topic", topic, *extra,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        cp = cls(proc)
-        cp.reader = asyncio.create_task(cp._read())
-        return cp
-
-    async def _read(self) -> None:
-        async for line in self.proc.stdout:
-            if line.startswith(b"{"):
-                self.events.append(json.loads(line))
-
-    def of(self, kind: str) -> list[dict]:
-        return [e for e in self.events if e["event"] == kind]
+        return await cls.spawn(sys.executable, str(PROC), "--namesrv", namesrv, "--group", group, "--topic", topic,
+                               *extra, stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def queues(self, topic: str) -> set[int] | None:
         """The latest assignment this consumer reported (None before it reported one)."""
@@ -55,20 +35,6 @@ class ConsumerProcess:
 
     def received_keys(self) -> set[str]:
         return {e["key"] for e in self.of("received")}
-
-    def kill(self) -> None:
-        self.proc.kill()
-
-    async def stop(self) -> int:
-        if self.proc.returncode is None:
-            self.proc.stdin.close()
-            try:
-                await asyncio.wait_for(self.proc.wait(), 30)
-            except asyncio.TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-        await self.reader
-        return self.proc.returncode
 
     async def stderr(self) -> str:
         return (await self.proc.stderr.read()).decode(errors="replace")

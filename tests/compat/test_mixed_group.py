@@ -6,7 +6,6 @@ so the shares only add up to every queue exactly once if both languages compute 
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
@@ -14,7 +13,7 @@ from ferrymq.client.allocation import allocate_averagely
 from ferrymq.client.push_config import ConsumeFromWhere
 from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common.protocol import MessageQueue
-from tests.consumer_support import Recorder, create_topic, produce, wait_until
+from tests.consumer_support import JsonEventsProcess, Recorder, create_topic, produce, wait_until
 
 from .harness import java_client_command
 
@@ -23,42 +22,16 @@ pytestmark = pytest.mark.compat
 TOPIC, GROUP, QUEUES = "MixedT", "mixed-group", 8
 
 
-class JavaPushConsumer:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.events: list[dict] = []
-        self.reader = asyncio.create_task(self._read())
-
+class JavaPushConsumer(JsonEventsProcess):
     @classmethod
     async def start(cls, namesrv: str, instance: str) -> "JavaPushConsumer":
         cmd = java_client_command(["--namesrv", namesrv, "--topic", TOPIC, "--group", GROUP, "--instance", instance,
                                    "--run-ms", "240000"], main="ferrymq.compat.PushConsumerRun")
-        proc = await asyncio.create_subprocess_exec(*cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                                                    stderr=asyncio.subprocess.DEVNULL)
-        return cls(proc)
-
-    async def _read(self) -> None:
-        async for line in self.proc.stdout:
-            if line.startswith(b"{"):
-                self.events.append(json.loads(line))
-
-    def of(self, kind: str) -> list[dict]:
-        return [e for e in self.events if e["event"] == kind]
+        return await cls.spawn(*cmd, stderr=asyncio.subprocess.DEVNULL)
 
     def queues(self) -> set[int] | None:
         assigned = self.of("assigned")
         return {q[2] for q in assigned[-1]["queues"]} if assigned else None
-
-    async def stop(self) -> int:
-        if self.proc.returncode is None:
-            self.proc.stdin.close()
-            try:
-                await asyncio.wait_for(self.proc.wait(), 60)
-            except asyncio.TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-        await self.reader
-        return self.proc.returncode
 
 
 def python_member(ns: str, name: str, rec: Recorder) -> PushConsumer:
@@ -140,6 +113,8 @@ async def test_mqadmin_reads_ferrymq_consume_stats_connections_and_subscription_
     try:
         await produce(ns, topic, 10, prefix="p")
         await wait_until(lambda: len(rec.keys()) == 10, 20, "10 consumed")
+        # Offsets advance once the listener calls have returned, not when they start.
+        await wait_until(lambda: c.consumed >= 10, 20, "10 consumptions finished")
         await c.offset_store.persist_all(set(c.rebalancer.process_queues), oneway=False)
         progress = await asyncio.to_thread(run_mqadmin, ns, "consumerProgress", "-g", group)
         connection = await asyncio.to_thread(run_mqadmin, ns, "consumerConnection", "-g", group)
