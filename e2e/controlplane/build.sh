@@ -73,6 +73,9 @@ build_k8s() {
       k8s.io/kubernetes/cmd/kube-controller-manager \
       k8s.io/kubernetes/cmd/kube-scheduler \
       k8s.io/kubernetes/cmd/kubectl \
+      k8s.io/kubernetes/cmd/kubelet \
+      k8s.io/kubernetes/cmd/kubeadm \
+      k8s.io/kubernetes/cmd/kube-proxy \
       go.etcd.io/etcd/server/v3 )
   mv "$tmp/server" "$tmp/etcd"   # the etcd main package's directory is server/v3
   mv "$tmp"/* "$BIN/"; rmdir "$tmp"
@@ -98,8 +101,8 @@ missing() { for b in "$@"; do [ -x "$BIN/$b" ] || return 0; done; return 1; }
 main() {
   need_go
   if missing helm; then step "helm $HELM_VERSION" build_helm; fi
-  if missing etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; then
-    step "k8s $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl, etcd)" build_k8s
+  if missing etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kubeadm kube-proxy; then
+    step "k8s $K8S_VERSION (apiserver, controller-manager, scheduler, kubectl, kubelet, kubeadm, kube-proxy, etcd)" build_k8s
   fi
   if missing kwok; then step "kwok $KWOK_VERSION" build_kwok; fi
   [ -s "$OUT/kwok-stages.yaml" ] || kwok_stages

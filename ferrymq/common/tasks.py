@@ -1,0 +1,85 @@
+"""Background task plumbing shared by the broker, the name server and the clients.
+
+``TaskSet`` owns the tasks an object starts: it keeps a strong reference to each (the event
+loop keeps only weak ones), logs a task that dies of an exception once, and cancels and
+awaits all of them on ``close()``. ``run_every`` is the one periodic loop: a failing round is
+logged once per failure streak and the next round still runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable, Coroutine
+
+__all__ = ["TaskSet", "run_every"]
+
+
+class TaskSet:
+    """The background tasks of one owner (a broker, a consumer, ...)."""
+
+    def __init__(self, owner: str, logger: logging.Logger | None = None) -> None:
+        self._owner = owner
+        self._log = logger or logging.getLogger(__name__)
+        self._tasks: set[asyncio.Task] = set()
+
+    def spawn(self, coro: Coroutine, name: str | None = None) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def every(self, seconds: float, fn: Callable[[], Awaitable[object]], name: str | None = None,
+              *, quiet: tuple[type[BaseException], ...] = ()) -> asyncio.Task:
+        """Spawn ``run_every(seconds, fn)``."""
+        return self.spawn(run_every(seconds, fn, self._log, quiet=quiet),
+                          name=name or getattr(fn, "__name__", None))
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._log.error("%s: background task %s failed", self._owner, task.get_name(),
+                            exc_info=task.exception())
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __iter__(self):
+        return iter(set(self._tasks))
+
+    async def close(self) -> None:
+        """Cancel every task and wait until all have ended (their errors are not raised)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def run_every(seconds: float, fn: Callable[[], Awaitable[object]], logger: logging.Logger | None = None,
+                    *, quiet: tuple[type[BaseException], ...] = ()) -> None:
+    """Await ``fn()`` every ``seconds`` until cancelled.
+
+    A failure does not end the loop (a full disk must not stop offset persistence for good).
+    It is logged once per streak of failures, and once more when the task recovers; errors of
+    the ``quiet`` types (expected ones, such as an unreachable name server) are logged at debug.
+    """
+    log = logger or logging.getLogger(__name__)
+    name = getattr(fn, "__name__", repr(fn))
+    failing = False
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await fn()
+        except asyncio.CancelledError:
+            raise
+        except quiet as e:
+            log.debug("periodic task %s failed: %s", name, e)
+        except Exception:
+            if not failing:
+                log.exception("periodic task %s failed; will retry", name)
+            failing = True
+        else:
+            if failing:
+                log.info("periodic task %s recovered", name)
+            failing = False

@@ -1,0 +1,74 @@
+"""TaskSet and run_every: the one place background tasks are started, logged and stopped."""
+
+import asyncio
+import logging
+
+from ferrymq.common.tasks import TaskSet, run_every
+
+
+async def test_close_cancels_and_awaits_every_task():
+    tasks = TaskSet("t")
+    ended = []
+
+    async def forever(i):
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append(i)
+
+    for i in range(3):
+        tasks.spawn(forever(i))
+    await asyncio.sleep(0)
+    assert len(tasks) == 3
+    await tasks.close()
+    assert sorted(ended) == [0, 1, 2] and len(tasks) == 0
+
+
+async def test_a_failed_task_is_logged_once_and_forgotten(caplog):
+    tasks = TaskSet("owner-x")
+
+    async def boom():
+        raise ValueError("bad")
+
+    with caplog.at_level(logging.ERROR):
+        t = tasks.spawn(boom(), name="boom-task")
+        await asyncio.gather(t, return_exceptions=True)
+        await asyncio.sleep(0)
+    assert len(tasks) == 0
+    assert [r.getMessage() for r in caplog.records] == ["owner-x: background task boom-task failed"]
+
+
+async def test_run_every_survives_failures_and_logs_once_per_streak(caplog):
+    calls = []
+    done = asyncio.Event()
+
+    async def flaky():
+        calls.append(1)
+        if len(calls) in (1, 2, 3):
+            raise OSError("disk full")
+        if len(calls) == 5:
+            done.set()
+
+    with caplog.at_level(logging.INFO):
+        task = asyncio.create_task(run_every(0.001, flaky))
+        await asyncio.wait_for(done.wait(), 5)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["periodic task flaky failed; will retry", "periodic task flaky recovered"]
+
+
+async def test_quiet_errors_are_debug_only(caplog):
+    done = asyncio.Event()
+
+    async def unreachable():
+        done.set()
+        raise ConnectionError("no name server")
+
+    with caplog.at_level(logging.INFO):
+        task = asyncio.create_task(run_every(0.001, unreachable, quiet=(ConnectionError,)))
+        await asyncio.wait_for(done.wait(), 5)
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert caplog.records == []
