@@ -1,68 +1,106 @@
 #!/usr/bin/env bash
-# `make e2e-kind`: the operator scenarios on a real kind cluster, as a user would run them.
+# `make e2e-kind`: FerryMQ's user story on a real kind cluster, built and run offline here.
 #
-#   1. kind cluster "ferrymq-e2e" (created unless it exists; deleted afterwards unless
-#      FERRYMQ_KIND_KEEP=1)
-#   2. docker build of the operator (./Dockerfile) and broker (broker-image/Dockerfile) images,
-#      `kind load docker-image` into the nodes
-#   3. `helm upgrade --install` of charts/ferrymq-operator with those images, --wait
-#   4. pytest e2e/kind: Broker -> Ready pods with real probes, Topic/ConsumerGroup on the real
-#      brokers, deletion, invalid resources rejected
-#   On failure: `kind export logs` and a dump of the objects into .cache/kind-logs/.
-#
-# Without a running Docker engine this prints one line saying so and exits 0.
+#   1. a Docker engine (e2e/docker/ensure-dockerd.sh installs and starts one when none answers);
+#   2. the kind node image (e2e/kind/build-node-image.sh: no registry needed) and FerryMQ's
+#      images (e2e/images/build-images.sh, tag "e2e");
+#   3. the docker network ferrymq-kind with an explicit subnet, and kind cluster "ferrymq-e2e"
+#      (control plane + worker; a cluster of that name left by an earlier run is deleted first);
+#   4. `kind load` of the images, `helm upgrade --install` of charts/ferrymq-operator;
+#   5. pytest e2e/kind (marker kind): the scenarios, in the cluster, against its own addresses.
+# On failure: `kind export logs`, the operator's and brokers' logs and an object dump under
+# .cache/e2e-logs/. The cluster is deleted at the end unless FERRYMQ_KIND_KEEP=1.
+# Per-phase wall times are printed at the end (and appended to .cache/e2e-timings.log).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 source "$REPO/e2e/controlplane/versions.env"
 CLUSTER="${FERRYMQ_KIND_CLUSTER:-ferrymq-e2e}"
-TAG="e2e"
+NETWORK=ferrymq-kind
+SUBNET="${FERRYMQ_KIND_SUBNET:-172.29.77.0/24}"
+TAG=e2e
 PY="${PY:-$REPO/.venv/bin/python}"
+LOGS="$REPO/.cache/e2e-logs"
+TIMINGS=()
+phase() {  # phase NAME CMD...
+  local t0=$SECONDS name="$1"; shift
+  echo "e2e-kind: == $name" >&2
+  "$@"
+  TIMINGS+=("$(printf '%-28s %5d s' "$name" $((SECONDS - t0)))")
+}
 
-main() {
-  if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then
-    echo "e2e-kind: SKIPPED - no Docker engine is running on this machine (docker info failed); run make e2e-kind where Docker runs"
-    return 0
+network() {
+  local have
+  have="$(docker network inspect -f '{{range .IPAM.Config}}{{.Subnet}}{{end}}' "$NETWORK" 2>/dev/null || true)"
+  if [ -n "$have" ] && [ "$have" != "$SUBNET" ]; then
+    echo "e2e-kind: network $NETWORK has subnet $have, want $SUBNET: recreating" >&2
+    docker network rm "$NETWORK" >/dev/null
+    have=""
   fi
-  # helm and kubectl: the pinned builds of the local control plane (cached), kind likewise.
-  BIN="$(bash "$REPO/e2e/controlplane/build.sh" | tail -1)"
-  if ! command -v kind >/dev/null 2>&1; then
-    [ -x "$BIN/kind" ] || GOBIN="$BIN" GOTOOLCHAIN=local CGO_ENABLED=0 go install "sigs.k8s.io/kind@$KIND_VERSION"
+  [ -n "$have" ] || docker network create --driver bridge --subnet "$SUBNET" \
+      -o com.docker.network.bridge.enable_ip_masquerade=true "$NETWORK" >/dev/null
+}
+
+create_cluster() {
+  if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+    echo "e2e-kind: deleting cluster $CLUSTER left by an earlier run" >&2
+    kind delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
   fi
-  export PATH="$BIN:$PATH"
-  local logs="$REPO/.cache/kind-logs"
-  export KUBECONFIG="$REPO/.cache/kind-$CLUSTER.kubeconfig"
+  # A node container of that name without a cluster (an interrupted create) would make kind fail.
+  docker ps -aq --filter "label=io.x-k8s.kind.cluster=$CLUSTER" | xargs -r docker rm -f >/dev/null
+  network
+  KIND_EXPERIMENTAL_DOCKER_NETWORK="$NETWORK" kind create cluster --name "$CLUSTER" --image "$NODE_IMAGE" \
+    --config "$HERE/kind-config.yaml" --kubeconfig "$KUBECONFIG" --wait 300s
+}
 
-  if ! kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
-    kind create cluster --name "$CLUSTER" --config "$HERE/kind-config.yaml" --kubeconfig "$KUBECONFIG" --wait 180s
-  else
-    kind export kubeconfig --name "$CLUSTER" --kubeconfig "$KUBECONFIG"
-  fi
-  trap 'on_exit $?' EXIT
-
-  docker build -t "ferrymq/operator:$TAG" "$REPO"
-  docker build -f "$REPO/broker-image/Dockerfile" -t "ferrymq/broker:$TAG" "$REPO"
-  kind load docker-image --name "$CLUSTER" "ferrymq/operator:$TAG" "ferrymq/broker:$TAG"
-
+install_chart() {
+  kind load docker-image --name "$CLUSTER" "ferrymq/operator:$TAG" "ferrymq/broker:$TAG" "ferrymq/spark:$TAG"
   helm upgrade --install ferrymq "$REPO/charts/ferrymq-operator" -n ferrymq-system --create-namespace \
     --set image.tag="$TAG" --set image.pullPolicy=Never --set brokerImage.tag="$TAG" \
     --set resyncSeconds=10 --set brokerResyncSeconds=3 --wait --timeout 300s
+}
 
-  (cd "$REPO" && FERRYMQ_KIND_TESTS=1 PYTHONPATH="$REPO" "$PY" -m pytest -q -ra e2e/kind)
+run_tests() {
+  (cd "$REPO" && FERRYMQ_KIND_TESTS=1 FERRYMQ_IMAGE_TAG="$TAG" PYTHONPATH="$REPO" \
+     "$PY" -m pytest -q -ra -p no:cacheprovider e2e/kind)
+}
+
+diagnostics() {
+  rm -rf "$LOGS"; mkdir -p "$LOGS"
+  kubectl get nodes,all,pvc,pv,brokers,topics,consumergroups,cronjobs,jobs -A -o wide > "$LOGS/objects.txt" 2>&1 || true
+  kubectl get events -A --sort-by=.lastTimestamp > "$LOGS/events.txt" 2>&1 || true
+  kubectl logs -n ferrymq-system deploy/ferrymq-ferrymq-operator --tail=-1 > "$LOGS/operator.log" 2>&1 || true
+  local ns pod
+  kubectl get pods -A -l app.kubernetes.io/name=ferrymq -o jsonpath='{range .items[*]}{.metadata.namespace} {.metadata.name}{"\n"}{end}' 2>/dev/null |
+    while read -r ns pod; do kubectl logs -n "$ns" "$pod" --all-containers --tail=-1 > "$LOGS/$ns-$pod.log" 2>&1 || true; done
+  kind export logs --name "$CLUSTER" "$LOGS/kind" >/dev/null 2>&1 || true
+  echo "e2e-kind: diagnostics in $LOGS" >&2
 }
 
 on_exit() {
-  local rc="$1"
-  if [ "$rc" -ne 0 ]; then
-    echo "e2e-kind: FAILED (exit $rc); diagnostics in $REPO/.cache/kind-logs"
-    mkdir -p "$REPO/.cache/kind-logs"
-    kubectl get all,pvc,brokers,topics,consumergroups,events -A -o wide > "$REPO/.cache/kind-logs/objects.txt" 2>&1 || true
-    kubectl logs -n ferrymq-system deploy/ferrymq-ferrymq-operator --tail=-1 > "$REPO/.cache/kind-logs/operator.log" 2>&1 || true
-    kind export logs --name "$CLUSTER" "$REPO/.cache/kind-logs/kind" >/dev/null 2>&1 || true
-  fi
-  if [ "${FERRYMQ_KIND_KEEP:-0}" != "1" ]; then
+  local rc=$?
+  if [ "$rc" -ne 0 ] && [ -n "${KUBECONFIG:-}" ]; then echo "e2e-kind: FAILED (exit $rc)" >&2; diagnostics; fi
+  if [ "${FERRYMQ_KIND_KEEP:-0}" != "1" ] && command -v kind >/dev/null 2>&1; then
     kind delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
   fi
+  if [ ${#TIMINGS[@]} -gt 0 ]; then
+    { echo "e2e-kind timings ($(date -u +%FT%TZ), exit $rc):"; printf '  %s\n' "${TIMINGS[@]}"; } | tee -a "$REPO/.cache/e2e-timings.log" >&2
+  fi
+}
+
+main() {
+  mkdir -p "$REPO/.cache"
+  trap on_exit EXIT
+  phase "docker engine" bash "$REPO/e2e/docker/ensure-dockerd.sh"
+  phase "kind node image" eval 'NODE_IMAGE="$(bash "$HERE/build-node-image.sh")"'
+  K8S_BIN="$(bash "$REPO/e2e/controlplane/build.sh" | tail -1)"
+  TOOLS_BIN="$(bash "$HERE/build-tools.sh" | tail -1)"
+  export PATH="$K8S_BIN:$TOOLS_BIN:$PATH"
+  export KUBECONFIG="$REPO/.cache/kind-$CLUSTER.kubeconfig"
+  phase "FerryMQ images" env FERRYMQ_IMAGE_TAG="$TAG" bash "$REPO/e2e/images/build-images.sh"
+  phase "kind create cluster" create_cluster
+  phase "load images, helm install" install_chart
+  phase "scenarios (pytest)" run_tests
 }
 
 main "$@"

@@ -204,8 +204,50 @@ def rbac(group: dict, job: dict) -> list[dict]:
     ]
 
 
+DRIVER_VOLUME_KEY = re.compile(r"spark\.kubernetes\.driver\.volumes\.(persistentVolumeClaim|emptyDir|hostPath)"
+                               r"\.([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.(mount\.path|mount\.readOnly|mount\.subPath|options\.\w+)")
+
+
+def driver_volumes(job: dict) -> tuple[list[dict], list[dict]]:
+    """Pod volumes and mounts for the driver from ``spark.kubernetes.driver.volumes.*``.
+
+    Spark applies those keys to the driver pod it creates in cluster mode. Here the driver *is*
+    the CronJob's pod (client mode), so the builder mounts them there, with Spark's meaning:
+    ``...persistentVolumeClaim.out.options.claimName=drain-output`` and
+    ``...persistentVolumeClaim.out.mount.path=/output`` mount that claim at /output. Executors
+    get the same volume from the matching ``spark.kubernetes.executor.volumes.*`` keys (Spark
+    itself reads those), so a Parquet output on a shared claim is seen by both.
+    """
+    found: dict[str, dict] = {}
+    for key, value in job["sparkConf"].items():
+        m = DRIVER_VOLUME_KEY.fullmatch(key)
+        if m:
+            found.setdefault(m.group(2), {"type": m.group(1)})[m.group(4)] = value
+    volumes, mounts = [], []
+    for name, v in sorted(found.items()):
+        if "mount.path" not in v:
+            raise SparkJobSpecError(f"spark.kubernetes.driver.volumes.{v['type']}.{name}.mount.path is required")
+        if v["type"] == "persistentVolumeClaim":
+            claim = v.get("options.claimName")
+            if not claim or claim == "OnDemand":
+                raise SparkJobSpecError(f"driver volume {name}: options.claimName must name an existing claim "
+                                        "(OnDemand claims exist only for executors)")
+            source = {"persistentVolumeClaim": {"claimName": claim}}
+        elif v["type"] == "emptyDir":
+            source = {"emptyDir": {k: v[f"options.{k}"] for k in ("medium", "sizeLimit") if f"options.{k}" in v}}
+        else:
+            source = {"hostPath": {"path": v.get("options.path", ""), **({"type": v["options.type"]} if "options.type" in v else {})}}
+        volumes.append({"name": name, **source})
+        mount = {"name": name, "mountPath": v["mount.path"], "readOnly": str(v.get("mount.readOnly", "false")).lower() == "true"}
+        if v.get("mount.subPath"):
+            mount["subPath"] = v["mount.subPath"]
+        mounts.append(mount)
+    return volumes, mounts
+
+
 def cron_job(group: dict, job: dict, namesrv_addr: str) -> dict:
     name = job_name(group)
+    volumes, mounts = driver_volumes(job)
     memory = _memory_quantity(job["driver"]["memory"])
     cores = str(job["driver"]["cores"])
     container = {
@@ -223,6 +265,8 @@ def cron_job(group: dict, job: dict, namesrv_addr: str) -> dict:
         "resources": {"requests": {"cpu": cores, "memory": memory}, "limits": {"cpu": cores, "memory": memory}},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
+    if mounts:
+        container["volumeMounts"] = mounts
     pod_labels = {**labels(group), "ferrymq.io/spark-role": "driver"}
     spec = {
         "schedule": job["schedule"],
@@ -243,6 +287,7 @@ def cron_job(group: dict, job: dict, namesrv_addr: str) -> dict:
                         "securityContext": {"runAsNonRoot": True, "runAsUser": SPARK_UID, "runAsGroup": SPARK_UID,
                                             "fsGroup": SPARK_UID, "seccompProfile": {"type": "RuntimeDefault"}},
                         "containers": [container],
+                        **({"volumes": volumes} if volumes else {}),
                     },
                 },
             },

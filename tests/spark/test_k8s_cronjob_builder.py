@@ -106,10 +106,35 @@ def test_names_fit_kubernetes_limits():
     ({"launcher": "Airflow"}, "launcher must be SparkSubmit or SparkOperator"),
     ({"executor": {"instances": 0}}, "instances must be at least 1"),
     ({"driver": {"memory": "lots"}}, "is not a Spark size"),
+    ({"sparkConf": {"spark.kubernetes.driver.volumes.persistentVolumeClaim.out.options.claimName": "c"}},
+     "out.mount.path is required"),
+    ({"sparkConf": {"spark.kubernetes.driver.volumes.persistentVolumeClaim.out.mount.path": "/o",
+                    "spark.kubernetes.driver.volumes.persistentVolumeClaim.out.options.claimName": "OnDemand"}},
+     "must name an existing claim"),
 ])
 def test_bad_spark_job_specs_are_one_clear_error(job, message):
     with pytest.raises(SparkJobSpecError, match=message):
         build_spark_job(group(**job), "ns:9876")
+
+
+def test_driver_volumes_from_spark_conf_are_mounted_in_the_driver_pod():
+    """Client mode: the CronJob's pod is the driver, so Spark's driver volume keys land on it."""
+    pvc = "spark.kubernetes.{}.volumes.persistentVolumeClaim.out.{}"
+    conf = {pvc.format(role, key): value for role in ("driver", "executor")
+            for key, value in (("mount.path", "/output"), ("options.claimName", "drain-output"))}
+    conf["spark.kubernetes.driver.volumes.emptyDir.scratch.mount.path"] = "/scratch"
+    objs = build_spark_job(group(sparkConf=conf), "ns:9876")
+    cron = next(o for o in objs if o["kind"] == "CronJob")
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "out", "persistentVolumeClaim": {"claimName": "drain-output"}},
+                              {"name": "scratch", "emptyDir": {}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "out", "mountPath": "/output", "readOnly": False},
+                                                     {"name": "scratch", "mountPath": "/scratch", "readOnly": False}]
+    # Spark itself mounts the executors' side from the same keys.
+    args = conf_of(pod["containers"][0]["args"])
+    assert args[pvc.format("executor", "options.claimName")] == "drain-output"
+    plain = next(o for o in build_spark_job(group(), "ns:9876") if o["kind"] == "CronJob")
+    assert "volumes" not in plain["spec"]["jobTemplate"]["spec"]["template"]["spec"]
 
 
 def test_spark_operator_launcher_builds_a_scheduled_spark_application():
