@@ -41,9 +41,15 @@ k8s-test: $(STAMP)
 	@bash e2e/controlplane/build.sh
 	@FERRYMQ_K8S_TESTS=1 $(PY) -m pytest -q -ra tests/operator tests/k8s
 
-## e2e-kind: the same scenarios on a real kind cluster (needs a running Docker engine and kind)
+## e2e-kind: the user story on a real kind cluster built offline here (Docker engine, node image,
+## images, cluster, helm install, scenarios; caches under ~/.cache/ferrymq-k8s, see README)
 e2e-kind: $(STAMP)
 	@bash e2e/kind/run.sh
+
+## images: FerryMQ's broker, operator and Spark images (FERRYMQ_IMAGE_TAG, FERRYMQ_PYTHON_IMAGE)
+.PHONY: images
+images:
+	@bash e2e/images/build-images.sh
 
 ## soak: the kill -9 crash test for longer (200 SYNC_FLUSH and 50 ASYNC_FLUSH kill/restart cycles;
 ## FERRYMQ_CRASH_CYCLES / FERRYMQ_CRASH_SEED to change them)

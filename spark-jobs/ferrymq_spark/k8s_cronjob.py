@@ -153,9 +153,11 @@ def spark_conf(group: dict, job: dict) -> dict[str, str]:
         # ...make the driver pod the executors' owner (they go when it goes)...
         "spark.kubernetes.driver.pod.name": "$(POD_NAME)",
         "spark.kubernetes.executor.podNamePrefix": name,
-        # ...and let executors reach the driver at its pod IP on fixed ports.
+        # ...and let executors reach the driver at its pod IP on fixed ports. Bind to the pod IP
+        # too, not 0.0.0.0: Spark >= 4.1 hands executors the bind address as the driver's
+        # address on Kubernetes (spark.kubernetes.executor.useDriverPodIP, on by default).
         "spark.driver.host": "$(POD_IP)",
-        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.driver.bindAddress": "$(POD_IP)",
         "spark.driver.port": str(DRIVER_PORT),
         "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.executor.instances": str(job["executor"]["instances"]),

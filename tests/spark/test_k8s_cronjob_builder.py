@@ -59,7 +59,7 @@ def test_cronjob_runs_spark_submit_in_client_mode_with_documented_settings():
     k8s_keys = [k for k in conf if k.startswith("spark.kubernetes.")]
     assert k8s_keys and all(documented(k) for k in k8s_keys), [k for k in k8s_keys if not documented(k)]
     assert conf["spark.kubernetes.driver.pod.name"] == "$(POD_NAME)"  # expanded by the kubelet from env
-    assert conf["spark.driver.host"] == "$(POD_IP)"
+    assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "$(POD_IP)", "executors dial the bind address on Spark >= 4.1"
     env = {e["name"] for e in container["env"]}
     assert {"POD_NAME", "POD_IP"} <= env
     assert conf["spark.executor.instances"] == "2" and conf["spark.kubernetes.namespace"] == "data"
