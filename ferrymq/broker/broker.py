@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shutil
 import socket
@@ -34,7 +35,7 @@ from ferrymq.broker.stats import BrokerStats
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.common.message import decode_record
-from ferrymq.common.protocol import RegisterBrokerBody
+from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -249,8 +250,23 @@ class Broker:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._register_wanted.wait(), wait)
 
+    def config_updated(self, keys: set[str]) -> None:
+        """UPDATE_BROKER_CONFIG applied ``keys``. As RocketMQ, a new brokerPermission reaches
+        the name servers at once (a fresh data version, registration now): a broker made
+        read-only stops getting sends within one client route refresh, not one broker timer."""
+        if "brokerPermission" in keys:
+            self.topics.announce()
+
     def _register_command(self) -> RemotingCommand:
-        body = RegisterBrokerBody(self.topics.wrapper()).to_json()
+        wrapper = self.topics.wrapper()
+        perm = self.config.broker_permission
+        if perm != Perm.READ_WRITE:
+            # RocketMQ registers every topic with its perm masked by the broker's, so routes
+            # show a read-only (draining) broker as such and producers leave it.
+            wrapper = TopicConfigSerializeWrapper(
+                {name: dataclasses.replace(tc, perm=tc.perm & perm) for name, tc in wrapper.topic_config_table.items()},
+                wrapper.data_version)
+        body = RegisterBrokerBody(wrapper).to_json()
         return RemotingCommand.request(RequestCode.REGISTER_BROKER, {
             "brokerAddr": self.address, "brokerName": self.config.broker_name,
             "clusterName": self.config.broker_cluster_name, "brokerId": self.config.broker_id,

@@ -126,6 +126,11 @@ class TopicConfigManager:
             return existing
         return self.update(TopicConfig(topic, queue_nums, queue_nums, perm))
 
+    def announce(self) -> None:
+        """Something name servers see in the registration changed outside this table (the
+        broker's permission): a new data version, announced like a topic change."""
+        self._changed()
+
     def _changed(self) -> None:
         self.data_version.next()
         if self.on_change:

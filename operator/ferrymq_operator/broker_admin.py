@@ -98,6 +98,11 @@ async def revoke_write(admin: AdminClient, addr: str) -> None:
     await admin.update_broker_config(addr, {"brokerPermission": str(Perm.READ)})
 
 
+async def restore_write(admin: AdminClient, addr: str) -> None:
+    """Undo ``revoke_write`` (a drain that was cancelled, or a restarted broker's check)."""
+    await admin.update_broker_config(addr, {"brokerPermission": str(Perm.READ_WRITE)})
+
+
 async def backlog(admin: AdminClient, cluster: str, broker_names: list[str]) -> dict[str, int]:
     """brokerName -> unconsumed messages summed over every group known on those brokers."""
     out = {name: 0 for name in broker_names}

@@ -16,6 +16,7 @@ ANN_PAUSE = "ferrymq.io/pause-reconciliation"         # "true": reconcile nothin
 ANN_RESTART = "ferrymq.io/restart"                    # any new value: rolling restart of broker pods
 ANN_ENABLE_CONSUME = "ferrymq.io/enable-consume"      # one-shot: re-enable a group disabled by protection
 # Annotations the operator writes.
+ANN_DRAIN_STARTED = "ferrymq.io/drain-started"        # on a broker pod: write revoked at (epoch s) before its restart
 ANN_CONFIG_HASH = "ferrymq.io/config-hash"            # on broker pod templates; stale pods get restarted
 
 LABEL_NAME = "app.kubernetes.io/name"

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import kopf
 
 from ferrymq_operator import broker_admin, conditions, groups, kube, manifests, rollout, spark_jobs, topics
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import (
+    ANN_DRAIN_STARTED,
     ANN_ENABLE_CONSUME,
     ANN_MANAGED,
     ANN_PAUSE,
@@ -151,13 +153,12 @@ async def _reconcile_broker(broker: dict, body, patch: kopf.Patch) -> None:
     desired_hash = manifests.config_hash(broker)
     pods = await kube.list_("v1", "Pod", ns, manifests.selector_string(broker, "broker"))
     restart = rollout.plan_restart(pods, desired_hash, plan.replicas)
-    if restart.delete_next:
-        log.info("restarting %s/%s (config hash %s)", ns, restart.delete_next, desired_hash)
-        await kube.delete("v1", "Pod", ns, restart.delete_next)
+    draining = await _controlled_restart(ns, broker, pods, restart.delete_next)
     if restart.stale:
+        waiting = draining or restart.waiting_reason
         conds.append(Condition("Restarting", True, "ConfigChanged",
                                f"{len(restart.stale)} pod(s) to restart: {', '.join(restart.stale)}"
-                               + (f" ({restart.waiting_reason})" if restart.waiting_reason else "")))
+                               + (f" ({waiting})" if waiting else "")))
     else:
         conds.append(Condition("Restarting", False, "UpToDate", "every broker pod runs the current configuration"))
 
@@ -173,6 +174,39 @@ async def _reconcile_broker(broker: dict, body, patch: kopf.Patch) -> None:
         "nameServers": n.namesrv_addresses(spec["nameServer"]["replicas"]),
         "configHash": desired_hash,
     })
+
+
+async def _controlled_restart(ns: str, broker: dict, pods: list[dict], next_pod: str | None) -> str:
+    """Restart ``next_pod`` the controlled way (rollout.restart_step); give write permission back
+    to pods whose drain was cancelled. Returns what the restart is waiting for, if anything."""
+    kept = rollout.drained_but_kept(pods, next_pod)
+    step = rollout.restart_step(next(p for p in pods if p["metadata"]["name"] == next_pod), time.time(),
+                                SETTINGS.restart_drain_seconds) if next_pod else None
+    if kept or (step and step.action == "drain"):
+        try:
+            async with broker_admin.connect(_namesrv_addr(ns, broker), SETTINGS.admin_timeout) as admin:
+                addrs = await broker_admin.brokers(admin, manifests.names_of(broker).broker)
+                for name in kept:
+                    if name in addrs:
+                        await broker_admin.restore_write(admin, addrs[name])
+                    await kube.patch_merge("v1", "Pod", ns, name, {"metadata": {"annotations": {ANN_DRAIN_STARTED: None}}})
+                    log.info("drain of %s/%s cancelled: write permission restored", ns, name)
+                if step and step.action == "drain":
+                    if next_pod in addrs:
+                        await broker_admin.revoke_write(admin, addrs[next_pod])
+                    await kube.patch_merge("v1", "Pod", ns, next_pod,
+                                           {"metadata": {"annotations": {ANN_DRAIN_STARTED: str(time.time())}}})
+                    log.info("draining writes from %s/%s for %.0f s before its restart", ns, next_pod, step.seconds_left)
+                    return f"draining writes from {next_pod} before its restart"
+        except Exception as e:  # noqa: BLE001 - an unreachable broker takes no sends: restart it now
+            log.info("could not drain %s/%s (%s); restarting it without a drain", ns, next_pod, e)
+            step = rollout.RestartStep("delete") if step else None
+    if step and step.action == "wait":
+        return f"draining writes from {next_pod}, {step.seconds_left:.0f} s before its restart"
+    if step and step.action == "delete":
+        log.info("restarting %s/%s", ns, next_pod)
+        await kube.delete("v1", "Pod", ns, next_pod)
+    return ""
 
 
 def broker_readiness(spec: dict, replicas: int, ready: int, ns_ready: int, restarting: bool,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ferrymq_operator.constants import ANN_CONFIG_HASH
+from ferrymq_operator.constants import ANN_CONFIG_HASH, ANN_DRAIN_STARTED
 
 
 def pod_ready(pod: dict) -> bool:
@@ -43,6 +43,38 @@ def plan_restart(pods: list[dict], desired_hash: str, replicas: int) -> RestartP
     if len(pods) < replicas:
         return RestartPlan(names, None, f"waiting for {replicas - len(pods)} pod(s) to be created")
     return RestartPlan(names, names[0])
+
+
+@dataclass(frozen=True)
+class RestartStep:
+    """What to do now with the pod ``plan_restart`` picked (a controlled restart, as Strimzi
+    restarts Kafka brokers): revoke its write permission first, so producers move to the other
+    brokers within one route refresh, wait ``drain_seconds``, and only then delete it."""
+
+    action: str          # "drain" (revoke writes, mark the pod), "wait", or "delete"
+    seconds_left: float = 0.0
+
+
+def restart_step(pod: dict, now: float, drain_seconds: float) -> RestartStep:
+    if drain_seconds <= 0:
+        return RestartStep("delete")
+    started = (pod["metadata"].get("annotations") or {}).get(ANN_DRAIN_STARTED)
+    try:
+        since = float(started) if started is not None else None
+    except ValueError:
+        since = None
+    if since is None:
+        return RestartStep("drain", drain_seconds)
+    left = since + drain_seconds - now
+    return RestartStep("wait", left) if left > 0 else RestartStep("delete")
+
+
+def drained_but_kept(pods: list[dict], restarting: str | None) -> list[str]:
+    """Pods marked as draining that are no longer about to be restarted (the change was undone
+    while they drained): their write permission must be given back."""
+    return sorted(p["metadata"]["name"] for p in pods
+                  if ANN_DRAIN_STARTED in (p["metadata"].get("annotations") or {})
+                  and p["metadata"]["name"] != restarting)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,10 @@ FERRYMQ_NAMESRV_OVERRIDES  JSON object mapping "<namespace>/<Broker name>" (or "
                            their addresses lead nowhere).
 FERRYMQ_RESYNC_SECONDS     Topic/ConsumerGroup re-apply and lag-read interval (default 60).
 FERRYMQ_BROKER_RESYNC_SECONDS  Broker status / restart / scale check interval (default 10).
+FERRYMQ_RESTART_DRAIN_SECONDS  before restarting a broker pod, its write permission is revoked
+                           and the operator waits this long (default 35: clients refresh
+                           routes every 30 s) so producers have moved to the other brokers;
+                           0 restarts at once.
 FERRYMQ_BROKER_IMAGE       default broker image when a Broker names none.
 FERRYMQ_ADMIN_TIMEOUT      seconds per admin call to a broker or name server (default 5).
 FERRYMQ_WATCH_TIMEOUT      server-side watch timeout in seconds (default 300), so a silently
@@ -28,6 +32,7 @@ class OperatorSettings:
     namesrv_overrides: dict[str, str] = field(default_factory=dict)
     resync_seconds: float = 60.0
     broker_resync_seconds: float = 10.0
+    restart_drain_seconds: float = 35.0
     broker_image: str = DEFAULT_BROKER_IMAGE
     admin_timeout: float = 5.0
     watch_timeout: int = 300
@@ -46,6 +51,7 @@ class OperatorSettings:
         return cls(namesrv_overrides=overrides,
                    resync_seconds=float(env.get("FERRYMQ_RESYNC_SECONDS", 60)),
                    broker_resync_seconds=float(env.get("FERRYMQ_BROKER_RESYNC_SECONDS", 10)),
+                   restart_drain_seconds=float(env.get("FERRYMQ_RESTART_DRAIN_SECONDS", 35)),
                    broker_image=env.get("FERRYMQ_BROKER_IMAGE", DEFAULT_BROKER_IMAGE),
                    admin_timeout=float(env.get("FERRYMQ_ADMIN_TIMEOUT", 5)),
                    watch_timeout=int(env.get("FERRYMQ_WATCH_TIMEOUT", 300)))

@@ -102,7 +102,9 @@ def operator_process(control_plane, helm_release, ferry_cluster, tmp_path_factor
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)]),
            "FERRYMQ_NAMESRV_OVERRIDES": json.dumps({"*": ferry_cluster.namesrv_addr}),
-           "FERRYMQ_RESYNC_SECONDS": "2", "FERRYMQ_BROKER_RESYNC_SECONDS": "1", "FERRYMQ_ADMIN_TIMEOUT": "3"}
+           "FERRYMQ_RESYNC_SECONDS": "2", "FERRYMQ_BROKER_RESYNC_SECONDS": "1", "FERRYMQ_ADMIN_TIMEOUT": "3",
+           # kwok pods are fake: a "restarted" pod would leave its real broker read-only.
+           "FERRYMQ_RESTART_DRAIN_SECONDS": "0"}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "ferrymq_operator"], stdout=log, stderr=subprocess.STDOUT, env=env,
                                 cwd=REPO, start_new_session=True)

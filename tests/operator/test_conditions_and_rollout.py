@@ -80,3 +80,27 @@ def test_broker_readiness():
     assert broker_readiness(spec, 3, 3, 2, True, False)[1] == "Restarting"
     assert broker_readiness(spec, 3, 3, 2, False, True)[1] == "ScaleDownBlocked"
     assert broker_readiness(spec, 1, 1, 1, False, False)[0].status is False
+
+
+# ---------------------------------------------------------------- controlled restarts
+
+def _draining_pod(name: str, started: str | None = None) -> dict:
+    ann = {} if started is None else {"ferrymq.io/drain-started": started}
+    return {"metadata": {"name": name, "annotations": ann}}
+
+
+def test_restart_step_drains_first_then_waits_then_deletes():
+    restart_step = rollout.restart_step
+    assert restart_step(_draining_pod("b-1"), now=1000.0, drain_seconds=35).action == "drain"
+    step = restart_step(_draining_pod("b-1", "1000.0"), now=1010.0, drain_seconds=35)
+    assert (step.action, round(step.seconds_left)) == ("wait", 25)
+    assert restart_step(_draining_pod("b-1", "1000.0"), now=1035.0, drain_seconds=35).action == "delete"
+    assert restart_step(_draining_pod("b-1"), now=1000.0, drain_seconds=0).action == "delete", "0 turns the drain off"
+    assert restart_step(_draining_pod("b-1", "garbage"), now=1000.0, drain_seconds=35).action == "drain"
+
+
+def test_pods_whose_drain_was_cancelled_get_their_writes_back():
+    drained_but_kept = rollout.drained_but_kept
+    pods = [_draining_pod("b-0"), _draining_pod("b-1", "5"), _draining_pod("b-2", "7")]
+    assert drained_but_kept(pods, restarting="b-1") == ["b-2"]
+    assert drained_but_kept(pods, restarting=None) == ["b-1", "b-2"]

@@ -113,6 +113,7 @@ class AdminProcessor:
         except (ConfigError, UnicodeDecodeError) as e:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=str(e))
         log.info("broker config updated: %s", ", ".join(f"{k}={v}" for k, v in settings.items()))
+        self.broker.config_updated(set(settings))
         return req.response()
 
     async def get_runtime_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
