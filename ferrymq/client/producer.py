@@ -228,6 +228,9 @@ class Producer:
                 continue
             if response.code in RETRY_CODES:
                 last_error = MQBrokerError(response.code, response.remark)
+                if response.code == ResponseCode.NO_PERMISSION:
+                    # A read-only (draining) broker: its route has changed, learn it now.
+                    self.instance.schedule_route_refresh(topic)
                 if response.code == ResponseCode.TOPIC_NOT_EXIST:
                     self.instance.routes.pop(topic, None)
                 continue

@@ -180,8 +180,13 @@ async def _controlled_restart(ns: str, broker: dict, pods: list[dict], next_pod:
     """Restart ``next_pod`` the controlled way (rollout.restart_step); give write permission back
     to pods whose drain was cancelled. Returns what the restart is waiting for, if anything."""
     kept = rollout.drained_but_kept(pods, next_pod)
-    step = rollout.restart_step(next(p for p in pods if p["metadata"]["name"] == next_pod), time.time(),
+    now = time.time()
+    step = rollout.restart_step(next(p for p in pods if p["metadata"]["name"] == next_pod), now,
                                 SETTINGS.restart_drain_seconds) if next_pod else None
+    if step and step.action == "drain":
+        recent = rollout.settling(pods, now, SETTINGS.restart_drain_seconds)
+        if recent:
+            return f"waiting until clients route to {', '.join(recent)} again before draining {next_pod}"
     if kept or (step and step.action == "drain"):
         try:
             async with broker_admin.connect(_namesrv_addr(ns, broker), SETTINGS.admin_timeout) as admin:

@@ -6,6 +6,7 @@ Pure functions over plain pod/StatefulSet dicts; the handlers carry them out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from ferrymq_operator.constants import ANN_CONFIG_HASH, ANN_DRAIN_STARTED
 
@@ -67,6 +68,29 @@ def restart_step(pod: dict, now: float, drain_seconds: float) -> RestartStep:
         return RestartStep("drain", drain_seconds)
     left = since + drain_seconds - now
     return RestartStep("wait", left) if left > 0 else RestartStep("delete")
+
+
+def settling(pods: list[dict], now: float, settle_seconds: float) -> list[str]:
+    """Pods Ready for less than ``settle_seconds``: a broker that was drained and restarted is
+    writable again, but clients learn that only at their next route refresh. Draining the next
+    broker before then would leave producers no writable broker in their routes."""
+    out = []
+    for p in pods:
+        ready = next((c for c in (p.get("status") or {}).get("conditions") or []
+                      if c.get("type") == "Ready" and c.get("status") == "True"), None)
+        since = _epoch((ready or {}).get("lastTransitionTime"))
+        if since is not None and now - since < settle_seconds:
+            out.append(p["metadata"]["name"])
+    return sorted(out)
+
+
+def _epoch(timestamp: str | None) -> float | None:
+    if not timestamp:
+        return None
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def drained_but_kept(pods: list[dict], restarting: str | None) -> list[str]:

@@ -104,3 +104,13 @@ def test_pods_whose_drain_was_cancelled_get_their_writes_back():
     pods = [_draining_pod("b-0"), _draining_pod("b-1", "5"), _draining_pod("b-2", "7")]
     assert drained_but_kept(pods, restarting="b-1") == ["b-2"]
     assert drained_but_kept(pods, restarting=None) == ["b-1", "b-2"]
+
+
+def test_next_drain_waits_until_restarted_brokers_are_back_in_client_routes():
+    def ready_since(name, ts):
+        return {"metadata": {"name": name},
+                "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": ts}]}}
+    pods = [ready_since("b-0", "2026-01-01T00:00:00Z"), ready_since("b-1", "2026-01-01T00:09:50Z")]
+    at = 1767225600.0 + 600  # 2026-01-01T00:10:00Z
+    assert rollout.settling(pods, at, 35) == ["b-1"]
+    assert rollout.settling(pods, at + 30, 35) == []
