@@ -11,8 +11,9 @@ import json
 import os
 import subprocess
 import textwrap
-import time
 import uuid
+
+from tests.k8s.controlplane import wait_until  # the one poll-until helper of the Kubernetes layers
 
 API = "ferrymq.io/v1alpha1"
 TAG = os.environ.get("FERRYMQ_IMAGE_TAG", "e2e")
@@ -49,23 +50,6 @@ def apply(ns: str, *objs: dict) -> None:
 
 def condition(obj: dict | None, type_: str) -> dict:
     return next((c for c in ((obj or {}).get("status") or {}).get("conditions", []) if c["type"] == type_), {})
-
-
-def wait_until(what: str, check, timeout: float, interval: float = 1.0, diagnostics=lambda: ""):
-    """Poll ``check`` until it returns something truthy (returned) or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    last_error = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except (KubectlError, subprocess.TimeoutExpired, KeyError, ValueError) as e:
-            last_error = e
-        time.sleep(interval)
-    extra = diagnostics()
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}"
-                         + (f" (last error: {last_error})" if last_error else "") + (f"\n{extra}" if extra else ""))
 
 
 def wait_status(kind: str, name: str, ns: str, pred, what: str, timeout: float = 300) -> dict:

@@ -35,6 +35,7 @@ from ferrymq.broker.stats import BrokerStats
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.common.message import decode_record
+from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
@@ -80,7 +81,7 @@ class Broker:
         self.consumers = ConsumerManager(on_group_changed=self.client_manage.notify_group_changed)
         self.stopping = False
         self.registered = asyncio.Event()
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = TaskSet(f"broker {config.broker_name}", log)
         self._register_wanted = asyncio.Event()
         self._register_processors()
         self.server.add_connection_listener(on_close=self.consumers.connection_closed)
@@ -127,16 +128,16 @@ class Broker:
         log.info("broker %s (%s) listening on %s:%d, advertised as %s, store %s",
                  self.config.broker_name, self.config.broker_cluster_name, self.config.listen_host,
                  self.server.port, self.address, self.store_config.store_path_root_dir)
-        self.spawn(self._every(self.config.flush_consumer_offset_interval / 1000, self.persist_offsets), "offset-persist")
-        self.spawn(self._every(10, self._expire_clients), "client-expiry")
+        self._tasks.every(self.config.flush_consumer_offset_interval / 1000, self.persist_offsets, "offset-persist")
+        self._tasks.every(10, self._expire_clients, "client-expiry")
         self.schedule.start()
         self.spawn(self._protection_loop(), "broker-protection")
         if not self.store_config.sync_flush:
-            self.spawn(self._every(self.store_config.flush_interval_commit_log / 1000, self._flush_commit_log),
-                       "commitlog-flush")
-        self.spawn(self._every(self.store_config.flush_interval_consume_queue / 1000, self.store.flush_consume_queues_timed),
-                   "consumequeue-flush")
-        self.spawn(self._every(self.store_config.clean_resource_interval / 1000, self._clean_store), "store-clean")
+            self._tasks.every(self.store_config.flush_interval_commit_log / 1000, self._flush_commit_log,
+                              "commitlog-flush")
+        self._tasks.every(self.store_config.flush_interval_consume_queue / 1000, self.store.flush_consume_queues_timed,
+                          "consumequeue-flush")
+        self._tasks.every(self.store_config.clean_resource_interval / 1000, self._clean_store, "store-clean")
         if self.config.namesrv_addresses():
             self.spawn(self._registration_loop(), "namesrv-registration")
         else:
@@ -162,9 +163,7 @@ class Broker:
         self.stopping = True
         self.pull_waiters.wake_all()
         await self._unregister_from_namesrvs()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
         await self.server.stop()
         await self.namesrv_client.close()
         await self.topics.persist()
@@ -175,35 +174,8 @@ class Broker:
         log.info("broker %s stopped cleanly", self.config.broker_name)
 
     def spawn(self, coro: Coroutine, name: str | None = None) -> asyncio.Task:
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("background task %s failed", task.get_name(), exc_info=task.exception())
-
-    @staticmethod
-    async def _every(seconds: float, fn) -> None:
-        """Run ``fn`` periodically. A failure is logged and the next round still runs: a full
-        disk must not stop offset persistence for good."""
-        failing = False
-        while True:
-            await asyncio.sleep(seconds)
-            try:
-                await fn()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                if not failing:  # once per failure streak, not every tick
-                    log.exception("periodic task %s failed; will retry", getattr(fn, "__name__", fn))
-                failing = True
-            else:
-                if failing:
-                    log.info("periodic task %s recovered", getattr(fn, "__name__", fn))
-                failing = False
+        """Run ``coro`` as one of the broker's background tasks (cancelled by ``stop``)."""
+        return self._tasks.spawn(coro, name)
 
     async def _flush_commit_log(self) -> None:
         started = time.perf_counter()

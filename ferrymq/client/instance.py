@@ -13,6 +13,7 @@ from typing import Callable
 
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
+from ferrymq.common.tasks import run_every
 from ferrymq.common.protocol import (
     DEFAULT_TOPIC,
     ConsumerData,
@@ -54,9 +55,12 @@ class ClientInstance:
         if self._started:
             return
         self._started = True
+        quiet = (RemotingError, MQClientError, OSError)  # a name server or broker away for a while
         self._tasks = [
-            asyncio.create_task(self._every(self.config.poll_name_server_interval, self.refresh_routes), name="route-refresh"),
-            asyncio.create_task(self._every(self.config.heartbeat_broker_interval, self.send_heartbeats), name="heartbeat"),
+            asyncio.create_task(run_every(self.config.poll_name_server_interval, self.refresh_routes, log, quiet=quiet),
+                                name="route-refresh"),
+            asyncio.create_task(run_every(self.config.heartbeat_broker_interval, self.send_heartbeats, log, quiet=quiet),
+                                name="heartbeat"),
         ]
 
     async def close(self) -> None:
@@ -67,15 +71,6 @@ class ClientInstance:
                 await task
         await self.remoting.close()
         self._started = False
-
-    @staticmethod
-    async def _every(seconds: float, fn) -> None:
-        while True:
-            await asyncio.sleep(seconds)
-            try:
-                await fn()
-            except (RemotingError, MQClientError, OSError) as e:
-                log.debug("periodic client task failed: %s", e)
 
     # ------------------------------------------------------------------ calls
 
