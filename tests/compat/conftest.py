@@ -18,6 +18,8 @@ from typing import Iterator
 
 import pytest
 
+from tests.support import missing_prerequisite
+
 from .harness import (
     ApacheRocketMQ,
     CompatUnavailable,
@@ -34,7 +36,7 @@ def rocketmq_jars() -> Path:
         lib = ensure_rocketmq_jars()
         ensure_compat_classes()
     except CompatUnavailable as e:
-        pytest.skip(f"compat: Maven Central unreachable: {e.reason}")
+        missing_prerequisite(f"compat: Maven Central unreachable: {e.reason}")
     return lib
 
 

@@ -20,7 +20,7 @@ from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.codes import ResponseCode
 from tests.store.small_fs import SmallFsUnavailable, fill_to, small_filesystem
-from tests.support import InProcessCluster
+from tests.support import InProcessCluster, missing_prerequisite
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def small_fs(tmp_path):
             print(f"disk-full test on a {kind}")
             yield path
     except SmallFsUnavailable as e:
-        pytest.skip(f"no small file system for the disk-full test: {e}")
+        missing_prerequisite(f"no small file system for the disk-full test: {e}")
 
 
 async def pull_all(namesrv_addr: str, queues: int) -> dict:

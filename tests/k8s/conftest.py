@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.k8s.controlplane import BUILD_SCRIPT, REPO, ControlPlane, bin_dir, missing_binaries, wait_until
-from tests.support import FerryProcess, free_port
+from tests.support import FerryProcess, free_port, missing_prerequisite
 
 CLUSTER = "demo"          # Broker name in the tests = RocketMQ cluster name of the real brokers
 RELEASE_NS = "ferrymq-system"
@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config, items):
 def control_plane(tmp_path_factory):
     if missing_binaries():
         if subprocess.run(["bash", "-c", "command -v go"], capture_output=True).returncode != 0:
-            pytest.skip(f"control-plane binaries missing ({', '.join(missing_binaries())}) and no Go toolchain to build them")
+            missing_prerequisite(f"control-plane binaries missing ({', '.join(missing_binaries())}) and no Go toolchain to build them")
         subprocess.run(["bash", str(BUILD_SCRIPT)], check=True)
     cp = ControlPlane(tmp_path_factory.mktemp("k8s"))
     try:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import StandaloneProcess
+from tests.support import StandaloneProcess, missing_prerequisite
 
-pyspark = pytest.importorskip("pyspark", reason="spark: pyspark is not installed (pip install -e '.[spark]')")
+try:
+    import pyspark  # noqa: F401
+except ImportError:
+    missing_prerequisite("spark: pyspark is not installed (pip install -e '.[spark]')")
 
 
 @pytest.fixture(scope="session")
@@ -17,7 +20,7 @@ def spark():
     try:
         session = make_spark_session()
     except RuntimeError as e:
-        pytest.skip(f"spark: {e}")
+        missing_prerequisite(f"spark: {e}")
     yield session
     session.stop()
 

@@ -9,6 +9,7 @@ from store_helpers import make_msg
 
 from ferrymq.common.message import decode_records
 from ferrymq.store import GetStatus, PutStatus
+from tests.support import missing_prerequisite
 
 HOUR_MS = 3_600_000
 
@@ -95,7 +96,7 @@ def test_disk_above_max_used_ratio_deletes_expired_files_whatever_the_hour(open_
         fs = small_filesystem(tmp_path, 8)
         root, _ = fs.__enter__()
     except SmallFsUnavailable as e:
-        pytest.skip(str(e))
+        missing_prerequisite(str(e))
     try:
         fill_to(root, 0.5)
         store = open_store(root / "store", file_reserved_time=1, delete_when="04", disk_max_used_space_ratio=40,
