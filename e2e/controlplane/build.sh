@@ -30,13 +30,8 @@ need_go() {
   command -v go >/dev/null || { echo "build.sh: Go is required (go1.26+) and was not found" >&2; exit 2; }
 }
 
-step() {  # step NAME CMD... : run CMD, log wall time
-  local name="$1"; shift
-  local t0=$SECONDS
-  echo "[$(date -u +%FT%TZ)] start $name" | tee -a "$LOG"
-  "$@"
-  echo "[$(date -u +%FT%TZ)] done  $name in $((SECONDS - t0)) s" | tee -a "$LOG"
-}
+# shellcheck source=../lib/step.sh
+source "$HERE/../lib/step.sh"
 
 build_helm() {
   # Like helm's Makefile: the default Kubernetes version of `helm template`/`lint` comes from

@@ -52,6 +52,13 @@ clean_stale() {
     pkill -x containerd-shim-runc-v2 2>/dev/null || true
     rm -f /var/run/docker.sock /run/docker/containerd/containerd.sock /run/docker/containerd/containerd-debug.sock
     rm -rf /run/docker/containerd/daemon/io.containerd.runtime.v2.task/moby 2>/dev/null || true
+    # Bridges of a dead engine: dockerd re-creates the ones its networks need. A leftover one
+    # keeps its subnet routed, and a new network with the same subnet then cannot carry traffic.
+    local br
+    for br in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^(docker0|br-[0-9a-f]{12})$'); do
+      say "removing bridge $br left by an earlier engine"
+      ip link delete "$br" 2>/dev/null || true
+    done
   fi
 }
 

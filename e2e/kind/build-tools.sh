@@ -14,13 +14,8 @@ mkdir -p "$BIN"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 NICE=(nice -n 19)
 
-step() {
-  local name="$1"; shift
-  local t0=$SECONDS
-  echo "[$(date -u +%FT%TZ)] start $name" | tee -a "$LOG" >&2
-  if ! "$@" >&2; then echo "build-tools: step '$name' FAILED" >&2; exit 1; fi
-  echo "[$(date -u +%FT%TZ)] done  $name in $((SECONDS - t0)) s" | tee -a "$LOG" >&2
-}
+# shellcheck source=../lib/step.sh
+source "$HERE/../lib/step.sh"
 
 gi() { GOBIN="$BIN" "${NICE[@]}" go install -trimpath -ldflags "-s -w $2" "$1"; }
 

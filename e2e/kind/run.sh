@@ -39,6 +39,13 @@ network() {
   fi
   [ -n "$have" ] || docker network create --driver bridge --subnet "$SUBNET" \
       -o com.docker.network.bridge.enable_ip_masquerade=true "$NETWORK" >/dev/null
+  local bridge others
+  bridge="br-$(docker network inspect -f '{{.Id}}' "$NETWORK" | cut -c1-12)"
+  others="$(ip -o route show "$SUBNET" | grep -v " dev $bridge " || true)"
+  if [ -n "$others" ]; then
+    echo "e2e-kind: $SUBNET is also routed elsewhere on this machine ($others); choose another with FERRYMQ_KIND_SUBNET" >&2
+    return 1
+  fi
 }
 
 create_cluster() {
@@ -50,7 +57,7 @@ create_cluster() {
   docker ps -aq --filter "label=io.x-k8s.kind.cluster=$CLUSTER" | xargs -r docker rm -f >/dev/null
   network
   KIND_EXPERIMENTAL_DOCKER_NETWORK="$NETWORK" kind create cluster --name "$CLUSTER" --image "$NODE_IMAGE" \
-    --config "$HERE/kind-config.yaml" --kubeconfig "$KUBECONFIG" --wait 300s
+    --config "$HERE/kind-config.yaml" --kubeconfig "$KUBECONFIG" --wait 300s --retain
 }
 
 install_chart() {
@@ -79,6 +86,7 @@ diagnostics() {
 
 on_exit() {
   local rc=$?
+  set +e  # collect what can be collected; never stop half-way through the clean-up
   if [ "$rc" -ne 0 ] && [ -n "${KUBECONFIG:-}" ]; then echo "e2e-kind: FAILED (exit $rc)" >&2; diagnostics; fi
   if [ "${FERRYMQ_KIND_KEEP:-0}" != "1" ] && command -v kind >/dev/null 2>&1; then
     kind delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
