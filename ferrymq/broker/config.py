@@ -6,14 +6,22 @@ one loader in :mod:`ferrymq.common.config_loader` applies each key to whichever 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ferrymq.common.config_loader import LIVE, check_range
+from ferrymq.common.naming import camel_case
 from ferrymq.common.net import local_ip
 from ferrymq.common.protocol import Perm
 
 
+_PERMISSIONS = (Perm.READ, Perm.WRITE, Perm.READ_WRITE)
+
+
 @dataclass
 class BrokerConfig:
+    """Fields marked ``LIVE`` may change on a running broker (UPDATE_BROKER_CONFIG, mqadmin
+    updateBrokerConfig): each is read where it is used. The rest need a restart."""
+
     broker_name: str = "broker-a"
     broker_cluster_name: str = "DefaultCluster"
     broker_id: int = 0
@@ -24,28 +32,46 @@ class BrokerConfig:
     listen_host: str = "127.0.0.1"
     listen_port: int = 10911
     namesrv_addr: str = ""
-    broker_permission: int = Perm.READ_WRITE
+    broker_permission: int = field(default=Perm.READ_WRITE, metadata=LIVE)
     default_topic_queue_nums: int = 8
-    auto_create_topic_enable: bool = True
+    auto_create_topic_enable: bool = field(default=True, metadata=LIVE)
     auto_create_subscription_group: bool = True
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
     register_name_server_period: int = 30_000
     register_broker_timeout_mills: int = 6_000
-    long_polling_enable: bool = True
-    short_polling_time_mills: int = 1_000
-    notify_consumer_ids_changed_enable: bool = True
+    long_polling_enable: bool = field(default=True, metadata=LIVE)
+    short_polling_time_mills: int = field(default=1_000, metadata=LIVE)
+    notify_consumer_ids_changed_enable: bool = field(default=True, metadata=LIVE)
     flush_consumer_offset_interval: int = 5_000
-    channel_expired_timeout: int = 120_000
-    region_id: str = "DefaultRegion"
-    trace_on: bool = True
+    channel_expired_timeout: int = field(default=120_000, metadata=LIVE)
+    region_id: str = field(default="DefaultRegion", metadata=LIVE)
+    trace_on: bool = field(default=True, metadata=LIVE)
     max_frame_size: int = 16 * 1024 * 1024
     # Broker protection (wire facts 7.7): disable a group that reads too far behind the head.
-    disable_consume_if_consumer_read_slowly: bool = False
-    consumer_fallbehind_threshold: int = 16 * 1024**3
-    protect_broker_interval_millis: int = 180_000  # RocketMQ's fixed 3 min, configurable here
+    disable_consume_if_consumer_read_slowly: bool = field(default=False, metadata=LIVE)
+    consumer_fallbehind_threshold: int = field(default=16 * 1024**3, metadata=LIVE)
+    # RocketMQ's fixed 3 min, configurable here; re-read every round
+    protect_broker_interval_millis: int = field(default=180_000, metadata=LIVE)
     # Orderly consumers' queue locks lapse after this long without renewal.
     rebalance_lock_max_live_time: int = 60_000
+
+    def __post_init__(self) -> None:
+        for name in ("broker_name", "broker_cluster_name"):
+            value = getattr(self, name)
+            if not value or any(c.isspace() for c in value):
+                raise ValueError(f"{camel_case(name)} must be a non-empty name without spaces, got {value!r}")
+        if self.broker_permission not in _PERMISSIONS:
+            raise ValueError(f"brokerPermission must be 2 (write), 4 (read) or 6 (read-write), "
+                             f"got {self.broker_permission}")
+        check_range(self, "broker_id", 0)
+        check_range(self, "listen_port", 0, 65535)
+        check_range(self, "default_topic_queue_nums", 1, 1024)
+        for name in ("register_name_server_period", "register_broker_timeout_mills", "short_polling_time_mills",
+                     "flush_consumer_offset_interval", "channel_expired_timeout", "consumer_fallbehind_threshold",
+                     "protect_broker_interval_millis", "rebalance_lock_max_live_time"):
+            check_range(self, name, 1)
+        check_range(self, "max_frame_size", 1024)
 
     def advertised_host(self) -> str:
         if self.broker_ip1:

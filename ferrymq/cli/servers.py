@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import load_broker_settings
+from ferrymq.common.config_loader import apply_settings
 from ferrymq.common.http_endpoints import HttpEndpoints
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 
@@ -24,7 +25,8 @@ def add_server_arguments(p: argparse.ArgumentParser, *, namesrv: bool, broker: b
         names = ["--namesrv-port"] if broker else ["--port", "--namesrv-port"]
         p.add_argument(*names, dest="namesrv_port", type=int, default=9876, help="name server port (default 9876)")
     if broker:
-        p.add_argument("--broker-port", type=int, default=10911, help="broker port (default 10911)")
+        p.add_argument("--broker-port", type=int, default=None,
+                       help="broker port (default: listenPort from the config, 10911)")
         p.add_argument("--data-dir", default=None, help="store directory (default ./.data)")
         p.add_argument("-c", "--config", dest="conf_file", help="broker.conf with RocketMQ keys")
         p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
@@ -32,13 +34,11 @@ def add_server_arguments(p: argparse.ArgumentParser, *, namesrv: bool, broker: b
 
 
 def build_broker(args: argparse.Namespace, namesrv_addr: str | None) -> Broker:
-    broker_config, store_config = load_broker_settings(args.conf_file, args.settings)
-    broker_config.listen_host = args.host
-    broker_config.listen_port = args.broker_port
-    if namesrv_addr is not None:
-        broker_config.namesrv_addr = namesrv_addr
+    """A broker from broker.conf, then ``--set``, then the flags; every value validated."""
+    flags = {"listenHost": args.host, "listenPort": args.broker_port, "namesrvAddr": namesrv_addr}
+    broker_config, store_config = load_broker_settings(args.conf_file, args.settings, flags)
     if args.data_dir or not store_config.store_path_root_dir:
-        store_config.store_path_root_dir = str(Path(args.data_dir or ".data").resolve())
+        apply_settings({"storePathRootDir": str(Path(args.data_dir or ".data").resolve())}, store_config)
     return Broker(broker_config, store_config)
 
 

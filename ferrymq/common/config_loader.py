@@ -18,7 +18,8 @@ from typing import Any, Iterable, Mapping
 
 from ferrymq.common.naming import camel_case, snake_case
 
-__all__ = ["ConfigError", "parse_properties", "parse_assignments", "apply_settings", "to_properties"]
+__all__ = ["ConfigError", "LIVE", "parse_properties", "parse_assignments", "apply_settings", "check_range",
+           "live_keys", "to_properties"]
 
 
 class ConfigError(ValueError):
@@ -77,18 +78,67 @@ def _convert(tp: Any, raw: str, key: str) -> Any:
     return raw
 
 
-def apply_settings(settings: Mapping[str, str], *targets: Any, ignore_unknown: bool = False) -> None:
-    """Set each ``camelCaseKey=value`` on the first target dataclass that has the field."""
+LIVE = {"live": True}
+"""Field metadata of a setting a running broker may change (UPDATE_BROKER_CONFIG): one that
+is read where it is used, not copied into some object at start."""
+
+
+def apply_settings(settings: Mapping[str, str], *targets: Any, ignore_unknown: bool = False,
+                   live_only: bool = False) -> None:
+    """Set each ``camelCaseKey=value`` on the first target dataclass that has the field.
+
+    Each changed target is rebuilt through its constructor (``dataclasses.replace``), so its
+    ``__post_init__`` validation sees the new values; only when every target is valid are the
+    values copied onto the targets: a rejected update changes nothing. With ``live_only``,
+    a key whose field is not marked :data:`LIVE` is refused, naming the key.
+    """
+    changes: list[dict[str, Any]] = [{} for _ in targets]
     for key, raw in settings.items():
         name = snake_case(key)
-        for target in targets:
-            hints = typing.get_type_hints(type(target))
-            if name in hints and any(f.name == name for f in dataclasses.fields(target)):
-                setattr(target, name, _convert(hints[name], raw, key))
-                break
+        for i, target in enumerate(targets):
+            field = _settable_field(target, name)
+            if field is None:
+                continue
+            if live_only and not field.metadata.get("live"):
+                raise ConfigError(f"{key} cannot change on a running broker: set it in broker.conf and restart "
+                                  f"(keys that change live: {', '.join(live_keys(*targets))})")
+            changes[i][name] = _convert(typing.get_type_hints(type(target))[name], raw, key)
+            break
         else:
             if not ignore_unknown:
                 raise ConfigError(f"unknown configuration key {key!r}")
+    rebuilt = []
+    for target, change in zip(targets, changes):
+        if change:
+            try:
+                rebuilt.append((target, dataclasses.replace(target, **change)))
+            except ConfigError:
+                raise
+            except (ValueError, TypeError) as e:
+                raise ConfigError(str(e)) from None
+    for target, valid in rebuilt:
+        for f in dataclasses.fields(target):
+            setattr(target, f.name, getattr(valid, f.name))
+
+
+def check_range(config: Any, name: str, lo: int, hi: int | None = None) -> None:
+    """Raise ValueError naming the RocketMQ key unless ``lo <= config.name (<= hi)``."""
+    value = getattr(config, name)
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise ValueError(f"{camel_case(name)} must be {bound}, got {value}")
+
+
+def live_keys(*targets: Any) -> list[str]:
+    """The RocketMQ keys of the targets' :data:`LIVE` fields, sorted."""
+    return sorted(camel_case(f.name) for t in targets for f in dataclasses.fields(t) if f.metadata.get("live"))
+
+
+def _settable_field(target: Any, name: str) -> dataclasses.Field | None:
+    for f in dataclasses.fields(target):
+        if f.name == name and f.init:
+            return f
+    return None
 
 
 def to_properties(*targets: Any) -> dict[str, str]:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ferrymq.common.config_loader import LIVE, check_range
 from ferrymq.store.consume_queue import CQ_ENTRY_SIZE
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
@@ -15,13 +16,18 @@ _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 @dataclass
 class StoreConfig:
+    """Fields marked ``LIVE`` may change on a running broker (UPDATE_BROKER_CONFIG); the
+    rest shape files and threads made at start and need a restart."""
+
     store_path_root_dir: str
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
     mapped_file_size_consume_queue: int = 300_000 * CQ_ENTRY_SIZE
-    max_message_size: int = 4 * 1024 * 1024  # compared to the BODY length (4.9.4+ semantics)
+    # compared to the BODY length (4.9.4+ semantics)
+    max_message_size: int = field(default=4 * 1024 * 1024, metadata=LIVE)
     # ---- flushing (wire facts 7.8)
     flush_disk_type: str = ASYNC_FLUSH  # SYNC_FLUSH: a send is answered after its fsync (group commit)
-    sync_flush_timeout: int = 5000  # ms; a slower fsync answers FLUSH_DISK_TIMEOUT (the message is stored)
+    # ms; a slower fsync answers FLUSH_DISK_TIMEOUT (the message is stored)
+    sync_flush_timeout: int = field(default=5000, metadata=LIVE)
     flush_interval_commit_log: int = 500  # ms between ASYNC_FLUSH CommitLog flushes
     flush_commit_log_least_pages: int = 4  # ...each only when this many 4 KiB pages are dirty,
     flush_commit_log_thorough_interval: int = 10_000  # ...except one flush of everything this often (ms)
@@ -29,10 +35,10 @@ class StoreConfig:
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval: int = 60_000  # ms; the checkpoint's logics/index times move then
     # ---- reading
-    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
-    max_transfer_count_on_message_in_memory: int = 32
-    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
-    max_transfer_count_on_message_in_disk: int = 8
+    max_transfer_bytes_on_message_in_memory: int = field(default=256 * 1024, metadata=LIVE)
+    max_transfer_count_on_message_in_memory: int = field(default=32, metadata=LIVE)
+    max_transfer_bytes_on_message_in_disk: int = field(default=64 * 1024, metadata=LIVE)
+    max_transfer_count_on_message_in_disk: int = field(default=8, metadata=LIVE)
     access_message_in_memory_max_ratio: int = 40  # % of RAM behind the CommitLog head counted "in memory"
     # ---- recovery
     check_crc_on_recover: bool = True  # only after an unclean exit: a CRC per record is slow in Python
@@ -40,21 +46,41 @@ class StoreConfig:
     message_index_enable: bool = True
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
-    default_query_max_num: int = 32  # QUERY_MESSAGE by UNIQ_KEY returns at most this many
+    # QUERY_MESSAGE by UNIQ_KEY returns at most this many
+    default_query_max_num: int = field(default=32, metadata=LIVE)
     max_msgs_num_batch: int = 64  # any QUERY_MESSAGE returns at most this many
     # ---- retention and the disk guard
-    file_reserved_time: int = 72  # hours a finished CommitLog file is kept after its last write
-    delete_when: str = "04"  # hours of the day (";"-separated) when expired files are deleted
-    disk_max_used_space_ratio: int = 75  # % used above which expired files are deleted at once (clamped 10..95)
-    disk_space_clean_forcibly_ratio: int = 85  # % used above which the oldest files go even unexpired
-    disk_space_warning_level_ratio: int = 90  # % used above which sends are refused (disk full)
-    clean_file_forcibly_enable: bool = True
+    # hours a finished CommitLog file is kept after its last write
+    file_reserved_time: int = field(default=72, metadata=LIVE)
+    # hours of the day (";"-separated) when expired files are deleted
+    delete_when: str = field(default="04", metadata=LIVE)
+    # % used above which expired files are deleted at once (clamped 10..95)
+    disk_max_used_space_ratio: int = field(default=75, metadata=LIVE)
+    # % used above which the oldest files go even unexpired
+    disk_space_clean_forcibly_ratio: int = field(default=85, metadata=LIVE)
+    # % used above which sends are refused (disk full)
+    disk_space_warning_level_ratio: int = field(default=90, metadata=LIVE)
+    clean_file_forcibly_enable: bool = field(default=True, metadata=LIVE)
     clean_resource_interval: int = 10_000  # ms between retention checks
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
     def __post_init__(self) -> None:
         if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
-            raise ValueError(f"flush_disk_type must be {ASYNC_FLUSH} or {SYNC_FLUSH}, got {self.flush_disk_type!r}")
+            raise ValueError(f"flushDiskType must be {ASYNC_FLUSH} or {SYNC_FLUSH}, got {self.flush_disk_type!r}")
+        check_range(self, "mapped_file_size_commit_log", 4096)
+        check_range(self, "mapped_file_size_consume_queue", CQ_ENTRY_SIZE)
+        check_range(self, "max_message_size", 1)
+        for name in ("flush_interval_commit_log", "flush_interval_consume_queue", "clean_resource_interval",
+                     "max_transfer_bytes_on_message_in_memory", "max_transfer_count_on_message_in_memory",
+                     "max_transfer_bytes_on_message_in_disk", "max_transfer_count_on_message_in_disk",
+                     "default_query_max_num", "max_msgs_num_batch"):
+            check_range(self, name, 1)
+        for name in ("sync_flush_timeout", "flush_commit_log_least_pages", "flush_commit_log_thorough_interval",
+                     "flush_consume_queue_least_pages", "flush_consume_queue_thorough_interval", "file_reserved_time"):
+            check_range(self, name, 0)
+        for name in ("access_message_in_memory_max_ratio", "disk_max_used_space_ratio",
+                     "disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"):
+            check_range(self, name, 0, 100)
         # Java rounds the ConsumeQueue file size up to whole entries.
         entries = -(-self.mapped_file_size_consume_queue // CQ_ENTRY_SIZE)
         self.mapped_file_size_consume_queue = max(1, entries) * CQ_ENTRY_SIZE

@@ -121,6 +121,11 @@ async def _reconcile_broker(broker: dict, body, patch: kopf.Patch) -> None:
         return _paused_status(body, patch, status)
     if not (broker.get("spec") or {}).get("image"):
         broker.setdefault("spec", {})["image"] = SETTINGS.broker_image
+    invalid = manifests.broker_conf_error(broker)
+    if invalid:
+        # Nothing is applied: the running brokers keep the configuration they have.
+        return _finish(body, patch, status, [Condition("Ready", False, "InvalidConfig", invalid), _not_paused()],
+                       {"phase": "InvalidConfig"}, applied=False)
     n, spec = manifests.names_of(broker), manifests.spec_of(broker)
     ns = n.namespace
     conds: list[Condition] = [_not_paused()]

@@ -11,6 +11,9 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.common.config_loader import ConfigError, apply_settings
+from ferrymq.store.config import StoreConfig
 from ferrymq_operator.constants import (
     ANN_CONFIG_HASH,
     ANN_RESTART,
@@ -139,6 +142,17 @@ def broker_conf(broker: dict) -> dict[str, str]:
     }
     conf.update({k: str(v) for k, v in (spec["config"] or {}).items()})
     return conf
+
+
+def broker_conf_error(broker: dict) -> str | None:
+    """Why the broker.conf this Broker asks for would not start a broker (an unknown key, a
+    bad value), in the broker's own words; None when it is valid. Checked before anything is
+    applied, so a typo in ``spec.config`` never rolls the running brokers into a crash loop."""
+    try:
+        apply_settings(broker_conf(broker), BrokerConfig(), StoreConfig(store_path_root_dir=""))
+    except ConfigError as e:
+        return f"spec.config: {e}"
+    return None
 
 
 def render_properties(conf: dict[str, str]) -> str:

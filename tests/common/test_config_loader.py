@@ -1,10 +1,10 @@
 """broker.conf files and --set pairs land on the right settings, with clear errors."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
-from ferrymq.common.config_loader import ConfigError, apply_settings, parse_assignments, parse_properties, to_properties
+from ferrymq.common.config_loader import LIVE, ConfigError, apply_settings, parse_assignments, parse_properties, to_properties
 
 
 @dataclass
@@ -46,3 +46,30 @@ def test_unknown_key_and_bad_values_are_clear_errors():
 
 def test_settings_render_back_as_rocketmq_keys():
     assert to_properties(A()) == {"brokerName": "broker-a", "listenPort": "10911", "autoCreateTopicEnable": "true"}
+
+
+@dataclass
+class Checked:
+    ratio: int = field(default=50, metadata=LIVE)
+    name: str = "x"
+
+    def __post_init__(self):
+        if not 0 <= self.ratio <= 100:
+            raise ValueError(f"ratio must be 0..100, got {self.ratio}")
+
+
+def test_values_go_through_the_constructor_and_a_refused_update_changes_nothing():
+    a, c = A(), Checked()
+    with pytest.raises(ConfigError, match="ratio must be 0..100, got 150"):
+        apply_settings({"brokerName": "changed", "ratio": "150"}, a, c)
+    assert (a.broker_name, c.ratio) == ("broker-a", 50)
+    apply_settings({"ratio": "70"}, c)
+    assert c.ratio == 70
+
+
+def test_live_only_refuses_keys_not_marked_live_and_lists_those_that_are():
+    c = Checked()
+    with pytest.raises(ConfigError, match=r"name cannot change on a running broker.*keys that change live: ratio"):
+        apply_settings({"name": "y"}, c, live_only=True)
+    apply_settings({"ratio": "10"}, c, live_only=True)
+    assert (c.name, c.ratio) == ("x", 10)

@@ -108,6 +108,29 @@ def test_config_change_restarts_broker_pods_one_at_a_time(control_plane, operato
     assert [p["metadata"]["uid"] for p in nsrv] == [before[f"{CLUSTER}-namesrv-0"]], "name servers are not restarted"
 
 
+def test_an_invalid_config_is_reported_and_the_running_brokers_are_left_alone(control_plane, operator_logs, namespace):
+    cp, ns = control_plane, namespace
+    cp.apply(broker_cr(replicas=1), ns)
+    wait_status(cp, "broker", CLUSTER, ns, lambda o: o.get("status", {}).get("phase") == "Ready", "Ready", 120)
+    pod_uid = cp.get("pod", f"{CLUSTER}-broker-0", ns)["metadata"]["uid"]
+    conf_before = cp.get("configmap", f"{CLUSTER}-config", ns)["data"]["broker.conf"]
+    cp.kubectl("patch", "broker", CLUSTER, "-n", ns, "--type=merge", "-p", '{"spec":{"config":{"flushDiskType":"SYNC"}}}')
+    broker = wait_status(cp, "broker", CLUSTER, ns, lambda o: o["status"].get("phase") == "InvalidConfig"
+                         and o["status"]["observedGeneration"] == o["metadata"]["generation"], "InvalidConfig")
+    ready = condition(broker, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidConfig")
+    assert "flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH, got 'SYNC'" in ready["message"]
+    assert broker["status"]["appliedGeneration"] < broker["metadata"]["generation"]
+    assert cp.get("configmap", f"{CLUSTER}-config", ns)["data"]["broker.conf"] == conf_before
+    assert cp.get("pod", f"{CLUSTER}-broker-0", ns)["metadata"]["uid"] == pod_uid
+    events = cp.get("events", None, ns)["items"]
+    assert any(e["reason"] == "ReadyFalse" and "flushDiskType" in e["message"] for e in events)
+    cp.kubectl("patch", "broker", CLUSTER, "-n", ns, "--type=merge", "-p", '{"spec":{"config":{"flushDiskType":null}}}')
+    wait_status(cp, "broker", CLUSTER, ns, lambda o: o["status"].get("phase") == "Ready"
+                and o["status"]["appliedGeneration"] == o["metadata"]["generation"], "Ready again")
+    assert cp.get("pod", f"{CLUSTER}-broker-0", ns)["metadata"]["uid"] == pod_uid  # same config: no restart
+
+
 def test_paused_broker_is_left_alone(control_plane, operator_logs, namespace):
     cp, ns = control_plane, namespace
     b = broker_cr(replicas=1)

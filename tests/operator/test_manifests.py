@@ -54,6 +54,17 @@ def test_config_map_renders_broker_conf_with_overrides_and_protection():
     assert conf["storePathRootDir"] == "/data/store"
 
 
+@pytest.mark.parametrize("config, message", [
+    ({"flushDiskType": "SYNC"}, "spec.config: flushDiskType must be ASYNC_FLUSH or SYNC_FLUSH, got 'SYNC'"),
+    ({"fileReservedTme": "48"}, "spec.config: unknown configuration key 'fileReservedTme'"),
+    ({"listenPort": "http"}, "spec.config: listenPort: 'http' is not a valid int"),
+])
+def test_a_broker_conf_that_would_not_start_is_named_before_anything_is_applied(config, message):
+    assert manifests.broker_conf_error(broker(config=config)) == message
+    assert manifests.broker_conf_error(broker(config={"flushDiskType": "SYNC_FLUSH", "deleteWhen": "01;13"})) is None
+    assert manifests.broker_conf_error(broker(protection={"consumerFallbehindThreshold": "1Gi"})) is None
+
+
 def test_broker_statefulset_storage_update_strategy_and_identity():
     sts = manifests.broker_statefulset(broker(storage={"size": "50Gi", "storageClassName": "fast"}))
     spec = sts["spec"]

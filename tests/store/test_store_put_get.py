@@ -320,7 +320,7 @@ def test_sync_flush(open_store):
 
 
 def test_sync_flush_timeout_is_reported_but_the_message_is_stored(open_store):
-    store = open_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=-1)
+    store = open_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=0)
     result = store.put_message(make_msg())
     assert result.status is PutStatus.FLUSH_DISK_TIMEOUT and result.ok
     assert store.get_max_offset_in_queue("TopicTest", 0) == 1

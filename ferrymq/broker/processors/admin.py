@@ -109,7 +109,7 @@ class AdminProcessor:
     async def update_broker_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:
             settings = parse_properties((req.body or b"").decode("utf-8"))
-            apply_settings(settings, self.broker.config, self.broker.store_config)
+            apply_settings(settings, self.broker.config, self.broker.store_config, live_only=True)
         except (ConfigError, UnicodeDecodeError) as e:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=str(e))
         log.info("broker config updated: %s", ", ".join(f"{k}={v}" for k, v in settings.items()))
