@@ -29,7 +29,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
-from ferrymq.common.message import MessageExt
+from ferrymq.common.message import MessageExt, record_store_timestamp
 from ferrymq.store.message_store import AppendResult, GetResult, MessageStore, PutStatus, QueryMessageResult
 from ferrymq.store.retention import CleanResult
 
@@ -109,8 +109,13 @@ class _WriterThread:
 
 
 class AsyncMessageStore:
+    """What the broker's processors and services use of the store. Calls that may touch the
+    disk are coroutines run in the store's threads; those answered from memory (queue
+    offsets, CommitLog bounds) are plain methods. ``sync_store`` is for the broker's
+    lifecycle and for tests; broker code goes through the methods here."""
+
     def __init__(self, store: MessageStore, *, read_threads: int = 4) -> None:
-        self.store = store
+        self.sync_store = store
         self._writer = _WriterThread()
         self._completions: _LoopCompletions | None = None
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
@@ -132,27 +137,27 @@ class AsyncMessageStore:
         self._writer.submit(completions, future, fn, args, kwargs)
         return await future
 
-    async def read(self, fn: Callable[..., T], *args, **kwargs) -> T:
+    async def _read(self, fn: Callable[..., T], *args, **kwargs) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._readers, functools.partial(fn, *args, **kwargs))
 
     async def load(self) -> None:
-        await self._write(self.store.load)
+        await self._write(self.sync_store.load)
 
     async def put_message(self, msg: MessageExt, *, wait: bool = True) -> AppendResult:
         """Store one message; answer per the flush policy (``wait``: the message's WAIT flag)."""
-        result = await self._write(self.store.put_message, msg, wait_flush=False)
+        result = await self._write(self.sync_store.put_message, msg, wait_flush=False)
         self._announce(msg.topic, msg.queue_id, result)
         return await self._flushed(result, wait and msg.wait_store_msg_ok)
 
     async def put_messages(self, msgs: list[MessageExt], *, wait: bool = True) -> AppendResult:
-        result = await self._write(self.store.put_messages, msgs, wait_flush=False)
+        result = await self._write(self.sync_store.put_messages, msgs, wait_flush=False)
         if msgs:
             self._announce(msgs[0].topic, msgs[0].queue_id, result)
         return await self._flushed(result, wait and all(m.wait_store_msg_ok for m in msgs))
 
     async def _flushed(self, result: AppendResult, wait: bool) -> AppendResult:
         """SYNC_FLUSH: hold the answer until the group commit's fsync covers the message."""
-        store = self.store
+        store = self.sync_store
         if not store.config.sync_flush or result.status is not PutStatus.PUT_OK:
             return result
         end = result.wrote_offset + result.wrote_bytes
@@ -181,35 +186,85 @@ class AsyncMessageStore:
 
     async def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                            tag_filter: Callable[[int], bool] | None = None) -> GetResult:
-        return await self.read(self.store.get_messages, group, topic, queue_id, offset, max_msg_nums, tag_filter)
+        return await self._read(self.sync_store.get_messages, group, topic, queue_id, offset, max_msg_nums, tag_filter)
 
     async def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
-        return await self.read(self.store.query_message, topic, key, max_num, begin, end)
+        return await self._read(self.sync_store.query_message, topic, key, max_num, begin, end)
+
+    # ------------------------------------------------------------ queues and the CommitLog
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's next offset (its message count including deleted ones); 0 if unknown."""
+        return self.sync_store.get_max_offset_in_queue(topic, queue_id)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset still readable; 0 if unknown."""
+        return self.sync_store.get_min_offset_in_queue(topic, queue_id)
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.sync_store.max_phy_offset
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.sync_store.min_phy_offset
+
+    @property
+    def commit_log_segments(self) -> int:
+        return len(self.sync_store.commit_log.segments)
+
+    def is_in_memory(self, phys_offset: int) -> bool:
+        """Whether a record is near enough the CommitLog head to be in the page cache."""
+        return self.sync_store.is_in_memory(phys_offset)
+
+    def topic_queue_ids(self) -> dict[str, list[int]]:
+        return self.sync_store.topic_queue_ids()
+
+    async def commit_log_offset(self, topic: str, queue_id: int, offset: int) -> int:
+        """CommitLog offset of the queue's entry ``offset``; -1 if there is none."""
+        return await self._read(self.sync_store.get_commit_log_offset_in_queue, topic, queue_id, offset)
+
+    async def store_time(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store timestamp of the queue's message at ``offset``; -1 if there is none."""
+        return await self._read(self.sync_store.get_store_time, topic, queue_id, offset)
+
+    async def search_offset(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The queue offset stored nearest ``timestamp`` (SEARCH_OFFSET_BY_TIMESTAMP, reset-offset)."""
+        return await self._read(self.sync_store.search_offset_by_timestamp, topic, queue_id, timestamp)
+
+    async def look_message(self, phys_offset: int) -> bytes | None:
+        """The raw record starting at ``phys_offset``; None if none does."""
+        return await self._read(self.sync_store.look_message_by_offset, phys_offset)
+
+    async def earliest_message_time(self) -> int:
+        """Store time of the oldest record in the CommitLog; 0 when it is empty."""
+        record = await self.look_message(self.min_phy_offset)
+        return record_store_timestamp(record) if record else 0
 
     async def _in_flusher(self, fn: Callable[..., T], *args) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._flusher, functools.partial(fn, *args))
 
     async def flush_commit_log(self) -> None:
         """fsync everything written so far."""
-        await self._in_flusher(self.store.flush_commit_log)
+        await self._in_flusher(self.sync_store.flush_commit_log)
 
     async def flush_commit_log_timed(self) -> None:
         """ASYNC_FLUSH's timer: flushCommitLogLeastPages / flushCommitLogThoroughInterval."""
-        await self._in_flusher(self.store.flush_commit_log_timed)
+        await self._in_flusher(self.sync_store.flush_commit_log_timed)
 
     async def flush_consume_queues(self) -> None:
-        await self._in_flusher(self.store.flush_consume_queues)
+        await self._in_flusher(self.sync_store.flush_consume_queues)
 
     async def flush_consume_queues_timed(self) -> None:
-        await self._in_flusher(self.store.flush_consume_queues_timed)
+        await self._in_flusher(self.sync_store.flush_consume_queues_timed)
 
     async def clean(self) -> CleanResult:
         """One retention run (expired files, the disk guard)."""
-        return await asyncio.get_running_loop().run_in_executor(self._cleaner, self.store.clean)
+        return await asyncio.get_running_loop().run_in_executor(self._cleaner, self.sync_store.clean)
 
     async def shutdown(self) -> None:
         """Finish queued writes, then flush and close the files (in the writer thread)."""
-        await self._write(self.store.shutdown)
+        await self._write(self.sync_store.shutdown)
         self._writer.stop()
         for pool in (self._readers, self._flusher, self._cleaner):
             pool.shutdown(wait=False)  # idle by now; joining would block the loop

@@ -34,7 +34,6 @@ from ferrymq.broker.schedule import ScheduleMessageService
 from ferrymq.broker.stats import BrokerStats
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
-from ferrymq.common.message import decode_record
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
@@ -151,7 +150,7 @@ class Broker:
 
     def _repair_topics_from_store(self) -> None:
         """A queue found on disk whose topic config was lost is re-declared, so its data stays reachable."""
-        for topic, queue_ids in self.store.store.topic_queue_ids().items():
+        for topic, queue_ids in self.store.topic_queue_ids().items():
             if topic not in self.topics.table and queue_ids:
                 n = max(queue_ids) + 1
                 log.warning("topic %s has data on disk but no config; re-creating it with %d queues", topic, n)
@@ -284,18 +283,13 @@ class Broker:
 
     def group_lags(self) -> list[tuple[str, str, int]]:
         """(group, topic, messages behind) for every group with committed offsets here."""
-        store = self.store.store
+        store = self.store
         out = []
         for key, queues in sorted(self.offsets.table.items()):
             topic, _, group = key.rpartition("@")
-            behind = sum(max(0, store.get_max_offset_in_queue(topic, q) - offset) for q, offset in queues.items())
+            behind = sum(max(0, store.max_offset(topic, q) - offset) for q, offset in queues.items())
             out.append((group, topic, behind))
         return out
-
-    async def earliest_message_time(self) -> int:
-        store = self.store.store
-        record = await self.store.read(store.look_message_by_offset, store.min_phy_offset)
-        return decode_record(record)[0].store_timestamp if record else 0
 
     async def disk_ratio(self) -> float:
         usage = await asyncio.to_thread(shutil.disk_usage, self.store_config.store_path_root_dir)

@@ -39,10 +39,10 @@ class BrokerCollector(Collector):
 
         yield _gauge("held_pulls", "Pull requests held by long polling", base, labels, b.pull_waiters.held)
         yield _gauge("connections", "Open client connections", base, labels, len(b.server.connections))
-        store = b.store.store
+        store = b.store
         yield _gauge("store_commitlog_bytes", "Bytes held in the CommitLog (max - min offset)", base, labels,
                      store.max_phy_offset - store.min_phy_offset)
-        yield _gauge("store_commitlog_segments", "CommitLog segment files", base, labels, len(store.commit_log.segments))
+        yield _gauge("store_commitlog_segments", "CommitLog segment files", base, labels, store.commit_log_segments)
         yield _gauge("topics", "Topics configured on this broker", base, labels, len(b.topics.table))
 
         lag = GaugeMetricFamily("ferrymq_broker_group_lag_messages",

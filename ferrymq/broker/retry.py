@@ -60,7 +60,7 @@ class RetryService:
         if group_config.retry_queue_nums <= 0:
             return SendBackResult(ResponseCode.SUCCESS)  # the group wants no retries: dropped
 
-        record = await broker.store.read(broker.store.store.look_message_by_offset, req.offset)
+        record = await broker.store.look_message(req.offset)
         if record is None:
             return SendBackResult(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {req.offset}")
         original = decode_record(record)[0]

@@ -42,7 +42,7 @@ def send_request(topic: str, queue_id: int, body: bytes, properties: str = "") -
 async def test_concurrent_sync_sends_share_fsyncs(tmp_path):
     c = await start_cluster(tmp_path, flushDiskType="SYNC_FLUSH")
     try:
-        store = c.broker.store.store
+        store = c.broker.store.sync_store
         async with Producer("p", namesrv_addr=c.namesrv_addr) as producer:
             await producer.send(Message("GroupCommit", b"warm-up"))  # topic created, route known
             before = store.group_commit.stats.acks, store.group_commit.stats.fsyncs
@@ -92,7 +92,7 @@ async def test_wait_false_is_answered_without_waiting_for_the_disk(tmp_path):
     try:
         response = await client.invoke(c.broker_addr, send_request("NoWait", 0, b"x", "WAIT\x01false"), 5)
         assert response.code == ResponseCode.SUCCESS
-        store = c.broker.store.store
+        store = c.broker.store.sync_store
         end = store.max_phy_offset
         await wait_until(lambda: store.commit_log.flushed_offset >= end)  # and it was flushed soon after
         record = store.look_message_by_offset(decode_offset_msg_id(response.get_str("msgId"))[2])
@@ -108,7 +108,7 @@ async def test_async_flush_timer_flushes_without_anyone_asking(tmp_path):
     c = await start_cluster(tmp_path, flushDiskType="ASYNC_FLUSH", flushIntervalCommitLog=20,
                             flushCommitLogLeastPages=4, flushCommitLogThoroughInterval=200)
     try:
-        store = c.broker.store.store
+        store = c.broker.store.sync_store
         async with Producer("p", namesrv_addr=c.namesrv_addr) as producer:
             result = await producer.send(Message("Timed", b"small"))
             assert result.status is SendStatus.SEND_OK

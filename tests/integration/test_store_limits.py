@@ -26,7 +26,7 @@ async def test_limits(tmp_path):
     c = await InProcessCluster(tmp_path / "store", settings={"maxMessageSize": 4096}).start()
     client = RemotingClient()
     try:
-        store = c.broker.store.store
+        store = c.broker.store.sync_store
         ok = await client.invoke(c.broker_addr, send("Limits", b"x" * 4096))
         assert ok.code == ResponseCode.SUCCESS
         end = store.max_phy_offset

@@ -34,7 +34,7 @@ async def test_expired_files_go_and_pulls_below_the_new_start_are_moved(tmp_path
         "mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 2000, "maxHashSlotNum": 64, "maxIndexNum": 100,
         "fileReservedTime": 0, "deleteWhen": EVERY_HOUR, "cleanResourceInterval": 50}).start()
     try:
-        store = c.broker.store.store
+        store = c.broker.store.sync_store
         async with Producer("p", namesrv_addr=c.namesrv_addr) as producer:
             first = await producer.send(Message("Aging", b"first " * 100))
             mq = first.message_queue

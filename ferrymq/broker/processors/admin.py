@@ -83,11 +83,11 @@ class AdminProcessor:
         store = self.broker.store
         table = {}
         for queue_id in range(config.write_queue_nums):
-            max_offset = store.store.get_max_offset_in_queue(topic, queue_id)
-            last = await store.read(store.store.get_store_time, topic, queue_id, max_offset - 1) if max_offset > 0 else 0
+            max_offset = store.max_offset(topic, queue_id)
+            last = await store.store_time(topic, queue_id, max_offset - 1) if max_offset > 0 else 0
             mq = MessageQueue(topic, self.broker.config.broker_name, queue_id)
             table[rocketmq_json.ObjectKey(mq.to_dict())] = {
-                "minOffset": store.store.get_min_offset_in_queue(topic, queue_id), "maxOffset": max_offset,
+                "minOffset": store.min_offset(topic, queue_id), "maxOffset": max_offset,
                 "lastUpdateTimestamp": max(last, 0)}
         return req.response(body=rocketmq_json.dumps({"offsetTable": table}).encode())
 
@@ -117,7 +117,7 @@ class AdminProcessor:
         return req.response()
 
     async def get_runtime_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        broker, store = self.broker, self.broker.store.store
+        broker, store = self.broker, self.broker.store
         put_tps, get_tps = broker.stats.rates()
         now = int(time.time() * 1000)
         table = {
@@ -129,7 +129,7 @@ class AdminProcessor:
             "getTransferedTps": f"{get_tps:.2f} {get_tps:.2f} {get_tps:.2f}",
             "bootTimestamp": str(broker.stats.boot_timestamp_ms), "runtime": _uptime(now - broker.stats.boot_timestamp_ms),
             "commitLogMaxOffset": str(store.max_phy_offset), "commitLogMinOffset": str(store.min_phy_offset),
-            "earliestMessageTimeStamp": str(await broker.earliest_message_time()),
+            "earliestMessageTimeStamp": str(await store.earliest_message_time()),
             "commitLogDiskRatio": f"{await broker.disk_ratio():.4f}",
             "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0", "dispatchBehindBytes": "0",
         }

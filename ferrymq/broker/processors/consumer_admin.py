@@ -99,7 +99,7 @@ class ConsumerAdminProcessors:
         topics = [only_topic] if only_topic else sorted(broker.offsets.topics_of_group(group))
         online = broker.consumers.groups.get(group)
         stats = ConsumeStats()
-        store = broker.store.store
+        store = broker.store
         for topic in topics:
             config = broker.topics.get(topic)
             if config is None:
@@ -111,9 +111,9 @@ class ConsumerAdminProcessors:
                 consumer_offset = max(0, broker.offsets.query(group, topic, queue_id))
                 last = 0
                 if consumer_offset > 0:
-                    last = max(0, await broker.store.read(store.get_store_time, topic, queue_id, consumer_offset - 1))
+                    last = max(0, await store.store_time(topic, queue_id, consumer_offset - 1))
                 mq = MessageQueue(topic, broker.config.broker_name, queue_id)
-                stats.offset_table[mq] = OffsetWrapper(store.get_max_offset_in_queue(topic, queue_id), consumer_offset, last)
+                stats.offset_table[mq] = OffsetWrapper(store.max_offset(topic, queue_id), consumer_offset, last)
         group_config = broker.groups.get(group)
         stats.consume_enable = group_config.consume_enable if group_config else None
         return req.response(body=stats.to_json())
@@ -176,14 +176,14 @@ class ConsumerAdminProcessors:
         if config is None:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 remark=f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
-        store = broker.store.store
+        store = broker.store
         table: dict[MessageQueue, int] = {}
         for queue_id in range(config.write_queue_nums):
             current = broker.offsets.query(group, topic, queue_id)
             if timestamp == -1:
-                target = store.get_max_offset_in_queue(topic, queue_id)
+                target = store.max_offset(topic, queue_id)
             else:
-                target = await broker.store.read(store.search_offset_by_timestamp, topic, queue_id, timestamp)
+                target = await store.search_offset(topic, queue_id, timestamp)
             target = max(0, target)
             if not force and 0 <= current <= target:
                 target = current

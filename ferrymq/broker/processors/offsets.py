@@ -26,10 +26,9 @@ class OffsetProcessors:
         # A group new to a queue whose first message is still hot starts from 0 (RocketMQ
         # does this so a fresh consumer does not skip a young topic's first messages).
         store = self.broker.store
-        min_offset = store.store.get_min_offset_in_queue(topic, queue_id)
-        if min_offset <= 0:
-            first_phys = await store.read(store.store.get_commit_log_offset_in_queue, topic, queue_id, 0)
-            if first_phys >= 0 and store.store.is_in_memory(first_phys):
+        if store.min_offset(topic, queue_id) <= 0:
+            first_phys = await store.commit_log_offset(topic, queue_id, 0)
+            if first_phys >= 0 and store.is_in_memory(first_phys):
                 return req.response(ext_fields={"offset": 0})
         return req.response(ResponseCode.QUERY_NOT_FOUND, remark="Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
@@ -39,9 +38,9 @@ class OffsetProcessors:
         return req.response()
 
     async def get_max_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        offset = self.broker.store.store.get_max_offset_in_queue(req.get_str("topic", required=True), req.get_int("queueId", required=True))
+        offset = self.broker.store.max_offset(req.get_str("topic", required=True), req.get_int("queueId", required=True))
         return req.response(ext_fields={"offset": offset})
 
     async def get_min_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        offset = self.broker.store.store.get_min_offset_in_queue(req.get_str("topic", required=True), req.get_int("queueId", required=True))
+        offset = self.broker.store.min_offset(req.get_str("topic", required=True), req.get_int("queueId", required=True))
         return req.response(ext_fields={"offset": offset})

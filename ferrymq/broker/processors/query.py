@@ -50,20 +50,19 @@ class QueryProcessors:
     async def view_message_by_id(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         offset = req.get_long("offset", required=True)
         store = self.broker.store
-        record = await store.read(store.store.look_message_by_offset, offset)
+        record = await store.look_message(offset)
         if record is None:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"can not find message by the offset, {offset}")
         return req.response(body=record)
 
     async def search_offset_by_timestamp(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         store = self.broker.store
-        offset = await store.read(store.store.search_offset_by_timestamp, req.get_str("topic", required=True),
-                                  req.get_int("queueId", required=True), req.get_long("timestamp", required=True))
+        offset = await store.search_offset(req.get_str("topic", required=True), req.get_int("queueId", required=True),
+                                           req.get_long("timestamp", required=True))
         return req.response(ext_fields={"offset": offset})
 
     async def get_earliest_store_time(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         store = self.broker.store
         topic, queue_id = req.get_str("topic", required=True), req.get_int("queueId", required=True)
-        min_offset = store.store.get_min_offset_in_queue(topic, queue_id)
-        timestamp = await store.read(store.store.get_store_time, topic, queue_id, min_offset)
+        timestamp = await store.store_time(topic, queue_id, store.min_offset(topic, queue_id))
         return req.response(ext_fields={"timestamp": timestamp})
