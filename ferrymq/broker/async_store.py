@@ -30,7 +30,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
 from ferrymq.common.message import MessageExt, record_store_timestamp
-from ferrymq.store.message_store import AppendResult, GetResult, MessageStore, PutStatus, QueryMessageResult
+from ferrymq.store.flush import settle_flush_wait
+from ferrymq.store.message_store import MessageStore
+from ferrymq.store.results import AppendResult, GetResult, PutStatus, QueryMessageResult
 from ferrymq.store.retention import CleanResult
 
 T = TypeVar("T")
@@ -168,15 +170,12 @@ class AsyncMessageStore:
         flushed: asyncio.Future[bool] = completions._loop.create_future()
         # Called by the group-commit thread: one loop wake-up for all the puts an fsync covered.
         store.request_flush(end, functools.partial(completions.complete, flushed))
+        timeout_ms = store.config.sync_flush_timeout
         try:
-            ok = await asyncio.wait_for(flushed, max(0, store.config.sync_flush_timeout) / 1000)
+            ok: bool | None = await asyncio.wait_for(flushed, max(0, timeout_ms) / 1000)
         except asyncio.TimeoutError:
-            result.status = PutStatus.FLUSH_DISK_TIMEOUT
-            result.remark = f"wait for flush timeout: not fsynced within syncFlushTimeout {store.config.sync_flush_timeout} ms"
-            return result
-        if not ok:
-            result.status, result.remark = PutStatus.FLUSH_DISK_TIMEOUT, "the fsync of the CommitLog failed"
-        return result
+            ok = None
+        return settle_flush_wait(result, timeout_ms, ok)
 
     def _announce(self, topic: str, queue_id: int, result: AppendResult) -> None:
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):

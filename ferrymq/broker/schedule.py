@@ -24,7 +24,7 @@ from ferrymq.broker.json_config_file import JsonConfigFile
 from ferrymq.common import rocketmq_json
 from ferrymq.common.message import MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.protocol import SCHEDULE_TOPIC
-from ferrymq.store.message_store import GetStatus
+from ferrymq.store.results import GetStatus
 
 if TYPE_CHECKING:
     from ferrymq.broker.broker import Broker

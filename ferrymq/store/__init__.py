@@ -4,11 +4,11 @@ Synchronous and thread-safe; knows nothing about the network or asyncio.
 """
 
 from ferrymq.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
-from ferrymq.store.message_store import (
+from ferrymq.store.message_store import MessageStore
+from ferrymq.store.results import (
     AppendResult,
     GetResult,
     GetStatus,
-    MessageStore,
     PutStatus,
     QueryMessageResult,
     StoreNotRunningError,

@@ -40,6 +40,7 @@ BLANK_SIZE = BLANK_RECORD.size  # a record must leave room for this at the segme
 _WALK_CHUNK = 4 * 1024 * 1024  # recovery reads this much per pread
 _READ_AHEAD = 4096  # a single-record read guesses the record fits in this
 _MAX_RUN_GAP = 16 * 1024  # reading over a gap this small is cheaper than another pread
+_STORE_TIMESTAMP_SPAN = 48 + 20 + 8  # bytes of a record that always include STORETIMESTAMP
 
 # dispatch(first queue offset, first physical offset, store timestamp), called under the lock for
 # every put (the store decides what goes to ConsumeQueues and the IndexFile)
@@ -224,6 +225,11 @@ class CommitLog:
             return None
         data = seg.read(phys_offset - seg.start_offset, size)
         return data if len(data) == size else None
+
+    def store_timestamp(self, phys_offset: int) -> int:
+        """STORETIMESTAMP of the record at ``phys_offset``; -1 if none can be read there."""
+        head = self.get_data(phys_offset, _STORE_TIMESTAMP_SPAN)
+        return record_store_timestamp(head) if head and len(head) >= _STORE_TIMESTAMP_SPAN else -1
 
     def read_record(self, phys_offset: int) -> bytes | None:
         """The whole record starting at ``phys_offset``, None unless a message record starts there."""

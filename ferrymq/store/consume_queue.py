@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 
 from ferrymq.store.mapped_file import MappedFile, MappedFileQueue
 
@@ -84,6 +85,38 @@ class ConsumeQueue:
         return CQ_ENTRY.unpack(data) if data and len(data) == CQ_ENTRY_SIZE else None
 
     # ------------------------------------------------------------ writing
+
+    def search_offset(self, timestamp: int, cl_min: int, store_time_of: Callable[[int], int]) -> int:
+        """The offset whose record was stored at ``timestamp``, else the nearer of the two
+        neighbours (the earlier on a tie), clamped to [min, max]. Binary search; entries below
+        ``cl_min`` point at deleted records; ``store_time_of(phys)`` is -1 when unreadable."""
+        lo, hi = self.min_offset, self.max_offset - 1
+        left = right = -1
+        left_time = right_time = -1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            entry = self.entry(mid)
+            if entry is None:
+                break
+            if entry[0] < cl_min:  # record already deleted: search later entries
+                lo, left = mid + 1, mid
+                continue
+            store_time = store_time_of(entry[0])
+            if store_time < 0:
+                break
+            if store_time == timestamp:
+                return mid
+            if store_time > timestamp:
+                hi, right, right_time = mid - 1, mid, store_time
+            else:
+                lo, left, left_time = mid + 1, mid, store_time
+        if left_time == -1:
+            found = right if right >= 0 else left
+        elif right_time == -1:
+            found = left
+        else:
+            found = right if abs(timestamp - left_time) > abs(timestamp - right_time) else left
+        return min(max(found, self.min_offset), self.max_offset)
 
     def append(self, queue_offset: int, entries: bytes, phys_end: int) -> None:
         """Write packed entries starting at logical ``queue_offset``. Caller holds the put lock.

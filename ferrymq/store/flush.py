@@ -1,6 +1,7 @@
-"""Group commit for SYNC_FLUSH (RocketMQ's GroupCommitService).
+"""Flushing the store: SYNC_FLUSH's group commit, ASYNC_FLUSH's timed flushes, and the
+checkpoint that follows both.
 
-Puts append in the writer thread and never fsync there. Each put that must wait for the
+Group commit (RocketMQ's GroupCommitService): puts append in the writer thread and never fsync there. Each put that must wait for the
 disk registers (its end offset, a callback) here; one flush thread loops: take every
 waiting request, fsync once (which covers everything written so far, so at least each
 taken request), call back all of them. Sends that arrive while an fsync runs share the
@@ -11,8 +12,19 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ferrymq.store.results import AppendResult, PutStatus
+
+if TYPE_CHECKING:
+    from ferrymq.store.checkpoint import StoreCheckpoint
+    from ferrymq.store.commit_log import CommitLog
+    from ferrymq.store.config import StoreConfig
+    from ferrymq.store.dispatch import ConsumeQueueTable, Dispatcher
+    from ferrymq.store.index_service import IndexService
 
 log = logging.getLogger(__name__)
 
@@ -98,3 +110,125 @@ class GroupCommitService:
                     done(ok and durable >= offset)
                 except Exception:  # a waiter's callback must not stop the flush thread
                     log.exception("group commit callback failed")
+
+
+def settle_flush_wait(result: AppendResult, timeout_ms: int, ok: bool | None) -> AppendResult:
+    """The answer to a SYNC_FLUSH put after waiting for its fsync (the message is stored
+    either way): ``ok`` None means syncFlushTimeout passed, False that the fsync failed."""
+    if ok is None:
+        result.status = PutStatus.FLUSH_DISK_TIMEOUT
+        result.remark = f"wait for flush timeout: not fsynced within syncFlushTimeout {timeout_ms} ms"
+    elif not ok:
+        result.status, result.remark = PutStatus.FLUSH_DISK_TIMEOUT, "the fsync of the CommitLog failed"
+    return result
+
+
+class StoreFlusher:
+    """Flushes the CommitLog, the ConsumeQueues and the IndexFiles and moves the checkpoint
+    after them: on ASYNC_FLUSH's timers (RocketMQ's FlushRealTimeService and
+    FlushConsumeQueueService), in the group-commit thread for SYNC_FLUSH, and at shutdown."""
+
+    def __init__(self, config: "StoreConfig", commit_log: "CommitLog", queues: "ConsumeQueueTable",
+                 index: "IndexService | None", dispatcher: "Dispatcher") -> None:
+        self.config = config
+        self.commit_log = commit_log
+        self.queues = queues
+        self.index = index
+        self.dispatcher = dispatcher
+        self.checkpoint: StoreCheckpoint | None = None  # attached once the store has opened it
+        self.group_commit: GroupCommitService | None = None
+        self._last_thorough: dict[str, float] = {}  # monotonic ms of each kind's last full flush
+        self._timed_lock = threading.Lock()
+
+    # ------------------------------------------------------------ SYNC_FLUSH
+
+    def start_group_commit(self) -> None:
+        self.group_commit = GroupCommitService(self._group_flush, lambda: self.commit_log.flushed_offset)
+        self.group_commit.start()
+
+    def stop_group_commit(self) -> None:
+        if self.group_commit is None:
+            return
+        self.group_commit.stop()
+        stats = self.group_commit.stats
+        log.info("group commit: %d acknowledgement(s) over %d fsync(s) (%.1f per fsync, largest group %d)",
+                 stats.acks, stats.fsyncs, stats.acks_per_fsync, stats.largest_group)
+
+    def request_flush(self, offset: int, done: FlushDone | None) -> None:
+        """SYNC_FLUSH: call ``done(ok)`` once the CommitLog is fsynced up to ``offset``; with
+        ``done`` None just have it flushed soon (WAIT=false). Concurrent requests share fsyncs."""
+        gc = self.group_commit
+        if gc is None:
+            if done is not None:
+                done(self.commit_log.flushed_offset >= offset)
+        elif done is None:
+            gc.wakeup()
+        else:
+            gc.request(offset, done)
+
+    def wait_flushed(self, offset: int, result: AppendResult) -> AppendResult:
+        """Block until an fsync covers ``offset`` or syncFlushTimeout passes (direct callers;
+        the broker waits on its event loop instead)."""
+        timeout_ms = self.config.sync_flush_timeout
+        if timeout_ms <= 0 and self.commit_log.flushed_offset < offset:
+            self.request_flush(offset, None)  # no time to wait at all: just have it flushed soon
+            return settle_flush_wait(result, timeout_ms, None)
+        flushed = threading.Event()
+        outcome = [False]
+
+        def done(ok: bool) -> None:
+            outcome[0] = ok
+            flushed.set()
+
+        self.request_flush(offset, done)
+        return settle_flush_wait(result, timeout_ms, outcome[0] if flushed.wait(timeout_ms / 1000) else None)
+
+    def _group_flush(self) -> int:
+        """The group-commit thread's fsync; the checkpoint follows it."""
+        offset, store_ts = self.commit_log.flush()
+        if self.checkpoint is not None:
+            self.checkpoint.commit_log_flushed(offset, store_ts)
+        return offset
+
+    # ------------------------------------------------------------ ASYNC_FLUSH and shutdown
+
+    def flush_commit_log(self, least_pages: int = 0) -> int:
+        """fsync the CommitLog (if ``least_pages`` pages are dirty); returns the durable offset."""
+        flushed = self.commit_log.flush(least_pages)
+        if flushed is not None and self.checkpoint is not None:
+            self.checkpoint.commit_log_flushed(*flushed)
+        return self.commit_log.flushed_offset
+
+    def flush_commit_log_timed(self) -> int:
+        """ASYNC_FLUSH's timer: flush when at least flushCommitLogLeastPages pages are dirty,
+        and everything every flushCommitLogThoroughInterval. Returns the durable offset."""
+        cfg = self.config
+        return self.flush_commit_log(self._pages_due("commitlog", cfg.flush_commit_log_least_pages,
+                                                     cfg.flush_commit_log_thorough_interval))
+
+    def _pages_due(self, kind: str, least_pages: int, thorough_interval_ms: int) -> int:
+        """``least_pages``; 0 (flush everything) when ``kind``'s last full flush is that old."""
+        with self._timed_lock:
+            now = time.monotonic() * 1000
+            last = self._last_thorough.get(kind)
+            if last is None or now - last >= thorough_interval_ms:
+                self._last_thorough[kind] = now
+                return 0
+        return least_pages
+
+    def flush_consume_queues(self, least_pages: int = 0) -> None:
+        """fsync ConsumeQueues (and, for a full flush, IndexFiles) and move the checkpoint."""
+        logics_ts = self.dispatcher.last_dispatched_ts  # read first: the flushes below cover at least this
+        index_ts = self.index.last_indexed_timestamp if self.index is not None else 0
+        self.queues.flush(least_pages)
+        if self.index is not None:
+            self.index.flush(durable=least_pages == 0)
+        if least_pages == 0 and self.checkpoint is not None:
+            self.checkpoint.logics_flushed(logics_ts, index_ts or logics_ts)
+
+    def flush_consume_queues_timed(self) -> None:
+        """The ConsumeQueue timer: flushConsumeQueueLeastPages, and a full flush (IndexFiles
+        and checkpoint too) every flushConsumeQueueThoroughInterval."""
+        cfg = self.config
+        self.flush_consume_queues(self._pages_due("consumequeue", cfg.flush_consume_queue_least_pages,
+                                                  cfg.flush_consume_queue_thorough_interval))

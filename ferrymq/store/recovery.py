@@ -12,27 +12,39 @@ older entries is rebuilt whole from the CommitLog.
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from typing import TYPE_CHECKING
 
 from ferrymq.common.message import MessageExt, SysFlag, decode_record, record_store_timestamp
+from ferrymq.store.commit_log import CommitLog, RecoveryReport
 from ferrymq.store.consume_queue import ConsumeQueueGapError
+from ferrymq.store.dispatch import ConsumeQueueTable, Dispatcher
 
 if TYPE_CHECKING:
-    from ferrymq.store.message_store import MessageStore
+    from ferrymq.store.checkpoint import StoreCheckpoint
+    from ferrymq.store.flush import StoreFlusher
 
 log = logging.getLogger(__name__)
 
 
 class StoreRecovery:
-    def __init__(self, store: "MessageStore") -> None:
-        self.store = store
+    """Brings the ConsumeQueues, IndexFiles and checkpoint of a store just opened in line with
+    its CommitLog. Every part is handed in; ``run`` returns what it found."""
 
-    def run(self, clean: bool) -> None:
-        """Recover the store just loaded; ``clean``: the last run shut down cleanly."""
-        store = self.store
-        cfg, cl, index, checkpoint = store.config, store.commit_log, store.index, store.checkpoint
+    def __init__(self, commit_log: CommitLog, queues: ConsumeQueueTable, dispatcher: Dispatcher,
+                 checkpoint: "StoreCheckpoint", flusher: "StoreFlusher", *, check_crc: bool, abort_path: str) -> None:
+        self.commit_log = commit_log
+        self.queues = queues
+        self.dispatcher = dispatcher
+        self.index = dispatcher.index
+        self.checkpoint = checkpoint
+        self.flusher = flusher
+        self.check_crc = check_crc
+        self.abort_path = abort_path
+
+    def run(self, clean: bool) -> RecoveryReport:
+        """Recover; ``clean``: the last run shut down cleanly. Returns the CommitLog's report."""
+        cl, index, checkpoint = self.commit_log, self.index, self.checkpoint
         segments = cl.segments
         started = time.monotonic()
         if index is not None:
@@ -48,23 +60,21 @@ class StoreRecovery:
         else:
             start_index = self._abnormal_start_index()
             log.warning("the store was not shut down cleanly (%s exists): checking the CommitLog from file %d of %d "
-                        "(checkpoint: physic %d, logics %d, index %d)", store._dir_lock.abort_path, start_index + 1,
+                        "(checkpoint: physic %d, logics %d, index %d)", self.abort_path, start_index + 1,
                         len(segments), checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp,
                         checkpoint.index_msg_timestamp)
             # One pass: validate each record and bring ConsumeQueues and IndexFiles up to date with it.
             redispatch = _Redispatch(self)
-            report = cl.recover(start_index=start_index, check_crc=cfg.check_crc_on_recover, on_record=redispatch)
-        store.last_recovery = report
+            report = cl.recover(start_index=start_index, check_crc=self.check_crc, on_record=redispatch)
         end = report.end
-        for cq in store._queues.values():
+        for cq in self.queues:
             cq.truncate_beyond(end)  # entries for records the CommitLog no longer has
         if index is not None:
-            index.truncate_beyond(end, store._store_time_of)
+            index.truncate_beyond(end, lambda phys: max(0, cl.store_timestamp(phys)))
         if redispatch is None:
             # After a clean exit the queues are complete; only a lost ConsumeQueue or IndexFile
             # directory needs records dispatched again.
-            queues = list(store._queues.values())
-            start = max(max((cq.max_phys_end for cq in queues), default=0), cl.min_offset)
+            start = max(max((cq.max_phys_end for cq in self.queues), default=0), cl.min_offset)
             index_after = index.indexed_end if index is not None else -1
             if index is not None and not index.files and cl.max_offset > cl.min_offset:
                 start, index_after = cl.min_offset, -1
@@ -77,10 +87,10 @@ class StoreRecovery:
             log.info("recovery: CommitLog valid up to offset %d (%d record(s) checked from offset %d), %d record(s) "
                      "dispatched again to ConsumeQueues / IndexFiles, in %.2f s", end, report.records_checked,
                      report.walked_from, dispatched, time.monotonic() - started)
-        for cq in store._queues.values():
+        for cq in self.queues:
             cq.correct_min_offset(cl.min_offset)
-        cl.queue_offsets = {f"{t}-{q}": cq.max_offset for (t, q), cq in store._queues.items()}
-        store._last_dispatched_ts = report.last_store_timestamp
+        cl.queue_offsets = self.queues.max_offsets()
+        self.dispatcher.last_dispatched_ts = report.last_store_timestamp
         if checkpoint.physic_flushed_offset > end:
             checkpoint.reset_flushed_offset(end)
         if not clean:
@@ -88,41 +98,39 @@ class StoreRecovery:
             # writes, so the checkpoint (and every later flushed offset) tells the truth.
             cl.sync_from(report.walked_from)
             checkpoint.commit_log_flushed(end, report.last_store_timestamp)
-            store.flush_consume_queues()
+            self.flusher.flush_consume_queues()
+        return report
 
     def _last_entry_end(self) -> int:
         """End of the newest record a ConsumeQueue points at, if that record is intact; else 0."""
-        newest = max(self.store._queues.values(), key=lambda cq: cq.max_phys_end, default=None)
+        newest = self.queues.newest()
         entry = newest.entry(newest.max_offset - 1) if newest is not None else None
-        if entry is None or not self.store.commit_log.has_record(entry[0], entry[1]):
+        if entry is None or not self.commit_log.has_record(entry[0], entry[1]):
             return 0
         return entry[0] + entry[1]
 
     def _last_entry_store_time(self) -> int:
         """Store time of the newest record any ConsumeQueue points at (0 if none is readable)."""
-        newest = max(self.store._queues.values(), key=lambda cq: cq.max_phys_end, default=None)
+        newest = self.queues.newest()
         entry = newest.entry(newest.max_offset - 1) if newest is not None else None
-        return self.store._store_time_of(entry[0]) if entry else 0
+        return max(0, self.commit_log.store_timestamp(entry[0])) if entry else 0
 
     def _rebuild_consume_queues(self, reason: str, end: int) -> None:
         """Entries older than the checkpoint are missing too (a lost or damaged file): build
         every ConsumeQueue again from the whole CommitLog."""
         log.warning("%s; rebuilding every ConsumeQueue from the CommitLog", reason)
-        for cq in self.store._queues.values():
-            cq.close()
-        self.store._queues = {}
-        shutil.rmtree(self.store.config.consume_queue_dir, ignore_errors=True)
-        index_after = self.store.index.indexed_end if self.store.index is not None else -1
-        self._replay(self.store.commit_log.min_offset, end, index_after)
+        self.queues.reset()
+        index_after = self.index.indexed_end if self.index is not None else -1
+        self._replay(self.commit_log.min_offset, end, index_after)
 
     def _abnormal_start_index(self) -> int:
         """The last CommitLog file whose first record is older than what the checkpoint says
         is on disk everywhere (RocketMQ's isMappedFileMatchedRecover); the first file if none."""
-        cp = self.store.checkpoint
-        min_ts = cp.min_timestamp_index() if self.store.index is not None else cp.min_timestamp()
-        segments = self.store.commit_log.segments
+        cp = self.checkpoint
+        min_ts = cp.min_timestamp_index() if self.index is not None else cp.min_timestamp()
+        segments = self.commit_log.segments
         for i in range(len(segments) - 1, -1, -1):
-            first_ts = self.store.commit_log.first_store_timestamp(segments[i])
+            first_ts = self.commit_log.first_store_timestamp(segments[i])
             if 0 < first_ts <= min_ts:
                 return i
         return 0
@@ -131,27 +139,28 @@ class StoreRecovery:
         """Dispatch CommitLog records in [start, end) again: ConsumeQueue entries a queue
         already has are skipped, index keys only for records past ``index_after``."""
         count = 0
-        index = self.store.index
-        partial = start > self.store.commit_log.min_offset  # records before ``start`` are not looked at
+        partial = start > self.commit_log.min_offset  # records before ``start`` are not looked at
         try:
-            for phys, record in self.store.commit_log.iter_records(start, end):
+            for phys, record in self.commit_log.iter_records(start, end):
                 m, _ = decode_record(record)
-                self._dispatch_again(m, phys, partial)
-                if index is not None and phys > index_after:
-                    index.build_index(m.topic, m.sys_flag, m.properties, phys, m.store_timestamp)
+                self.dispatch_again(m, phys, partial)
+                if self.index is not None and phys > index_after:
+                    self.dispatcher.index_record(m, phys, m.store_timestamp)
                     index_after = phys
                 count += 1
         except ConsumeQueueGapError as exc:
             self._rebuild_consume_queues(str(exc), end)
         return count
 
-    def _dispatch_again(self, m: MessageExt, phys: int, partial: bool) -> None:
+    def dispatch_again(self, m: MessageExt, phys: int, partial: bool) -> None:
+        """A record's ConsumeQueue entry (if it has none yet). ``partial``: older records were
+        not looked at, so a queue first seen here above offset 0 has lost entries."""
         if not SysFlag.is_dispatched(m.sys_flag):
             return
-        if partial and m.queue_offset > 0 and (m.topic, m.queue_id) not in self.store._queues:
+        if partial and m.queue_offset > 0 and (m.topic, m.queue_id) not in self.queues:
             raise ConsumeQueueGapError(f"{m.topic}-{m.queue_id}: no ConsumeQueue on disk, but the CommitLog "
                                        f"has its record for offset {m.queue_offset}")
-        self.store._index(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], m.store_timestamp)
+        self.dispatcher.queue_entries(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], m.store_timestamp)
 
 
 class _Redispatch:
@@ -164,11 +173,11 @@ class _Redispatch:
 
     def __init__(self, recovery: StoreRecovery) -> None:
         self.recovery = recovery
-        self.store = store = recovery.store
-        cp = store.checkpoint
+        self.index = recovery.index
+        cp = recovery.checkpoint
         self.logics_safe = cp.min_timestamp()
         self.index_safe = cp.min_timestamp_index()
-        self.index_after = store.index.indexed_end if store.index is not None else -1
+        self.index_after = self.index.indexed_end if self.index is not None else -1
         # Records before the checkpoint are skipped unread, so a queue that first shows up here
         # at an offset above 0 may have lost older entries: that always means a full rebuild.
         self.partial = True
@@ -177,18 +186,17 @@ class _Redispatch:
 
     def __call__(self, phys: int, chunk: bytes, pos: int, size: int) -> None:
         store_ts = record_store_timestamp(chunk, pos)
-        index = self.store.index
-        need_index = index is not None and phys > self.index_after
+        need_index = self.index is not None and phys > self.index_after
         need_queue = self.gap is None and store_ts > self.logics_safe
         if not need_queue and not (need_index and store_ts > self.index_safe):
             return
         m, _ = decode_record(chunk[pos : pos + size])
         if need_queue:
             try:
-                self.recovery._dispatch_again(m, phys, self.partial)
+                self.recovery.dispatch_again(m, phys, self.partial)
             except ConsumeQueueGapError as exc:
                 self.gap = str(exc)  # stop dispatching; the queues are rebuilt after the walk
         if need_index:
-            index.build_index(m.topic, m.sys_flag, m.properties, phys, store_ts)
+            self.recovery.dispatcher.index_record(m, phys, store_ts)
             self.index_after = phys
         self.dispatched += 1

@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ferrymq.store.message_store import MessageStore
+    from ferrymq.store.commit_log import CommitLog
+    from ferrymq.store.config import StoreConfig
+    from ferrymq.store.dispatch import ConsumeQueueTable
+    from ferrymq.store.index_service import IndexService
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +54,56 @@ class CleanResult:
     space_full: bool = False
 
 
-class CleanService:
-    def __init__(self, store: "MessageStore") -> None:
-        self.store = store
-        self._last_physical_min = 0
-        self._manual_runs = 0
-        self._last_space_warning = -60_000
+class DiskGuard:
+    """Whether the disk lets the store take writes. Marked full above
+    diskSpaceWarningLevelRatio (seen by a retention run or when a new CommitLog file starts)
+    or when a write fails for lack of space; cleared by a retention run that finds usage
+    back under diskSpaceCleanForciblyRatio."""
 
-    def delete_files_manually(self) -> None:
-        """As mqadmin deleteExpiredCommitLog: the next runs delete expired files whatever the hour."""
-        self._manual_runs = 20
+    def __init__(self, config: "StoreConfig") -> None:
+        self.config = config
+        self.full_reason: str | None = None  # why sends are refused; None while writable
+
+    def mark_full(self, reason: str) -> None:
+        if self.full_reason is None:
+            log.error("message store marked full, sends are refused until space is freed: %s", reason)
+        self.full_reason = reason
+
+    def mark_ok(self, ratio: float) -> None:
+        if self.full_reason is not None:
+            log.warning("disk usage %.2f%% is acceptable again: accepting sends", ratio * 100)
+        self.full_reason = None
+
+    def check_on_roll(self) -> None:
+        """A new CommitLog file is a cheap moment to look at the disk between retention runs."""
+        cfg = self.config
+        ratio = disk_used_ratio(cfg.store_path_root_dir)
+        if ratio > cfg.disk_space_warning_level_ratio / 100:
+            self.mark_full(f"disk usage {ratio:.2%} is above diskSpaceWarningLevelRatio "
+                           f"{cfg.disk_space_warning_level_ratio}%")
+
+    def unavailable_remark(self, reason: str) -> str:
+        """RocketMQ's remark for SERVICE_NOT_AVAILABLE (with its disk usage figures), and why."""
+        cfg = self.config
+        root = cfg.store_path_root_dir
+        cl = disk_used_ratio(cfg.commit_log_dir if os.path.isdir(cfg.commit_log_dir) else root)
+        cq = disk_used_ratio(cfg.consume_queue_dir if os.path.isdir(cfg.consume_queue_dir) else root)
+        ix = disk_used_ratio(cfg.index_dir if os.path.isdir(cfg.index_dir) else root)
+        return ("service not available now. It may be caused by one of the following reasons: the broker's disk is full "
+                f"[CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {ix:5.2f}], messages are put to the slave, message store has been "
+                f"shut down, etc. ({reason})")
+
+
+class CleanService:
+    def __init__(self, config: "StoreConfig", commit_log: "CommitLog", queues: "ConsumeQueueTable",
+                 index: "IndexService | None", guard: DiskGuard) -> None:
+        self.config = config
+        self.commit_log = commit_log
+        self.queues = queues
+        self.index = index
+        self.guard = guard
+        self._last_physical_min = 0
+        self._last_space_warning = -60_000
 
     def run(self, now_ms: int | None = None) -> CleanResult:
         now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
@@ -72,40 +115,37 @@ class CleanService:
     # ------------------------------------------------------------ CommitLog
 
     def is_time_to_delete(self, now_ms: int) -> bool:
-        return time.localtime(now_ms / 1000).tm_hour in self.store.config.delete_hours()
+        return time.localtime(now_ms / 1000).tm_hour in self.config.delete_hours()
 
     def check_space(self) -> tuple[bool, bool, float]:
         """(over diskMaxUsedSpaceRatio, clean immediately, ratio); marks the store full or not."""
-        cfg = self.store.config
+        cfg = self.config
         ratio = disk_used_ratio(cfg.store_path_root_dir)
         warning = cfg.disk_space_warning_level_ratio / 100
         forcibly = cfg.disk_space_clean_forcibly_ratio / 100
         clean_now = False
         if ratio > warning:
-            self.store.mark_disk_full(f"disk usage {ratio:.2%} is above diskSpaceWarningLevelRatio {cfg.disk_space_warning_level_ratio}%")
+            self.guard.mark_full(f"disk usage {ratio:.2%} is above diskSpaceWarningLevelRatio {cfg.disk_space_warning_level_ratio}%")
             clean_now = True
         elif ratio > forcibly:
             clean_now = True
         else:
-            self.store.mark_disk_ok(ratio)
+            self.guard.mark_ok(ratio)
         return ratio < 0 or ratio > cfg.disk_max_used_ratio, clean_now, ratio
 
     def _delete_expired_commit_log(self, now_ms: int, result: CleanResult) -> None:
-        cfg = self.store.config
+        cfg = self.config
         result.time_up = self.is_time_to_delete(now_ms)
         result.space_full, clean_now, result.disk_ratio = self.check_space()
-        manual = self._manual_runs > 0
-        if not (result.time_up or result.space_full or manual):
+        if not (result.time_up or result.space_full):
             return
-        if manual:
-            self._manual_runs -= 1
         at_once = cfg.clean_file_forcibly_enable and clean_now
-        result.commit_log_files = self.store.commit_log.delete_expired(
+        result.commit_log_files = self.commit_log.delete_expired(
             cfg.file_reserved_time * 3_600_000, now_ms, at_once=at_once, max_files=DELETE_FILES_BATCH_MAX)
         if result.commit_log_files:
             log.info("retention: deleted %d CommitLog file(s) (reserved %d h, time up %s, disk %.2f%%%s); "
                      "CommitLog now starts at %d", result.commit_log_files, cfg.file_reserved_time, result.time_up,
-                     result.disk_ratio * 100, ", forcibly" if at_once else "", self.store.commit_log.min_offset)
+                     result.disk_ratio * 100, ", forcibly" if at_once else "", self.commit_log.min_offset)
         elif result.space_full and now_ms - self._last_space_warning >= 60_000:
             self._last_space_warning = now_ms  # once a minute is enough to be noticed
             log.warning("disk usage %.2f%% is above diskMaxUsedSpaceRatio %d%% but no CommitLog file could be deleted "
@@ -115,14 +155,14 @@ class CleanService:
     # ------------------------------------------------------------ ConsumeQueues and IndexFiles
 
     def _delete_expired_logics(self, result: CleanResult) -> None:
-        min_offset = self.store.commit_log.min_offset
+        min_offset = self.commit_log.min_offset
         if min_offset <= self._last_physical_min:
             return
         self._last_physical_min = min_offset
-        for cq in self.store.consume_queues():
+        for cq in self.queues:
             result.consume_queue_files += cq.delete_expired(min_offset)
-        if self.store.index is not None:
-            result.index_files = self.store.index.delete_expired(min_offset)
+        if self.index is not None:
+            result.index_files = self.index.delete_expired(min_offset)
         if result.consume_queue_files or result.index_files:
             log.info("retention: deleted %d ConsumeQueue and %d index file(s) below CommitLog offset %d",
                      result.consume_queue_files, result.index_files, min_offset)

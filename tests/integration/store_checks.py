@@ -62,7 +62,7 @@ def check_consume_queues_agree(store: MessageStore) -> int:
         if not SysFlag.is_dispatched(m.sys_flag):
             continue
         assert m.commit_log_offset == phys
-        entry = store._entry(m.topic, m.queue_id, m.queue_offset)
+        entry = store.queues.get(m.topic, m.queue_id).entry(m.queue_offset)
         tags = m.properties.get("TAGS")
         assert entry == (phys, len(record), java_string_hash(tags) if tags else 0), (m.topic, m.queue_id, m.queue_offset)
         seen.setdefault((m.topic, m.queue_id), []).append(m.queue_offset)

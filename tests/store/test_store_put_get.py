@@ -224,7 +224,7 @@ def test_message_was_removing_and_offset_found_null(open_store):
     removing = store.get_messages("g", "TopicTest", 0, 0, 32)
     assert (removing.status, removing.next_begin_offset, removing.records) == (GetStatus.MESSAGE_WAS_REMOVING, 100, [])
 
-    cq_files = store._queues["TopicTest", 0]._files
+    cq_files = store.queues.get("TopicTest", 0)._files
     cq_files.delete(cq_files.segments[0])
     null = store.get_messages("g", "TopicTest", 0, 0, 32)
     assert (null.status, null.next_begin_offset) == (GetStatus.OFFSET_FOUND_NULL, 100)
@@ -301,7 +301,7 @@ def test_schedule_topic_tags_code_is_delivery_time(open_store):
     delayed = make_msg(topic="SCHEDULE_TOPIC_XXXX", queue_id=2, DELAY="3")  # level 3 = 10 s
     capped = make_msg(topic="SCHEDULE_TOPIC_XXXX", queue_id=2, DELAY="99")  # capped to level 18 = 2 h
     put_all(store, [delayed, capped])
-    cq = store._queues["SCHEDULE_TOPIC_XXXX", 2]
+    cq = store.queues.get("SCHEDULE_TOPIC_XXXX", 2)
     assert cq.entry(0)[2] == 1_000_000 + 10_000
     assert cq.entry(1)[2] == 1_000_000 + 7_200_000
 

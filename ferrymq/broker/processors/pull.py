@@ -17,7 +17,7 @@ from ferrymq.common.protocol import Perm, SubscriptionData
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
-from ferrymq.store.message_store import GetResult, GetStatus
+from ferrymq.store.results import GetResult, GetStatus
 
 if TYPE_CHECKING:
     from ferrymq.broker.broker import Broker

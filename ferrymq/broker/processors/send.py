@@ -20,7 +20,7 @@ from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PR
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
-from ferrymq.store.message_store import PutStatus
+from ferrymq.store.results import PutStatus
 
 if TYPE_CHECKING:
     from ferrymq.broker.broker import Broker

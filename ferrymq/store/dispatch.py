@@ -1,0 +1,140 @@
+"""From CommitLog records to ConsumeQueue entries and IndexFile keys (RocketMQ's
+CommitLogDispatcherBuildConsumeQueue and ...BuildIndex), and the table of ConsumeQueues.
+
+One dispatcher serves every path that makes records visible: a put (under the CommitLog's
+write lock, right after the append), recovery (records found past the checkpoint, or a
+lost ConsumeQueue rebuilt), and later replication.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+
+from ferrymq.common.java_hash import java_string_hash
+from ferrymq.common.message import MessageExt, Prop
+from ferrymq.common.protocol import SCHEDULE_TOPIC
+from ferrymq.store.consume_queue import CQ_ENTRY, ConsumeQueue
+from ferrymq.store.index_service import IndexService
+
+
+class ConsumeQueueTable:
+    """Every ConsumeQueue of the store, by (topic, queue id). Queues are created only by the
+    writer (under the CommitLog's write lock) or during load; readers look up without a lock."""
+
+    def __init__(self, root_dir: str, file_size: int) -> None:
+        self.root_dir = root_dir
+        self.file_size = file_size
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+
+    def load(self) -> None:
+        """Open every queue found under the root directory."""
+        os.makedirs(self.root_dir, exist_ok=True)
+        for topic in sorted(os.listdir(self.root_dir)):
+            topic_dir = os.path.join(self.root_dir, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for name in os.listdir(topic_dir):
+                if name.isdigit() and os.path.isdir(os.path.join(topic_dir, name)):
+                    self.get_or_create(topic, int(name)).load()
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            cq = ConsumeQueue(self.root_dir, topic, queue_id, self.file_size)
+            self._queues[(topic, queue_id)] = cq
+        return cq
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        return key in self._queues
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        return iter(list(self._queues.values()))  # a snapshot: the writer may add queues meanwhile
+
+    def newest(self) -> ConsumeQueue | None:
+        """The queue whose last entry points furthest into the CommitLog."""
+        return max(self, key=lambda cq: cq.max_phys_end, default=None)
+
+    def max_offsets(self) -> dict[str, int]:
+        """``topic-queueId`` -> next queue offset (the CommitLog's offset table after recovery)."""
+        return {f"{t}-{q}": cq.max_offset for (t, q), cq in list(self._queues.items())}
+
+    def topic_queue_ids(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for topic, queue_id in sorted(list(self._queues)):
+            out.setdefault(topic, []).append(queue_id)
+        return out
+
+    def flush(self, least_pages: int = 0) -> None:
+        for cq in self:
+            cq.flush(least_pages)
+
+    def close(self) -> None:
+        for cq in self:
+            cq.flush()
+            cq.close()
+
+    def reset(self) -> None:
+        """Close and delete every queue (before a rebuild from the CommitLog)."""
+        for cq in self:
+            cq.close()
+        self._queues = {}
+        shutil.rmtree(self.root_dir, ignore_errors=True)
+
+
+class Dispatcher:
+    """Writes the ConsumeQueue entries and index keys of records in the CommitLog."""
+
+    def __init__(self, queues: ConsumeQueueTable, index: IndexService | None, delay_levels_ms: Sequence[int]) -> None:
+        self.queues = queues
+        self.index = index
+        self._delay_ms = list(delay_levels_ms)
+        self.last_dispatched_ts = 0  # store time of the newest record dispatched (the checkpoint's logics time)
+
+    def appended(self, topic: str, queue_id: int, queue_offset: int, phys: int, msgs: Sequence[MessageExt],
+                 sizes: Sequence[int], store_ts: int, *, to_queue: bool) -> None:
+        """Records just appended (contiguous, one queue): entries, then keys. If indexing
+        fails the entries are taken back, so the put that failed leaves nothing visible."""
+        if to_queue:
+            self.queue_entries(topic, queue_id, queue_offset, phys, msgs, sizes, store_ts)
+        if self.index is not None:
+            try:
+                at = phys
+                for m, size in zip(msgs, sizes):
+                    self.index.build_index(topic, m.sys_flag, m.properties, at, store_ts)
+                    at += size
+            except BaseException:
+                if to_queue:
+                    self.queues.get_or_create(topic, queue_id).truncate_to(queue_offset)
+                raise
+        self.last_dispatched_ts = store_ts
+
+    def queue_entries(self, topic: str, queue_id: int, queue_offset: int, phys: int, msgs: Sequence[MessageExt],
+                      sizes: Sequence[int], store_ts: int) -> None:
+        """Append the ConsumeQueue entries (offset, size, tagsCode) of contiguous records; a
+        queue that already has an entry for ``queue_offset`` ignores it (recovery)."""
+        entries = []
+        for m, size in zip(msgs, sizes):
+            entries.append(CQ_ENTRY.pack(phys, size, self.tags_code(topic, m.properties, store_ts)))
+            phys += size
+        self.queues.get_or_create(topic, queue_id).append(queue_offset, b"".join(entries), phys)
+
+    def index_record(self, m: MessageExt, phys: int, store_ts: int) -> None:
+        if self.index is not None:
+            self.index.build_index(m.topic, m.sys_flag, m.properties, phys, store_ts)
+
+    def tags_code(self, topic: str, props: dict[str, str], store_ts: int) -> int:
+        """The hash of the TAGS property; for the delay topic, the time the message is due."""
+        if topic == SCHEDULE_TOPIC:
+            try:
+                level = min(int(props.get(Prop.DELAY, 0)), len(self._delay_ms))
+            except ValueError:
+                level = 0
+            if level > 0:
+                return store_ts + self._delay_ms[level - 1]
+        tags = props.get(Prop.TAGS)
+        return java_string_hash(tags) if tags else 0
