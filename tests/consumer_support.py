@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import threading
 import time
@@ -13,23 +12,6 @@ from typing import Callable
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer, SendResult
 from ferrymq.common.message import Message, MessageExt
-
-
-async def wait_until(predicate: Callable[[], object], timeout: float, what: str, poll: float = 0.02) -> float:
-    """Wait for ``predicate()`` (a plain or async callable, checked every ``poll`` s until a
-    deadline); returns the seconds it took. Fails the test with ``what`` when the deadline passes."""
-    started = time.monotonic()
-    deadline = started + timeout
-    while True:
-        result = predicate()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            break
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        await asyncio.sleep(poll)
-    return time.monotonic() - started
 
 
 @dataclass

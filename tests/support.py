@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import signal
 import socket
@@ -18,6 +20,40 @@ from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 from ferrymq.store.config import StoreConfig
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+async def wait_until(predicate, timeout: float = 10.0, what: str = "the condition", poll: float = 0.02):
+    """Wait on the event loop for ``predicate()`` (a plain or async callable) to be truthy and
+    return its value, checking every ``poll`` s: for states no event announces. Fails the test
+    naming ``what`` when ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(poll)
+
+
+def poll_until(what: str, check, timeout: float, interval: float = 0.2, diagnostics=lambda: ""):
+    """Block until ``check()`` returns something truthy and return it: for another process's
+    state (a server, a cluster, Spark's progress), where there is no event to wait on. An
+    exception from ``check`` counts as "not yet"; at the deadline the failure names ``what``,
+    the last error and ``diagnostics()``."""
+    deadline = time.monotonic() + timeout
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except Exception as e:  # noqa: BLE001 - not up yet
+            last_error = e
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not reached in {timeout:.0f}s (last error: {last_error})\n{diagnostics()}")
 
 
 def missing_prerequisite(what: str) -> None:

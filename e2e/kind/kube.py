@@ -13,7 +13,7 @@ import subprocess
 import textwrap
 import uuid
 
-from tests.k8s.controlplane import wait_until  # the one poll-until helper of the Kubernetes layers
+from tests.support import poll_until
 
 API = "ferrymq.io/v1alpha1"
 TAG = os.environ.get("FERRYMQ_IMAGE_TAG", "e2e")
@@ -56,7 +56,7 @@ def wait_status(kind: str, name: str, ns: str, pred, what: str, timeout: float =
     def check():
         obj = get(kind, name, ns)
         return obj if obj and pred(obj) else None
-    return wait_until(f"{kind}/{name} {what}", check, timeout, interval=2,
+    return poll_until(f"{kind}/{name} {what}", check, timeout, interval=2,
                       diagnostics=lambda: json.dumps((get(kind, name, ns) or {}).get("status"), indent=1))
 
 
@@ -73,7 +73,7 @@ def toolbox(ns: str, name: str = "toolbox") -> str:
                "spec": {"containers": [{"name": "tools", "image": BROKER_IMAGE, "imagePullPolicy": "Never",
                                         "command": ["sleep", "infinity"]}],
                         "terminationGracePeriodSeconds": 1}})
-    wait_until(f"pod {name} ready", lambda: pod_ready(get("pod", name, ns) or {"metadata": {}}), 180)
+    poll_until(f"pod {name} ready", lambda: pod_ready(get("pod", name, ns) or {"metadata": {}}), 180)
     return name
 
 

@@ -77,7 +77,14 @@ class _WriterThread:
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="store-write", daemon=True)
-        self._thread.start()
+
+    def start(self) -> None:
+        if not self._thread.is_alive():
+            self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
 
     def submit(self, completions: _LoopCompletions, future: asyncio.Future, fn: Callable, args: tuple, kwargs: dict) -> None:
         with self._cond:
@@ -142,8 +149,10 @@ class AsyncMessageStore:
     async def _read(self, fn: Callable[..., T], *args, **kwargs) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._readers, functools.partial(fn, *args, **kwargs))
 
-    async def load(self) -> None:
-        await self._write(self.sync_store.load)
+    async def load(self, store_host: tuple[str, int]) -> None:
+        """Start the writer thread and open the store in it."""
+        self._writer.start()
+        await self._write(self.sync_store.load, store_host)
 
     async def put_message(self, msg: MessageExt, *, wait: bool = True) -> AppendResult:
         """Store one message; answer per the flush policy (``wait``: the message's WAIT flag)."""
@@ -263,7 +272,8 @@ class AsyncMessageStore:
 
     async def shutdown(self) -> None:
         """Finish queued writes, then flush and close the files (in the writer thread)."""
-        await self._write(self.sync_store.shutdown)
-        self._writer.stop()
+        if self._writer.running:
+            await self._write(self.sync_store.shutdown)
+            self._writer.stop()
         for pool in (self._readers, self._flusher, self._cleaner):
             pool.shutdown(wait=False)  # idle by now; joining would block the loop

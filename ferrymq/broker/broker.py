@@ -65,8 +65,9 @@ class Broker:
         self.offsets = ConsumerOffsetManager(config_dir)
         self.stats = BrokerStats()
         self.pull_waiters = PullWaiters()
-        self.store_host = (socket.gethostbyname(config.advertised_host()), config.listen_port)
-        self.store = AsyncMessageStore(MessageStore(store_config, store_host=self.store_host))
+        # STOREHOST of every record: the advertised host's IP, resolved when the broker starts
+        self.store_host: tuple[str, int] | None = None
+        self.store = AsyncMessageStore(MessageStore(store_config))
         self.store.arrival_listeners.append(self.pull_waiters.notify)
         # Consumer groups: delay levels, retries/DLQ, orderly locks, protection.
         self.schedule = ScheduleMessageService(self, config_dir)
@@ -120,7 +121,8 @@ class Broker:
 
     async def start(self) -> None:
         await asyncio.to_thread(self._load_config_tables)
-        await self.store.load()
+        self.store_host = await self._resolve_store_host()
+        await self.store.load(self.store_host)
         self.store_loaded = True
         self._repair_topics_from_store()
         await self.server.start()
@@ -147,6 +149,14 @@ class Broker:
         self.groups.load()
         self.offsets.load()
         self.schedule.load()
+
+    async def _resolve_store_host(self) -> tuple[str, int]:
+        """The advertised host as an IPv4 literal (records and offset msgIds embed it),
+        through the loop's resolver: brokerIP1 may be a DNS name (a pod's stable name)."""
+        host = self.config.advertised_host()
+        infos = await asyncio.get_running_loop().getaddrinfo(host, None, family=socket.AF_INET,
+                                                             type=socket.SOCK_STREAM)
+        return infos[0][4][0], self.config.listen_port
 
     def _repair_topics_from_store(self) -> None:
         """A queue found on disk whose topic config was lost is re-declared, so its data stays reachable."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ferrymq.broker.json_config_file import JsonConfigFile
+from ferrymq.common.json_config_file import JsonConfigFile
 from ferrymq.common import rocketmq_json
 
 SEPARATOR = "@"

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ferrymq.broker.json_config_file import JsonConfigFile
+from ferrymq.common.json_config_file import JsonConfigFile
 from ferrymq.common import rocketmq_json
 from ferrymq.common.message import MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.protocol import SCHEDULE_TOPIC

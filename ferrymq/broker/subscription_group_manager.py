@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ferrymq.broker.json_config_file import JsonConfigFile
+from ferrymq.common.json_config_file import JsonConfigFile
 from ferrymq.common import rocketmq_json
 from ferrymq.common.protocol import DataVersion, SubscriptionGroupConfig
 

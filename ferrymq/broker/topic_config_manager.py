@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from ferrymq.broker.config import BrokerConfig
-from ferrymq.broker.json_config_file import JsonConfigFile
+from ferrymq.common.json_config_file import JsonConfigFile
 from ferrymq.common.protocol import (
     BENCHMARK_TOPIC,
     DEFAULT_TOPIC,

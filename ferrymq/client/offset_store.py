@@ -18,7 +18,7 @@ from typing import Protocol
 
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
-from ferrymq.common import rocketmq_json
+from ferrymq.common.json_config_file import JsonConfigFile
 from ferrymq.common.consumer_protocol import ResetOffsetBody
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.codes import RequestCode, ResponseCode
@@ -121,11 +121,6 @@ class RemoteBrokerOffsetStore(_MemoryTable):
             except MQClientError as e:
                 log.warning("persisting offset %d of %s for %s failed: %s", offset, mq, self.group, e)
 
-    async def store_now(self, mq: MessageQueue, offset: int) -> None:
-        """Set and persist synchronously (offset resets)."""
-        self.update(mq, offset, increase_only=False)
-        await self._send(mq, offset, oneway=False)
-
 
 def default_offset_dir() -> Path:
     return Path(os.environ.get("FERRYMQ_OFFSET_STORE_DIR", Path.home() / ".ferrymq_offsets"))
@@ -137,29 +132,19 @@ class LocalFileOffsetStore(_MemoryTable):
     def __init__(self, directory: Path, client_id: str, group: str) -> None:
         super().__init__()
         self.path = Path(directory) / client_id.replace(":", "_") / group / "offsets.json"
-        self._lock = asyncio.Lock()
+        self._file = JsonConfigFile(self.path)
 
     async def load(self) -> None:
-        data = await asyncio.to_thread(self._read)
+        data = await asyncio.to_thread(self._file.load)
         if data:
             self.table.update(ResetOffsetBody.from_dict(data).offset_table)
-
-    def _read(self) -> dict | None:
-        for path in (self.path, self.path.with_name(self.path.name + ".bak")):
-            try:
-                return rocketmq_json.loads(path.read_text(encoding="utf-8"))
-            except FileNotFoundError:
-                continue
-            except ValueError as e:
-                log.warning("offset file %s is unreadable (%s)", path, e)
-        return None
 
     async def read(self, mq: MessageQueue, source: ReadFrom) -> int:
         if source is not ReadFrom.STORE and mq in self.table:
             return self.table[mq]
         if source is ReadFrom.MEMORY:
             return NOT_FOUND
-        data = await asyncio.to_thread(self._read)
+        data = await asyncio.to_thread(self._file.load)
         stored = ResetOffsetBody.from_dict(data).offset_table if data else {}
         if mq in stored:
             self.update(mq, stored[mq], increase_only=False)
@@ -170,21 +155,7 @@ class LocalFileOffsetStore(_MemoryTable):
         snapshot = {mq: o for mq, o in self.table.items() if mq in mqs}
         if not snapshot:
             return
-        text = ResetOffsetBody(snapshot).to_json(indent=2).decode("utf-8")
-        async with self._lock:
-            await asyncio.to_thread(self._write, text)
+        await self._file.save(lambda: ResetOffsetBody(snapshot).to_json(indent=2).decode("utf-8"))
 
     async def persist(self, mq: MessageQueue) -> None:
-        await self.persist_all(set(self.table))
-
-    def _write(self, text: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        if self.path.exists():
-            os.replace(self.path, self.path.with_name(self.path.name + ".bak"))
-        os.replace(tmp, self.path)
-
-    async def store_now(self, mq: MessageQueue, offset: int) -> None:
-        self.update(mq, offset, increase_only=False)
         await self.persist_all(set(self.table))

@@ -59,9 +59,6 @@ class ProcessQueue:
     def max_span(self) -> int:
         return self._offsets[-1] - self._offsets[0] if self._offsets else 0
 
-    def has_temp_message(self) -> bool:
-        return bool(self._msgs)
-
     def _remove_one(self, offset: int) -> MessageExt | None:
         m = self._msgs.pop(offset, None)
         if m is not None:

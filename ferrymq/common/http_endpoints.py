@@ -41,7 +41,7 @@ class HttpEndpoints:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         if self.port == 0:
-            self.port = site._server.sockets[0].getsockname()[1]  # the port the OS picked
+            self.port = self._runner.addresses[0][1]  # the port the OS picked
         log.info("HTTP endpoints on http://%s:%d (/healthz /readyz /metrics)", self.host, self.port)
 
     async def stop(self) -> None:

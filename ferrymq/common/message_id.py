@@ -17,6 +17,8 @@ import threading
 import time
 from functools import lru_cache
 
+from ferrymq.common.net import local_ip
+
 _PORT_OFFSET = struct.Struct(">iq")  # port i32 + physical offset i64
 
 
@@ -61,19 +63,6 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return unpack_ip(raw[:ip_len]), port, offset
 
 
-def _local_ipv4() -> bytes:
-    """The address this host would use to reach the outside, else loopback.
-
-    Connecting a UDP socket sends nothing; it only asks the kernel for a route.
-    """
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            return socket.inet_aton(s.getsockname()[0])
-    except OSError:
-        return socket.inet_aton("127.0.0.1")
-
-
 def _month_bounds_ms(now_ms: int) -> tuple[int, int]:
     """Start of the current local month and of the next one, in epoch ms (as Java's Calendar)."""
     now = datetime.datetime.fromtimestamp(now_ms / 1000)
@@ -92,7 +81,7 @@ class UniqKeyGenerator:
     _TAIL = struct.Struct(">IH")
 
     def __init__(self, ip: bytes | None = None, pid: int | None = None, salt: int | None = None) -> None:
-        ip = _local_ipv4() if ip is None else ip
+        ip = socket.inet_aton(local_ip()) if ip is None else ip
         if len(ip) != 4:
             raise ValueError("UNIQ_KEY ip must be 4 bytes")
         pid = os.getpid() if pid is None else pid

@@ -107,11 +107,6 @@ class IndexService:
                 return f.header.end_phy_offset
         return -1
 
-    def destroy_all(self) -> None:
-        for f in self._files:
-            f.destroy()
-        self._files = []
-
     def close(self) -> None:
         for f in self._files:
             f.close()

@@ -65,8 +65,9 @@ def _total_physical_memory() -> int:
 
 
 class MessageStore:
-    def __init__(self, config: StoreConfig, *, store_host: tuple[str, int]) -> None:
-        pack_ip(store_host[0])  # offset msgIds embed it: it must be an IP literal
+    def __init__(self, config: StoreConfig, *, store_host: tuple[str, int] | None = None) -> None:
+        """``store_host``: the IP literal and port stamped into records (STOREHOST) and offset
+        msgIds; may instead be given to :meth:`load` (a broker resolves it when it starts)."""
         self.config = config
         self.store_host = store_host
         self.commit_log = CommitLog(config.commit_log_dir, config.mapped_file_size_commit_log)
@@ -87,8 +88,12 @@ class MessageStore:
 
     # ------------------------------------------------------------ lifecycle
 
-    def load(self) -> None:
+    def load(self, store_host: tuple[str, int] | None = None) -> None:
         """Open or create the store and recover it; put and get work when this returns."""
+        self.store_host = store_host or self.store_host
+        if self.store_host is None:
+            raise ValueError("the store needs its store host (IP literal, port) before it loads")
+        pack_ip(self.store_host[0])  # offset msgIds embed it: it must be an IP literal
         os.makedirs(self.config.store_path_root_dir, exist_ok=True)
         clean = self.dir_lock.acquire()
         self.last_exit_clean = clean

@@ -21,7 +21,8 @@ from ferrymq.common.protocol import ConsumerData, ConsumerListBody, HeartbeatDat
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from tests.consumer_support import Recorder, create_topic, produce, wait_until
+from tests.consumer_support import Recorder, create_topic, produce
+from tests.support import wait_until
 from tests.support import REPO, InProcessCluster
 
 pytestmark = pytest.mark.integration

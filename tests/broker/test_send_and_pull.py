@@ -15,6 +15,7 @@ from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode, SerializeType
 from ferrymq.remoting.command import RemotingCommand
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +98,7 @@ async def test_held_pull_is_answered_as_soon_as_a_message_arrives(cluster):
             PullConsumer("g", namesrv_addr=cluster.namesrv_addr) as consumer:
         await producer.send(Message("Hold", b"first"), queue=mq)
         pull = asyncio.create_task(consumer.pull(mq, 1, suspend=10.0))
-        await _wait_until(lambda: cluster.broker.pull_waiters.held == 1)
+        await wait_until(lambda: cluster.broker.pull_waiters.held == 1)
         await producer.send(Message("Hold", b"second"), queue=mq)
         sent_at = time.monotonic()
         result = await pull
@@ -194,14 +195,6 @@ async def test_oversized_message_is_refused_with_message_illegal(tmp_path):
             assert await consumer.max_offset(ok.message_queue) == ok.queue_offset + 1
     finally:
         await c.stop()
-
-
-async def _wait_until(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 async def test_compressed_bodies_reach_the_consumer_as_the_producer_wrote_them(cluster):

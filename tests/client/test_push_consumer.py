@@ -14,7 +14,8 @@ from ferrymq.client.listener import ConsumeConcurrentlyStatus
 from ferrymq.client.push_config import ConsumeFromWhere, MessageModel
 from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common.protocol import MessageQueue
-from tests.consumer_support import Recorder, create_topic, produce, wait_until
+from tests.consumer_support import Recorder, create_topic, produce
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 

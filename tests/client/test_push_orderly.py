@@ -17,7 +17,8 @@ from ferrymq.client.push_config import ConsumeFromWhere
 from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue, dlq_topic
-from tests.consumer_support import create_topic, wait_until
+from tests.consumer_support import create_topic
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,8 @@ from ferrymq.client.allocation import allocate_averagely
 from ferrymq.client.push_config import ConsumeFromWhere
 from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common.protocol import MessageQueue
-from tests.consumer_support import JsonEventsProcess, Recorder, create_topic, produce, wait_until
+from tests.consumer_support import JsonEventsProcess, Recorder, create_topic, produce
+from tests.support import wait_until
 
 from .harness import java_client_command
 

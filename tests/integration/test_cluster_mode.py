@@ -15,7 +15,7 @@ from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
-from tests.support import FerryProcess, free_port
+from tests.support import FerryProcess, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -64,17 +64,6 @@ def cluster3(tmp_path):
         c.stop_all()
 
 
-async def wait_for(check, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.1)
-
-
 def test_topic_spans_brokers_producers_survive_a_dead_broker_and_it_rejoins(cluster3):
     brokers = sorted(cluster3.broker_ports)
 
@@ -82,7 +71,7 @@ def test_topic_spans_brokers_producers_survive_a_dead_broker_and_it_rejoins(clus
         async with AdminClient(namesrv_addr=cluster3.namesrv) as admin:
             async def all_registered():
                 return sorted((await admin.master_addrs("FerryCluster"))) == brokers
-            await wait_for(all_registered)
+            await wait_until(all_registered)
             created = await admin.create_topic("Spread", read_queues=QUEUES, write_queues=QUEUES, cluster="FerryCluster")
             assert sorted(created) == sorted(f"127.0.0.1:{p}" for p in cluster3.broker_ports.values())
 
@@ -92,7 +81,7 @@ def test_topic_spans_brokers_producers_survive_a_dead_broker_and_it_rejoins(clus
                     async def full_route():
                         route = await single.topic_route("Spread")
                         return sorted(q.broker_name for q in route.queue_datas) == brokers and route
-                    route = await wait_for(full_route)
+                    route = await wait_until(full_route)
                     assert all(q.write_queue_nums == QUEUES for q in route.queue_datas)
 
         acks: list[tuple[MessageQueue, int, bytes]] = []
@@ -119,7 +108,7 @@ def test_topic_spans_brokers_producers_survive_a_dead_broker_and_it_rejoins(clus
                 async def rejoined():
                     route = await admin.topic_route("Spread")
                     return "broker-b" in {q.broker_name for q in route.queue_datas}
-                await wait_for(rejoined)
+                await wait_until(rejoined)
 
         # Every acknowledged message is readable at its acknowledged offset, byte-identical,
         # including those on the broker that was killed and restarted.

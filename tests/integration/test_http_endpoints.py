@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 import urllib.error
 import urllib.request
 
@@ -15,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
-from tests.support import FerryProcess, free_port
+from tests.support import FerryProcess, free_port, poll_until
 
 pytestmark = pytest.mark.integration
 
@@ -26,16 +25,6 @@ def get(port: int, path: str) -> tuple[int, str]:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
-
-
-def wait_for(predicate, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -70,7 +59,7 @@ def test_broker_is_ready_only_after_a_name_server_took_its_registration(processe
 
     processes(["namesrv", "--port", str(ns_port), "--http-port", str(ns_http)], "name server is ready")
     assert get(ns_http, "/readyz")[0] == 200
-    wait_for(lambda: get(broker_http, "/readyz")[0] == 200)
+    poll_until("broker /readyz answers 200", lambda: get(broker_http, "/readyz")[0] == 200, 20, 0.05)
     ns_metrics = samples(get(ns_http, "/metrics")[1])
     assert ns_metrics[("ferrymq_namesrv_brokers", (("cluster", "DefaultCluster"),))] == 1
 
@@ -105,7 +94,7 @@ def test_broker_metrics_count_traffic_lag_and_groups(processes, tmp_path):
     connections = lambda: samples(get(http_port, "/metrics")[1])[("ferrymq_broker_connections", base)]  # noqa: E731
     before = connections()
     with socket.create_connection(("127.0.0.1", broker_port)):
-        wait_for(lambda: connections() == before + 1)
-    wait_for(lambda: connections() == before)
+        poll_until("one more connection counted", lambda: connections() == before + 1, 20, 0.05)
+    poll_until("the closed connection uncounted", lambda: connections() == before, 20, 0.05)
     assert ("ferrymq_broker_flush_latency_seconds_count", ()) in m
     assert any(k[0] == "ferrymq_namesrv_topics" for k in m)  # standalone serves both components' metrics

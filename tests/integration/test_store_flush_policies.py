@@ -16,7 +16,7 @@ from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from tests.support import InProcessCluster
+from tests.support import InProcessCluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -24,13 +24,6 @@ pytestmark = pytest.mark.integration
 async def start_cluster(tmp_path, **settings) -> InProcessCluster:
     return await InProcessCluster(tmp_path / "store", settings={"maxHashSlotNum": 1000, "maxIndexNum": 4000,
                                                                **settings}).start()
-
-
-async def wait_until(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
 
 
 def send_request(topic: str, queue_id: int, body: bytes, properties: str = "") -> RemotingCommand:

@@ -3,9 +3,7 @@ follow, and a pull below the minimum answers PULL_OFFSET_MOVED (21) with the new
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 
 import pytest
 
@@ -15,18 +13,11 @@ from ferrymq.common.message import Message
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from tests.support import InProcessCluster
+from tests.support import InProcessCluster, wait_until
 
 pytestmark = pytest.mark.integration
 
 EVERY_HOUR = ";".join(f"{h:02d}" for h in range(24))
-
-
-async def wait_until(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 async def test_expired_files_go_and_pulls_below_the_new_start_are_moved(tmp_path):

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s.controlplane import BUILD_SCRIPT, REPO, ControlPlane, bin_dir, missing_binaries, wait_until
+from tests.k8s.controlplane import BUILD_SCRIPT, REPO, ControlPlane, bin_dir, missing_binaries
+from tests.support import poll_until
 from tests.support import FerryProcess, free_port, missing_prerequisite
 
 CLUSTER = "demo"          # Broker name in the tests = RocketMQ cluster name of the real brokers
@@ -118,7 +119,7 @@ def operator_process(control_plane, helm_release, ferry_cluster, tmp_path_factor
             return log_path.read_text(errors="replace")
 
     try:
-        wait_until("operator started", lambda: proc.poll() is not None or b"Activity 'configure' succeeded" in log_path.read_bytes(), 60)
+        poll_until("operator started", lambda: proc.poll() is not None or b"Activity 'configure' succeeded" in log_path.read_bytes(), 60)
     finally:
         if proc.poll() is not None:
             raise RuntimeError(f"operator exited with {proc.returncode}:\n{Operator.log_text()}")

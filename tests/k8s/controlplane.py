@@ -17,7 +17,6 @@ import shutil
 import ssl
 import subprocess
 import threading
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from tests.support import free_port
+from tests.support import free_port, poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "e2e" / "controlplane" / "build.sh"
@@ -196,22 +195,6 @@ class Proc:
                 self.proc.wait()
 
 
-def wait_until(what: str, check, timeout: float, interval: float = 0.2, diagnostics=lambda: ""):
-    """Poll ``check`` (an external process's state: there is no event to wait on) until it
-    returns something truthy, or fail with ``what`` and diagnostics."""
-    deadline = time.monotonic() + timeout
-    last_error = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except Exception as e:  # noqa: BLE001 - not up yet
-            last_error = e
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not reached in {timeout:.0f}s (last error: {last_error})\n{diagnostics()}")
-
-
 @dataclass
 class ControlPlane:
     work: Path
@@ -237,7 +220,7 @@ class ControlPlane:
                              "--initial-cluster", f"test=http://127.0.0.1:{peer_port}",
                              "--unsafe-no-fsync", "--log-level", "warn"], self.work / "logs" / "etcd.log")
         self._run(etcd)
-        wait_until("etcd /health", lambda: b'"health":"true"' in urllib.request.urlopen(
+        poll_until("etcd /health", lambda: b'"health":"true"' in urllib.request.urlopen(
             f"http://127.0.0.1:{etcd_port}/health", timeout=2).read(), 60, diagnostics=etcd.log_tail)
         server = f"https://127.0.0.1:{self.api_port}"
         api = Proc("kube-apiserver", [
@@ -258,7 +241,7 @@ class ControlPlane:
         ], self.work / "logs" / "kube-apiserver.log")
         self._run(api)
         self.kubeconfig = self._write_kubeconfig(server, certs)
-        wait_until("kube-apiserver /readyz", lambda: self._readyz(), 180, interval=0.5, diagnostics=api.log_tail)
+        poll_until("kube-apiserver /readyz", lambda: self._readyz(), 180, interval=0.5, diagnostics=api.log_tail)
         kc = str(self.kubeconfig)
         self._run(Proc("kube-controller-manager", [
             str(self.bin / "kube-controller-manager"), f"--kubeconfig={kc}", "--leader-elect=false",
@@ -346,7 +329,7 @@ class ControlPlane:
     def _bootstrap(self) -> None:
         # The default ServiceAccount of a namespace is created by KCM; wait for it so pods
         # (ServiceAccount admission) can be created in "default".
-        wait_until("default ServiceAccount", lambda: self.get("serviceaccount", "default", "default"), 120,
+        poll_until("default ServiceAccount", lambda: self.get("serviceaccount", "default", "default"), 120,
                    interval=0.5, diagnostics=self.diagnostics)
         nodes = [{"apiVersion": "v1", "kind": "Node",
                   "metadata": {"name": f"kwok-node-{i}", "annotations": {"kwok.x-k8s.io/node": "fake"},
@@ -357,7 +340,7 @@ class ControlPlane:
               "metadata": {"name": STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
               "provisioner": PROVISIONER, "volumeBindingMode": "Immediate", "reclaimPolicy": "Delete"}
         self.apply(nodes + [sc])
-        wait_until("kwok nodes Ready", self._nodes_ready, 120, interval=0.5, diagnostics=self.diagnostics)
+        poll_until("kwok nodes Ready", self._nodes_ready, 120, interval=0.5, diagnostics=self.diagnostics)
         self._provisioner = threading.Thread(target=self._provision_loop, name="test-pv-provisioner", daemon=True)
         self._provisioner.start()
 

@@ -12,7 +12,7 @@ from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
 from tests.k8s.conftest import CLUSTER
-from tests.k8s.controlplane import wait_until
+from tests.support import poll_until
 from tests.k8s.test_operator import API, admin_call, broker_cr, condition, topic_cr, wait_status
 
 def group_cr(name, policy="Disable", **spec) -> dict:
@@ -75,7 +75,7 @@ def test_group_on_every_broker_with_lag_and_disable_policy(control_plane, operat
     first = [e for e in events(cp, ns, "slowpoke") if e["reason"] == "ConsumeDisabled"]
     assert len(first) == 1
     mark = operator_logs.log.stat().st_size
-    wait_until("two more resyncs", lambda: _resyncs_since(operator_logs.log, mark, f"[{ns}/slowpoke] Timer 'group_resync' succeeded") >= 2, 30)
+    poll_until("two more resyncs", lambda: _resyncs_since(operator_logs.log, mark, f"[{ns}/slowpoke] Timer 'group_resync' succeeded") >= 2, 30)
     assert enabled_on_brokers(ferry_cluster, "slowpoke")[f"{CLUSTER}-broker-0"] is False
     assert len([e for e in events(cp, ns, "slowpoke") if e["reason"] == "ConsumeDisabled"]) == 1, "events on transitions only"
     # a person re-enables it with the one-shot annotation
@@ -108,7 +108,7 @@ def test_alert_keeps_consuming_and_reports(control_plane, operator_logs, ferry_c
     cp, ns = control_plane, namespace
     setup(cp, ns, "alerty", "alerter", "Alert")
     fall_behind(ferry_cluster, "alerty", "alerter")
-    wait_until("FallingBehind event", lambda: any(e["reason"] == "FallingBehind" for e in events(cp, ns, "alerter")), 60)
+    poll_until("FallingBehind event", lambda: any(e["reason"] == "FallingBehind" for e in events(cp, ns, "alerter")), 60)
     g = wait_status(cp, "consumergroup", "alerter", ns, lambda o: o["status"].get("consumeEnabled") is True, "enabled", 60)
     assert (condition(g, "ConsumeDisabled") or {}).get("status") == "False"
     assert set(enabled_on_brokers(ferry_cluster, "alerter").values()) == {True}

@@ -10,7 +10,7 @@ import pytest
 
 from ferrymq.client.admin import AdminClient
 from tests.k8s.conftest import CLUSTER
-from tests.k8s.controlplane import wait_until
+from tests.support import poll_until
 
 API = "ferrymq.io/v1alpha1"
 
@@ -39,7 +39,7 @@ def condition(obj: dict | None, type_: str) -> dict | None:
 
 
 def wait_status(cp, kind, name, ns, pred, what, timeout=90):
-    return wait_until(f"{kind}/{name} {what}", lambda: (lambda o: o if o and pred(o) else None)(cp.get(kind, name, ns)),
+    return poll_until(f"{kind}/{name} {what}", lambda: (lambda o: o if o and pred(o) else None)(cp.get(kind, name, ns)),
                       timeout, interval=0.3, diagnostics=lambda: json.dumps(cp.get(kind, name, ns), indent=1)[-4000:])
 
 
@@ -97,7 +97,7 @@ def test_config_change_restarts_broker_pods_one_at_a_time(control_plane, operato
         seen_not_ready.add(len(not_ready) + (2 - len(pods)))
         return all(pods.get(n) and pods[n]["metadata"]["uid"] != before[n] for n in pods if "broker" in n) and \
             len(pods) == 2 and not not_ready
-    wait_until("both broker pods restarted", restarted, 120, interval=0.2)
+    poll_until("both broker pods restarted", restarted, 120, interval=0.2)
     assert max(seen_not_ready) <= 1, "never more than one broker down at a time"
     conf = cp.get("configmap", f"{CLUSTER}-config", ns)["data"]["broker.conf"]
     assert "flushDiskType=SYNC_FLUSH" in conf
@@ -162,7 +162,7 @@ def test_topic_appears_on_every_real_broker_is_resynced_and_deleted(control_plan
 
     # more queues: applied on the brokers
     cp.kubectl("patch", "topic", "orders", "-n", ns, "--type=merge", "-p", '{"spec":{"writeQueueNums":8,"readQueueNums":8}}')
-    wait_until("8 queues on the brokers", lambda: set(topic_on_brokers(ferry_cluster, "orders").values()) == {(8, 8, 6)}, 60)
+    poll_until("8 queues on the brokers", lambda: set(topic_on_brokers(ferry_cluster, "orders").values()) == {(8, 8, 6)}, 60)
 
     # a broker that lost the topic (new or recovered broker) gets it back from the resync timer
     async def drop_on_one(admin):
@@ -172,7 +172,7 @@ def test_topic_appears_on_every_real_broker_is_resynced_and_deleted(control_plan
         await admin.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "orders"}))
     admin_call(ferry_cluster, drop_on_one)
     assert f"{CLUSTER}-broker-1" not in topic_on_brokers(ferry_cluster, "orders")
-    wait_until("topic re-created by resync", lambda: len(topic_on_brokers(ferry_cluster, "orders")) == 2, 60)
+    poll_until("topic re-created by resync", lambda: len(topic_on_brokers(ferry_cluster, "orders")) == 2, 60)
 
     # deleted: gone from the brokers and the name server
     cp.kubectl("delete", "topic", "orders", "-n", ns, "--timeout=60s")
@@ -238,7 +238,7 @@ def test_restart_annotation_rolls_the_broker_pods(control_plane, operator_logs, 
     b = wait_status(cp, "broker", CLUSTER, ns, lambda o: o.get("status", {}).get("phase") == "Ready", "Ready", 120)
     old_hash, old_uid = b["status"]["configHash"], cp.get("pod", f"{CLUSTER}-broker-0", ns)["metadata"]["uid"]
     cp.kubectl("annotate", "broker", CLUSTER, "-n", ns, "ferrymq.io/restart=2026-11-21T06:00")
-    wait_until("broker pod replaced", lambda: (lambda p: p and p["metadata"]["uid"] != old_uid and any(
+    poll_until("broker pod replaced", lambda: (lambda p: p and p["metadata"]["uid"] != old_uid and any(
         c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])))(
         cp.get("pod", f"{CLUSTER}-broker-0", ns)), 90)
     b = wait_status(cp, "broker", CLUSTER, ns, lambda o: o["status"].get("phase") == "Ready", "Ready again")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ferrymq_spark.k8s_cronjob import build_spark_job, job_name
 from tests.k8s.conftest import CLUSTER
-from tests.k8s.controlplane import wait_until
+from tests.support import poll_until
 
 API = "ferrymq.io/v1alpha1"
 
@@ -59,10 +59,10 @@ def test_spark_cronjob_is_accepted_owned_and_least_privileged(control_plane, hel
 
     # A run of the schedule: the Job controller accepts the template and creates the driver pod.
     cp.kubectl("create", "job", "lake-loader-manual", f"--from=cronjob/{name}", "-n", ns)
-    wait_until("driver pod created", lambda: cp.kubectl("get", "pods", "-n", ns, "-l", "job-name=lake-loader-manual",
+    poll_until("driver pod created", lambda: cp.kubectl("get", "pods", "-n", ns, "-l", "job-name=lake-loader-manual",
                                                         "-o", "name", check=False).stdout.strip(), 60)
 
     # Owned by the group: deleting it garbage-collects the CronJob and its RBAC.
     cp.kubectl("delete", "consumergroup", "lake-loader", "-n", ns)
-    wait_until("spark objects garbage-collected", lambda: all(cp.get(k, name, ns) is None for k in
+    poll_until("spark objects garbage-collected", lambda: all(cp.get(k, name, ns) is None for k in
                                                                ("cronjob", "role", "rolebinding", "serviceaccount")), 90)

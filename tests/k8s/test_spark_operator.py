@@ -12,7 +12,8 @@ import json
 
 from ferrymq_spark.k8s_cronjob import DRIVER_RULES, job_name
 from tests.k8s.conftest import CLUSTER
-from tests.k8s.controlplane import FAIL_LABEL, wait_until
+from tests.k8s.controlplane import FAIL_LABEL
+from tests.support import poll_until
 from tests.k8s.test_operator import API, broker_cr, condition, wait_status
 
 OPERATOR = "ferrymq-operator"  # its server-side-apply field manager
@@ -118,8 +119,8 @@ def test_operator_runs_a_groups_spark_job_as_an_owned_cronjob(control_plane, ope
     cp.kubectl("patch", "consumergroup", "lake-loader", "-n", ns, "--type=merge", "-p", '{"spec":{"sparkJob":null}}')
     st = spark_status(cp, "lake-loader", ns, lambda s, o: not s and (condition(o, "SparkJobReady") or {}).get("reason") == "NotConfigured",
                       "sparkJob status removed")
-    wait_until("spark objects deleted", lambda: all(cp.get(k, name, ns) is None for k in SPARK_KINDS), 60)
-    wait_until("its Jobs deleted", lambda: not cp.get("jobs", None, ns)["items"] or
+    poll_until("spark objects deleted", lambda: all(cp.get(k, name, ns) is None for k in SPARK_KINDS), 60)
+    poll_until("its Jobs deleted", lambda: not cp.get("jobs", None, ns)["items"] or
                all(j["metadata"]["ownerReferences"][0]["name"] != name for j in cp.get("jobs", None, ns)["items"]), 60)
     assert (condition({"status": st}, "Ready") or {}).get("status") == "True", "the group itself is untouched"
 
@@ -133,4 +134,4 @@ def test_operator_runs_a_groups_spark_job_as_an_owned_cronjob(control_plane, ope
 
     # Deleting a group garbage-collects its Spark objects (owner references).
     cp.kubectl("delete", "consumergroup", "every-minute", "-n", ns, "--timeout=60s")
-    wait_until("spark objects garbage-collected", lambda: all(cp.get(k, every_name, ns) is None for k in SPARK_KINDS), 90)
+    poll_until("spark objects garbage-collected", lambda: all(cp.get(k, every_name, ns) is None for k in SPARK_KINDS), 90)

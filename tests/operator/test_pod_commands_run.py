@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from ferrymq_operator import manifests
-from tests.k8s.controlplane import wait_until
+from tests.support import poll_until
 from tests.support import FerryProcess, free_port
 
 pytestmark = pytest.mark.integration
@@ -53,7 +53,7 @@ def test_namesrv_and_broker_commands_become_ready(tmp_path):
         try:
             probes = {k: b_container[k]["httpGet"]["path"] for k in ("livenessProbe", "readinessProbe")}
             assert probes == {"livenessProbe": "/healthz", "readinessProbe": "/readyz"}
-            wait_until("broker /readyz", lambda: probe(broker_http, "/readyz"), 30, diagnostics=proc.log)
+            poll_until("broker /readyz", lambda: probe(broker_http, "/readyz"), 30, diagnostics=proc.log)
             assert probe(broker_http, "/healthz") and probe(ns_http, "/readyz")
         finally:
             proc.stop()

@@ -4,7 +4,6 @@ when several test folders have one)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
 
 from ferrymq.remoting import Connection, FrameDecoder, RemotingCommand
 
@@ -13,16 +12,6 @@ ECHO = 9001  # test-only request code: answers with the request's body and "n" f
 
 async def echo(request: RemotingCommand, connection: Connection) -> RemotingCommand:
     return request.response(ext_fields={"n": request.get_str("n")}, body=request.body)
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait for a condition with a deadline (for states no event announces)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 async def read_commands(reader: asyncio.StreamReader, count: int, timeout: float = 5.0) -> list[RemotingCommand]:

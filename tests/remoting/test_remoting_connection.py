@@ -7,7 +7,9 @@ import logging
 import socket
 
 import pytest
-from remoting_support import ECHO, read_commands, wait_until
+from remoting_support import ECHO, read_commands
+
+from tests.support import wait_until
 
 from ferrymq.remoting import (
     Connection,

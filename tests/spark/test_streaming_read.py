@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pyspark
 import pytest
 
 from tests.spark.spark_support import create_topic, produce
 from tests.spark.test_batch_read import _committed
+from tests.support import poll_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 OLD_SPARK = tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 2)
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not happen within {timeout}s")
-        time.sleep(0.1)  # polling Spark's progress reports, with a deadline
 
 
 def start_query(spark, namesrv: str, out, checkpoint, **options):
@@ -43,10 +35,10 @@ def test_stream_stopped_and_restarted_from_checkpoint_writes_each_message_once(s
     query = start_query(spark, namesrv, out, checkpoint, maxOffsetsPerTrigger="200")
     try:
         rows = lambda: sum(p["numInputRows"] for p in query.recentProgress)  # noqa: E731
-        wait_for(lambda: rows() >= 400, 120, "the first 400 rows streamed")
+        poll_until("the first 400 rows streamed", lambda: rows() >= 400, 120, 0.1)
         first += asyncio.run(produce(namesrv, "SparkStream", 2000, queues=4, batch=40, seed=11))
         # Stop once two more micro-batches are in the sink, eight before the 2400 messages are.
-        wait_for(lambda: rows() >= 800, 120, "800 rows streamed")
+        poll_until("800 rows streamed", lambda: rows() >= 800, 120, 0.1)
         progress = list(query.recentProgress)
         if OLD_SPARK:  # Spark < 4.2 tells the source no start offset: its first batch is not limited
             progress = progress[1:]
@@ -73,5 +65,5 @@ def test_stream_stopped_and_restarted_from_checkpoint_writes_each_message_once(s
     # Each finished micro-batch committed its end offsets to the group: no lag left.
     committed = asyncio.run(_committed(namesrv, "stream-loader", "SparkStream", 4))
     ends = {q: max(s.queue_offset for s in first + second if s.queue_id == q) + 1 for q in range(4)}
-    wait_for(lambda: asyncio.run(_committed(namesrv, "stream-loader", "SparkStream", 4)) == ends, 30,
-             f"group offsets {committed} reaching {ends}")
+    poll_until(f"group offsets {committed} reaching {ends}",
+               lambda: asyncio.run(_committed(namesrv, "stream-loader", "SparkStream", 4)) == ends, 30, 0.1)

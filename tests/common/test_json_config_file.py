@@ -3,7 +3,7 @@
 import json
 
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
-from ferrymq.broker.json_config_file import JsonConfigFile
+from ferrymq.common.json_config_file import JsonConfigFile
 
 
 def test_write_keeps_previous_content_in_bak(tmp_path):
