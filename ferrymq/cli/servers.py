@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import contextlib
 import signal
-import sys
 from pathlib import Path
 
 from ferrymq.broker.broker import Broker

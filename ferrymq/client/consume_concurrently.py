@@ -23,6 +23,7 @@ from ferrymq.client.process_queue import ProcessQueue
 from ferrymq.client.push_config import MessageModel
 from ferrymq.common.message import MessageExt, Prop
 from ferrymq.common.protocol import MessageQueue
+from ferrymq.common.tasks import InFlight, TaskSet
 
 if TYPE_CHECKING:
     from ferrymq.client.push_consumer import PushConsumer
@@ -67,24 +68,19 @@ class ConcurrentConsumeService:
         self.config = consumer.config
         self._queue: asyncio.Queue[ConsumeRequest] = asyncio.Queue()
         self._executor = ThreadPoolExecutor(self.config.consume_thread_max, thread_name_prefix=f"consume-{consumer.group}")
-        self._workers: list[asyncio.Task] = []
-        self._busy = 0
-        self._later: set[asyncio.Task] = set()
+        self._workers = TaskSet(f"consumer {consumer.group}", log)
+        self._later = TaskSet(f"consumer {consumer.group}", log)  # re-submissions after a delay
+        self._in_flight = InFlight()
 
     def start(self) -> None:
-        self._workers = [asyncio.create_task(self._work(), name=f"consume-worker-{i}")
-                         for i in range(self.config.consume_thread_max)]
+        for i in range(self.config.consume_thread_max):
+            self._workers.spawn(self._work(), name=f"consume-worker-{i}")
 
     async def shutdown(self) -> None:
         """Stop taking work; wait (bounded) for listener calls in progress, then stop the workers."""
-        for task in self._later:
-            task.cancel()
-        deadline = time.monotonic() + self.config.await_termination
-        while self._busy and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        for task in self._workers:
-            task.cancel()
-        await asyncio.gather(*self._workers, *self._later, return_exceptions=True)
+        await self._later.close()
+        await self._in_flight.wait_idle(self.config.await_termination)
+        await self._workers.close()
         self._executor.shutdown(wait=False)
 
     @property
@@ -101,22 +97,18 @@ class ConcurrentConsumeService:
             await asyncio.sleep(delay)
             self.submit(request.msgs, request.pq, request.mq)
 
-        task = asyncio.create_task(later())
-        self._later.add(task)
-        task.add_done_callback(self._later.discard)
+        self._later.spawn(later())
 
     async def _work(self) -> None:
         while True:
             request = await self._queue.get()
-            self._busy += 1
-            try:
-                await self._consume(request)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("consuming %d message(s) of %s failed unexpectedly", len(request.msgs), request.mq)
-            finally:
-                self._busy -= 1
+            with self._in_flight:
+                try:
+                    await self._consume(request)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("consuming %d message(s) of %s failed unexpectedly", len(request.msgs), request.mq)
 
     async def _consume(self, request: ConsumeRequest) -> None:
         if request.pq.dropped:

@@ -23,6 +23,7 @@ from ferrymq.client.process_queue import ProcessQueue
 from ferrymq.client.push_config import MessageModel
 from ferrymq.common.message import MessageExt, Prop
 from ferrymq.common.protocol import MessageQueue
+from ferrymq.common.tasks import InFlight, TaskSet
 
 if TYPE_CHECKING:
     from ferrymq.client.push_consumer import PushConsumer
@@ -42,8 +43,8 @@ class OrderlyConsumeService:
         self._slots = asyncio.Semaphore(self.config.consume_thread_max)
         self._executor = ThreadPoolExecutor(self.config.consume_thread_max, thread_name_prefix=f"consume-{consumer.group}")
         self._queue_locks: dict[MessageQueue, asyncio.Lock] = {}
-        self._tasks: set[asyncio.Task] = set()
-        self._busy = 0
+        self._tasks = TaskSet(f"consumer {consumer.group}", log)
+        self._in_flight = InFlight()
         self._stopped = False
 
     @property
@@ -56,12 +57,8 @@ class OrderlyConsumeService:
 
     async def shutdown(self) -> None:
         self._stopped = True
-        deadline = time.monotonic() + self.config.await_termination
-        while self._busy and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._in_flight.wait_idle(self.config.await_termination)
+        await self._tasks.close()
         self._executor.shutdown(wait=False)
 
     @property
@@ -72,9 +69,7 @@ class OrderlyConsumeService:
         if self._stopped:
             coro.close()
             return
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(coro)
 
     async def _renew_locks(self) -> None:
         await asyncio.sleep(min(1.0, self.config.lock_interval))  # the first renewal soon, as Java (1 s)
@@ -124,8 +119,7 @@ class OrderlyConsumeService:
                         return  # take() cleared pq.consuming: the next pull dispatches again
                     prepare_for_listener(msgs, self.consumer.group)
                     context = ConsumeOrderlyContext(mq)
-                    self._busy += 1
-                    try:
+                    with self._in_flight:
                         try:
                             status = await call_listener(self.listener, self._executor, msgs, context)
                         except Exception:
@@ -133,8 +127,6 @@ class OrderlyConsumeService:
                                         self.consumer.group, mq, msgs[0].queue_offset, exc_info=True)
                             status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
                         go_on = await self._process_result(msgs, status, context, pq, mq)
-                    finally:
-                        self._busy -= 1
                 if not go_on:
                     return
 

@@ -4,7 +4,6 @@ connections and heartbeats. One instance per client object (RocketMQ's MQClientI
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import random
@@ -13,7 +12,7 @@ from typing import Callable
 
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
-from ferrymq.common.tasks import run_every
+from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import (
     DEFAULT_TOPIC,
     ConsumerData,
@@ -40,8 +39,7 @@ class ClientInstance:
         self.consumer_data: dict[str, ConsumerData] = {}
         self.request_handlers: dict[int, Callable] = {}
         self._namesrv_index = random.randrange(1 << 16)
-        self._tasks: list[asyncio.Task] = []
-        self._background: set[asyncio.Task] = set()
+        self._tasks = TaskSet("client instance", log)
         self._refreshing: set[str] = set()
         # Connect back-off: after a failed connect, calls to that address fail fast until
         # this time, doubling up to 30 s, so a dead broker is not hammered.
@@ -56,19 +54,11 @@ class ClientInstance:
             return
         self._started = True
         quiet = (RemotingError, MQClientError, OSError)  # a name server or broker away for a while
-        self._tasks = [
-            asyncio.create_task(run_every(self.config.poll_name_server_interval, self.refresh_routes, log, quiet=quiet),
-                                name="route-refresh"),
-            asyncio.create_task(run_every(self.config.heartbeat_broker_interval, self.send_heartbeats, log, quiet=quiet),
-                                name="heartbeat"),
-        ]
+        self._tasks.every(self.config.poll_name_server_interval, self.refresh_routes, "route-refresh", quiet=quiet)
+        self._tasks.every(self.config.heartbeat_broker_interval, self.send_heartbeats, "heartbeat", quiet=quiet)
 
     async def close(self) -> None:
-        for task in [*self._tasks, *self._background]:
-            task.cancel()
-        for task in [*self._tasks, *self._background]:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._tasks.close()
         await self.remoting.close()
         self._started = False
 
@@ -150,9 +140,7 @@ class ClientInstance:
             finally:
                 self._refreshing.discard(topic)
 
-        task = asyncio.create_task(refresh(), name=f"route-refresh-{topic}")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._tasks.spawn(refresh(), name=f"route-refresh-{topic}")
 
     async def refresh_routes(self) -> None:
         for topic in list(self.routes):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import time
 
 from ferrymq.common.message import MessageExt
@@ -26,7 +27,8 @@ class ProcessQueue:
         self.msg_count = 0
         self.msg_size = 0  # body bytes
         self.queue_offset_max = 0
-        self.dropped = False
+        self._dropped = False
+        self._room = asyncio.Event()  # set when messages leave (or the queue is dropped): flow control waits on it
         self.locked = False
         self.last_lock_time = 0.0
         self.last_pull_time = time.monotonic()
@@ -59,6 +61,23 @@ class ProcessQueue:
     def max_span(self) -> int:
         return self._offsets[-1] - self._offsets[0] if self._offsets else 0
 
+    @property
+    def dropped(self) -> bool:
+        return self._dropped
+
+    @dropped.setter
+    def dropped(self, value: bool) -> None:
+        self._dropped = value
+        if value:
+            self._room.set()  # a pull loop waiting for room ends
+
+    async def wait_for_room(self, timeout: float) -> None:
+        """Return once messages have left this queue (consumed, committed, cleared) or it was
+        dropped; at the latest after ``timeout`` s. Call it right after finding the queue full."""
+        self._room.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._room.wait(), timeout)
+
     def _remove_one(self, offset: int) -> MessageExt | None:
         m = self._msgs.pop(offset, None)
         if m is not None:
@@ -79,6 +98,7 @@ class ProcessQueue:
         if self._offsets:
             result = self._offsets[0]
         self.last_consume_time = time.monotonic()
+        self._room.set()
         return result
 
     # ------------------------------------------------------------------ orderly listeners
@@ -103,6 +123,7 @@ class ProcessQueue:
         self.msg_count -= len(self._taken)
         self.msg_size -= sum(len(m.body) for m in self._taken.values())
         self._taken.clear()
+        self._room.set()
         return offset
 
     def make_consume_again(self, msgs: list[MessageExt]) -> None:
@@ -118,6 +139,7 @@ class ProcessQueue:
         self._taken.clear()
         self.msg_count = self.msg_size = 0
         self.queue_offset_max = 0
+        self._room.set()
 
     # ------------------------------------------------------------------ leases
 

@@ -39,12 +39,13 @@ class PushConsumerConfig:
     consume_thread_max: int = 20
     consume_message_batch_max_size: int = 1
     pull_batch_size: int = 32
-    # Flow control: stop pulling a queue while it holds this much unconsumed (back off 50 ms).
+    # Flow control: stop pulling a queue while it holds this much unconsumed; pulling resumes
+    # as soon as the listener consumes some (RocketMQ re-checks every 50 ms instead).
     pull_threshold_for_queue: int = 1000
     pull_threshold_size_for_queue: int = 100  # MiB
     consume_concurrently_max_span: int = 2000
     pull_interval: float = 0.0
-    flow_control_delay: float = 0.05
+    flow_control_delay: float = 1.0  # the longest a flow-controlled pull waits between checks
     pull_delay_on_error: float = 1.0
     broker_suspend_max: float = 15.0  # a pull is held on the broker at most this long
     pull_timeout: float = 30.0

@@ -12,7 +12,8 @@ What it does, as RocketMQ's DefaultMQPushConsumer (and compatible with it in one
 * heartbeats its subscriptions (plus ``%RETRY%<group>`` in clustering) to every broker;
 * rebalances (rebalance.py) every 20 s and whenever a broker says the group changed;
 * one pull task per owned queue: long polling (held 15 s on the broker, 30 s timeout), paused
-  50 ms at a time while the queue holds too much (flow control: count, MiB, offset span);
+  while the queue holds too much (flow control: count, MiB, offset span) until the listener
+  has consumed some;
 * hands messages to the listener through a bounded executor, concurrently
   (consume_concurrently.py) or in order per queue (consume_orderly.py);
 * failed messages go back to the broker (CONSUMER_SEND_MSG_BACK) for delayed redelivery
@@ -51,6 +52,7 @@ from ferrymq.common.protocol import (
     SubscriptionData,
     retry_topic,
 )
+from ferrymq.common.tasks import TaskSet
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
@@ -88,7 +90,7 @@ class PushConsumer:
         # Called with the sorted owned queues after every assignment change (observability, tests).
         self.assignment_listeners: list[Callable[[list[MessageQueue]], None]] = []
         self._pull_tasks: dict[MessageQueue, asyncio.Task] = {}
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks = TaskSet(f"push consumer {group}", log)  # pull loops included
         self._rebalance_wanted = asyncio.Event()
         self._running = False
 
@@ -106,14 +108,14 @@ class PushConsumer:
         self.subscriptions[topic] = build_subscription(topic, expression)
         if self._running:
             self._update_consumer_data()
-            self._spawn(self._resubscribed())
+            self._tasks.spawn(self._resubscribed())
         return self
 
     def unsubscribe(self, topic: str) -> None:
         self.subscriptions.pop(topic, None)
         if self._running:
             self._update_consumer_data()
-            self._spawn(self._resubscribed())
+            self._tasks.spawn(self._resubscribed())
 
     async def _resubscribed(self) -> None:
         await self.instance.send_heartbeats()
@@ -152,8 +154,7 @@ class PushConsumer:
     async def _abandon_start(self) -> None:
         self._running = False
         await self.rebalancer.drop_all()
-        for task in list(self._tasks) + list(self._pull_tasks.values()):
-            task.cancel()
+        await self._tasks.close(timeout=10)
         if self.service:
             await self.service.shutdown()
         self.instance.consumer_data.pop(self.group, None)
@@ -179,8 +180,8 @@ class PushConsumer:
         await self.instance.send_heartbeats()
         self._running = True
         retry_soon = await self.rebalancer.rebalance()
-        self._spawn(self._rebalance_loop(1.0 if retry_soon else self.config.rebalance_interval))
-        self._spawn(self._persist_loop())
+        self._tasks.spawn(self._rebalance_loop(1.0 if retry_soon else self.config.rebalance_interval))
+        self._tasks.spawn(self._persist_loop())
 
     async def shutdown(self) -> None:
         """Finish listener calls in progress (bounded), persist offsets, leave the group."""
@@ -188,13 +189,7 @@ class PushConsumer:
             await self.instance.close()
             return
         self._running = False
-        tasks = list(self._tasks) + list(self._pull_tasks.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            _, stuck = await asyncio.wait(tasks, timeout=10)
-            for task in stuck:
-                log.warning("push consumer task %s did not stop", task.get_name())
+        await self._tasks.close(timeout=10)
         if self.service:
             await self.service.shutdown()
         owned = set(self.rebalancer.process_queues)
@@ -215,17 +210,6 @@ class PushConsumer:
 
     async def __aexit__(self, *exc) -> None:
         await self.shutdown()
-
-    def _spawn(self, coro) -> asyncio.Task:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("push consumer task failed", exc_info=task.exception())
 
     def _update_consumer_data(self) -> None:
         self.instance.consumer_data[self.group] = ConsumerData(
@@ -281,7 +265,7 @@ class PushConsumer:
             return None
         topic = request.get_str("topic") or ""
         table = ResetOffsetBody.from_json(request.body or b"{}").offset_table
-        self._spawn(self._reset_offsets(topic, table))
+        self._tasks.spawn(self._reset_offsets(topic, table))
         return None
 
     async def _reset_offsets(self, topic: str, table: dict[MessageQueue, int]) -> None:
@@ -296,14 +280,12 @@ class PushConsumer:
         old = self._pull_tasks.get(mq)
         if old is not None and not old.done():
             old.cancel()
-        task = asyncio.create_task(self._pull_loop(mq, pq, offset), name=f"pull {mq}")
+        task = self._tasks.spawn(self._pull_loop(mq, pq, offset), name=f"pull {mq}")  # failures logged there
         self._pull_tasks[mq] = task
 
         def done(t: asyncio.Task) -> None:
             if self._pull_tasks.get(mq) is t:
                 del self._pull_tasks[mq]
-            if not t.cancelled() and t.exception() is not None:
-                log.error("pull task of %s failed", mq, exc_info=t.exception())
 
         task.add_done_callback(done)
 
@@ -320,7 +302,7 @@ class PushConsumer:
             pq.last_pull_time = time.monotonic()
             if self._flow_controlled(pq):
                 self.flow_controlled += 1
-                await asyncio.sleep(cfg.flow_control_delay)
+                await pq.wait_for_room(cfg.flow_control_delay)
                 continue
             if self.orderly and self.clustering and not pq.locked:
                 await asyncio.sleep(ORDERLY_NOT_LOCKED_DELAY)
@@ -352,7 +334,7 @@ class PushConsumer:
                 next_offset = response.get_long("nextBeginOffset", next_offset)
                 log.warning("group %s: offset of %s illegal (%s); moving to %d", self.group, mq, response.remark, next_offset)
                 pq.dropped = True
-                self._spawn(self._offset_moved(mq, next_offset))
+                self._tasks.spawn(self._offset_moved(mq, next_offset))
                 return
             else:
                 level = logging.WARNING if code == ResponseCode.NO_PERMISSION else logging.DEBUG

@@ -1,5 +1,6 @@
 """Background task plumbing shared by the broker, the name server and the clients.
 
+``InFlight`` counts calls in progress so that a shutdown can wait (bounded) until none is.
 ``TaskSet`` owns the tasks an object starts: it keeps a strong reference to each (the event
 loop keeps only weak ones), logs a task that dies of an exception once, and cancels and
 awaits all of them on ``close()``. ``run_every`` is the one periodic loop: a failing round is
@@ -12,7 +13,37 @@ import asyncio
 import logging
 from typing import Awaitable, Callable, Coroutine
 
-__all__ = ["TaskSet", "run_every"]
+__all__ = ["InFlight", "TaskSet", "run_every"]
+
+
+class InFlight:
+    """Calls in progress, entered with ``with in_flight:``; ``wait_idle`` returns when none is."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def __enter__(self) -> "InFlight":
+        self._count += 1
+        self._idle.clear()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._count -= 1
+        if self._count == 0:
+            self._idle.set()
+
+    def __len__(self) -> int:
+        return self._count
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until no call is in progress, at most ``timeout`` s; False if some still is."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
 
 
 class TaskSet:
@@ -47,13 +78,17 @@ class TaskSet:
     def __iter__(self):
         return iter(set(self._tasks))
 
-    async def close(self) -> None:
-        """Cancel every task and wait until all have ended (their errors are not raised)."""
+    async def close(self, timeout: float | None = None) -> None:
+        """Cancel every task and wait until all have ended (their errors are not raised); with
+        ``timeout``, wait at most that long and log the tasks that did not stop."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if not tasks:
+            return
+        _, stuck = await asyncio.wait(tasks, timeout=timeout)
+        for task in stuck:
+            self._log.warning("%s: task %s did not stop within %s s", self._owner, task.get_name(), timeout)
 
 
 async def run_every(seconds: float, fn: Callable[[], Awaitable[object]], logger: logging.Logger | None = None,

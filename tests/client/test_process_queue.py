@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from ferrymq.client.process_queue import ProcessQueue
 from ferrymq.common.message import MessageExt
 
@@ -44,3 +46,20 @@ def test_orderly_take_commit_and_consume_again_keep_order():
     assert pq.commit() == 9
     assert pq.take(1) == [] and pq.consuming is False, "empty: the next pull dispatches again"
     assert pq.put(msgs(9)) is True
+
+
+async def test_a_full_queue_wakes_its_puller_as_soon_as_messages_leave():
+    pq = ProcessQueue()
+    pq.put(msgs(1, 2, 3))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await pq.wait_for_room(0.05)  # nothing consumed: waits out the bound
+    assert loop.time() - started >= 0.04
+    waiter = asyncio.create_task(pq.wait_for_room(30))
+    await asyncio.sleep(0)
+    pq.remove(msgs(1))
+    await asyncio.wait_for(waiter, 5)  # woken by the consumption, not the 30 s bound
+    waiter = asyncio.create_task(pq.wait_for_room(30))
+    await asyncio.sleep(0)
+    pq.dropped = True
+    await asyncio.wait_for(waiter, 5)  # a dropped queue's pull loop ends at once

@@ -3,7 +3,7 @@
 import asyncio
 import logging
 
-from ferrymq.common.tasks import TaskSet, run_every
+from ferrymq.common.tasks import InFlight, TaskSet, run_every
 
 
 async def test_close_cancels_and_awaits_every_task():
@@ -72,3 +72,42 @@ async def test_quiet_errors_are_debug_only(caplog):
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert caplog.records == []
+
+
+async def test_in_flight_wait_idle_returns_when_the_last_call_ends_or_at_the_deadline():
+    in_flight = InFlight()
+    assert await in_flight.wait_idle(0.01)  # nothing in progress
+    release = asyncio.Event()
+
+    async def call():
+        with in_flight:
+            await release.wait()
+
+    task = asyncio.create_task(call())
+    await asyncio.sleep(0)
+    assert len(in_flight) == 1
+    assert not await in_flight.wait_idle(0.05)  # still busy: the bounded wait gives up
+    waiter = asyncio.create_task(in_flight.wait_idle(5))
+    await asyncio.sleep(0)
+    release.set()
+    assert await waiter and len(in_flight) == 0
+    await task
+
+
+async def test_close_with_a_timeout_names_the_task_that_would_not_stop(caplog):
+    tasks = TaskSet("owner", logging.getLogger("t"))
+    finish = asyncio.Event()
+
+    async def stubborn():
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await finish.wait()  # cleans up slowly instead of stopping
+
+    task = tasks.spawn(stubborn(), name="stubborn")
+    await asyncio.sleep(0)
+    with caplog.at_level(logging.WARNING):
+        await tasks.close(timeout=0.05)
+    assert "owner: task stubborn did not stop within 0.05 s" in caplog.text
+    finish.set()
+    await task
