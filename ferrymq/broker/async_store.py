@@ -44,7 +44,7 @@ class _LoopCompletions:
     """Completes asyncio futures from other threads with one loop wake-up per batch."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self.loop = loop
         self._lock = threading.Lock()
         self._pending: list[tuple[asyncio.Future, Any, BaseException | None]] = []
         self._scheduled = False
@@ -55,7 +55,7 @@ class _LoopCompletions:
             if self._scheduled:
                 return  # the wake-up already asked for will take this one too
             self._scheduled = True
-        self._loop.call_soon_threadsafe(self._drain)
+        self.loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
         with self._lock:
@@ -136,13 +136,13 @@ class AsyncMessageStore:
 
     def _loop_completions(self) -> _LoopCompletions:
         loop = asyncio.get_running_loop()
-        if self._completions is None or self._completions._loop is not loop:
+        if self._completions is None or self._completions.loop is not loop:
             self._completions = _LoopCompletions(loop)
         return self._completions
 
     async def _write(self, fn: Callable[..., T], *args, **kwargs) -> T:
         completions = self._loop_completions()
-        future = completions._loop.create_future()
+        future = completions.loop.create_future()
         self._writer.submit(completions, future, fn, args, kwargs)
         return await future
 
@@ -176,7 +176,7 @@ class AsyncMessageStore:
             store.request_flush(end, None)
             return result
         completions = self._loop_completions()
-        flushed: asyncio.Future[bool] = completions._loop.create_future()
+        flushed: asyncio.Future[bool] = completions.loop.create_future()
         # Called by the group-commit thread: one loop wake-up for all the puts an fsync covered.
         store.request_flush(end, functools.partial(completions.complete, flushed))
         timeout_ms = store.config.sync_flush_timeout
