@@ -22,7 +22,7 @@ from ferrymq.client.listener import ConsumeConcurrentlyContext, ConsumeConcurren
 from ferrymq.client.process_queue import ProcessQueue
 from ferrymq.client.push_config import MessageModel
 from ferrymq.common.message import MessageExt, Prop
-from ferrymq.common.protocol import MessageQueue
+from ferrymq.common.protocol import MessageQueue, retry_topic
 from ferrymq.common.tasks import InFlight, TaskSet
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ async def call_listener(listener: Listener, executor: ThreadPoolExecutor, msgs: 
 
 def prepare_for_listener(msgs: list[MessageExt], group: str) -> None:
     """Retry-topic messages show their original topic (RocketMQ's resetRetryAndNamespace)."""
-    retry = "%RETRY%" + group
+    retry = retry_topic(group)
     now = str(int(time.time() * 1000))
     for m in msgs:
         original = m.properties.get(Prop.RETRY_TOPIC)

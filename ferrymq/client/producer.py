@@ -24,6 +24,7 @@ from ferrymq.common.message_id import new_uniq_key
 from ferrymq.common.protocol import DEFAULT_TOPIC, MessageQueue, TopicRouteData
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.request_headers import SendMessageHeader
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +153,9 @@ class Producer:
             msg.properties[Prop.UNIQ_KEY] = new_uniq_key()
 
     def _header(self, topic: str, mq: MessageQueue, properties: str, *, batch: bool, flag: int = 0) -> dict:
-        return {"a": self.group, "b": topic, "c": DEFAULT_TOPIC, "d": self.default_topic_queue_nums, "e": mq.queue_id,
-                "f": 0, "g": int(time.time() * 1000), "h": flag, "i": properties or None, "j": 0, "k": False,
-                "m": batch, "n": mq.broker_name}
+        return SendMessageHeader(self.group, topic, mq.queue_id, DEFAULT_TOPIC, self.default_topic_queue_nums,
+                                 born_timestamp=int(time.time() * 1000), flag=flag, properties=properties, batch=batch,
+                                 broker_name=mq.broker_name).to_fields()
 
     def _single_request(self, msg: Message, mq: MessageQueue) -> RemotingCommand:
         header = self._header(msg.topic, mq, encode_properties(msg.properties), batch=False, flag=msg.flag)

@@ -1,7 +1,7 @@
 """PullConsumer: read a queue from an offset you choose, and commit offsets for a group.
 
 The building block under the push consumer, the CLI's ``consume`` and the Spark source.
-Pulls carry their subscription expression (FLAG_SUBSCRIPTION), so no heartbeat
+Pulls carry their subscription expression (the SUBSCRIPTION pull flag), so no heartbeat
 registration is needed; with ``suspend`` the broker holds the pull until a message comes.
 """
 
@@ -14,11 +14,11 @@ from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
 from ferrymq.common.message import MessageExt, Prop, decode_records, inflate_in_place
+from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-
-FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
+from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 
 
 class PullStatus(enum.Enum):
@@ -43,14 +43,6 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
-
-
-def parse_tags(expression: str) -> set[str] | None:
-    """``*`` -> None (everything); ``A || B`` -> {"A", "B"}."""
-    expression = (expression or "*").strip()
-    if expression in ("", "*"):
-        return None
-    return {t.strip() for t in expression.split("||") if t.strip()}
 
 
 class PullConsumer:
@@ -86,17 +78,16 @@ class PullConsumer:
     async def pull(self, mq: MessageQueue, offset: int, *, expression: str = "*", max_nums: int = 32,
                    suspend: float = 0.0, commit_offset: int | None = None) -> PullResult:
         """Pull up to ``max_nums`` messages from ``offset``; hold up to ``suspend`` seconds if none."""
-        flags = FLAG_SUBSCRIPTION
+        flags = PullSysFlag.SUBSCRIPTION
         if suspend > 0:
-            flags |= FLAG_SUSPEND
+            flags |= PullSysFlag.SUSPEND
         if commit_offset is not None:
-            flags |= FLAG_COMMIT_OFFSET
-        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
-            "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
-            "maxMsgNums": max_nums, "sysFlag": flags, "commitOffset": commit_offset if commit_offset is not None else 0,
-            "suspendTimeoutMillis": int(suspend * 1000), "subscription": expression or "*", "subVersion": 0,
-            "expressionType": "TAG",
-        }, serialize_type=self.config.serialize_type)
+            flags |= PullSysFlag.COMMIT_OFFSET
+        header = PullMessageHeader(self.group, mq.topic, mq.queue_id, offset, max_nums, flags,
+                                   commit_offset if commit_offset is not None else 0, int(suspend * 1000),
+                                   subscription=expression or "*")
+        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields(),
+                                          serialize_type=self.config.serialize_type)
         response = await self.instance.invoke_broker(await self._broker(mq), request, self.config.api_timeout + suspend)
         status = _STATUS_BY_CODE.get(response.code)
         if status is None:
@@ -110,7 +101,8 @@ class PullConsumer:
     @staticmethod
     def _accept(messages: list[MessageExt], expression: str, result: PullResult) -> list[MessageExt]:
         """The broker filters by tag hash; check the tag itself here, as hashes collide."""
-        tags = parse_tags(expression)
+        sub = build_subscription("", expression)
+        tags = set(sub.tags_set) if sub.tags_set else None
         kept = []
         for m in messages:
             if tags is not None and m.tags not in tags:

@@ -39,7 +39,6 @@ from ferrymq.client.instance import ClientInstance
 from ferrymq.client.listener import Listener
 from ferrymq.client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
 from ferrymq.client.process_queue import ProcessQueue
-from ferrymq.client.pull_consumer import FLAG_COMMIT_OFFSET, FLAG_SUSPEND, parse_tags
 from ferrymq.client.push_config import MessageModel, PushConsumerConfig
 from ferrymq.client.rebalance import Rebalancer
 from ferrymq.common.consumer_protocol import ResetOffsetBody, build_subscription
@@ -47,6 +46,7 @@ from ferrymq.common.message import MessageExt, Prop, decode_records, encode_prop
 from ferrymq.common.protocol import (
     CLIENT_INNER_PRODUCER_GROUP,
     DEFAULT_TOPIC,
+    RETRY_GROUP_TOPIC_PREFIX,
     ConsumerData,
     MessageQueue,
     SubscriptionData,
@@ -56,6 +56,7 @@ from ferrymq.common.tasks import TaskSet
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag, SendMessageHeader
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ class PushConsumer:
         await self.instance.start()
         for topic in self.subscriptions:
             route = await self.instance.fetch_route(topic)  # raises when no name server answers
-            if route is None and not topic.startswith("%RETRY%"):
+            if route is None and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 log.warning("topic %s has no route yet; group %s will consume it once it exists", topic, self.group)
         self._update_consumer_data()
         await self.instance.send_heartbeats()
@@ -352,24 +353,23 @@ class PushConsumer:
         self._rebalance_wanted.set()
 
     async def _pull(self, mq: MessageQueue, offset: int, sub: SubscriptionData) -> RemotingCommand:
-        flags, commit = FLAG_SUSPEND, 0
+        flags, commit = PullSysFlag.SUSPEND, 0
         if self.clustering:
             in_memory = self.offset_store.table.get(mq, -1)
             if in_memory > 0:
-                flags |= FLAG_COMMIT_OFFSET
+                flags |= PullSysFlag.COMMIT_OFFSET
                 commit = in_memory
-        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
-            "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
-            "maxMsgNums": self.config.pull_batch_size, "sysFlag": flags, "commitOffset": commit,
-            "suspendTimeoutMillis": int(self.config.broker_suspend_max * 1000), "subVersion": sub.sub_version,
-            "expressionType": "TAG"}, serialize_type=self.client_config.serialize_type)
+        header = PullMessageHeader(self.group, mq.topic, mq.queue_id, offset, self.config.pull_batch_size, flags, commit,
+                                   int(self.config.broker_suspend_max * 1000), sub_version=sub.sub_version)
+        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields(),
+                                          serialize_type=self.client_config.serialize_type)
         addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
         return await self.instance.invoke_broker(addr, request, self.config.pull_timeout)
 
     @staticmethod
     def _accept(response: RemotingCommand, sub: SubscriptionData) -> list[MessageExt]:
         """Decode, re-check tags (the broker filtered by hash), decompress, stamp min/max offsets."""
-        tags = parse_tags(sub.sub_string) if sub.tags_set else None
+        tags = set(sub.tags_set) if sub.tags_set else None
         min_offset, max_offset = response.get_str("minOffset", "0"), response.get_str("maxOffset", "0")
         kept = []
         for m in decode_records(response.body or b""):
@@ -417,11 +417,12 @@ class PushConsumer:
         topic = retry_topic(self.group)
         try:
             addr = await self.instance.find_broker_addr(broker_name, msg.topic)
-            response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {
-                "a": CLIENT_INNER_PRODUCER_GROUP, "b": topic, "c": DEFAULT_TOPIC, "d": 4, "e": -1, "f": 0,
-                "g": int(time.time() * 1000), "h": msg.flag, "i": encode_properties(props), "j": reconsume_times,
-                "k": False, "l": self.config.effective_max_reconsume_times(self.orderly), "m": False, "n": broker_name,
-            }, msg.body), self.config.send_back_timeout)
+            header = SendMessageHeader(
+                CLIENT_INNER_PRODUCER_GROUP, topic, default_topic=DEFAULT_TOPIC, born_timestamp=int(time.time() * 1000),
+                flag=msg.flag, properties=encode_properties(props), reconsume_times=reconsume_times,
+                max_reconsume_times=self.config.effective_max_reconsume_times(self.orderly), broker_name=broker_name)
+            response = await self.instance.invoke_broker(addr, RemotingCommand.request(
+                RequestCode.SEND_MESSAGE_V2, header.to_fields(), msg.body), self.config.send_back_timeout)
         except MQClientError as e:
             log.warning("re-sending %s to %s failed: %s", msg.client_msg_id, topic, e)
             return False

@@ -23,15 +23,13 @@ from ferrymq.common.protocol import MessageQueue, SubscriptionGroupConfig
 from ferrymq.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.request_headers import MAX_RECONSUME_TIMES_VERSION
 from ferrymq.remoting.errors import RemotingError
 
 if TYPE_CHECKING:
     from ferrymq.broker.broker import Broker
 
 log = logging.getLogger(__name__)
-
-# Clients older than this send no maxReconsumeTimes worth honouring (RocketMQ: V3_4_9).
-MAX_RECONSUME_TIMES_VERSION = 121
 
 
 def _language_name(code: int) -> str:

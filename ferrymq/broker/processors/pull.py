@@ -8,7 +8,6 @@ is then answered from a fresh read (PULL_NOT_FOUND when nothing came).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -17,18 +16,11 @@ from ferrymq.common.protocol import Perm, SubscriptionData
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 from ferrymq.store.results import GetResult, GetStatus
 
 if TYPE_CHECKING:
     from ferrymq.broker.broker import Broker
-
-
-class PullSysFlag:
-    COMMIT_OFFSET = 0x1
-    SUSPEND = 0x2
-    SUBSCRIPTION = 0x4
-    CLASS_FILTER = 0x8
-    LITE_PULL = 0x10
 
 
 def tag_filter_for(sub: SubscriptionData) -> Callable[[int], bool] | None:
@@ -60,12 +52,9 @@ class PullProcessor:
 
     async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         broker = self.broker
-        group = req.get_str("consumerGroup", required=True)
-        topic = req.get_str("topic", required=True)
-        queue_id = req.get_int("queueId", required=True)
-        offset = req.get_long("queueOffset", required=True)
-        max_nums = max(1, req.get_int("maxMsgNums", 32))
-        sys_flag = req.get_int("sysFlag", 0)
+        header = PullMessageHeader.from_request(req)
+        group, topic, queue_id, offset = header.consumer_group, header.topic, header.queue_id, header.queue_offset
+        max_nums, sys_flag = header.max_msg_nums, header.sys_flag
 
         if not Perm.readable(broker.config.broker_permission):
             return req.response(ResponseCode.NO_PERMISSION, remark=f"the broker[{broker.config.broker_name}] pulling message is forbidden")
@@ -86,20 +75,19 @@ class PullProcessor:
                                        f"[{topic_config.read_queue_nums}] consumer:[{conn.remote_address[0]}]")
 
         if sys_flag & PullSysFlag.SUBSCRIPTION:
-            if (req.get_str("expressionType") or "TAG") != "TAG":
+            if header.expression_type != "TAG":
                 return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark="only TAG subscriptions are supported")
-            sub = build_subscription(topic, req.get_str("subscription"))
+            sub = build_subscription(topic, header.subscription)
         else:
             sub = broker.consumers.find_subscription(group, topic)
             if sub is None:
                 return req.response(ResponseCode.SUBSCRIPTION_NOT_EXIST, remark="the consumer's subscription not exist")
-            if sub.sub_version < req.get_long("subVersion", 0):
+            if sub.sub_version < header.sub_version:
                 return req.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, remark="the consumer's subscription not latest")
 
         if sys_flag & PullSysFlag.COMMIT_OFFSET and broker.config.broker_id == 0:
-            commit_offset = req.get_long("commitOffset", -1)
-            if commit_offset >= 0:
-                broker.offsets.commit(group, topic, queue_id, commit_offset)
+            if header.commit_offset >= 0:
+                broker.offsets.commit(group, topic, queue_id, header.commit_offset)
 
         tag_filter = tag_filter_for(sub)
         result = await broker.store.get_messages(group, topic, queue_id, offset, max_nums, tag_filter)
@@ -107,17 +95,17 @@ class PullProcessor:
         if result.status in _FALL_BEHIND_KNOWN:
             broker.protection.record(group, topic, queue_id, result.fall_behind_bytes)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & PullSysFlag.SUSPEND:
-            result = await self._hold(group, topic, queue_id, offset, max_nums, tag_filter, req)
+            result = await self._hold(group, topic, queue_id, offset, max_nums, tag_filter, header.suspend_timeout_millis)
             code = response_code(result.status, offset)
             if result.status in _FALL_BEHIND_KNOWN:
                 broker.protection.record(group, topic, queue_id, result.fall_behind_bytes)
         return self._respond(req, result, code, group, topic)
 
     async def _hold(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
-                    tag_filter: Callable[[int], bool] | None, req: RemotingCommand) -> GetResult:
+                    tag_filter: Callable[[int], bool] | None, suspend_millis: int) -> GetResult:
         broker = self.broker
         if broker.config.long_polling_enable:
-            hold_seconds = req.get_long("suspendTimeoutMillis", 15_000) / 1000
+            hold_seconds = suspend_millis / 1000
         else:
             hold_seconds = broker.config.short_polling_time_mills / 1000
         deadline = time.monotonic() + hold_seconds

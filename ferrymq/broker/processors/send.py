@@ -20,19 +20,13 @@ from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PR
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store.results import PutStatus
 
 if TYPE_CHECKING:
     from ferrymq.broker.broker import Broker
 
 log = logging.getLogger(__name__)
-
-# SendMessageRequestHeaderV2 short keys -> SendMessageRequestHeader names.
-V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
-           "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
-           "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "bname"}
-# Clients older than this send no maxReconsumeTimes worth honouring (RocketMQ: V3_4_9).
-MAX_RECONSUME_TIMES_VERSION = 121
 
 PUT_STATUS_CODES = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -43,20 +37,14 @@ PUT_STATUS_CODES = {
 }
 
 
-def normalize_header(req: RemotingCommand) -> None:
-    """Rewrite a V2 (short-key) send header into the V1 names, in place."""
-    if req.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-        req.ext_fields = {V2_KEYS.get(k, k): v for k, v in req.ext_fields.items()}
-
-
 class SendProcessor:
     def __init__(self, broker: "Broker") -> None:
         self.broker = broker
 
     async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        normalize_header(req)
+        header = SendMessageHeader.from_request(req)
         broker = self.broker
-        topic = req.get_str("topic", required=True)
+        topic = header.topic
         error = validate_topic(topic)
         if error:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"topic[{topic}] is invalid: {error}")
@@ -69,27 +57,26 @@ class SendProcessor:
         topic_config = broker.topics.get(topic)
         if topic_config is None:
             topic_config = broker.topics.create_in_send(
-                topic, req.get_str("defaultTopic", ""), req.get_int("defaultTopicQueueNums", 4), req.get_int("topicSysFlag", 0))
+                topic, header.default_topic, header.default_topic_queue_nums, 0)
             if topic_config is None:
                 return req.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist, apply first please!")
         if not Perm.writeable(topic_config.perm):
             return req.response(ResponseCode.NO_PERMISSION, remark=f"the topic[{topic}] sending message is forbidden")
 
-        queue_id = req.get_int("queueId", -1)
+        queue_id = header.queue_id
         if queue_id < 0:
             queue_id = random.randrange(max(1, topic_config.write_queue_nums))
         if queue_id >= max(topic_config.read_queue_nums, topic_config.write_queue_nums):
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 remark=f"request queueId[{queue_id}] is illegal, {topic_config} Producer: {conn.remote_address[0]}")
 
-        batch_props = decode_properties(req.get_str("properties", "") or "")
+        batch_props = decode_properties(header.properties)
         wait = batch_props.pop(Prop.WAIT, None) != "false"  # honoured, not stored (as 4.9.1+)
         batch_props[Prop.CLUSTER] = broker.config.broker_cluster_name
-        reconsume_times = req.get_int("reconsumeTimes", 0)
         born_host = (conn.remote_address[0], conn.remote_address[1])
-        common = dict(queue_id=queue_id, sys_flag=req.get_int("sysFlag", 0),
-                      born_timestamp=req.get_long("bornTimestamp", int(time.time() * 1000)),
-                      born_host=born_host, store_host=broker.store_host, reconsume_times=reconsume_times)
+        common = dict(queue_id=queue_id, sys_flag=header.sys_flag,
+                      born_timestamp=header.born_timestamp or int(time.time() * 1000),
+                      born_host=born_host, store_host=broker.store_host, reconsume_times=header.reconsume_times)
 
         if req.code == RequestCode.SEND_BATCH_MESSAGE:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -104,8 +91,8 @@ class SendProcessor:
                     for flag, body, props in elements]
             result = await broker.store.put_messages(msgs, wait=wait)
         else:
-            msg = MessageExt(topic=topic, body=req.body or b"", flag=req.get_int("flag", 0), properties=batch_props, **common)
-            dlq = self._dead_letter_target(req, msg)
+            msg = MessageExt(topic=topic, body=req.body or b"", flag=header.flag, properties=batch_props, **common)
+            dlq = self._dead_letter_target(header, msg)
             if dlq is not None:
                 msg.topic, msg.queue_id = dlq, 0
                 msg.delay_level = 0  # a dead letter waits for a human, not a timer
@@ -123,15 +110,15 @@ class SendProcessor:
             "MSG_REGION": broker.config.region_id, "TRACE_ON": broker.config.trace_on,
         })
 
-    def _dead_letter_target(self, req: RemotingCommand, msg: MessageExt) -> str | None:
+    def _dead_letter_target(self, header: SendMessageHeader, msg: MessageExt) -> str | None:
         """A retry-topic message that used up its reconsume budget goes to the group's DLQ."""
         if not msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             return None
         group = msg.topic[len(RETRY_GROUP_TOPIC_PREFIX):]
         group_config = self.broker.groups.find_or_create(group)
         max_times = group_config.retry_max_times if group_config else 16
-        if req.version >= MAX_RECONSUME_TIMES_VERSION and req.get_str("maxReconsumeTimes"):
-            max_times = req.get_int("maxReconsumeTimes", max_times)
+        if header.max_reconsume_times is not None:
+            max_times = header.max_reconsume_times
         if msg.reconsume_times < max_times:
             return None
         target = dlq_topic(group)
