@@ -210,6 +210,11 @@ class AsyncMessageStore:
         return self.sync_store.get_min_offset_in_queue(topic, queue_id)
 
     @property
+    def store_host(self) -> tuple[str, int] | None:
+        """The IP literal and port stamped into records; known once the store has loaded."""
+        return self.sync_store.store_host
+
+    @property
     def max_phy_offset(self) -> int:
         return self.sync_store.max_phy_offset
 

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import shutil
 import socket
 import time
 import zlib
@@ -15,7 +14,9 @@ from pathlib import Path
 from typing import Coroutine
 
 from ferrymq.broker.async_store import AsyncMessageStore
+from ferrymq.broker.client_notifier import ClientNotifier
 from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.consumer_manager import ConsumerManager
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.broker.lock_manager import QueueLockManager
@@ -65,41 +66,47 @@ class Broker:
         self.offsets = ConsumerOffsetManager(config_dir)
         self.stats = BrokerStats()
         self.pull_waiters = PullWaiters()
-        # STOREHOST of every record: the advertised host's IP, resolved when the broker starts
-        self.store_host: tuple[str, int] | None = None
-        self.store = AsyncMessageStore(MessageStore(store_config))
+        self.store = AsyncMessageStore(MessageStore(store_config))  # its store host is resolved at start
         self.store.arrival_listeners.append(self.pull_waiters.notify)
-        # Consumer groups: delay levels, retries/DLQ, orderly locks, protection.
-        self.schedule = ScheduleMessageService(self, config_dir)
-        self.store.arrival_listeners.append(self.schedule.on_arrival)
-        self.retry = RetryService(self)
         self.locks = QueueLockManager(config.rebalance_lock_max_live_time / 1000)
-        self.protection = ConsumeProtection(self)
+        self._tasks = TaskSet(f"broker {config.broker_name}", log)
+        self.notifier = ClientNotifier(config, self.groups, self.spawn)
+        self.consumers = ConsumerManager(on_group_changed=self.notifier.group_changed)
+        self.ctx = BrokerContext(config, store_config, self.store, self.topics, self.groups, self.offsets,
+                                 self.consumers, self.locks, self.pull_waiters, self.stats, self.spawn)
+        # Consumer groups: delay levels, retries/DLQ, protection.
+        self.schedule = ScheduleMessageService(self.ctx, config_dir)
+        self.store.arrival_listeners.append(self.schedule.on_arrival)
+        self.retry = RetryService(self.ctx, self.schedule)
+        self.protection = ConsumeProtection(config, self.groups)
         self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker")
         self.namesrv_client = RemotingClient()
-        self.client_manage = ClientManageProcessors(self)
-        self.consumers = ConsumerManager(on_group_changed=self.client_manage.notify_group_changed)
         self.stopping = False
         self.registered = asyncio.Event()
-        self._tasks = TaskSet(f"broker {config.broker_name}", log)
         self._register_wanted = asyncio.Event()
         self._register_processors()
         self.server.add_connection_listener(on_close=self.consumers.connection_closed)
         self.topics.on_change = self._on_topics_changed
-        self.metrics_registry, self.flush_latency = broker_registry(self)
+        self.metrics_registry, self.flush_latency = broker_registry(self.ctx, lambda: len(self.server.connections))
         self.store_loaded = False
+
+    @property
+    def store_host(self) -> tuple[str, int] | None:
+        """STOREHOST of every record: the advertised host's IP, resolved when the broker starts."""
+        return self.store.store_host
 
     @property
     def address(self) -> str:
         return self.config.advertised_addr(self.server.port)
 
     def _register_processors(self) -> None:
-        send = SendProcessor(self)
+        ctx = self.ctx
+        send = SendProcessor(ctx, self.schedule)
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             self.server.register(code, send)
-        self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(self))
-        offsets = OffsetProcessors(self)
-        cm = self.client_manage
+        self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection))
+        offsets = OffsetProcessors(self.store, self.offsets)
+        cm = ClientManageProcessors(self.consumers, self.groups, self.topics)
         for code, handler in {
             RequestCode.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
@@ -111,18 +118,18 @@ class Broker:
             RequestCode.CHECK_CLIENT_CONFIG: cm.check_client_config,
         }.items():
             self.server.register(code, handler)
-        for code, handler in ConsumerAdminProcessors(self).handlers().items():
+        consumer_admin = ConsumerAdminProcessors(ctx, self.retry, self.schedule, self.protection, self.notifier)
+        for code, handler in consumer_admin.handlers().items():
             self.server.register(code, handler)
-        for code, handler in QueryProcessors(self).handlers().items():
+        for code, handler in QueryProcessors(self.store, self.store_config).handlers().items():
             self.server.register(code, handler)
-        self.server.register_default(AdminProcessor(self))
+        self.server.register_default(AdminProcessor(ctx, self.config_updated))
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         await asyncio.to_thread(self._load_config_tables)
-        self.store_host = await self._resolve_store_host()
-        await self.store.load(self.store_host)
+        await self.store.load(await self._resolve_store_host())
         self.store_loaded = True
         self._repair_topics_from_store()
         await self.server.start()
@@ -170,7 +177,7 @@ class Broker:
         if self.stopping:
             return
         self.stopping = True
-        self.pull_waiters.wake_all()
+        self.pull_waiters.close()
         await self._unregister_from_namesrvs()
         await self._tasks.close()
         await self.server.stop()
@@ -290,17 +297,3 @@ class Broker:
         if self.config.namesrv_addresses() and not self.registered.is_set():
             return False, "not registered with any name server"
         return True, ""
-
-    def group_lags(self) -> list[tuple[str, str, int]]:
-        """(group, topic, messages behind) for every group with committed offsets here."""
-        store = self.store
-        out = []
-        for key, queues in sorted(self.offsets.table.items()):
-            topic, _, group = key.rpartition("@")
-            behind = sum(max(0, store.max_offset(topic, q) - offset) for q, offset in queues.items())
-            out.append((group, topic, behind))
-        return out
-
-    async def disk_ratio(self) -> float:
-        usage = await asyncio.to_thread(shutil.disk_usage, self.store_config.store_path_root_dir)
-        return usage.used / usage.total if usage.total else 0.0

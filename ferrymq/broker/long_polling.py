@@ -14,14 +14,15 @@ from collections import defaultdict
 class PullWaiters:
     def __init__(self) -> None:
         self._waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = defaultdict(list)
+        self.closed = False  # the broker is stopping: nothing is held any more
 
     @property
     def held(self) -> int:
         return sum(len(v) for v in self._waiters.values())
 
     async def wait(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
-        """Wait until the queue's max offset exceeds ``offset``; False on timeout."""
-        if timeout <= 0:
+        """Wait until the queue's max offset exceeds ``offset``; False on timeout or shutdown."""
+        if timeout <= 0 or self.closed:
             return False
         fut = asyncio.get_running_loop().create_future()
         key = (topic, queue_id)
@@ -32,7 +33,7 @@ class PullWaiters:
             # that arrives just as the future completes, and shutdown would then hang.
             async with asyncio.timeout(timeout):
                 await fut
-            return True
+            return not self.closed
         except TimeoutError:
             return False
         finally:
@@ -50,8 +51,9 @@ class PullWaiters:
             if offset < max_offset and not fut.done():
                 fut.set_result(None)
 
-    def wake_all(self) -> None:
-        """Shutdown: answer every held pull now."""
+    def close(self) -> None:
+        """Shutdown: answer every held pull now, and hold none from here on."""
+        self.closed = True
         for waiters in self._waiters.values():
             for _, fut in waiters:
                 if not fut.done():

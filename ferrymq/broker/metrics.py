@@ -6,23 +6,23 @@ or pull path); only the flush latency is a histogram fed as flushes happen.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-
-if TYPE_CHECKING:
-    from ferrymq.broker.broker import Broker
+from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.runtime_info import group_lags
 
 
 class BrokerCollector(Collector):
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, ctx: BrokerContext, connection_count: Callable[[], int]) -> None:
+        self.ctx = ctx
+        self.connection_count = connection_count
 
     def collect(self) -> Iterator:
-        b = self.broker
+        b = self.ctx
         labels = [b.config.broker_cluster_name, b.config.broker_name]
         base = ["cluster", "broker"]
         families = {
@@ -38,7 +38,7 @@ class BrokerCollector(Collector):
         yield from families.values()
 
         yield _gauge("held_pulls", "Pull requests held by long polling", base, labels, b.pull_waiters.held)
-        yield _gauge("connections", "Open client connections", base, labels, len(b.server.connections))
+        yield _gauge("connections", "Open client connections", base, labels, self.connection_count())
         store = b.store
         yield _gauge("store_commitlog_bytes", "Bytes held in the CommitLog (max - min offset)", base, labels,
                      store.max_phy_offset - store.min_phy_offset)
@@ -48,7 +48,7 @@ class BrokerCollector(Collector):
         lag = GaugeMetricFamily("ferrymq_broker_group_lag_messages",
                                 "Messages not yet consumed by a group (max offset - committed offset), per topic",
                                 labels=base + ["group", "topic"])
-        for group, topic, behind in b.group_lags():
+        for group, topic, behind in group_lags(b.store, b.offsets):
             lag.add_metric(labels + [group, topic], behind)
         yield lag
         enabled = GaugeMetricFamily("ferrymq_broker_group_consume_enabled",
@@ -67,9 +67,9 @@ def _gauge(name: str, help_: str, label_names: list[str], labels: list[str], val
     return g
 
 
-def broker_registry(broker: "Broker") -> tuple[CollectorRegistry, Histogram]:
+def broker_registry(ctx: BrokerContext, connection_count: Callable[[], int]) -> tuple[CollectorRegistry, Histogram]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker))
+    registry.register(BrokerCollector(ctx, connection_count))
     flush_latency = Histogram("ferrymq_broker_flush_latency_seconds", "Time taken by CommitLog fsyncs",
                               buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
                               registry=registry)

@@ -11,17 +11,17 @@ what was recorded for the group, so it is judged on the pulls it makes from then
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 
 log = logging.getLogger(__name__)
 
 
 class ConsumeProtection:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, groups: SubscriptionGroupManager) -> None:
+        self.config = config
+        self.groups = groups
         # (group, topic, queue id) -> fall-behind bytes at the group's latest pull of that queue
         self.fall_behind: dict[tuple[str, str, int], int] = {}
         self.groups_disabled = 0  # counted for runtime info / metrics
@@ -39,7 +39,7 @@ class ConsumeProtection:
 
     async def check(self) -> list[str]:
         """One protection pass; returns the groups it disabled."""
-        config = self.broker.config
+        config = self.config
         if not config.disable_consume_if_consumer_read_slowly:
             return []
         threshold = config.consumer_fallbehind_threshold
@@ -47,14 +47,14 @@ class ConsumeProtection:
         for (group, topic, queue_id), behind in list(self.fall_behind.items()):
             if behind <= threshold or group in disabled:
                 continue
-            group_config = self.broker.groups.get(group)
+            group_config = self.groups.get(group)
             if group_config is None or not group_config.consume_enable:
                 continue
             log.warning("[PROTECT_BROKER] the consumer[%s] consume slowly, %d bytes behind on %s queue %d "
                         "(threshold %d), disable it", group, behind, topic, queue_id, threshold)
-            self.broker.groups.disable_consume(group)
+            self.groups.disable_consume(group)
             self.groups_disabled += 1
             disabled.append(group)
         if disabled:
-            await self.broker.groups.persist()
+            await self.groups.persist()
         return disabled

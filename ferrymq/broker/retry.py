@@ -13,15 +13,13 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from ferrymq.broker.schedule import divert_to_schedule
+from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.schedule import ScheduleMessageService, divert_to_schedule
 from ferrymq.common.message import MessageExt, Prop, decode_record
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, Perm, dlq_topic, retry_topic
 from ferrymq.remoting.codes import ResponseCode
 
-if TYPE_CHECKING:
-    from ferrymq.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -44,23 +42,24 @@ class SendBackResult:
 
 
 class RetryService:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, ctx: BrokerContext, schedule: ScheduleMessageService) -> None:
+        self.ctx = ctx
+        self.schedule = schedule
         self.sent_back = 0
         self.dead_lettered = 0
 
     async def send_back(self, req: SendBackRequest) -> SendBackResult:
-        broker = self.broker
-        group_config = broker.groups.find_or_create(req.group)
+        ctx = self.ctx
+        group_config = ctx.groups.find_or_create(req.group)
         if group_config is None:
             return SendBackResult(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {req.group}")
-        if not Perm.writeable(broker.config.broker_permission):
+        if not Perm.writeable(ctx.config.broker_permission):
             return SendBackResult(ResponseCode.NO_PERMISSION,
-                                  f"the broker[{broker.config.broker_name}] sending message is forbidden")
+                                  f"the broker[{ctx.config.broker_name}] sending message is forbidden")
         if group_config.retry_queue_nums <= 0:
             return SendBackResult(ResponseCode.SUCCESS)  # the group wants no retries: dropped
 
-        record = await broker.store.look_message(req.offset)
+        record = await ctx.store.look_message(req.offset)
         if record is None:
             return SendBackResult(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {req.offset}")
         original = decode_record(record)[0]
@@ -72,29 +71,29 @@ class RetryService:
         props.pop(Prop.DELAY, None)
         copy = MessageExt(topic="", body=original.body, flag=original.flag, properties=props, sys_flag=original.sys_flag,
                           born_timestamp=original.born_timestamp, born_host=original.born_host,
-                          store_host=broker.store_host, reconsume_times=original.reconsume_times + 1)
+                          store_host=ctx.store_host, reconsume_times=original.reconsume_times + 1)
         if original.reconsume_times >= max_times or req.delay_level < 0:
             copy.topic = dlq_topic(req.group)
             copy.queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
-            broker.topics.ensure(copy.topic, DLQ_NUMS_PER_GROUP, Perm.READ_WRITE)
+            ctx.topics.ensure(copy.topic, DLQ_NUMS_PER_GROUP, Perm.READ_WRITE)
             log.info("message %s of group %s failed %d times (max %d): stored in %s", copy.properties[Prop.ORIGIN_MESSAGE_ID],
                      req.group, original.reconsume_times + 1, max_times, copy.topic)
         else:
             copy.topic = retry_topic(req.group)
-            config = broker.topics.ensure(copy.topic, group_config.retry_queue_nums, Perm.READ_WRITE)
+            config = ctx.topics.ensure(copy.topic, group_config.retry_queue_nums, Perm.READ_WRITE)
             if not Perm.writeable(config.perm):
                 return SendBackResult(ResponseCode.NO_PERMISSION, f"the topic[{copy.topic}] sending message is forbidden")
             copy.queue_id = random.randrange(max(1, config.write_queue_nums))
             copy.delay_level = req.delay_level or 3 + original.reconsume_times
         target = copy.topic
         if copy.delay_level > 0:
-            divert_to_schedule(copy, broker.schedule.level_count)
-        result = await broker.store.put_message(copy)
+            divert_to_schedule(copy, self.schedule.level_count)
+        result = await ctx.store.put_message(copy)
         if not result.ok:
             return SendBackResult(ResponseCode.SYSTEM_ERROR, result.remark or result.status.name)
         if target.startswith(DLQ_GROUP_TOPIC_PREFIX):
             self.dead_lettered += 1
         else:
             self.sent_back += 1
-        broker.stats.record_put(target, 1, result.wrote_bytes)
+        ctx.stats.record_put(target, 1, result.wrote_bytes)
         return SendBackResult(ResponseCode.SUCCESS, topic=target)

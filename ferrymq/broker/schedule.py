@@ -18,16 +18,14 @@ import asyncio
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from ferrymq.broker.context import BrokerContext
 from ferrymq.common.json_config_file import JsonConfigFile
 from ferrymq.common import rocketmq_json
 from ferrymq.common.message import MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.protocol import SCHEDULE_TOPIC
 from ferrymq.store.results import GetStatus
 
-if TYPE_CHECKING:
-    from ferrymq.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +52,9 @@ def divert_to_schedule(msg: MessageExt, level_count: int) -> None:
 
 
 class ScheduleMessageService:
-    def __init__(self, broker: "Broker", config_dir: Path) -> None:
-        self.broker = broker
-        self.levels_ms = broker.store_config.delay_level_millis()
+    def __init__(self, ctx: BrokerContext, config_dir: Path) -> None:
+        self.ctx = ctx
+        self.levels_ms = ctx.store_config.delay_level_millis()
         self.offsets: dict[int, int] = {}  # level -> next SCHEDULE_TOPIC_XXXX offset to deliver
         self.delivered = 0
         self._file = JsonConfigFile(config_dir / "delayOffset.json")
@@ -79,7 +77,7 @@ class ScheduleMessageService:
 
     def start(self) -> None:
         for level in self._arrivals:
-            self.broker.spawn(self._run_level(level), f"delay-level-{level}")
+            self.ctx.spawn(self._run_level(level), f"delay-level-{level}")
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Store arrival listener: wake the level whose queue just got a message."""
@@ -106,7 +104,7 @@ class ScheduleMessageService:
                 await asyncio.sleep(RETRY_AFTER_FAILED_PUT)
 
     async def _walk_level(self, level: int) -> None:
-        store, arrived = self.broker.store, self._arrivals[level]
+        store, arrived = self.ctx.store, self._arrivals[level]
         while True:
             offset = self.offsets.get(level, 0)
             arrived.clear()  # before the read: an arrival during it is not missed
@@ -168,12 +166,12 @@ class ScheduleMessageService:
         props.pop(Prop.DELAY, None)
         out = MessageExt(topic=real_topic, body=msg.body, flag=msg.flag, properties=props, queue_id=real_qid,
                          sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
-                         store_host=self.broker.store_host, reconsume_times=msg.reconsume_times)
-        result = await self.broker.store.put_message(out)
+                         store_host=self.ctx.store_host, reconsume_times=msg.reconsume_times)
+        result = await self.ctx.store.put_message(out)
         if not result.ok:
             log.warning("delivering delayed message %s to %s failed: %s; retrying in %.0f s",
                         msg.client_msg_id, real_topic, result.remark or result.status.name, RETRY_AFTER_FAILED_PUT)
             return False
         self.delivered += 1
-        self.broker.stats.record_put(real_topic, 1, result.wrote_bytes)
+        self.ctx.stats.record_put(real_topic, 1, result.wrote_bytes)
         return True

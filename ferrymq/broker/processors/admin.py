@@ -7,20 +7,17 @@ in query.py). Codes it does not know are answered REQUEST_CODE_NOT_SUPPORTED.
 from __future__ import annotations
 
 import logging
-import time
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Awaitable, Callable
 
-from ferrymq import __version__
+from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.runtime_info import runtime_info
 from ferrymq.common import rocketmq_json
 from ferrymq.common.config_loader import ConfigError, apply_settings, parse_properties, to_properties
 from ferrymq.common.message import validate_topic
 from ferrymq.common.protocol import KVTable, MessageQueue, Perm, TopicConfig
-from ferrymq.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
+from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
-
-if TYPE_CHECKING:
-    from ferrymq.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +25,9 @@ Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
 
 
 class AdminProcessor:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, ctx: BrokerContext, on_config_updated: Callable[[set[str]], None]) -> None:
+        self.ctx = ctx
+        self.on_config_updated = on_config_updated  # keys UPDATE_BROKER_CONFIG changed
         self.handlers: dict[int, Handler] = {
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_topic,
             RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
@@ -54,12 +52,12 @@ class AdminProcessor:
         error = validate_topic(topic)
         if error:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"topic[{topic}] is invalid: {error}")
-        if topic == self.broker.config.broker_cluster_name or self.broker.topics.is_system_topic(topic):
+        if topic == self.ctx.config.broker_cluster_name or self.ctx.topics.is_system_topic(topic):
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"The topic[{topic}] is conflict with system topic.")
         read, write = req.get_int("readQueueNums", 16), req.get_int("writeQueueNums", 16)
         if not (1 <= read <= 1024 and 1 <= write <= 1024):
             return req.response(ResponseCode.SYSTEM_ERROR, remark="queue numbers must be between 1 and 1024")
-        self.broker.topics.update(TopicConfig(
+        self.ctx.topics.update(TopicConfig(
             topic_name=topic, read_queue_nums=read, write_queue_nums=write, perm=req.get_int("perm", Perm.READ_WRITE),
             topic_filter_type=req.get_str("topicFilterType", "SINGLE_TAG") or "SINGLE_TAG",
             topic_sys_flag=req.get_int("topicSysFlag", 0), order=req.get_bool("order")))
@@ -67,25 +65,25 @@ class AdminProcessor:
 
     async def delete_topic(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         topic = req.get_str("topic", required=True)
-        if self.broker.topics.is_system_topic(topic):
+        if self.ctx.topics.is_system_topic(topic):
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"The topic[{topic}] is a system topic and cannot be deleted.")
-        self.broker.topics.delete(topic)
+        self.ctx.topics.delete(topic)
         return req.response()
 
     async def get_all_topic_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return req.response(body=self.broker.topics.wrapper().to_json())
+        return req.response(body=self.ctx.topics.wrapper().to_json())
 
     async def get_topic_stats(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         topic = req.get_str("topic", required=True)
-        config = self.broker.topics.get(topic)
+        config = self.ctx.topics.get(topic)
         if config is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")
-        store = self.broker.store
+        store = self.ctx.store
         table = {}
         for queue_id in range(config.write_queue_nums):
             max_offset = store.max_offset(topic, queue_id)
             last = await store.store_time(topic, queue_id, max_offset - 1) if max_offset > 0 else 0
-            mq = MessageQueue(topic, self.broker.config.broker_name, queue_id)
+            mq = MessageQueue(topic, self.ctx.config.broker_name, queue_id)
             table[rocketmq_json.ObjectKey(mq.to_dict())] = {
                 "minOffset": store.min_offset(topic, queue_id), "maxOffset": max_offset,
                 "lastUpdateTimestamp": max(last, 0)}
@@ -94,48 +92,27 @@ class AdminProcessor:
     async def query_topic_consume_by_who(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """Groups that consume a topic: online subscribers and groups with offsets for it."""
         topic = req.get_str("topic", required=True)
-        groups = set(self.broker.offsets.groups_of_topic(topic))
-        groups |= {name for name, info in self.broker.consumers.groups.items() if topic in info.subscriptions}
+        groups = set(self.ctx.offsets.groups_of_topic(topic))
+        groups |= {name for name, info in self.ctx.consumers.groups.items() if topic in info.subscriptions}
         return req.response(body=rocketmq_json.dumps({"groupList": sorted(groups)}).encode())
 
     # ------------------------------------------------------------------ broker
 
     async def get_broker_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        props = to_properties(self.broker.config, self.broker.store_config)
+        props = to_properties(self.ctx.config, self.ctx.store_config)
         text = "\n".join(f"{k}={v}" for k, v in sorted(props.items())) + "\n"
-        return req.response(ext_fields={"version": rocketmq_json.dumps(self.broker.topics.data_version.to_dict())},
+        return req.response(ext_fields={"version": rocketmq_json.dumps(self.ctx.topics.data_version.to_dict())},
                             body=text.encode())
 
     async def update_broker_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:
             settings = parse_properties((req.body or b"").decode("utf-8"))
-            apply_settings(settings, self.broker.config, self.broker.store_config, live_only=True)
+            apply_settings(settings, self.ctx.config, self.ctx.store_config, live_only=True)
         except (ConfigError, UnicodeDecodeError) as e:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=str(e))
         log.info("broker config updated: %s", ", ".join(f"{k}={v}" for k, v in settings.items()))
-        self.broker.config_updated(set(settings))
+        self.on_config_updated(set(settings))
         return req.response()
 
     async def get_runtime_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        broker, store = self.broker, self.broker.store
-        put_tps, get_tps = broker.stats.rates()
-        now = int(time.time() * 1000)
-        table = {
-            "brokerVersionDesc": "V4_9_7", "brokerVersion": str(CURRENT_VERSION), "ferrymqVersion": __version__,
-            "msgPutTotalTodayNow": str(broker.stats.messages_in), "msgGetTotalTodayNow": str(broker.stats.messages_out),
-            "msgPutTotalTodayMorning": "0", "msgGetTotalTodayMorning": "0",
-            "msgPutTotalYesterdayMorning": "0", "msgGetTotalYesterdayMorning": "0",
-            "putTps": f"{put_tps:.2f} {put_tps:.2f} {put_tps:.2f}",
-            "getTransferedTps": f"{get_tps:.2f} {get_tps:.2f} {get_tps:.2f}",
-            "bootTimestamp": str(broker.stats.boot_timestamp_ms), "runtime": _uptime(now - broker.stats.boot_timestamp_ms),
-            "commitLogMaxOffset": str(store.max_phy_offset), "commitLogMinOffset": str(store.min_phy_offset),
-            "earliestMessageTimeStamp": str(await store.earliest_message_time()),
-            "commitLogDiskRatio": f"{await broker.disk_ratio():.4f}",
-            "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0", "dispatchBehindBytes": "0",
-        }
-        return req.response(body=KVTable(table).to_json())
-
-
-def _uptime(ms: int) -> str:
-    seconds = ms // 1000
-    return f"[ {seconds // 86400} days, {seconds // 3600 % 24} hours, {seconds // 60 % 60} minutes, {seconds % 60} seconds ]"
+        return req.response(body=KVTable(await runtime_info(self.ctx)).to_json())

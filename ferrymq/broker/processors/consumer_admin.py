@@ -5,8 +5,12 @@ and offset resets (222)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
+from ferrymq.broker.client_notifier import ClientNotifier
+from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.protection import ConsumeProtection
+from ferrymq.broker.retry import RetryService, SendBackRequest
+from ferrymq.broker.schedule import ScheduleMessageService
 from ferrymq.common.consumer_protocol import (
     ClientConnection,
     ConsumerConnection,
@@ -17,17 +21,12 @@ from ferrymq.common.consumer_protocol import (
     ResetOffsetBody,
     UnlockBatchRequestBody,
 )
-from ferrymq.broker.retry import SendBackRequest
 from ferrymq.common.message import validate_group
 from ferrymq.common.protocol import MessageQueue, SubscriptionGroupConfig
 from ferrymq.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.request_headers import MAX_RECONSUME_TIMES_VERSION
-from ferrymq.remoting.errors import RemotingError
-
-if TYPE_CHECKING:
-    from ferrymq.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +39,13 @@ def _language_name(code: int) -> str:
 
 
 class ConsumerAdminProcessors:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, ctx: BrokerContext, retry: RetryService, schedule: ScheduleMessageService,
+                 protection: ConsumeProtection, notifier: ClientNotifier) -> None:
+        self.ctx = ctx
+        self.retry = retry
+        self.schedule = schedule
+        self.protection = protection
+        self.notifier = notifier
 
     def handlers(self) -> dict[int, object]:
         return {
@@ -67,11 +71,11 @@ class ConsumerAdminProcessors:
         error = validate_group(config.group_name)
         if error:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"group[{config.group_name}] is invalid: {error}")
-        groups = self.broker.groups
+        groups = self.ctx.groups
         old = groups.get(config.group_name)
         if config.consume_enable and old is not None and not old.consume_enable:
             # An admin let the group consume again: judge it on its pulls from now on.
-            self.broker.protection.forget_group(config.group_name)
+            self.protection.forget_group(config.group_name)
             log.info("subscription group %s re-enabled by %s", config.group_name, conn.remote_address[0])
         groups.update(config)
         await groups.persist()
@@ -79,46 +83,46 @@ class ConsumerAdminProcessors:
 
     async def delete_group(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         group = req.get_str("groupName", required=True)
-        self.broker.groups.delete(group)
+        self.ctx.groups.delete(group)
         if req.get_bool("removeOffset"):
-            self.broker.offsets.remove_group(group)
-        await self.broker.groups.persist()
+            self.ctx.offsets.remove_group(group)
+        await self.ctx.groups.persist()
         return req.response()
 
     async def get_all_groups(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return req.response(body=self.broker.groups.render().encode())
+        return req.response(body=self.ctx.groups.render().encode())
 
     # ------------------------------------------------------------------ stats and connections
 
     async def get_consume_stats(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        broker = self.broker
+        ctx = self.ctx
         group = req.get_str("consumerGroup", required=True)
         only_topic = req.get_str("topic")
-        topics = [only_topic] if only_topic else sorted(broker.offsets.topics_of_group(group))
-        online = broker.consumers.groups.get(group)
+        topics = [only_topic] if only_topic else sorted(ctx.offsets.topics_of_group(group))
+        online = ctx.consumers.groups.get(group)
         stats = ConsumeStats()
-        store = broker.store
+        store = ctx.store
         for topic in topics:
-            config = broker.topics.get(topic)
+            config = ctx.topics.get(topic)
             if config is None:
                 continue
             # A topic the online group no longer subscribes is stale history, not lag.
             if online and online.subscriptions and topic not in online.subscriptions:
                 continue
             for queue_id in range(config.read_queue_nums):
-                consumer_offset = max(0, broker.offsets.query(group, topic, queue_id))
+                consumer_offset = max(0, ctx.offsets.query(group, topic, queue_id))
                 last = 0
                 if consumer_offset > 0:
                     last = max(0, await store.store_time(topic, queue_id, consumer_offset - 1))
-                mq = MessageQueue(topic, broker.config.broker_name, queue_id)
+                mq = MessageQueue(topic, ctx.config.broker_name, queue_id)
                 stats.offset_table[mq] = OffsetWrapper(store.max_offset(topic, queue_id), consumer_offset, last)
-        group_config = broker.groups.get(group)
+        group_config = ctx.groups.get(group)
         stats.consume_enable = group_config.consume_enable if group_config else None
         return req.response(body=stats.to_json())
 
     async def get_consumer_connections(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         group = req.get_str("consumerGroup", required=True)
-        info = self.broker.consumers.groups.get(group)
+        info = self.ctx.consumers.groups.get(group)
         if info is None or not info.channels:
             return req.response(ResponseCode.CONSUMER_NOT_ONLINE, remark=f"the consumer group[{group}] not online")
         body = ConsumerConnection(
@@ -135,7 +139,7 @@ class ConsumerAdminProcessors:
             body = LockBatchRequestBody.from_json(req.body or b"{}")
         except ValueError as e:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"malformed lock body: {e}")
-        locked = self.broker.locks.try_lock_batch(body.consumer_group, body.mq_set, body.client_id)
+        locked = self.ctx.locks.try_lock_batch(body.consumer_group, body.mq_set, body.client_id)
         return req.response(body=LockBatchResponseBody(sorted(locked)).to_json())
 
     async def unlock_batch(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -143,7 +147,7 @@ class ConsumerAdminProcessors:
             body = UnlockBatchRequestBody.from_json(req.body or b"{}")
         except ValueError as e:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"malformed unlock body: {e}")
-        self.broker.locks.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
+        self.ctx.locks.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
         return req.response()
 
     # ------------------------------------------------------------------ retries and delays
@@ -152,32 +156,32 @@ class ConsumerAdminProcessors:
         max_times = None
         if req.version >= MAX_RECONSUME_TIMES_VERSION and req.get_str("maxReconsumeTimes"):
             max_times = req.get_int("maxReconsumeTimes")
-        result = await self.broker.retry.send_back(SendBackRequest(
+        result = await self.retry.send_back(SendBackRequest(
             group=req.get_str("group", required=True), offset=req.get_long("offset", required=True),
             delay_level=req.get_int("delayLevel", 0), max_reconsume_times=max_times))
         return req.response(result.code, remark=result.remark)
 
     async def get_all_delay_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return req.response(body=self.broker.schedule.render().encode())
+        return req.response(body=self.schedule.render().encode())
 
     # ------------------------------------------------------------------ offset reset
 
     async def reset_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """INVOKE_BROKER_TO_RESET_OFFSET: move a group's offsets on a topic to a point in time
         (-1: the end), store them, and tell the group's online members (RESET_CONSUMER_CLIENT_OFFSET)."""
-        broker = self.broker
+        ctx = self.ctx
         topic = req.get_str("topic", required=True)
         group = req.get_str("group", required=True)
         timestamp = req.get_long("timestamp", required=True)
         force = req.get_bool("isForce", True)
-        config = broker.topics.get(topic)
+        config = ctx.topics.get(topic)
         if config is None:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 remark=f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
-        store = broker.store
+        store = ctx.store
         table: dict[MessageQueue, int] = {}
         for queue_id in range(config.write_queue_nums):
-            current = broker.offsets.query(group, topic, queue_id)
+            current = ctx.offsets.query(group, topic, queue_id)
             if timestamp == -1:
                 target = store.max_offset(topic, queue_id)
             else:
@@ -185,17 +189,10 @@ class ConsumerAdminProcessors:
             target = max(0, target)
             if not force and 0 <= current <= target:
                 target = current
-            table[MessageQueue(topic, broker.config.broker_name, queue_id)] = target
-            broker.offsets.commit(group, topic, queue_id, target)
-        await broker.offsets.persist()
+            table[MessageQueue(topic, ctx.config.broker_name, queue_id)] = target
+            ctx.offsets.commit(group, topic, queue_id, target)
+        await ctx.offsets.persist()
         body = ResetOffsetBody(table).to_json()
-        info = broker.consumers.groups.get(group)
-        for channel in list(info.channels.values()) if info else []:
-            notice = RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, {
-                "topic": topic, "group": group, "timestamp": timestamp, "isForce": force}, body)
-            try:
-                await channel.connection.invoke_oneway(notice)
-            except RemotingError as e:
-                log.warning("telling %s about the offset reset of %s failed: %s", channel.client_id, group, e)
+        await self.notifier.offsets_reset(ctx.consumers.groups.get(group), topic, timestamp, force, body)
         log.info("offsets of group %s on %s reset to %s", group, topic, {mq.queue_id: o for mq, o in table.items()})
         return req.response(body=body)

@@ -2,30 +2,27 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ferrymq.broker.async_store import AsyncMessageStore
+from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 
-if TYPE_CHECKING:
-    from ferrymq.broker.broker import Broker
-
-
 class OffsetProcessors:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, store: AsyncMessageStore, offsets: ConsumerOffsetManager) -> None:
+        self.store = store
+        self.offsets = offsets
 
     async def query_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         group = req.get_str("consumerGroup", required=True)
         topic = req.get_str("topic", required=True)
         queue_id = req.get_int("queueId", required=True)
-        offset = self.broker.offsets.query(group, topic, queue_id)
+        offset = self.offsets.query(group, topic, queue_id)
         if offset >= 0:
             return req.response(ext_fields={"offset": offset})
         # A group new to a queue whose first message is still hot starts from 0 (RocketMQ
         # does this so a fresh consumer does not skip a young topic's first messages).
-        store = self.broker.store
+        store = self.store
         if store.min_offset(topic, queue_id) <= 0:
             first_phys = await store.commit_log_offset(topic, queue_id, 0)
             if first_phys >= 0 and store.is_in_memory(first_phys):
@@ -33,14 +30,14 @@ class OffsetProcessors:
         return req.response(ResponseCode.QUERY_NOT_FOUND, remark="Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
     async def update_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        self.broker.offsets.commit(req.get_str("consumerGroup", required=True), req.get_str("topic", required=True),
+        self.offsets.commit(req.get_str("consumerGroup", required=True), req.get_str("topic", required=True),
                                    req.get_int("queueId", required=True), req.get_long("commitOffset", required=True))
         return req.response()
 
     async def get_max_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        offset = self.broker.store.max_offset(req.get_str("topic", required=True), req.get_int("queueId", required=True))
+        offset = self.store.max_offset(req.get_str("topic", required=True), req.get_int("queueId", required=True))
         return req.response(ext_fields={"offset": offset})
 
     async def get_min_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        offset = self.broker.store.min_offset(req.get_str("topic", required=True), req.get_int("queueId", required=True))
+        offset = self.store.min_offset(req.get_str("topic", required=True), req.get_int("queueId", required=True))
         return req.response(ext_fields={"offset": offset})

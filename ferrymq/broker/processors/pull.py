@@ -9,8 +9,10 @@ is then answered from a fresh read (PULL_NOT_FOUND when nothing came).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
+from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.protection import ConsumeProtection
 from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common.protocol import Perm, SubscriptionData
 from ferrymq.remoting.codes import ResponseCode
@@ -18,9 +20,6 @@ from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 from ferrymq.store.results import GetResult, GetStatus
-
-if TYPE_CHECKING:
-    from ferrymq.broker.broker import Broker
 
 
 def tag_filter_for(sub: SubscriptionData) -> Callable[[int], bool] | None:
@@ -47,24 +46,25 @@ _FALL_BEHIND_KNOWN = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.O
 
 
 class PullProcessor:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, ctx: BrokerContext, protection: ConsumeProtection) -> None:
+        self.ctx = ctx
+        self.protection = protection
 
     async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        broker = self.broker
+        ctx = self.ctx
         header = PullMessageHeader.from_request(req)
         group, topic, queue_id, offset = header.consumer_group, header.topic, header.queue_id, header.queue_offset
         max_nums, sys_flag = header.max_msg_nums, header.sys_flag
 
-        if not Perm.readable(broker.config.broker_permission):
-            return req.response(ResponseCode.NO_PERMISSION, remark=f"the broker[{broker.config.broker_name}] pulling message is forbidden")
-        group_config = broker.groups.find_or_create(group)
+        if not Perm.readable(ctx.config.broker_permission):
+            return req.response(ResponseCode.NO_PERMISSION, remark=f"the broker[{ctx.config.broker_name}] pulling message is forbidden")
+        group_config = ctx.groups.find_or_create(group)
         if group_config is None:
             return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                 remark=f"subscription group [{group}] does not exist")
         if not group_config.consume_enable:
             return req.response(ResponseCode.NO_PERMISSION, remark=f"subscription group no permission, {group}")
-        topic_config = broker.topics.get(topic)
+        topic_config = ctx.topics.get(topic)
         if topic_config is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist, apply first please!")
         if not Perm.readable(topic_config.perm):
@@ -79,41 +79,39 @@ class PullProcessor:
                 return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark="only TAG subscriptions are supported")
             sub = build_subscription(topic, header.subscription)
         else:
-            sub = broker.consumers.find_subscription(group, topic)
+            sub = ctx.consumers.find_subscription(group, topic)
             if sub is None:
                 return req.response(ResponseCode.SUBSCRIPTION_NOT_EXIST, remark="the consumer's subscription not exist")
             if sub.sub_version < header.sub_version:
                 return req.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, remark="the consumer's subscription not latest")
 
-        if sys_flag & PullSysFlag.COMMIT_OFFSET and broker.config.broker_id == 0:
+        if sys_flag & PullSysFlag.COMMIT_OFFSET and ctx.config.broker_id == 0:
             if header.commit_offset >= 0:
-                broker.offsets.commit(group, topic, queue_id, header.commit_offset)
+                ctx.offsets.commit(group, topic, queue_id, header.commit_offset)
 
         tag_filter = tag_filter_for(sub)
-        result = await broker.store.get_messages(group, topic, queue_id, offset, max_nums, tag_filter)
+        result = await ctx.store.get_messages(group, topic, queue_id, offset, max_nums, tag_filter)
         code = response_code(result.status, offset)
         if result.status in _FALL_BEHIND_KNOWN:
-            broker.protection.record(group, topic, queue_id, result.fall_behind_bytes)
+            self.protection.record(group, topic, queue_id, result.fall_behind_bytes)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & PullSysFlag.SUSPEND:
             result = await self._hold(group, topic, queue_id, offset, max_nums, tag_filter, header.suspend_timeout_millis)
             code = response_code(result.status, offset)
             if result.status in _FALL_BEHIND_KNOWN:
-                broker.protection.record(group, topic, queue_id, result.fall_behind_bytes)
+                self.protection.record(group, topic, queue_id, result.fall_behind_bytes)
         return self._respond(req, result, code, group, topic)
 
     async def _hold(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
                     tag_filter: Callable[[int], bool] | None, suspend_millis: int) -> GetResult:
-        broker = self.broker
-        if broker.config.long_polling_enable:
+        ctx = self.ctx
+        if ctx.config.long_polling_enable:
             hold_seconds = suspend_millis / 1000
         else:
-            hold_seconds = broker.config.short_polling_time_mills / 1000
+            hold_seconds = ctx.config.short_polling_time_mills / 1000
         deadline = time.monotonic() + hold_seconds
         while True:
-            woken = await broker.pull_waiters.wait(topic, queue_id, offset, deadline - time.monotonic())
-            if broker.stopping:
-                woken = False
-            result = await broker.store.get_messages(group, topic, queue_id, offset, max_nums, tag_filter)
+            woken = await ctx.pull_waiters.wait(topic, queue_id, offset, deadline - time.monotonic())
+            result = await ctx.store.get_messages(group, topic, queue_id, offset, max_nums, tag_filter)
             # Still nothing new (a wake-up raced with the read) and time remains: wait again.
             if not woken or result.status is not GetStatus.OFFSET_OVERFLOW_ONE:
                 return result
@@ -122,7 +120,7 @@ class PullProcessor:
         body = None
         if code == ResponseCode.SUCCESS:
             body = b"".join(result.records)
-            self.broker.stats.record_get(topic, len(result.records), len(body))
+            self.ctx.stats.record_get(topic, len(result.records), len(body))
         return req.response(code, remark=result.status.name, body=body, ext_fields={
             "suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset,
             "minOffset": result.min_offset, "maxOffset": result.max_offset,

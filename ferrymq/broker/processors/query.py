@@ -7,21 +7,19 @@ the IndexFile's candidates (the index is hash based): clients check the keys the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
-
-if TYPE_CHECKING:
-    from ferrymq.broker.broker import Broker
+from ferrymq.store.config import StoreConfig
 
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # extField: the key is a UNIQ_KEY (a client message id)
 
 
 class QueryProcessors:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, store: AsyncMessageStore, store_config: StoreConfig) -> None:
+        self.store = store
+        self.store_config = store_config
 
     def handlers(self) -> dict[int, object]:
         return {
@@ -38,8 +36,8 @@ class QueryProcessors:
         begin = req.get_long("beginTimestamp", required=True)
         end = req.get_long("endTimestamp", required=True)
         if req.ext_fields.get(UNIQUE_MSG_QUERY_FLAG) == "true":
-            max_num = self.broker.store_config.default_query_max_num
-        result = await self.broker.store.query_message(topic, key, max_num, begin, end)
+            max_num = self.store_config.default_query_max_num
+        result = await self.store.query_message(topic, key, max_num, begin, end)
         header = {"indexLastUpdateTimestamp": result.index_last_update_timestamp,
                   "indexLastUpdatePhyoffset": result.index_last_update_phyoffset}
         if result.records:
@@ -49,20 +47,20 @@ class QueryProcessors:
 
     async def view_message_by_id(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         offset = req.get_long("offset", required=True)
-        store = self.broker.store
+        store = self.store
         record = await store.look_message(offset)
         if record is None:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"can not find message by the offset, {offset}")
         return req.response(body=record)
 
     async def search_offset_by_timestamp(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        store = self.broker.store
+        store = self.store
         offset = await store.search_offset(req.get_str("topic", required=True), req.get_int("queueId", required=True),
                                            req.get_long("timestamp", required=True))
         return req.response(ext_fields={"offset": offset})
 
     async def get_earliest_store_time(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        store = self.broker.store
+        store = self.store
         topic, queue_id = req.get_str("topic", required=True), req.get_int("queueId", required=True)
         timestamp = await store.store_time(topic, queue_id, store.min_offset(topic, queue_id))
         return req.response(ext_fields={"timestamp": timestamp})

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
 
-from ferrymq.broker.schedule import divert_to_schedule, is_delayable
+from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.schedule import ScheduleMessageService, divert_to_schedule, is_delayable
 from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
 from ferrymq.common.message import MessageExt, Prop, decode_batch_body, decode_properties, validate_topic
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, Perm, dlq_topic
@@ -22,9 +22,6 @@ from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store.results import PutStatus
-
-if TYPE_CHECKING:
-    from ferrymq.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -38,25 +35,26 @@ PUT_STATUS_CODES = {
 
 
 class SendProcessor:
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, ctx: BrokerContext, schedule: ScheduleMessageService) -> None:
+        self.ctx = ctx
+        self.schedule = schedule
 
     async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         header = SendMessageHeader.from_request(req)
-        broker = self.broker
+        ctx = self.ctx
         topic = header.topic
         error = validate_topic(topic)
         if error:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"topic[{topic}] is invalid: {error}")
         if topic in FORBIDDEN_SEND_TOPICS:
             return req.response(ResponseCode.NO_PERMISSION, remark=f"Sending message to topic[{topic}] is forbidden.")
-        if not Perm.writeable(broker.config.broker_permission):
+        if not Perm.writeable(ctx.config.broker_permission):
             return req.response(ResponseCode.NO_PERMISSION,
-                                remark=f"the broker[{broker.config.broker_name}] sending message is forbidden")
+                                remark=f"the broker[{ctx.config.broker_name}] sending message is forbidden")
 
-        topic_config = broker.topics.get(topic)
+        topic_config = ctx.topics.get(topic)
         if topic_config is None:
-            topic_config = broker.topics.create_in_send(
+            topic_config = ctx.topics.create_in_send(
                 topic, header.default_topic, header.default_topic_queue_nums, 0)
             if topic_config is None:
                 return req.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist, apply first please!")
@@ -72,11 +70,11 @@ class SendProcessor:
 
         batch_props = decode_properties(header.properties)
         wait = batch_props.pop(Prop.WAIT, None) != "false"  # honoured, not stored (as 4.9.1+)
-        batch_props[Prop.CLUSTER] = broker.config.broker_cluster_name
+        batch_props[Prop.CLUSTER] = ctx.config.broker_cluster_name
         born_host = (conn.remote_address[0], conn.remote_address[1])
         common = dict(queue_id=queue_id, sys_flag=header.sys_flag,
                       born_timestamp=header.born_timestamp or int(time.time() * 1000),
-                      born_host=born_host, store_host=broker.store_host, reconsume_times=header.reconsume_times)
+                      born_host=born_host, store_host=ctx.store_host, reconsume_times=header.reconsume_times)
 
         if req.code == RequestCode.SEND_BATCH_MESSAGE:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -89,7 +87,7 @@ class SendProcessor:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
             msgs = [MessageExt(topic=topic, body=body, flag=flag, properties={**props, **batch_props}, **common)
                     for flag, body, props in elements]
-            result = await broker.store.put_messages(msgs, wait=wait)
+            result = await ctx.store.put_messages(msgs, wait=wait)
         else:
             msg = MessageExt(topic=topic, body=req.body or b"", flag=header.flag, properties=batch_props, **common)
             dlq = self._dead_letter_target(header, msg)
@@ -98,16 +96,16 @@ class SendProcessor:
                 msg.delay_level = 0  # a dead letter waits for a human, not a timer
             topic, queue_id = msg.topic, msg.queue_id
             if is_delayable(msg):  # held in SCHEDULE_TOPIC_XXXX until due (wire facts 7.3 step 6)
-                divert_to_schedule(msg, broker.schedule.level_count)
-            result = await broker.store.put_message(msg, wait=wait)
+                divert_to_schedule(msg, self.schedule.level_count)
+            result = await ctx.store.put_message(msg, wait=wait)
 
         code = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
-        broker.stats.record_put(topic, result.msg_num if code in (0, 10) else 0, result.wrote_bytes)
+        ctx.stats.record_put(topic, result.msg_num if code in (0, 10) else 0, result.wrote_bytes)
         if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
             return req.response(code, remark=result.remark or result.status.name)
         return req.response(code, ext_fields={
             "msgId": ",".join(result.msg_ids), "queueId": queue_id, "queueOffset": result.queue_offset,
-            "MSG_REGION": broker.config.region_id, "TRACE_ON": broker.config.trace_on,
+            "MSG_REGION": ctx.config.region_id, "TRACE_ON": ctx.config.trace_on,
         })
 
     def _dead_letter_target(self, header: SendMessageHeader, msg: MessageExt) -> str | None:
@@ -115,13 +113,13 @@ class SendProcessor:
         if not msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
             return None
         group = msg.topic[len(RETRY_GROUP_TOPIC_PREFIX):]
-        group_config = self.broker.groups.find_or_create(group)
+        group_config = self.ctx.groups.find_or_create(group)
         max_times = group_config.retry_max_times if group_config else 16
         if header.max_reconsume_times is not None:
             max_times = header.max_reconsume_times
         if msg.reconsume_times < max_times:
             return None
         target = dlq_topic(group)
-        self.broker.topics.ensure(target, 1, Perm.READ_WRITE)
+        self.ctx.topics.ensure(target, 1, Perm.READ_WRITE)
         log.info("message for %s exceeded %d reconsume times; stored in %s", msg.topic, max_times, target)
         return target
