@@ -54,10 +54,6 @@ async def delete_topic(admin: AdminClient, topic: str, cluster: str) -> None:
     await admin.delete_topic(topic, cluster=cluster)
 
 
-async def topic_exists_anywhere(admin: AdminClient, addrs: dict[str, str], topic: str) -> list[str]:
-    return [name for name, addr in addrs.items() if topic in await admin.topic_configs(addr)]
-
-
 # ---------------------------------------------------------------------------- groups
 
 async def observe_group(admin: AdminClient, addrs: dict[str, str], group: str) -> dict[str, SubscriptionGroupConfig | None]:
@@ -93,14 +89,13 @@ async def reset_to_latest(admin: AdminClient, group: str, topics: list[str]) -> 
         await admin.reset_offset(group, topic, timestamp=None)
 
 
-async def revoke_write(admin: AdminClient, addr: str) -> None:
-    """Drain a broker before removing it: read-only, so producers move to the others."""
-    await admin.update_broker_config(addr, {"brokerPermission": str(Perm.READ)})
-
-
-async def restore_write(admin: AdminClient, addr: str) -> None:
-    """Undo ``revoke_write`` (a drain that was cancelled, or a restarted broker's check)."""
-    await admin.update_broker_config(addr, {"brokerPermission": str(Perm.READ_WRITE)})
+async def set_writable(admin: AdminClient, addrs: dict[str, str], names: list[str], writable: bool) -> None:
+    """Take write permission from the named brokers (read-only: producers move to the others,
+    the drain before a restart or a removal) or give it back; names not registered are skipped."""
+    perm = Perm.READ_WRITE if writable else Perm.READ
+    for name in names:
+        if name in addrs:
+            await admin.update_broker_config(addrs[name], {"brokerPermission": str(perm)})
 
 
 async def backlog(admin: AdminClient, cluster: str, broker_names: list[str]) -> dict[str, int]:

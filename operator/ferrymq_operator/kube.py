@@ -32,12 +32,31 @@ _RESOURCES = {
 _RESOURCES.update({(f"{GROUP}/{VERSION}", kind): (f"/apis/{GROUP}/{VERSION}", plural) for kind, plural in PLURALS.items()})
 
 
+_client: kubernetes.client.ApiClient | None = None  # one per process, made after load_config
+
+
 def load_config() -> None:
     """In a pod: the ServiceAccount; elsewhere: $KUBECONFIG / ~/.kube/config."""
     try:
         kubernetes.config.load_incluster_config()
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()
+    close()  # a client made before reads the old configuration
+
+
+def close() -> None:
+    """Release the API client's connection pool (kopf cleanup)."""
+    global _client
+    if _client is not None:
+        _client.close()
+        _client = None
+
+
+def _api() -> kubernetes.client.ApiClient:
+    global _client
+    if _client is None:
+        _client = kubernetes.client.ApiClient()  # thread-safe: its urllib3 pool serves every worker thread
+    return _client
 
 
 def _path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
@@ -48,7 +67,7 @@ def _path(api_version: str, kind: str, namespace: str, name: str | None = None) 
 def _call(method: str, path: str, body=None, query: list | None = None, content_type: str | None = None):
     """One raw API request (the generated typed clients have no server-side apply), JSON in
     and out; non-2xx answers raise ApiException with the server's message."""
-    api = kubernetes.client.ApiClient()
+    api = _api()
     headers = {"Accept": "application/json"}
     if content_type:
         headers["Content-Type"] = content_type

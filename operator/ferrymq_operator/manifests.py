@@ -1,26 +1,21 @@
-"""Pure functions from a Broker custom resource to the Kubernetes objects that run it.
+"""Pure functions from a Broker (its typed model, model.BrokerCluster) to the Kubernetes
+objects that run it.
 
-Every builder takes the resource as a plain dict (what kopf hands us) and returns plain
-dicts, so they are unit-tested without a cluster. Names, labels and the config hash are
-derived here and nowhere else.
+Every builder takes the model and returns plain dicts, so they are unit-tested without a
+cluster. Labels, broker.conf and the config hash are derived here and nowhere else.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.common.config_loader import ConfigError, apply_settings
 from ferrymq.store.config import StoreConfig
 from ferrymq_operator.constants import (
     ANN_CONFIG_HASH,
-    ANN_RESTART,
-    API_VERSION,
     BROKER_PORT,
-    DEFAULT_BROKER_IMAGE,
-    DEFAULT_HTTP_PORT,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
@@ -29,127 +24,56 @@ from ferrymq_operator.constants import (
     NAMESRV_PORT,
     RUN_AS_USER,
 )
-from ferrymq_operator.quantity import to_bytes
+from ferrymq_operator.model import BrokerCluster
 
 STORE_MOUNT = "/data"
 CONF_MOUNT = "/etc/ferrymq"
 CONF_FILE = "broker.conf"
 
 
-@dataclass(frozen=True)
-class BrokerNames:
-    """Object names for one Broker resource."""
-
-    broker: str  # the custom resource's name; also the RocketMQ cluster name of its brokers
-    namespace: str
-
-    @property
-    def config_map(self) -> str:
-        return f"{self.broker}-config"
-
-    @property
-    def namesrv(self) -> str:  # StatefulSet, PDB and the client Service
-        return f"{self.broker}-namesrv"
-
-    @property
-    def namesrv_headless(self) -> str:
-        return f"{self.broker}-namesrv-headless"
-
-    @property
-    def broker_sts(self) -> str:  # StatefulSet and PDB
-        return f"{self.broker}-broker"
-
-    @property
-    def broker_headless(self) -> str:
-        return f"{self.broker}-broker-headless"
-
-    def broker_pod(self, ordinal: int) -> str:
-        """Pod name; also the RocketMQ brokerName of that pod (stable across restarts)."""
-        return f"{self.broker_sts}-{ordinal}"
-
-    def namesrv_pod_host(self, ordinal: int) -> str:
-        return f"{self.namesrv}-{ordinal}.{self.namesrv_headless}.{self.namespace}.svc"
-
-    def namesrv_addresses(self, replicas: int) -> list[str]:
-        """Each name server's stable DNS address (clients want the whole list)."""
-        return [f"{self.namesrv_pod_host(i)}:{NAMESRV_PORT}" for i in range(replicas)]
-
-
-def names_of(broker: dict) -> BrokerNames:
-    return BrokerNames(broker["metadata"]["name"], broker["metadata"].get("namespace", "default"))
-
-
-# ---------------------------------------------------------------------------- spec defaults
-# The CRD's OpenAPI defaults fill these in on the server; repeating them here keeps the
-# builders total when fed a hand-written dict (tests, older objects).
-
-def spec_of(broker: dict) -> dict:
-    spec = dict(broker.get("spec") or {})
-    spec.setdefault("replicas", 1)
-    spec.setdefault("image", DEFAULT_BROKER_IMAGE)
-    spec.setdefault("imagePullPolicy", "IfNotPresent")
-    spec.setdefault("httpPort", DEFAULT_HTTP_PORT)
-    spec["storage"] = {"size": "10Gi", "deleteClaim": False, **(spec.get("storage") or {})}
-    spec["nameServer"] = {"replicas": 1, **(spec.get("nameServer") or {})}
-    spec["protection"] = {"disableConsumeIfConsumerReadSlowly": False, "consumerFallbehindThreshold": "16Gi",
-                          **(spec.get("protection") or {})}
-    spec.setdefault("config", {})
-    spec.setdefault("resources", {})
-    return spec
-
-
-def labels(broker: dict, component: str) -> dict[str, str]:
-    return {LABEL_NAME: "ferrymq", LABEL_INSTANCE: broker["metadata"]["name"], LABEL_COMPONENT: component,
+def labels(cluster: BrokerCluster, component: str) -> dict[str, str]:
+    return {LABEL_NAME: "ferrymq", LABEL_INSTANCE: cluster.name, LABEL_COMPONENT: component,
             LABEL_MANAGED_BY: "ferrymq-operator", LABEL_PART_OF: "ferrymq"}
 
 
-def selector_labels(broker: dict, component: str) -> dict[str, str]:
+def selector_labels(cluster: BrokerCluster, component: str) -> dict[str, str]:
     """The immutable subset used in selectors (never add to it: StatefulSet selectors can't change)."""
-    return {LABEL_NAME: "ferrymq", LABEL_INSTANCE: broker["metadata"]["name"], LABEL_COMPONENT: component}
+    return {LABEL_NAME: "ferrymq", LABEL_INSTANCE: cluster.name, LABEL_COMPONENT: component}
 
 
-def selector_string(broker: dict, component: str = "broker") -> str:
-    return ",".join(f"{k}={v}" for k, v in selector_labels(broker, component).items())
+def selector_string(cluster: BrokerCluster, component: str = "broker") -> str:
+    return ",".join(f"{k}={v}" for k, v in selector_labels(cluster, component).items())
 
 
-def owner_reference(obj: dict) -> dict:
-    meta = obj["metadata"]
-    return {"apiVersion": obj.get("apiVersion", API_VERSION), "kind": obj.get("kind", "Broker"), "name": meta["name"],
-            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
-
-
-def _meta(broker: dict, name: str, component: str, **extra) -> dict:
-    meta = {"name": name, "namespace": names_of(broker).namespace, "labels": labels(broker, component)}
-    if broker["metadata"].get("uid"):
-        meta["ownerReferences"] = [owner_reference(broker)]
+def _meta(cluster: BrokerCluster, name: str, component: str, **extra) -> dict:
+    meta = {"name": name, "namespace": cluster.namespace, "labels": labels(cluster, component)}
+    if cluster.uid:
+        meta["ownerReferences"] = [cluster.owner_reference()]
     meta.update(extra)
     return meta
 
 
 # ---------------------------------------------------------------------------- broker.conf
 
-def broker_conf(broker: dict) -> dict[str, str]:
+def broker_conf(cluster: BrokerCluster) -> dict[str, str]:
     """broker.conf as key -> value. Per-pod keys (brokerName, brokerIP1) are set on the
     command line from the pod's name; a person's ``spec.config`` overrides the rest."""
-    spec = spec_of(broker)
-    protection = spec["protection"]
-    conf = {
-        "brokerClusterName": broker["metadata"]["name"],
+    return {
+        "brokerClusterName": cluster.name,
         "brokerId": "0",
         "storePathRootDir": f"{STORE_MOUNT}/store",
-        "disableConsumeIfConsumerReadSlowly": str(bool(protection["disableConsumeIfConsumerReadSlowly"])).lower(),
-        "consumerFallbehindThreshold": str(to_bytes(protection["consumerFallbehindThreshold"])),
+        "disableConsumeIfConsumerReadSlowly": str(cluster.disable_consume_if_slow).lower(),
+        "consumerFallbehindThreshold": str(cluster.consumer_fallbehind_threshold),
+        **cluster.config,
     }
-    conf.update({k: str(v) for k, v in (spec["config"] or {}).items()})
-    return conf
 
 
-def broker_conf_error(broker: dict) -> str | None:
+def broker_conf_error(cluster: BrokerCluster) -> str | None:
     """Why the broker.conf this Broker asks for would not start a broker (an unknown key, a
     bad value), in the broker's own words; None when it is valid. Checked before anything is
     applied, so a typo in ``spec.config`` never rolls the running brokers into a crash loop."""
     try:
-        apply_settings(broker_conf(broker), BrokerConfig(), StoreConfig(store_path_root_dir=""))
+        apply_settings(broker_conf(cluster), BrokerConfig(), StoreConfig(store_path_root_dir=""))
     except ConfigError as e:
         return f"spec.config: {e}"
     return None
@@ -159,20 +83,18 @@ def render_properties(conf: dict[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in sorted(conf.items()))
 
 
-def config_hash(broker: dict) -> str:
+def config_hash(cluster: BrokerCluster) -> str:
     """What a broker pod must be restarted for: its config file, its image and command, and
     the restart annotation. Pods whose template carried another hash are stale."""
-    spec = spec_of(broker)
-    material = {"conf": broker_conf(broker), "image": spec["image"], "httpPort": spec["httpPort"],
-                "resources": spec["resources"], "nameServers": spec["nameServer"]["replicas"],
-                "restart": (broker["metadata"].get("annotations") or {}).get(ANN_RESTART, "")}
+    material = {"conf": broker_conf(cluster), "image": cluster.image, "httpPort": cluster.http_port,
+                "resources": cluster.resources, "nameServers": cluster.namesrv_replicas,
+                "restart": cluster.restart_token}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def config_map(broker: dict) -> dict:
-    n = names_of(broker)
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(broker, n.config_map, "broker"),
-            "data": {CONF_FILE: render_properties(broker_conf(broker))}}
+def config_map(cluster: BrokerCluster) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(cluster, cluster.names.config_map, "broker"),
+            "data": {CONF_FILE: render_properties(broker_conf(cluster))}}
 
 
 # ---------------------------------------------------------------------------- pods
@@ -206,29 +128,27 @@ _POD_ENV = [
 ]
 
 
-def namesrv_statefulset(broker: dict) -> dict:
-    n, spec = names_of(broker), spec_of(broker)
-    ns_spec = spec["nameServer"]
+def namesrv_statefulset(cluster: BrokerCluster) -> dict:
+    n, http_port = cluster.names, cluster.http_port
     container = {
-        "name": "namesrv", "image": spec["image"], "imagePullPolicy": spec["imagePullPolicy"],
-        "args": ["namesrv", "--host", "0.0.0.0", "--namesrv-port", str(NAMESRV_PORT),
-                 "--http-port", str(spec["httpPort"])],
-        "ports": [{"name": "namesrv", "containerPort": NAMESRV_PORT}, {"name": "http", "containerPort": spec["httpPort"]}],
+        "name": "namesrv", "image": cluster.image, "imagePullPolicy": cluster.image_pull_policy,
+        "args": ["namesrv", "--host", "0.0.0.0", "--namesrv-port", str(NAMESRV_PORT), "--http-port", str(http_port)],
+        "ports": [{"name": "namesrv", "containerPort": NAMESRV_PORT}, {"name": "http", "containerPort": http_port}],
         "env": list(_POD_ENV),
-        "resources": ns_spec.get("resources") or {},
+        "resources": cluster.namesrv_resources,
         "securityContext": _security_context(),
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-        **_probes(spec["httpPort"]),
+        **_probes(http_port),
     }
     return {
-        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(broker, n.namesrv, "namesrv"),
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(cluster, n.namesrv, "namesrv"),
         "spec": {
-            "replicas": ns_spec["replicas"], "serviceName": n.namesrv_headless,
+            "replicas": cluster.namesrv_replicas, "serviceName": n.namesrv_headless,
             # Name servers hold no data: start them together, replace them one by one.
             "podManagementPolicy": "Parallel", "updateStrategy": {"type": "RollingUpdate"},
-            "selector": {"matchLabels": selector_labels(broker, "namesrv")},
+            "selector": {"matchLabels": selector_labels(cluster, "namesrv")},
             "template": {
-                "metadata": {"labels": labels(broker, "namesrv")},
+                "metadata": {"labels": labels(cluster, "namesrv")},
                 "spec": {"securityContext": _pod_security_context(), "automountServiceAccountToken": False,
                          "enableServiceLinks": False, "containers": [container],
                          "volumes": [{"name": "tmp", "emptyDir": {}}]},
@@ -237,48 +157,47 @@ def namesrv_statefulset(broker: dict) -> dict:
     }
 
 
-def broker_statefulset(broker: dict, replicas: int | None = None) -> dict:
+def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> dict:
     """``replicas`` overrides spec.replicas while a scale-down waits for brokers to drain."""
-    n, spec = names_of(broker), spec_of(broker)
-    storage = spec["storage"]
-    ns_list = ";".join(n.namesrv_addresses(spec["nameServer"]["replicas"]))
+    n, storage, http_port = cluster.names, cluster.storage, cluster.http_port
+    ns_list = ";".join(cluster.namesrv_addresses)
     container = {
-        "name": "broker", "image": spec["image"], "imagePullPolicy": spec["imagePullPolicy"],
-        "args": ["broker", "--host", "0.0.0.0", "--broker-port", str(BROKER_PORT), "--http-port", str(spec["httpPort"]),
+        "name": "broker", "image": cluster.image, "imagePullPolicy": cluster.image_pull_policy,
+        "args": ["broker", "--host", "0.0.0.0", "--broker-port", str(BROKER_PORT), "--http-port", str(http_port),
                  "--namesrv", ns_list, "--data-dir", f"{STORE_MOUNT}/store", "-c", f"{CONF_MOUNT}/{CONF_FILE}",
                  # Kubernetes expands $(VAR) from env: each pod advertises its own stable DNS name.
                  "--set", "brokerName=$(POD_NAME)",
                  "--set", f"brokerIP1=$(POD_NAME).{n.broker_headless}.$(POD_NAMESPACE).svc"],
-        "ports": [{"name": "broker", "containerPort": BROKER_PORT}, {"name": "http", "containerPort": spec["httpPort"]}],
+        "ports": [{"name": "broker", "containerPort": BROKER_PORT}, {"name": "http", "containerPort": http_port}],
         "env": list(_POD_ENV),
-        "resources": spec["resources"] or {},
+        "resources": cluster.resources,
         "securityContext": _security_context(),
         "volumeMounts": [{"name": "data", "mountPath": STORE_MOUNT}, {"name": "config", "mountPath": CONF_MOUNT, "readOnly": True},
                          {"name": "tmp", "mountPath": "/tmp"}],
-        **_probes(spec["httpPort"]),
+        **_probes(http_port),
     }
-    claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage["size"]}}}
-    if storage.get("storageClassName"):
-        claim_spec["storageClassName"] = storage["storageClassName"]
+    claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage.size}}}
+    if storage.storage_class:
+        claim_spec["storageClassName"] = storage.storage_class
     return {
-        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(broker, n.broker_sts, "broker"),
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(cluster, n.broker_sts, "broker"),
         "spec": {
-            "replicas": spec["replicas"] if replicas is None else replicas, "serviceName": n.broker_headless,
+            "replicas": cluster.replicas if replicas is None else replicas, "serviceName": n.broker_headless,
             "podManagementPolicy": "OrderedReady",
             # The operator restarts stale pods itself, one at a time and health-gated.
             "updateStrategy": {"type": "OnDelete"},
             # PVCs outlive the Broker unless the person asked otherwise; never on scale-down.
-            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete" if storage.get("deleteClaim") else "Retain",
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete" if storage.delete_claim else "Retain",
                                                      "whenScaled": "Retain"},
-            "selector": {"matchLabels": selector_labels(broker, "broker")},
+            "selector": {"matchLabels": selector_labels(cluster, "broker")},
             "template": {
-                "metadata": {"labels": labels(broker, "broker"), "annotations": {ANN_CONFIG_HASH: config_hash(broker)}},
+                "metadata": {"labels": labels(cluster, "broker"), "annotations": {ANN_CONFIG_HASH: config_hash(cluster)}},
                 "spec": {"securityContext": _pod_security_context(), "automountServiceAccountToken": False,
                          "enableServiceLinks": False, "terminationGracePeriodSeconds": 60, "containers": [container],
                          "volumes": [{"name": "config", "configMap": {"name": n.config_map}},
                                      {"name": "tmp", "emptyDir": {}}]},
             },
-            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector_labels(broker, "broker")},
+            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector_labels(cluster, "broker")},
                                       "spec": claim_spec}],
         },
     }
@@ -286,40 +205,40 @@ def broker_statefulset(broker: dict, replicas: int | None = None) -> dict:
 
 # ---------------------------------------------------------------------------- services, PDBs
 
-def _service(broker: dict, name: str, component: str, ports: list[dict], headless: bool) -> dict:
-    spec = {"selector": selector_labels(broker, component), "ports": ports}
+def _service(cluster: BrokerCluster, name: str, component: str, ports: list[dict], headless: bool) -> dict:
+    spec = {"selector": selector_labels(cluster, component), "ports": ports}
     if headless:
         # Publish not-ready addresses: brokers must resolve name servers (and each other)
         # before they are ready, or start-up would deadlock on DNS.
         spec.update({"clusterIP": "None", "publishNotReadyAddresses": True})
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(broker, name, component), "spec": spec}
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(cluster, name, component), "spec": spec}
 
 
-def namesrv_headless_service(broker: dict) -> dict:
-    return _service(broker, names_of(broker).namesrv_headless, "namesrv",
+def namesrv_headless_service(cluster: BrokerCluster) -> dict:
+    return _service(cluster, cluster.names.namesrv_headless, "namesrv",
                     [{"name": "namesrv", "port": NAMESRV_PORT, "targetPort": "namesrv"}], headless=True)
 
 
-def namesrv_service(broker: dict) -> dict:
+def namesrv_service(cluster: BrokerCluster) -> dict:
     """The client entry point: ``<broker>-namesrv.<ns>.svc:9876``."""
-    return _service(broker, names_of(broker).namesrv, "namesrv",
+    return _service(cluster, cluster.names.namesrv, "namesrv",
                     [{"name": "namesrv", "port": NAMESRV_PORT, "targetPort": "namesrv"}], headless=False)
 
 
-def broker_headless_service(broker: dict) -> dict:
-    return _service(broker, names_of(broker).broker_headless, "broker",
+def broker_headless_service(cluster: BrokerCluster) -> dict:
+    return _service(cluster, cluster.names.broker_headless, "broker",
                     [{"name": "broker", "port": BROKER_PORT, "targetPort": "broker"}], headless=True)
 
 
-def pod_disruption_budget(broker: dict, component: str) -> dict:
-    n = names_of(broker)
+def pod_disruption_budget(cluster: BrokerCluster, component: str) -> dict:
+    n = cluster.names
     name = n.broker_sts if component == "broker" else n.namesrv
-    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(broker, name, component),
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(broker, component)}}}
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(cluster, name, component),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(cluster, component)}}}
 
 
-def all_objects(broker: dict, broker_replicas: int | None = None) -> list[dict]:
+def all_objects(cluster: BrokerCluster, broker_replicas: int | None = None) -> list[dict]:
     """Everything a Broker owns, in the order to apply it (config before its readers)."""
-    return [config_map(broker), namesrv_headless_service(broker), namesrv_service(broker),
-            broker_headless_service(broker), namesrv_statefulset(broker), broker_statefulset(broker, broker_replicas),
-            pod_disruption_budget(broker, "namesrv"), pod_disruption_budget(broker, "broker")]
+    return [config_map(cluster), namesrv_headless_service(cluster), namesrv_service(cluster),
+            broker_headless_service(cluster), namesrv_statefulset(cluster), broker_statefulset(cluster, broker_replicas),
+            pod_disruption_budget(cluster, "namesrv"), pod_disruption_budget(cluster, "broker")]

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from kubernetes.client.rest import ApiException
 
-from ferrymq_operator import kube, manifests
+from ferrymq_operator import kube
+from ferrymq_operator.model import BrokerCluster
 from ferrymq_operator.conditions import Condition
 from ferrymq_spark import k8s_cronjob as builder
 
@@ -41,10 +42,9 @@ class SparkJobPlan:
     condition: Condition | None             # decided without the API server (error, not configured)
 
 
-def in_cluster_namesrv(broker: dict) -> str:
+def in_cluster_namesrv(cluster: BrokerCluster) -> str:
     """The Broker's name servers as its pods reach them (their stable DNS names)."""
-    names = manifests.names_of(broker)
-    return ";".join(names.namesrv_addresses(manifests.spec_of(broker)["nameServer"]["replicas"]))
+    return ";".join(cluster.namesrv_addresses)
 
 
 def plan(group: dict, namesrv_addr: str | None, last_reason: str | None) -> SparkJobPlan:

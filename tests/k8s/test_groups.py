@@ -75,7 +75,7 @@ def test_group_on_every_broker_with_lag_and_disable_policy(control_plane, operat
     first = [e for e in events(cp, ns, "slowpoke") if e["reason"] == "ConsumeDisabled"]
     assert len(first) == 1
     mark = operator_logs.log.stat().st_size
-    poll_until("two more resyncs", lambda: _resyncs_since(operator_logs.log, mark, f"[{ns}/slowpoke] Timer 'group_resync' succeeded") >= 2, 30)
+    poll_until("two more resyncs", lambda: _resyncs_since(operator_logs.log, mark, f"[{ns}/slowpoke] Timer 'consumergroups-resync' succeeded") >= 2, 30)
     assert enabled_on_brokers(ferry_cluster, "slowpoke")[f"{CLUSTER}-broker-0"] is False
     assert len([e for e in events(cp, ns, "slowpoke") if e["reason"] == "ConsumeDisabled"]) == 1, "events on transitions only"
     # a person re-enables it with the one-shot annotation

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ferrymq_operator import conditions, rollout
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_CONFIG_HASH
-from ferrymq_operator.handlers import broker_readiness
+from ferrymq_operator.status import broker_readiness
 
 
 def test_merge_keeps_transition_time_unless_status_flips():
@@ -72,14 +72,14 @@ def test_scale_down_waits_for_drained_brokers():
 
 
 def test_broker_readiness():
-    spec = {"nameServer": {"replicas": 2}}
-    cond, phase = broker_readiness(spec, 3, 3, 2, False, False)
+    namesrvs = 2  # name servers wanted
+    cond, phase = broker_readiness(namesrvs, 3, 3, 2, False, False)
     assert cond.status is True and phase == "Ready"
-    cond, phase = broker_readiness(spec, 3, 2, 2, False, False)
+    cond, phase = broker_readiness(namesrvs, 3, 2, 2, False, False)
     assert cond.status is False and phase == "Pending" and "2/3 brokers" in cond.message
-    assert broker_readiness(spec, 3, 3, 2, True, False)[1] == "Restarting"
-    assert broker_readiness(spec, 3, 3, 2, False, True)[1] == "ScaleDownBlocked"
-    assert broker_readiness(spec, 1, 1, 1, False, False)[0].status is False
+    assert broker_readiness(namesrvs, 3, 3, 2, True, False)[1] == "Restarting"
+    assert broker_readiness(namesrvs, 3, 3, 2, False, True)[1] == "ScaleDownBlocked"
+    assert broker_readiness(namesrvs, 1, 1, 1, False, False)[0].status is False
 
 
 # ---------------------------------------------------------------- controlled restarts

@@ -7,18 +7,24 @@ import copy
 import pytest
 
 from ferrymq_operator import manifests
+from ferrymq_operator.model import BrokerCluster
 from ferrymq_operator.constants import ANN_CONFIG_HASH, ANN_RESTART, BROKER_PORT, NAMESRV_PORT
 from ferrymq_operator.quantity import to_bytes
 
 
-def broker(**spec) -> dict:
+def resource(annotations: dict | None = None, **spec) -> dict:
     return {"apiVersion": "ferrymq.io/v1alpha1", "kind": "Broker",
-            "metadata": {"name": "demo", "namespace": "prod", "uid": "u-1", "generation": 3},
+            "metadata": {"name": "demo", "namespace": "prod", "uid": "u-1", "generation": 3,
+                         "annotations": annotations or {}},
             "spec": {"replicas": 3, "image": "ferrymq/broker:1", **spec}}
 
 
+def broker(**spec) -> BrokerCluster:
+    return BrokerCluster.from_resource(resource(**spec))
+
+
 def test_names_and_namesrv_addresses():
-    n = manifests.names_of(broker())
+    n = broker().names
     assert (n.config_map, n.namesrv, n.namesrv_headless, n.broker_sts, n.broker_headless) == (
         "demo-config", "demo-namesrv", "demo-namesrv-headless", "demo-broker", "demo-broker-headless")
     assert n.broker_pod(2) == "demo-broker-2"
@@ -136,17 +142,16 @@ def test_pdbs_allow_one_disruption():
 def test_config_hash_tracks_what_needs_a_restart():
     base = broker()
     h = manifests.config_hash(base)
-    assert h == manifests.config_hash(copy.deepcopy(base))
+    assert h == manifests.config_hash(BrokerCluster.from_resource(copy.deepcopy(resource())))
     assert manifests.config_hash(broker(replicas=7)) == h, "scaling must not restart pods"
     assert manifests.config_hash(broker(config={"flushDiskType": "SYNC_FLUSH"})) != h
     assert manifests.config_hash(broker(image="ferrymq/broker:2")) != h
-    restarted = broker()
-    restarted["metadata"]["annotations"] = {ANN_RESTART: "2026-11-21"}
+    restarted = BrokerCluster.from_resource(resource(annotations={ANN_RESTART: "2026-11-21"}))
     assert manifests.config_hash(restarted) != h
 
 
 def test_defaults_fill_a_bare_spec():
-    bare = {"metadata": {"name": "b", "namespace": "n"}, "spec": {}}
+    bare = BrokerCluster.from_resource({"metadata": {"name": "b", "namespace": "n"}, "spec": {}})
     objs = manifests.all_objects(bare)
     sts = objs[5]
     assert sts["spec"]["replicas"] == 1

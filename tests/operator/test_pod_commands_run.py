@@ -10,8 +10,8 @@ import urllib.request
 import pytest
 
 from ferrymq_operator import manifests
-from tests.support import poll_until
-from tests.support import FerryProcess, free_port
+from ferrymq_operator.model import BrokerCluster
+from tests.support import FerryProcess, free_port, poll_until
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,8 @@ def probe(port: int, path: str) -> bool:
 
 
 def test_namesrv_and_broker_commands_become_ready(tmp_path):
-    broker = {"metadata": {"name": "demo", "namespace": "prod"}, "spec": {"replicas": 1, "httpPort": 18080}}
+    broker = BrokerCluster.from_resource({"metadata": {"name": "demo", "namespace": "prod"},
+                                          "spec": {"replicas": 1, "httpPort": 18080}})
     ns_port, broker_port, ns_http, broker_http = free_port(), free_port(), free_port(), free_port()
     conf = tmp_path / "broker.conf"
     conf.write_text(manifests.config_map(broker)["data"]["broker.conf"].replace("/data/store", str(tmp_path / "store")))

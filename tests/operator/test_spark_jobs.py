@@ -14,6 +14,7 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from ferrymq_operator import spark_jobs
+from ferrymq_operator.model import BrokerCluster
 from ferrymq_operator.spark_jobs import CONDITION, merge_patch, owned_by, plan
 from ferrymq_spark import k8s_cronjob
 
@@ -76,7 +77,8 @@ def test_owned_by_matches_the_uid_only():
 
 
 def test_in_cluster_namesrv_lists_every_name_server():
-    broker = {"metadata": {"name": "demo", "namespace": "data"}, "spec": {"nameServer": {"replicas": 2}}}
+    broker = BrokerCluster.from_resource({"metadata": {"name": "demo", "namespace": "data"},
+                                          "spec": {"nameServer": {"replicas": 2}}})
     assert spark_jobs.in_cluster_namesrv(broker) == ";".join(
         f"demo-namesrv-{i}.demo-namesrv-headless.data.svc:9876" for i in range(2))
 

@@ -1,0 +1,147 @@
+"""The typed model of a Broker custom resource: defaults applied, quantities parsed and names
+derived once, when the resource is read (``BrokerCluster.from_resource``). The builders in
+manifests.py and the reconcile code read this model, never the raw dict.
+
+The CRD's OpenAPI defaults fill most of these in on the server; repeating them here keeps the
+model whole when fed a hand-written dict (tests, objects stored before a default existed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ferrymq_operator.constants import (
+    ANN_MANAGED,
+    ANN_PAUSE,
+    ANN_RESTART,
+    API_VERSION,
+    DEFAULT_BROKER_IMAGE,
+    DEFAULT_HTTP_PORT,
+    NAMESRV_PORT,
+)
+from ferrymq_operator.quantity import to_bytes
+
+
+@dataclass(frozen=True)
+class BrokerNames:
+    """Object names for one Broker resource."""
+
+    broker: str  # the custom resource's name; also the RocketMQ cluster name of its brokers
+    namespace: str
+
+    @property
+    def config_map(self) -> str:
+        return f"{self.broker}-config"
+
+    @property
+    def namesrv(self) -> str:  # StatefulSet, PDB and the client Service
+        return f"{self.broker}-namesrv"
+
+    @property
+    def namesrv_headless(self) -> str:
+        return f"{self.broker}-namesrv-headless"
+
+    @property
+    def broker_sts(self) -> str:  # StatefulSet and PDB
+        return f"{self.broker}-broker"
+
+    @property
+    def broker_headless(self) -> str:
+        return f"{self.broker}-broker-headless"
+
+    def broker_pod(self, ordinal: int) -> str:
+        """Pod name; also the RocketMQ brokerName of that pod (stable across restarts)."""
+        return f"{self.broker_sts}-{ordinal}"
+
+    def namesrv_pod_host(self, ordinal: int) -> str:
+        return f"{self.namesrv}-{ordinal}.{self.namesrv_headless}.{self.namespace}.svc"
+
+    def namesrv_addresses(self, replicas: int) -> list[str]:
+        """Each name server's stable DNS address (clients want the whole list)."""
+        return [f"{self.namesrv_pod_host(i)}:{NAMESRV_PORT}" for i in range(replicas)]
+
+
+@dataclass(frozen=True)
+class Storage:
+    size: str = "10Gi"
+    delete_claim: bool = False  # delete the PVCs with the Broker
+    storage_class: str | None = None
+
+
+@dataclass(frozen=True)
+class BrokerCluster:
+    """One Broker resource: its name servers and brokers, as the operator runs them."""
+
+    names: BrokerNames
+    uid: str | None = None  # None: not stored yet (no owner references can point at it)
+    generation: int | None = None
+    replicas: int = 1
+    image: str = DEFAULT_BROKER_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    http_port: int = DEFAULT_HTTP_PORT
+    storage: Storage = field(default_factory=Storage)
+    namesrv_replicas: int = 1
+    namesrv_resources: dict = field(default_factory=dict)
+    resources: dict = field(default_factory=dict)
+    disable_consume_if_slow: bool = False
+    consumer_fallbehind_threshold: int = 16 * 2**30  # bytes
+    config: dict[str, str] = field(default_factory=dict)  # spec.config: broker.conf keys
+    annotations: dict[str, str] = field(default_factory=dict)
+    deleting: bool = False  # metadata.deletionTimestamp is set
+    api_version: str = API_VERSION
+    kind: str = "Broker"
+
+    @classmethod
+    def from_resource(cls, obj: dict, default_image: str = DEFAULT_BROKER_IMAGE) -> "BrokerCluster":
+        """The model of a Broker resource (a dict as kopf or the API server hands it over).
+        ``default_image``: the operator's broker image, for a Broker that names none."""
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        storage = spec.get("storage") or {}
+        ns = spec.get("nameServer") or {}
+        protection = spec.get("protection") or {}
+        return cls(
+            names=BrokerNames(meta["name"], meta.get("namespace") or "default"),
+            uid=meta.get("uid"), generation=meta.get("generation"),
+            replicas=int(spec.get("replicas", 1)), image=spec.get("image") or default_image,
+            image_pull_policy=spec.get("imagePullPolicy") or "IfNotPresent",
+            http_port=int(spec.get("httpPort", DEFAULT_HTTP_PORT)),
+            storage=Storage(size=str(storage.get("size", "10Gi")), delete_claim=bool(storage.get("deleteClaim", False)),
+                            storage_class=storage.get("storageClassName") or None),
+            namesrv_replicas=int(ns.get("replicas", 1)), namesrv_resources=dict(ns.get("resources") or {}),
+            resources=dict(spec.get("resources") or {}),
+            disable_consume_if_slow=bool(protection.get("disableConsumeIfConsumerReadSlowly", False)),
+            consumer_fallbehind_threshold=to_bytes(protection.get("consumerFallbehindThreshold", "16Gi")),
+            config={k: str(v) for k, v in (spec.get("config") or {}).items()},
+            annotations=dict(meta.get("annotations") or {}), deleting=bool(meta.get("deletionTimestamp")),
+            api_version=obj.get("apiVersion", API_VERSION), kind=obj.get("kind", "Broker"),
+        )
+
+    @property
+    def name(self) -> str:
+        return self.names.broker
+
+    @property
+    def namespace(self) -> str:
+        return self.names.namespace
+
+    @property
+    def namesrv_addresses(self) -> list[str]:
+        """The name servers as the cluster's pods reach them (stable DNS names)."""
+        return self.names.namesrv_addresses(self.namesrv_replicas)
+
+    @property
+    def paused(self) -> bool:
+        return self.annotations.get(ANN_PAUSE, "").lower() == "true"
+
+    @property
+    def managed(self) -> bool:
+        return self.annotations.get(ANN_MANAGED, "").lower() != "false"
+
+    @property
+    def restart_token(self) -> str:
+        """The restart annotation's value: a new one restarts every broker pod."""
+        return self.annotations.get(ANN_RESTART, "")
+
+    def owner_reference(self) -> dict:
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid,
+                "controller": True, "blockOwnerDeletion": True}
