@@ -16,17 +16,16 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Callable
 
 from ferrymq.client.listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, Listener
 from ferrymq.client.process_queue import ProcessQueue
-from ferrymq.client.push_config import MessageModel
+from ferrymq.client.offset_store import OffsetStore
+from ferrymq.client.push_config import MessageModel, PushConsumerConfig
+from ferrymq.client.send_back import SendBack
 from ferrymq.common.message import MessageExt, Prop
 from ferrymq.common.protocol import MessageQueue, retry_topic
 from ferrymq.common.tasks import InFlight, TaskSet
-
-if TYPE_CHECKING:
-    from ferrymq.client.push_consumer import PushConsumer
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +61,19 @@ class ConsumeRequest:
 class ConcurrentConsumeService:
     orderly = False
 
-    def __init__(self, consumer: "PushConsumer", listener: Listener) -> None:
-        self.consumer = consumer
+    def __init__(self, group: str, config: PushConsumerConfig, listener: Listener, *, send_back: SendBack,
+                 offset_store: OffsetStore, on_consumed: Callable[[int], None]) -> None:
+        """``on_consumed(n)``: n messages finished (consumed, or handed back for a retry)."""
+        self.group = group
         self.listener = listener
-        self.config = consumer.config
+        self.config = config
+        self.send_back = send_back
+        self.offset_store = offset_store
+        self.on_consumed = on_consumed
         self._queue: asyncio.Queue[ConsumeRequest] = asyncio.Queue()
-        self._executor = ThreadPoolExecutor(self.config.consume_thread_max, thread_name_prefix=f"consume-{consumer.group}")
-        self._workers = TaskSet(f"consumer {consumer.group}", log)
-        self._later = TaskSet(f"consumer {consumer.group}", log)  # re-submissions after a delay
+        self._executor = ThreadPoolExecutor(self.config.consume_thread_max, thread_name_prefix=f"consume-{group}")
+        self._workers = TaskSet(f"consumer {group}", log)
+        self._later = TaskSet(f"consumer {group}", log)  # re-submissions after a delay
         self._in_flight = InFlight()
 
     def start(self) -> None:
@@ -113,7 +117,7 @@ class ConcurrentConsumeService:
     async def _consume(self, request: ConsumeRequest) -> None:
         if request.pq.dropped:
             return
-        group = self.consumer.group
+        group = self.group
         prepare_for_listener(request.msgs, group)
         context = ConsumeConcurrentlyContext(request.mq)
         try:
@@ -131,7 +135,6 @@ class ConcurrentConsumeService:
 
     async def _process_result(self, request: ConsumeRequest, status, context: ConsumeConcurrentlyContext) -> None:
         msgs, pq, mq = request.msgs, request.pq, request.mq
-        consumer = self.consumer
         done = msgs
         if status in (ConsumeConcurrentlyStatus.RECONSUME_LATER, ConsumeConcurrentlyStatus.RECONSUME_LATER.value):
             if self.config.message_model is MessageModel.BROADCASTING:
@@ -140,7 +143,7 @@ class ConcurrentConsumeService:
             else:
                 kept = []
                 for m in msgs:
-                    if not await consumer.send_message_back(m, context.delay_level_when_next_consume, mq.broker_name):
+                    if not await self.send_back.send_message_back(m, context.delay_level_when_next_consume, mq.broker_name):
                         m.reconsume_times += 1
                         kept.append(m)
                 if kept:
@@ -150,5 +153,5 @@ class ConcurrentConsumeService:
                     self._submit_later(ConsumeRequest(kept, pq, mq), self.config.retry_local_delay)
         offset = pq.remove(done)
         if offset >= 0 and not pq.dropped:
-            consumer.offset_store.update(mq, offset, increase_only=True)
-        consumer.consumed += len(done)
+            self.offset_store.update(mq, offset, increase_only=True)
+        self.on_consumed(len(done))

@@ -15,35 +15,48 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Callable, Protocol
 
 from ferrymq.client.consume_concurrently import call_listener, prepare_for_listener
 from ferrymq.client.listener import ConsumeOrderlyContext, ConsumeOrderlyStatus, Listener
 from ferrymq.client.process_queue import ProcessQueue
-from ferrymq.client.push_config import MessageModel
+from ferrymq.client.offset_store import OffsetStore
+from ferrymq.client.push_config import MessageModel, PushConsumerConfig
+from ferrymq.client.send_back import SendBack
 from ferrymq.common.message import MessageExt, Prop
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.common.tasks import InFlight, TaskSet
-
-if TYPE_CHECKING:
-    from ferrymq.client.push_consumer import PushConsumer
 
 log = logging.getLogger(__name__)
 
 MAX_TIME_CONSUME_CONTINUOUSLY = 60.0  # then yield the worker to other queues
 
 
+class QueueLocks(Protocol):
+    """Broker-side locks of the queues an orderly member consumes (LOCK_BATCH_MQ)."""
+
+    async def lock(self, mq: MessageQueue) -> bool: ...
+
+    async def lock_all(self) -> None: ...
+
+
 class OrderlyConsumeService:
     orderly = True
 
-    def __init__(self, consumer: "PushConsumer", listener: Listener) -> None:
-        self.consumer = consumer
+    def __init__(self, group: str, config: PushConsumerConfig, listener: Listener, *, send_back: SendBack,
+                 offset_store: OffsetStore, on_consumed: Callable[[int], None], locks: QueueLocks) -> None:
+        """``locks``: the broker-side queue locks (the rebalancer holds them)."""
+        self.group = group
+        self.send_back = send_back
+        self.offset_store = offset_store
+        self.on_consumed = on_consumed
+        self.locks = locks
         self.listener = listener
-        self.config = consumer.config
+        self.config = config
         self._slots = asyncio.Semaphore(self.config.consume_thread_max)
-        self._executor = ThreadPoolExecutor(self.config.consume_thread_max, thread_name_prefix=f"consume-{consumer.group}")
+        self._executor = ThreadPoolExecutor(self.config.consume_thread_max, thread_name_prefix=f"consume-{group}")
         self._queue_locks: dict[MessageQueue, asyncio.Lock] = {}
-        self._tasks = TaskSet(f"consumer {consumer.group}", log)
+        self._tasks = TaskSet(f"consumer {group}", log)
         self._in_flight = InFlight()
         self._stopped = False
 
@@ -74,7 +87,7 @@ class OrderlyConsumeService:
     async def _renew_locks(self) -> None:
         await asyncio.sleep(min(1.0, self.config.lock_interval))  # the first renewal soon, as Java (1 s)
         while True:
-            await self.consumer.rebalancer.lock_all()
+            await self.locks.lock_all()
             await asyncio.sleep(self.config.lock_interval)
 
     def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue, dispatch: bool = True) -> None:
@@ -87,7 +100,7 @@ class OrderlyConsumeService:
     def _try_lock_later(self, pq: ProcessQueue, mq: MessageQueue, delay: float) -> None:
         async def relock() -> None:
             await asyncio.sleep(delay)
-            ok = await self.consumer.rebalancer.lock(mq)
+            ok = await self.locks.lock(mq)
             self._submit_later(pq, mq, 0.01 if ok else 3.0)
 
         self._spawn(relock())
@@ -117,14 +130,14 @@ class OrderlyConsumeService:
                     msgs = pq.take(batch)
                     if not msgs:
                         return  # take() cleared pq.consuming: the next pull dispatches again
-                    prepare_for_listener(msgs, self.consumer.group)
+                    prepare_for_listener(msgs, self.group)
                     context = ConsumeOrderlyContext(mq)
                     with self._in_flight:
                         try:
                             status = await call_listener(self.listener, self._executor, msgs, context)
                         except Exception:
                             log.warning("orderly listener of group %s failed on %s offset %d; suspending the queue",
-                                        self.consumer.group, mq, msgs[0].queue_offset, exc_info=True)
+                                        self.group, mq, msgs[0].queue_offset, exc_info=True)
                             status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
                         go_on = await self._process_result(msgs, status, context, pq, mq)
                 if not go_on:
@@ -146,8 +159,8 @@ class OrderlyConsumeService:
         offset = pq.commit()
         if offset >= 0:
             # Also when dropped meanwhile: whoever takes the queue waits for this lock first.
-            self.consumer.offset_store.update(mq, offset, increase_only=False)
-            self.consumer.consumed += len(msgs)
+            self.offset_store.update(mq, offset, increase_only=False)
+            self.on_consumed(len(msgs))
         return go_on
 
     async def _must_retry(self, msgs: list[MessageExt], mq: MessageQueue) -> bool:
@@ -158,7 +171,7 @@ class OrderlyConsumeService:
         for m in msgs:
             if m.reconsume_times >= max_times:
                 m.properties[Prop.RECONSUME_TIME] = str(m.reconsume_times)
-                if not await self.consumer.send_to_retry_topic(m, reconsume_times=m.reconsume_times,
+                if not await self.send_back.send_to_retry_topic(m, reconsume_times=m.reconsume_times,
                                                                delay_level=3 + m.reconsume_times,
                                                                broker_name=mq.broker_name):
                     retry = True

@@ -7,42 +7,17 @@ registration is needed; with ``suspend`` the broker holds the pull until a messa
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
-
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
-from ferrymq.common.message import MessageExt, Prop, decode_records, inflate_in_place
+from ferrymq.client.pull_service import PullResult, PullService, PullStatus
 from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 
-
-class PullStatus(enum.Enum):
-    FOUND = "FOUND"
-    NO_NEW_MSG = "NO_NEW_MSG"
-    NO_MATCHED_MSG = "NO_MATCHED_MSG"
-    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
-
-
-_STATUS_BY_CODE = {
-    ResponseCode.SUCCESS: PullStatus.FOUND,
-    ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
-    ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
-    ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
-}
-
-
-@dataclass
-class PullResult:
-    status: PullStatus
-    next_begin_offset: int
-    min_offset: int
-    max_offset: int
-    messages: list[MessageExt] = field(default_factory=list)
+__all__ = ["PullConsumer", "PullResult", "PullStatus"]  # PullResult and PullStatus: pull_service.py
 
 
 class PullConsumer:
@@ -52,6 +27,7 @@ class PullConsumer:
         if namesrv_addr:
             self.config.namesrv_addr = namesrv_addr
         self.instance = ClientInstance(self.config)
+        self._pulls = PullService(self.instance, self.config.serialize_type)
 
     async def start(self) -> "PullConsumer":
         await self.instance.start()
@@ -86,32 +62,8 @@ class PullConsumer:
         header = PullMessageHeader(self.group, mq.topic, mq.queue_id, offset, max_nums, flags,
                                    commit_offset if commit_offset is not None else 0, int(suspend * 1000),
                                    subscription=expression or "*")
-        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields(),
-                                          serialize_type=self.config.serialize_type)
-        response = await self.instance.invoke_broker(await self._broker(mq), request, self.config.api_timeout + suspend)
-        status = _STATUS_BY_CODE.get(response.code)
-        if status is None:
-            raise MQBrokerError(response.code, response.remark)
-        result = PullResult(status, response.get_long("nextBeginOffset", offset), response.get_long("minOffset", 0),
-                            response.get_long("maxOffset", 0))
-        if status is PullStatus.FOUND and response.body:
-            result.messages = self._accept(decode_records(response.body), expression, result)
-        return result
-
-    @staticmethod
-    def _accept(messages: list[MessageExt], expression: str, result: PullResult) -> list[MessageExt]:
-        """The broker filters by tag hash; check the tag itself here, as hashes collide."""
-        sub = build_subscription("", expression)
-        tags = set(sub.tags_set) if sub.tags_set else None
-        kept = []
-        for m in messages:
-            if tags is not None and m.tags not in tags:
-                continue
-            inflate_in_place(m)
-            m.properties[Prop.MIN_OFFSET] = str(result.min_offset)
-            m.properties[Prop.MAX_OFFSET] = str(result.max_offset)
-            kept.append(m)
-        return kept
+        return await self._pulls.pull(mq, header, build_subscription(mq.topic, expression),
+                                      self.config.api_timeout + suspend)
 
     # ------------------------------------------------------------------ offsets
 

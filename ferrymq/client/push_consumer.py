@@ -39,13 +39,13 @@ from ferrymq.client.instance import ClientInstance
 from ferrymq.client.listener import Listener
 from ferrymq.client.offset_store import LocalFileOffsetStore, RemoteBrokerOffsetStore
 from ferrymq.client.process_queue import ProcessQueue
+from ferrymq.client.pull_service import PullResult, PullService, PullStatus
 from ferrymq.client.push_config import MessageModel, PushConsumerConfig
 from ferrymq.client.rebalance import Rebalancer
+from ferrymq.client.send_back import SendBack
 from ferrymq.common.consumer_protocol import ResetOffsetBody, build_subscription
-from ferrymq.common.message import MessageExt, Prop, decode_records, encode_properties, inflate_in_place, validate_group
+from ferrymq.common.message import MessageExt, validate_group
 from ferrymq.common.protocol import (
-    CLIENT_INNER_PRODUCER_GROUP,
-    DEFAULT_TOPIC,
     RETRY_GROUP_TOPIC_PREFIX,
     ConsumerData,
     MessageQueue,
@@ -56,14 +56,13 @@ from ferrymq.common.tasks import TaskSet
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
-from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag, SendMessageHeader
+from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 ORDERLY_NOT_LOCKED_DELAY = 3.0  # an orderly queue whose lock is not held: look again this much later
 OFFSET_ILLEGAL_GRACE = 10.0  # RocketMQ waits this long before re-creating a queue after OFFSET_ILLEGAL
-_CLIENT_ONLY_PROPS = (Prop.MIN_OFFSET, Prop.MAX_OFFSET, Prop.CONSUME_START_TIME, Prop.TRAN_MSG)
 
 
 class PushConsumer:
@@ -83,9 +82,12 @@ class PushConsumer:
         self.subscriptions: dict[str, SubscriptionData] = {}
         self.listener: Listener | None = None
         self.orderly = False
-        self.rebalancer = Rebalancer(self)
+        # Made by start(), once the listener kind and the message model are settled:
+        self.rebalancer: Rebalancer | None = None
         self.offset_store: RemoteBrokerOffsetStore | LocalFileOffsetStore = RemoteBrokerOffsetStore(self.instance, group)
+        self.send_back: SendBack | None = None
         self.service: ConcurrentConsumeService | OrderlyConsumeService | None = None
+        self._pulls = PullService(self.instance, self.client_config.serialize_type)
         self.consumed = 0  # messages whose consumption finished (successfully or handed back)
         self.flow_controlled = 0  # pulls postponed by flow control
         # Called with the sorted owned queues after every assignment change (observability, tests).
@@ -154,7 +156,8 @@ class PushConsumer:
 
     async def _abandon_start(self) -> None:
         self._running = False
-        await self.rebalancer.drop_all()
+        if self.rebalancer is not None:
+            await self.rebalancer.drop_all()
         await self._tasks.close(timeout=10)
         if self.service:
             await self.service.shutdown()
@@ -170,7 +173,18 @@ class PushConsumer:
         await self.offset_store.load()
         self.instance.request_handlers[RequestCode.NOTIFY_CONSUMER_IDS_CHANGED] = self._on_ids_changed
         self.instance.request_handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._on_reset_offset
-        self.service = (OrderlyConsumeService if self.orderly else ConcurrentConsumeService)(self, self.listener)
+        self.rebalancer = Rebalancer(
+            self.group, self.client_id, self.config, orderly=self.orderly, instance=self.instance,
+            subscriptions=self.subscriptions, offset_store=self.offset_store, start_pulling=self.start_pulling,
+            assignment_changed=self.on_assignment_changed)
+        self.send_back = SendBack(self.instance, self.group, timeout=self.config.send_back_timeout,
+                                  max_reconsume_times=self.config.effective_max_reconsume_times(self.orderly),
+                                  broker_of=self._broker_of)
+        parts = dict(send_back=self.send_back, offset_store=self.offset_store, on_consumed=self._count_consumed)
+        if self.orderly:
+            self.service = OrderlyConsumeService(self.group, self.config, self.listener, locks=self.rebalancer, **parts)
+        else:
+            self.service = ConcurrentConsumeService(self.group, self.config, self.listener, **parts)
         self.service.start()
         await self.instance.start()
         for topic in self.subscriptions:
@@ -238,6 +252,9 @@ class PushConsumer:
                 wait, backoff = backoff, min(backoff * 2, self.config.rebalance_interval)
             else:
                 wait, backoff = self.config.rebalance_interval, 1.0
+
+    def _count_consumed(self, n: int) -> None:
+        self.consumed += n
 
     def rebalance_soon(self) -> None:
         self._rebalance_wanted.set()
@@ -313,35 +330,30 @@ class PushConsumer:
                 await asyncio.sleep(cfg.pull_delay_on_error)
                 continue
             try:
-                response = await self._pull(mq, next_offset, sub)
+                result = await self._pull(mq, next_offset, sub)
+            except MQBrokerError as e:
+                level = logging.WARNING if e.code == ResponseCode.NO_PERMISSION else logging.DEBUG
+                log.log(level, "pull of %s refused: code %d %s", mq, e.code, e.remark)
+                await asyncio.sleep(0.02 if e.code == ResponseCode.FLOW_CONTROL else cfg.pull_delay_on_error)
+                continue
             except MQClientError as e:
                 log.debug("pull of %s at %d failed: %s", mq, next_offset, e)
                 await asyncio.sleep(cfg.pull_delay_on_error)
                 continue
             if pq.dropped:
                 return
-            code = response.code
-            if code == ResponseCode.SUCCESS:
-                next_offset = response.get_long("nextBeginOffset", next_offset)
-                msgs = self._accept(response, sub)
-                if msgs:
-                    dispatch = pq.put(msgs)
-                    self.service.submit(msgs, pq, mq, dispatch)
-            elif code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
-                next_offset = response.get_long("nextBeginOffset", next_offset)
-                if pq.msg_count == 0:  # nothing in flight: the empty stretch can be committed
-                    self.offset_store.update(mq, next_offset, increase_only=True)
-            elif code == ResponseCode.PULL_OFFSET_MOVED:
-                next_offset = response.get_long("nextBeginOffset", next_offset)
-                log.warning("group %s: offset of %s illegal (%s); moving to %d", self.group, mq, response.remark, next_offset)
+            next_offset = result.next_begin_offset
+            if result.status is PullStatus.FOUND:
+                if result.messages:
+                    dispatch = pq.put(result.messages)
+                    self.service.submit(result.messages, pq, mq, dispatch)
+            elif result.status is PullStatus.OFFSET_ILLEGAL:
+                log.warning("group %s: offset of %s illegal (%s); moving to %d", self.group, mq, result.remark, next_offset)
                 pq.dropped = True
                 self._tasks.spawn(self._offset_moved(mq, next_offset))
                 return
-            else:
-                level = logging.WARNING if code == ResponseCode.NO_PERMISSION else logging.DEBUG
-                log.log(level, "pull of %s refused: code %d %s", mq, code, response.remark)
-                await asyncio.sleep(0.02 if code == ResponseCode.FLOW_CONTROL else cfg.pull_delay_on_error)
-                continue
+            elif pq.msg_count == 0:  # nothing new, nothing in flight: the empty stretch can be committed
+                self.offset_store.update(mq, next_offset, increase_only=True)
             if cfg.pull_interval > 0:
                 await asyncio.sleep(cfg.pull_interval)
 
@@ -352,7 +364,7 @@ class PushConsumer:
         await self.rebalancer.remove_process_queue(mq)
         self._rebalance_wanted.set()
 
-    async def _pull(self, mq: MessageQueue, offset: int, sub: SubscriptionData) -> RemotingCommand:
+    async def _pull(self, mq: MessageQueue, offset: int, sub: SubscriptionData) -> PullResult:
         flags, commit = PullSysFlag.SUSPEND, 0
         if self.clustering:
             in_memory = self.offset_store.table.get(mq, -1)
@@ -361,75 +373,9 @@ class PushConsumer:
                 commit = in_memory
         header = PullMessageHeader(self.group, mq.topic, mq.queue_id, offset, self.config.pull_batch_size, flags, commit,
                                    int(self.config.broker_suspend_max * 1000), sub_version=sub.sub_version)
-        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields(),
-                                          serialize_type=self.client_config.serialize_type)
-        addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
-        return await self.instance.invoke_broker(addr, request, self.config.pull_timeout)
+        return await self._pulls.pull(mq, header, sub, self.config.pull_timeout)
 
-    @staticmethod
-    def _accept(response: RemotingCommand, sub: SubscriptionData) -> list[MessageExt]:
-        """Decode, re-check tags (the broker filtered by hash), decompress, stamp min/max offsets."""
-        tags = set(sub.tags_set) if sub.tags_set else None
-        min_offset, max_offset = response.get_str("minOffset", "0"), response.get_str("maxOffset", "0")
-        kept = []
-        for m in decode_records(response.body or b""):
-            if tags is not None and m.tags not in tags:
-                continue
-            try:
-                inflate_in_place(m)
-            except (ValueError, OSError) as e:
-                log.error("message %s at %s#%d offset %d: %s; given to the listener as stored", m.client_msg_id,
-                          m.topic, m.queue_id, m.queue_offset, e)
-            m.properties[Prop.MIN_OFFSET] = min_offset
-            m.properties[Prop.MAX_OFFSET] = max_offset
-            kept.append(m)
-        return kept
-
-    # ------------------------------------------------------------------ failed messages
-
-    async def send_message_back(self, msg: MessageExt, delay_level: int, broker_name: str) -> bool:
-        """CONSUMER_SEND_MSG_BACK; if the broker cannot take it, re-send to the retry topic directly."""
-        max_times = self.config.effective_max_reconsume_times(self.orderly)
-        try:
-            addr = await self.instance.find_broker_addr(broker_name, msg.topic)
-            response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-                "offset": msg.commit_log_offset, "group": self.group, "delayLevel": delay_level,
-                "originMsgId": msg.client_msg_id, "originTopic": msg.topic, "unitMode": False,
-                "maxReconsumeTimes": max_times, "bname": broker_name}), self.config.send_back_timeout)
-            if response.code == ResponseCode.SUCCESS:
-                return True
-            raise MQBrokerError(response.code, response.remark)
-        except MQClientError as e:
-            log.warning("send-back of %s failed (%s); re-sending it to %s", msg.client_msg_id, e, retry_topic(self.group))
-        return await self.send_to_retry_topic(msg, reconsume_times=msg.reconsume_times + 1,
-                                              delay_level=3 + msg.reconsume_times, broker_name=broker_name)
-
-    async def send_to_retry_topic(self, msg: MessageExt, *, reconsume_times: int, delay_level: int,
-                                  broker_name: str | None = None) -> bool:
-        """A copy to ``%RETRY%<group>`` (a broker dead-letters it once reconsume_times reaches the max)."""
-        props = {k: v for k, v in msg.properties.items() if k not in _CLIENT_ONLY_PROPS}
-        props.setdefault(Prop.ORIGIN_MESSAGE_ID, msg.client_msg_id)
-        props[Prop.RETRY_TOPIC] = msg.topic
-        props.pop(Prop.RECONSUME_TIME, None)
-        props.pop(Prop.MAX_RECONSUME_TIMES, None)
-        props[Prop.DELAY] = str(delay_level)
-        broker_name = broker_name or self._broker_of(msg)
-        topic = retry_topic(self.group)
-        try:
-            addr = await self.instance.find_broker_addr(broker_name, msg.topic)
-            header = SendMessageHeader(
-                CLIENT_INNER_PRODUCER_GROUP, topic, default_topic=DEFAULT_TOPIC, born_timestamp=int(time.time() * 1000),
-                flag=msg.flag, properties=encode_properties(props), reconsume_times=reconsume_times,
-                max_reconsume_times=self.config.effective_max_reconsume_times(self.orderly), broker_name=broker_name)
-            response = await self.instance.invoke_broker(addr, RemotingCommand.request(
-                RequestCode.SEND_MESSAGE_V2, header.to_fields(), msg.body), self.config.send_back_timeout)
-        except MQClientError as e:
-            log.warning("re-sending %s to %s failed: %s", msg.client_msg_id, topic, e)
-            return False
-        if response.code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
-            log.warning("re-sending %s to %s refused: code %d %s", msg.client_msg_id, topic, response.code, response.remark)
-            return False
-        return True
+    # ------------------------------------------------------------------ failed messages (send_back.py)
 
     def _broker_of(self, msg: MessageExt) -> str:
         for mq in self.rebalancer.process_queues:

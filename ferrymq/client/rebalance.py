@@ -16,19 +16,17 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping
 
 from ferrymq.client.errors import MQBrokerError, MQClientError
-from ferrymq.client.offset_store import NOT_FOUND, ReadFrom
+from ferrymq.client.instance import ClientInstance
+from ferrymq.client.offset_store import NOT_FOUND, OffsetStore, ReadFrom
 from ferrymq.client.process_queue import ProcessQueue
-from ferrymq.client.push_config import ConsumeFromWhere, MessageModel
+from ferrymq.client.push_config import ConsumeFromWhere, MessageModel, PushConsumerConfig
 from ferrymq.common.consumer_protocol import LockBatchRequestBody, LockBatchResponseBody, UnlockBatchRequestBody
-from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX, ConsumerListBody, MessageQueue
+from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX, ConsumerListBody, MessageQueue, SubscriptionData
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-
-if TYPE_CHECKING:
-    from ferrymq.client.push_consumer import PushConsumer
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +39,30 @@ def parse_consume_timestamp(text: str) -> int:
     return int(time.mktime(time.strptime(text, "%Y%m%d%H%M%S")) * 1000)
 
 
+StartPulling = Callable[[MessageQueue, ProcessQueue, int], None]  # a queue taken over: pull it from an offset
+
+
 class Rebalancer:
-    def __init__(self, consumer: "PushConsumer") -> None:
-        self.consumer = consumer
+    def __init__(self, group: str, client_id: str, config: PushConsumerConfig, *, orderly: bool,
+                 instance: ClientInstance, subscriptions: Mapping[str, SubscriptionData], offset_store: OffsetStore,
+                 start_pulling: StartPulling, assignment_changed: Callable[[str], Awaitable[None]]) -> None:
+        """``subscriptions``: the consumer's live table (it changes with subscribe/unsubscribe);
+        ``assignment_changed(topic)``: awaited after a round changed what this member owns."""
+        self.group = group
+        self.client_id = client_id
+        self.config = config
+        self.orderly = orderly
+        self.instance = instance
+        self.subscriptions = subscriptions
+        self.offset_store = offset_store
+        self.start_pulling = start_pulling
+        self.assignment_changed = assignment_changed
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._lock = asyncio.Lock()
 
     @property
     def _clustering(self) -> bool:
-        return self.consumer.config.message_model is MessageModel.CLUSTERING
+        return self.config.message_model is MessageModel.CLUSTERING
 
     def owned(self, topic: str | None = None) -> list[MessageQueue]:
         return sorted(mq for mq in self.process_queues if topic is None or mq.topic == topic)
@@ -60,13 +73,13 @@ class Rebalancer:
         """One round over every subscribed topic; True if something should be retried soon."""
         retry_soon = False
         async with self._lock:
-            for topic in list(self.consumer.subscriptions):
+            for topic in list(self.subscriptions):
                 try:
                     retry_soon |= await self._rebalance_topic(topic)
                 except MQClientError as e:
-                    log.warning("rebalance of %s for group %s failed: %s", topic, self.consumer.group, e)
+                    log.warning("rebalance of %s for group %s failed: %s", topic, self.group, e)
                     retry_soon = True
-            for mq in [m for m in self.process_queues if m.topic not in self.consumer.subscriptions]:
+            for mq in [m for m in self.process_queues if m.topic not in self.subscriptions]:
                 pq = self.process_queues[mq]
                 pq.dropped = True
                 if await self._remove_unnecessary(mq, pq):
@@ -74,12 +87,12 @@ class Rebalancer:
         return retry_soon
 
     async def _rebalance_topic(self, topic: str) -> bool:
-        instance = self.consumer.instance
+        instance = self.instance
         route = instance.routes.get(topic) or await instance.fetch_route(topic)
         if route is None:
             # The retry topic appears in the name server only after the broker created it on our
             # heartbeat and re-registered: not an error, just early.
-            log.debug("no route for %s yet (group %s)", topic, self.consumer.group)
+            log.debug("no route for %s yet (group %s)", topic, self.group)
             return True
         mq_all = sorted(route.subscribe_queues(topic))
         if not self._clustering:
@@ -87,31 +100,30 @@ class Rebalancer:
         cid_all = await self._consumer_ids(topic)
         if not cid_all or not mq_all:
             return True
-        strategy = self.consumer.config.allocate_strategy
+        strategy = self.config.allocate_strategy
         try:
-            mine = strategy.allocate(self.consumer.group, self.consumer.client_id, mq_all, sorted(cid_all))
+            mine = strategy.allocate(self.group, self.client_id, mq_all, sorted(cid_all))
         except Exception:
-            log.exception("allocation strategy %s failed for group %s", getattr(strategy, "name", strategy), self.consumer.group)
+            log.exception("allocation strategy %s failed for group %s", getattr(strategy, "name", strategy), self.group)
             return True
         return await self._update(topic, set(mine or ()))
 
     async def _consumer_ids(self, topic: str) -> list[str]:
-        instance = self.consumer.instance
+        instance = self.instance
         route = instance.routes.get(topic)
         brokers = [b.any_addr() for b in (route.broker_datas if route else []) if b.any_addr()]
         if not brokers:
             return []
         addr = random.choice(brokers)
         response = await instance.invoke_broker(addr, RemotingCommand.request(
-            RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.consumer.group}))
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group}))
         if response.code != ResponseCode.SUCCESS:
-            log.warning("consumer list of group %s from %s: %s", self.consumer.group, addr, response.remark)
+            log.warning("consumer list of group %s from %s: %s", self.group, addr, response.remark)
             return []
         return ConsumerListBody.from_json(response.body or b"{}").consumer_id_list
 
     async def _update(self, topic: str, mq_set: set[MessageQueue]) -> bool:
         """Drop what is no longer ours, add what is new; True if a lock could not be had."""
-        consumer = self.consumer
         changed = retry_soon = False
         for mq, pq in list(self.process_queues.items()):
             if mq.topic != topic:
@@ -126,35 +138,35 @@ class Rebalancer:
                 else:
                     retry_soon = True
         lock_failed = False
-        orderly_clustering = consumer.orderly and self._clustering
+        orderly_clustering = self.orderly and self._clustering
         for mq in sorted(mq_set - set(self.process_queues)):
             if orderly_clustering and not await self.lock(mq):
-                log.info("group %s: %s is still locked by its previous owner; will retry", consumer.group, mq)
+                log.info("group %s: %s is still locked by its previous owner; will retry", self.group, mq)
                 lock_failed = True
                 continue
-            consumer.offset_store.remove(mq)  # a stale in-memory offset from an earlier ownership
+            self.offset_store.remove(mq)  # a stale in-memory offset from an earlier ownership
             try:
                 offset = await self.compute_pull_from_where(mq)
             except MQClientError as e:
-                log.warning("cannot find where to start %s for group %s: %s", mq, consumer.group, e)
+                log.warning("cannot find where to start %s for group %s: %s", mq, self.group, e)
                 lock_failed = True
                 continue
             pq = ProcessQueue()
             if orderly_clustering:
                 pq.locked, pq.last_lock_time = True, time.monotonic()
             self.process_queues[mq] = pq
-            consumer.start_pulling(mq, pq, offset)
+            self.start_pulling(mq, pq, offset)
             changed = True
-            log.info("group %s: %s now owns %s from offset %d", consumer.group, consumer.client_id, mq, offset)
+            log.info("group %s: %s now owns %s from offset %d", self.group, self.client_id, mq, offset)
         if changed:
-            await consumer.on_assignment_changed(topic)
+            await self.assignment_changed(topic)
         return lock_failed or retry_soon
 
     def _forget(self, mq: MessageQueue) -> None:
         pq = self.process_queues.pop(mq, None)
         if pq is not None:
             pq.clear()
-            log.info("group %s: %s gave up %s", self.consumer.group, self.consumer.client_id, mq)
+            log.info("group %s: %s gave up %s", self.group, self.client_id, mq)
 
     async def _remove_unnecessary(self, mq: MessageQueue, pq: ProcessQueue, *, reset_to: int | None = None) -> bool:
         """Hand a dropped queue back: persist its offset; orderly: once no listener runs on it, unlock.
@@ -163,8 +175,8 @@ class Rebalancer:
         hold that lock the offset we persist covers everything consumed: the next owner neither
         skips nor repeats (concurrent queues may repeat the batches in flight, never skip).
         ``reset_to`` (an offset reset) replaces the offset to persist."""
-        store = self.consumer.offset_store
-        if not (self.consumer.orderly and self._clustering):
+        store = self.offset_store
+        if not (self.orderly and self._clustering):
             if reset_to is not None:
                 store.update(mq, reset_to, increase_only=False)
             await store.persist(mq)
@@ -175,7 +187,7 @@ class Rebalancer:
                 await pq.consume_lock.acquire()
         except TimeoutError:
             pq.try_unlock_times += 1
-            log.info("group %s: %s is being consumed; unlock it later (try %d)", self.consumer.group, mq, pq.try_unlock_times)
+            log.info("group %s: %s is being consumed; unlock it later (try %d)", self.group, mq, pq.try_unlock_times)
             return False
         try:
             if reset_to is not None:
@@ -214,13 +226,12 @@ class Rebalancer:
 
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
         """The group's committed offset, else the configured starting point (wire facts 8.3 step 5)."""
-        consumer = self.consumer
-        last = await consumer.offset_store.read(mq, ReadFrom.STORE)
+        last = await self.offset_store.read(mq, ReadFrom.STORE)
         if last >= 0:
             return last
         if last != NOT_FOUND:
             raise MQClientError(f"the offset of {mq} could not be read")
-        where = consumer.config.consume_from_where
+        where = self.config.consume_from_where
         is_retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         if where is ConsumeFromWhere.FIRST_OFFSET:
             return 0
@@ -228,11 +239,11 @@ class Rebalancer:
             return 0 if is_retry else await self._queue_call(RequestCode.GET_MAX_OFFSET, mq)
         if is_retry:
             return await self._queue_call(RequestCode.GET_MAX_OFFSET, mq)
-        timestamp = parse_consume_timestamp(consumer.config.consume_timestamp)
+        timestamp = parse_consume_timestamp(self.config.consume_timestamp)
         return await self._queue_call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, {"timestamp": timestamp})
 
     async def _queue_call(self, code: int, mq: MessageQueue, extra: dict | None = None) -> int:
-        instance = self.consumer.instance
+        instance = self.instance
         addr = await instance.find_broker_addr(mq.broker_name, mq.topic)
         response = await instance.invoke_broker(addr, RemotingCommand.request(
             code, {"topic": mq.topic, "queueId": mq.queue_id, **(extra or {})}))
@@ -243,11 +254,11 @@ class Rebalancer:
     # ------------------------------------------------------------------ orderly locks
 
     def _body(self, cls, mqs: list[MessageQueue]) -> bytes:
-        return cls(consumer_group=self.consumer.group, client_id=self.consumer.client_id, mq_set=list(mqs)).to_json()
+        return cls(consumer_group=self.group, client_id=self.client_id, mq_set=list(mqs)).to_json()
 
     async def lock(self, mq: MessageQueue) -> bool:
         """Lock one queue now (LOCK_BATCH_MQ); True if this client holds it."""
-        instance = self.consumer.instance
+        instance = self.instance
         try:
             addr = await instance.find_broker_addr(mq.broker_name, mq.topic)
             response = await instance.invoke_broker(addr, RemotingCommand.request(
@@ -271,7 +282,7 @@ class Rebalancer:
 
     async def lock_all(self) -> None:
         """Renew the locks of every owned queue (every 20 s); queues not granted stop consuming."""
-        instance = self.consumer.instance
+        instance = self.instance
         for broker_name, mqs in self._by_broker(self.process_queues).items():
             try:
                 addr = await instance.find_broker_addr(broker_name, mqs[0].topic)
@@ -290,14 +301,14 @@ class Rebalancer:
                     continue
                 if mq in granted:
                     if not pq.locked:
-                        log.info("group %s: lock of %s regained", self.consumer.group, mq)
+                        log.info("group %s: lock of %s regained", self.group, mq)
                     pq.locked, pq.last_lock_time = True, now
                 elif pq.locked:
-                    log.warning("group %s: lock of %s lost", self.consumer.group, mq)
+                    log.warning("group %s: lock of %s lost", self.group, mq)
                     pq.locked = False
 
     async def unlock(self, mqs: list[MessageQueue]) -> None:
-        instance = self.consumer.instance
+        instance = self.instance
         for broker_name, group in self._by_broker(mqs).items():
             try:
                 addr = await instance.find_broker_addr(broker_name, group[0].topic)

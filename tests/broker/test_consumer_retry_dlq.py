@@ -142,7 +142,7 @@ async def test_client_resend_to_retry_topic_when_send_back_is_unavailable(delay_
         [sent] = await produce(ns, "ResendT", 1, prefix="r")
         await wait_until(lambda: rec.of("r-0"), 10, "the first delivery")
         first = rec.of("r-0")[0].msg
-        assert await consumer.send_to_retry_topic(first, reconsume_times=1, delay_level=3)
+        assert await consumer.send_back.send_to_retry_topic(first, reconsume_times=1, delay_level=3)
         await wait_until(lambda: len(rec.of("r-0")) == 2, 20, "the redelivery through the retry topic")
     finally:
         await consumer.shutdown()
