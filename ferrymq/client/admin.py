@@ -9,7 +9,7 @@ from ferrymq.client.instance import ClientInstance
 from ferrymq.common import rocketmq_json
 from ferrymq.common.config_loader import parse_properties
 from ferrymq.common.consumer_protocol import ConsumerConnection, ConsumeStats, ResetOffsetBody
-from ferrymq.common.message import MessageExt, Prop, decode_records, validate_group, validate_topic
+from ferrymq.common.message import MessageExt, Prop, decode_records
 from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.common.protocol import (
     DEFAULT_TOPIC,
@@ -23,6 +23,7 @@ from ferrymq.common.protocol import (
     TopicList,
     TopicRouteData,
 )
+from ferrymq.common.validators import validate_group, validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 

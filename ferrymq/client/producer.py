@@ -19,9 +19,10 @@ from ferrymq.client.broker_faults import BrokerFaults
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
-from ferrymq.common.message import Message, Prop, encode_batch_body, encode_properties, validate_topic
+from ferrymq.common.message import Message, Prop, encode_batch_body, encode_properties
 from ferrymq.common.message_id import new_uniq_key
 from ferrymq.common.protocol import DEFAULT_TOPIC, MessageQueue, TopicRouteData
+from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.request_headers import SendMessageHeader

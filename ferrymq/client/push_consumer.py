@@ -44,7 +44,7 @@ from ferrymq.client.push_config import MessageModel, PushConsumerConfig
 from ferrymq.client.rebalance import Rebalancer
 from ferrymq.client.send_back import SendBack
 from ferrymq.common.consumer_protocol import ResetOffsetBody, build_subscription
-from ferrymq.common.message import MessageExt, validate_group
+from ferrymq.common.message import MessageExt
 from ferrymq.common.protocol import (
     RETRY_GROUP_TOPIC_PREFIX,
     ConsumerData,
@@ -53,6 +53,7 @@ from ferrymq.common.protocol import (
     retry_topic,
 )
 from ferrymq.common.tasks import TaskSet
+from ferrymq.common.validators import validate_group
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection

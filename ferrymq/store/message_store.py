@@ -28,9 +28,9 @@ from ferrymq.common.message import (
     encode_properties,
     encode_record,
     record_store_timestamp,
-    validate_topic,
 )
 from ferrymq.common.message_id import offset_msg_id, pack_ip
+from ferrymq.common.validators import validate_topic
 from ferrymq.store.checkpoint import StoreCheckpoint
 from ferrymq.store.commit_log import BLANK_SIZE, CommitLog, RecoveryReport
 from ferrymq.store.config import StoreConfig

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ferrymq.common.message import validate_group
 from ferrymq.common.protocol import SubscriptionGroupConfig
+from ferrymq.common.validators import validate_group
 
 POLICIES = ("Disable", "ResetToLatest", "Alert")
 

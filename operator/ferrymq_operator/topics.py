@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ferrymq.common.message import validate_topic
+from ferrymq.common.validators import validate_topic
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Mapping
 
 from ferrymq.client.config import ClientConfig
 from ferrymq.common.config_loader import ConfigError, apply_settings
-from ferrymq.common.message import validate_group, validate_topic
+from ferrymq.common.validators import validate_group, validate_topic
 from ferrymq.common.naming import camel_case
 
 from ferrymq_spark.offsets import OffsetsError, offsets_from_json

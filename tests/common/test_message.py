@@ -21,9 +21,8 @@ from ferrymq.common.message import (
     encode_record,
     record_store_timestamp,
     stamp_record,
-    validate_group,
-    validate_topic,
 )
+from ferrymq.common.validators import validate_group, validate_topic
 
 
 def sample(**overrides) -> MessageExt:

@@ -13,8 +13,8 @@ from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.runtime_info import runtime_info
 from ferrymq.common import rocketmq_json
 from ferrymq.common.config_loader import ConfigError, apply_settings, parse_properties, to_properties
-from ferrymq.common.message import validate_topic
 from ferrymq.common.protocol import KVTable, MessageQueue, Perm, TopicConfig
+from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection

@@ -21,8 +21,8 @@ from ferrymq.common.consumer_protocol import (
     ResetOffsetBody,
     UnlockBatchRequestBody,
 )
-from ferrymq.common.message import validate_group
 from ferrymq.common.protocol import MessageQueue, SubscriptionGroupConfig
+from ferrymq.common.validators import validate_group
 from ferrymq.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection

@@ -15,8 +15,9 @@ import time
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.schedule import ScheduleMessageService, divert_to_schedule, is_delayable
 from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
-from ferrymq.common.message import MessageExt, Prop, decode_batch_body, decode_properties, validate_topic
+from ferrymq.common.message import MessageExt, Prop, decode_batch_body, decode_properties
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, Perm, dlq_topic
+from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
