@@ -27,6 +27,8 @@ _SEND_V2_KEYS = {
     "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i", "reconsumeTimes": "j",
     "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m", "bname": "n",
 }
+_SEND_V1_KEYS = {name: name for name in _SEND_V2_KEYS}
+_SEND_NAME_OF = {key: name for name, key in _SEND_V2_KEYS.items()}
 _SEND_V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 
 
@@ -38,35 +40,6 @@ class PullSysFlag(enum.IntFlag):
     SUBSCRIPTION = 0x4  # subscription/expressionType carry the filter (else the heartbeat's)
     CLASS_FILTER = 0x8
     LITE_PULL = 0x10
-
-
-class _Fields:
-    """Typed reads of a request's fields under the names a header's codec gives them."""
-
-    def __init__(self, req: RemotingCommand, keys: dict[str, str] | None = None) -> None:
-        self.req = req
-        self.keys = keys or {}
-
-    def _read(self, getter, name: str, *args, **kwargs):
-        key = self.keys.get(name, name)
-        try:
-            return getter(key, *args, **kwargs)
-        except HeaderFieldError as e:
-            if key == name:
-                raise
-            raise HeaderFieldError(key, f"{e} ({name})") from None  # Java names only the short key
-
-    def str(self, name: str, default: str | None = None, *, required: bool = False) -> str | None:
-        return self._read(self.req.get_str, name, default, required=required)
-
-    def int(self, name: str, default: int | None = None, *, required: bool = False) -> int | None:
-        return self._read(self.req.get_int, name, default, required=required)
-
-    def long(self, name: str, default: int | None = None, *, required: bool = False) -> int | None:
-        return self._read(self.req.get_long, name, default, required=required)
-
-    def bool(self, name: str, default: bool = False) -> bool:
-        return self._read(self.req.get_bool, name, default)
 
 
 @dataclass
@@ -105,19 +78,27 @@ class SendMessageHeader:
     @classmethod
     def from_request(cls, req: RemotingCommand) -> "SendMessageHeader":
         """Read either form (by the request code); a missing topic or a malformed number raises
-        HeaderFieldError, which the server answers as a bad request."""
-        f = _Fields(req, _SEND_V2_KEYS if req.code in _SEND_V2_CODES else None)
-        max_times = None
-        if req.version >= MAX_RECONSUME_TIMES_VERSION and f.str("maxReconsumeTimes"):
-            max_times = f.int("maxReconsumeTimes")
-        return cls(
-            producer_group=f.str("producerGroup", ""), topic=f.str("topic", required=True),
-            queue_id=f.int("queueId", -1), default_topic=f.str("defaultTopic", ""),
-            default_topic_queue_nums=f.int("defaultTopicQueueNums", 4), sys_flag=f.int("sysFlag", 0),
-            born_timestamp=f.long("bornTimestamp", 0), flag=f.int("flag", 0), properties=f.str("properties", ""),
-            reconsume_times=f.int("reconsumeTimes", 0), unit_mode=f.bool("unitMode"), max_reconsume_times=max_times,
-            batch=f.bool("batch"), broker_name=f.str("bname"),
-        )
+        HeaderFieldError, which the server answers as a bad request. On the send path: one
+        lookup per field, no intermediate dict."""
+        k = _SEND_V2_KEYS if req.code in _SEND_V2_CODES else _SEND_V1_KEYS
+        try:
+            max_times = None
+            if req.version >= MAX_RECONSUME_TIMES_VERSION and req.get_str(k["maxReconsumeTimes"]):
+                max_times = req.get_int(k["maxReconsumeTimes"])
+            return cls(
+                producer_group=req.get_str(k["producerGroup"], ""), topic=req.get_str(k["topic"], required=True),
+                queue_id=req.get_int(k["queueId"], -1), default_topic=req.get_str(k["defaultTopic"], ""),
+                default_topic_queue_nums=req.get_int(k["defaultTopicQueueNums"], 4),
+                sys_flag=req.get_int(k["sysFlag"], 0), born_timestamp=req.get_long(k["bornTimestamp"], 0),
+                flag=req.get_int(k["flag"], 0), properties=req.get_str(k["properties"], ""),
+                reconsume_times=req.get_int(k["reconsumeTimes"], 0), unit_mode=req.get_bool(k["unitMode"]),
+                max_reconsume_times=max_times, batch=req.get_bool(k["batch"]), broker_name=req.get_str(k["bname"]),
+            )
+        except HeaderFieldError as e:
+            name = _SEND_NAME_OF.get(e.field)
+            if name is None or k is _SEND_V1_KEYS:
+                raise
+            raise HeaderFieldError(e.field, f"{e} ({name})") from None  # Java names only the short key
 
 
 @dataclass
@@ -146,12 +127,12 @@ class PullMessageHeader:
 
     @classmethod
     def from_request(cls, req: RemotingCommand) -> "PullMessageHeader":
-        f = _Fields(req)
         return cls(
-            consumer_group=f.str("consumerGroup", required=True), topic=f.str("topic", required=True),
-            queue_id=f.int("queueId", required=True), queue_offset=f.long("queueOffset", required=True),
-            max_msg_nums=max(1, f.int("maxMsgNums", 32)), sys_flag=PullSysFlag(f.int("sysFlag", 0)),
-            commit_offset=f.long("commitOffset", -1), suspend_timeout_millis=f.long("suspendTimeoutMillis", 15_000),
-            subscription=f.str("subscription"), sub_version=f.long("subVersion", 0),
-            expression_type=f.str("expressionType") or "TAG",
+            consumer_group=req.get_str("consumerGroup", required=True), topic=req.get_str("topic", required=True),
+            queue_id=req.get_int("queueId", required=True), queue_offset=req.get_long("queueOffset", required=True),
+            max_msg_nums=max(1, req.get_int("maxMsgNums", 32)), sys_flag=PullSysFlag(req.get_int("sysFlag", 0)),
+            commit_offset=req.get_long("commitOffset", -1),
+            suspend_timeout_millis=req.get_long("suspendTimeoutMillis", 15_000),
+            subscription=req.get_str("subscription"), sub_version=req.get_long("subVersion", 0),
+            expression_type=req.get_str("expressionType") or "TAG",
         )
