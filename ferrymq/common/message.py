@@ -2,7 +2,9 @@
 
 A CommitLog record, a pull/view/query body element and what the Java client decodes
 are the same bytes, so this module is the single place they are written and read:
-the store persists them, the broker ships them untouched, the client decodes them.
+the store persists them, the broker ships them untouched, the client decodes them. (One
+module of some 460 lines on purpose: the model, its properties and the record layout change
+together.)
 
 Record layout (big-endian), offsets for IPv4 hosts:
 
