@@ -27,7 +27,7 @@ import collections
 import functools
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from ferrymq.common.message import MessageExt, record_store_timestamp
 from ferrymq.store.flush import settle_flush_wait
@@ -37,7 +37,8 @@ from ferrymq.store.retention import CleanResult
 
 T = TypeVar("T")
 
-ArrivalListener = Callable[[str, int, int], None]  # topic, queue id, new max offset
+# topic, queue id, the queue's new max offset, the messages just stored there
+ArrivalListener = Callable[[str, int, int, Sequence[MessageExt]], None]
 
 
 class _LoopCompletions:
@@ -157,13 +158,13 @@ class AsyncMessageStore:
     async def put_message(self, msg: MessageExt, *, wait: bool = True) -> AppendResult:
         """Store one message; answer per the flush policy (``wait``: the message's WAIT flag)."""
         result = await self._write(self.sync_store.put_message, msg, wait_flush=False)
-        self._announce(msg.topic, msg.queue_id, result)
+        self._announce(msg.topic, msg.queue_id, result, (msg,))
         return await self._flushed(result, wait and msg.wait_store_msg_ok)
 
     async def put_messages(self, msgs: list[MessageExt], *, wait: bool = True) -> AppendResult:
         result = await self._write(self.sync_store.put_messages, msgs, wait_flush=False)
         if msgs:
-            self._announce(msgs[0].topic, msgs[0].queue_id, result)
+            self._announce(msgs[0].topic, msgs[0].queue_id, result, msgs)
         return await self._flushed(result, wait and all(m.wait_store_msg_ok for m in msgs))
 
     async def _flushed(self, result: AppendResult, wait: bool) -> AppendResult:
@@ -186,11 +187,11 @@ class AsyncMessageStore:
             ok = None
         return settle_flush_wait(result, timeout_ms, ok)
 
-    def _announce(self, topic: str, queue_id: int, result: AppendResult) -> None:
+    def _announce(self, topic: str, queue_id: int, result: AppendResult, msgs: Sequence[MessageExt]) -> None:
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
             max_offset = result.queue_offset + result.msg_num
             for listener in self.arrival_listeners:
-                listener(topic, queue_id, max_offset)
+                listener(topic, queue_id, max_offset, msgs)
 
     async def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                            tag_filter: Callable[[int], bool] | None = None) -> GetResult:

@@ -65,8 +65,8 @@ class Broker:
         self.groups = SubscriptionGroupManager(config_dir, auto_create=config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetManager(config_dir)
         self.stats = BrokerStats()
-        self.pull_waiters = PullWaiters()
         self.store = AsyncMessageStore(MessageStore(store_config))  # its store host is resolved at start
+        self.pull_waiters = PullWaiters(self.store.max_offset)
         self.store.arrival_listeners.append(self.pull_waiters.notify)
         self.locks = QueueLockManager(config.rebalance_lock_max_live_time / 1000)
         self._tasks = TaskSet(f"broker {config.broker_name}", log)

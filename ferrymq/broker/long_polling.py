@@ -1,32 +1,51 @@
 """Held pulls: a pull that found nothing waits here until a message arrives for its queue.
 
 No timer loop: each waiter is a future keyed by (topic, queue id); an arrival resolves the
-futures whose requested offset is now below the queue's max offset. The pull processor
-re-runs its read when woken, and answers PULL_NOT_FOUND when its suspend time ends.
+futures whose requested offset is now below the queue's max offset and whose tag filter
+matches one of the messages that arrived (a filtered subscription is not woken by messages
+it would not receive). The pull processor re-runs its read when woken, and answers
+PULL_NOT_FOUND when its suspend time ends.
+
+A pull reads the store in a worker thread and registers here afterwards; a message stored
+in between was announced before the waiter existed. ``wait`` therefore compares the queue's
+max offset with the pull's offset first (RocketMQ closes the same gap with a 5 s re-check
+of every held pull; the pull processor keeps that too, as a safety net).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from typing import Callable, Sequence
+
+from ferrymq.common.message import MessageExt
+from ferrymq.store.dispatch import tag_hash
+
+TagFilter = Callable[[int], bool]  # tagsCode -> does the subscription want it
 
 
 class PullWaiters:
-    def __init__(self) -> None:
-        self._waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future]]] = defaultdict(list)
+    def __init__(self, max_offset: Callable[[str, int], int]) -> None:
+        """``max_offset(topic, queue_id)``: the queue's next offset as the store has it now."""
+        self._max_offset = max_offset
+        self._waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future, TagFilter | None]]] = defaultdict(list)
         self.closed = False  # the broker is stopping: nothing is held any more
 
     @property
     def held(self) -> int:
         return sum(len(v) for v in self._waiters.values())
 
-    async def wait(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
-        """Wait until the queue's max offset exceeds ``offset``; False on timeout or shutdown."""
+    async def wait(self, topic: str, queue_id: int, offset: int, timeout: float,
+                   tag_filter: TagFilter | None = None) -> bool:
+        """Wait until a message at or after ``offset`` that ``tag_filter`` accepts arrives; True
+        at once if the queue already holds messages past ``offset``; False on timeout or shutdown."""
         if timeout <= 0 or self.closed:
             return False
+        if self._max_offset(topic, queue_id) > offset:
+            return True  # stored between the pull's read and now
         fut = asyncio.get_running_loop().create_future()
         key = (topic, queue_id)
-        entry = (offset, fut)
+        entry = (offset, fut, tag_filter)
         self._waiters[key].append(entry)
         try:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
@@ -46,15 +65,26 @@ class PullWaiters:
                 if not waiters:
                     del self._waiters[key]
 
-    def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
-        for offset, fut in self._waiters.get((topic, queue_id), ()):
-            if offset < max_offset and not fut.done():
-                fut.set_result(None)
+    def notify(self, topic: str, queue_id: int, max_offset: int, msgs: Sequence[MessageExt] = ()) -> None:
+        """Store arrival listener: wake the waiters the new messages are for."""
+        waiters = self._waiters.get((topic, queue_id))
+        if not waiters:
+            return
+        codes: list[int] | None = None
+        for offset, fut, tag_filter in waiters:
+            if offset >= max_offset or fut.done():
+                continue
+            if tag_filter is not None and msgs:
+                if codes is None:
+                    codes = [tag_hash(m.properties) for m in msgs]
+                if not any(tag_filter(code) for code in codes):
+                    continue
+            fut.set_result(None)
 
     def close(self) -> None:
         """Shutdown: answer every held pull now, and hold none from here on."""
         self.closed = True
         for waiters in self._waiters.values():
-            for _, fut in waiters:
+            for _, fut, _ in waiters:
                 if not fut.done():
                     fut.set_result(None)

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from pathlib import Path
+from typing import Sequence
 
 from ferrymq.broker.context import BrokerContext
 from ferrymq.common.json_config_file import JsonConfigFile
@@ -79,7 +80,7 @@ class ScheduleMessageService:
         for level in self._arrivals:
             self.ctx.spawn(self._run_level(level), f"delay-level-{level}")
 
-    def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+    def on_arrival(self, topic: str, queue_id: int, max_offset: int, msgs: Sequence[MessageExt]) -> None:
         """Store arrival listener: wake the level whose queue just got a message."""
         if topic == SCHEDULE_TOPIC:
             event = self._arrivals.get(queue_id + 1)

@@ -19,6 +19,12 @@ from ferrymq.store.consume_queue import CQ_ENTRY, ConsumeQueue
 from ferrymq.store.index_service import IndexService
 
 
+def tag_hash(props: dict[str, str]) -> int:
+    """A message's tagsCode outside the delay topic: the Java hashCode of its TAGS (0 if none)."""
+    tags = props.get(Prop.TAGS)
+    return java_string_hash(tags) if tags else 0
+
+
 class ConsumeQueueTable:
     """Every ConsumeQueue of the store, by (topic, queue id). Queues are created only by the
     writer (under the CommitLog's write lock) or during load; readers look up without a lock."""
@@ -136,5 +142,4 @@ class Dispatcher:
                 level = 0
             if level > 0:
                 return store_ts + self._delay_ms[level - 1]
-        tags = props.get(Prop.TAGS)
-        return java_string_hash(tags) if tags else 0
+        return tag_hash(props)

@@ -108,6 +108,55 @@ async def test_held_pull_is_answered_as_soon_as_a_message_arrives(cluster):
     assert answered_after < 0.05, answered_after
 
 
+async def test_a_message_stored_between_the_pulls_read_and_its_hold_still_answers_it(cluster):
+    """The race of issue 14: the pull reads (nothing), the message is stored and announced,
+    only then does the pull start waiting. It must not wait out its suspend time."""
+    mq = MessageQueue("Race", "broker-a", 0)
+    store = cluster.broker.store
+    read = store.get_messages
+    async with Producer("p", namesrv_addr=cluster.namesrv_addr) as producer, \
+            PullConsumer("g", namesrv_addr=cluster.namesrv_addr) as consumer:
+        await producer.send(Message("Race", b"first"), queue=mq)
+        arrived_at: list[float] = []
+
+        async def read_then_store(group, topic, queue_id, offset, *args):
+            result = await read(group, topic, queue_id, offset, *args)
+            if topic == "Race" and not arrived_at:  # the held pull's first read: store right after it
+                await producer.send(Message("Race", b"second"), queue=mq)
+                arrived_at.append(time.monotonic())
+            return result
+
+        store.get_messages = read_then_store  # instance attribute: only this broker's pulls
+        try:
+            result = await consumer.pull(mq, 1, suspend=10.0)
+        finally:
+            del store.get_messages
+    assert result.status is PullStatus.FOUND and result.messages[0].body == b"second"
+    # Without the re-check it waits out the suspend time (10 s), or RocketMQ's 5 s sweep.
+    assert time.monotonic() - arrived_at[0] < 2.0
+
+
+def tagged(body: bytes, tag: str) -> Message:
+    m = Message("Tagged", body)
+    m.tags = tag
+    return m
+
+
+async def test_a_held_tag_filtered_pull_is_not_woken_by_messages_it_does_not_want(cluster):
+    mq = MessageQueue("Tagged", "broker-a", 0)
+    async with Producer("p", namesrv_addr=cluster.namesrv_addr) as producer, \
+            PullConsumer("g", namesrv_addr=cluster.namesrv_addr) as consumer:
+        await producer.send(tagged(b"first", "A"), queue=mq)
+        pull = asyncio.create_task(consumer.pull(mq, 1, expression="A", suspend=10.0))
+        await wait_until(lambda: cluster.broker.pull_waiters.held == 1)
+        await producer.send(tagged(b"other", "B"), queue=mq)
+        await asyncio.sleep(0.3)
+        assert not pull.done() and cluster.broker.pull_waiters.held == 1  # a B message wakes nobody
+        await producer.send(tagged(b"wanted", "A"), queue=mq)
+        result = await asyncio.wait_for(pull, 5)
+    assert result.status is PullStatus.FOUND and [m.body for m in result.messages] == [b"wanted"]
+
+
 async def test_held_pull_times_out_with_pull_not_found(cluster):
     await cluster.broker.topics.persist()
     async with Producer("p", namesrv_addr=cluster.namesrv_addr) as producer:
@@ -215,3 +264,21 @@ async def test_compressed_bodies_reach_the_consumer_as_the_producer_wrote_them(c
         result = await consumer.pull(MessageQueue("Zipped", "broker-a", 0), 0)
     got = result.messages[0]
     assert got.body == original and not got.sys_flag & 0x1
+
+
+async def test_short_polling_holds_a_pull_only_short_polling_time_mills(tmp_path):
+    from tests.support import InProcessCluster
+    c = await InProcessCluster(tmp_path / "s", settings={"longPollingEnable": "false",
+                                                         "shortPollingTimeMills": 300}).start()
+    mq = MessageQueue("Short", "broker-a", 0)
+    try:
+        async with Producer("p", namesrv_addr=c.namesrv_addr) as producer, \
+                PullConsumer("g", namesrv_addr=c.namesrv_addr) as consumer:
+            await producer.send(Message("Short", b"first"), queue=mq)
+            started = time.monotonic()
+            result = await consumer.pull(mq, 1, suspend=10.0)  # asks for 10 s; the broker holds 0.3 s
+            took = time.monotonic() - started
+    finally:
+        await c.stop()
+    assert result.status is PullStatus.NO_NEW_MSG
+    assert 0.2 < took < 5.0, took

@@ -41,6 +41,8 @@ def response_code(status: GetStatus, requested_offset: int) -> int:
     return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
 
 
+HOLD_RECHECK_SECONDS = 5.0  # a held pull reads its queue again at least this often
+
 # Reads that tell how far behind the head the group reads (caught up counts as 0).
 _FALL_BEHIND_KNOWN = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_OVERFLOW_ONE)
 
@@ -110,10 +112,13 @@ class PullProcessor:
             hold_seconds = ctx.config.short_polling_time_mills / 1000
         deadline = time.monotonic() + hold_seconds
         while True:
-            woken = await ctx.pull_waiters.wait(topic, queue_id, offset, deadline - time.monotonic())
+            # At most HOLD_RECHECK_SECONDS at a time, then read again (RocketMQ's hold service sweep).
+            remaining = deadline - time.monotonic()
+            await ctx.pull_waiters.wait(topic, queue_id, offset, min(remaining, HOLD_RECHECK_SECONDS), tag_filter)
             result = await ctx.store.get_messages(group, topic, queue_id, offset, max_nums, tag_filter)
-            # Still nothing new (a wake-up raced with the read) and time remains: wait again.
-            if not woken or result.status is not GetStatus.OFFSET_OVERFLOW_ONE:
+            if result.status is not GetStatus.OFFSET_OVERFLOW_ONE:
+                return result  # something to answer (found, filtered out, moved...)
+            if ctx.pull_waiters.closed or time.monotonic() >= deadline:
                 return result
 
     def _respond(self, req: RemotingCommand, result: GetResult, code: int, group: str, topic: str) -> RemotingCommand:
