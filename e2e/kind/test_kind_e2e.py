@@ -23,8 +23,9 @@ import pytest
 
 from e2e.kind.kube import (
     API, BROKER_IMAGE, SPARK_IMAGE, apply, condition, get, items, kubectl, pod_ready, run_job, run_python,
-    toolbox, unique_name, wait_status, wait_until,
+    toolbox, unique_name, wait_status,
 )
+from tests.support import poll_until
 
 if os.environ.get("FERRYMQ_KIND_TESTS") != "1":
     if os.environ.get("CI") == "true":
@@ -230,12 +231,12 @@ def test_force_deleted_broker_pod_comes_back_with_its_pvc_and_every_acknowledged
     pod_uid = get("pod", victim, ns)["metadata"]["uid"]
     load = InClusterLoad(ns, tools, "durable", seconds=240)
     try:
-        wait_until("acks from the victim", lambda: sum(a["broker"] == victim for a in load.acked) >= 100, 120, 0.5)
+        poll_until("acks from the victim", lambda: sum(a["broker"] == victim for a in load.acked) >= 100, 120, 0.5)
         kubectl("delete", "pod", victim, "-n", ns, "--force", "--grace-period=0")
         killed_at = len(load.acked)
-        wait_until(f"{victim} back and Ready", lambda: (lambda p: p and p["metadata"]["uid"] != pod_uid and pod_ready(p))(
+        poll_until(f"{victim} back and Ready", lambda: (lambda p: p and p["metadata"]["uid"] != pod_uid and pod_ready(p))(
             get("pod", victim, ns)), 300, 1)
-        wait_until("acks from the victim after its restart",
+        poll_until("acks from the victim after its restart",
                    lambda: sum(a["broker"] == victim for a in load.acked[killed_at:]) >= 50, 180, 0.5)
     finally:
         load.stop()
@@ -260,16 +261,16 @@ def test_config_change_rolls_brokers_one_at_a_time_while_producing(ns, tools):
     load = InClusterLoad(ns, tools, "durable", seconds=420)
     fewest_ready = [2]
     try:
-        wait_until("producer running", lambda: len(load.acked) >= 50, 120, 0.5)
+        poll_until("producer running", lambda: len(load.acked) >= 50, 120, 0.5)
         kubectl("patch", "broker", BROKER, "-n", ns, "--type=merge", "-p", '{"spec":{"config":{"fileReservedTime":"48"}}}')
 
         def rolled():
             pods = broker_pods(ns)
             fewest_ready[0] = min(fewest_ready[0], sum(pod_ready(p) for p in pods.values()))
             return len(pods) == 2 and all(p["metadata"]["uid"] != before[n] and pod_ready(p) for n, p in pods.items())
-        wait_until("both broker pods restarted", rolled, 420, 0.5)
+        poll_until("both broker pods restarted", rolled, 420, 0.5)
         acked_after_roll = len(load.acked)
-        wait_until("sends after the roll", lambda: len(load.acked) >= acked_after_roll + 50, 60, 0.5)
+        poll_until("sends after the roll", lambda: len(load.acked) >= acked_after_roll + 50, 60, 0.5)
     finally:
         load.stop()
     assert fewest_ready[0] >= 1, "never more than one broker down at a time"
@@ -323,7 +324,7 @@ def test_spark_job_drains_the_group_into_parquet_on_a_pvc(ns, tools):
             executors.update(p["metadata"]["name"] for p in items("pods", ns, "spark-role=executor"))
             j = get("job", job, ns)["status"]
             return j.get("succeeded") or j.get("failed")
-        wait_until(f"spark job {job}", finished, 900, 2,
+        poll_until(f"spark job {job}", finished, 900, 2,
                    diagnostics=lambda: kubectl("logs", "-n", ns, f"job/{job}", "--tail=60", check=False).stdout)
         logs = kubectl("logs", "-n", ns, f"job/{job}", "--tail=-1", check=False).stdout
         assert get("job", job, ns)["status"].get("succeeded") == 1, logs[-4000:]
@@ -399,7 +400,7 @@ def test_scale_down_waits_until_the_leaving_broker_is_drained(ns, tools):
     wait_status("broker", BROKER, ns, lambda o: condition(o, "ScaleDownBlocked").get("status") == "False"
                 and o["status"].get("readyReplicas") == 1 and o["status"].get("phase") == "Ready", "scaled down", 300)
     assert get("statefulset", f"{BROKER}-broker", ns)["spec"]["replicas"] == 1
-    wait_until(f"{leaving} gone", lambda: get("pod", leaving, ns) is None, 120)
+    poll_until(f"{leaving} gone", lambda: get("pod", leaving, ns) is None, 120)
     assert get("pvc", f"data-{leaving}", ns) is not None, "scale-down keeps the claim"
 
 
@@ -458,7 +459,7 @@ def test_protection_policies_on_a_slow_group(ns, tools):
     wait_status("consumergroup", "slow-reset", ns, lambda o: o["status"].get("totalLag") == 0, "lag 0 after the reset", 120)
     events = items("events", ns)
     assert any(e["involvedObject"]["name"] == "slow-alert" and e["reason"] == "FallingBehind" for e in events) or \
-        wait_until("FallingBehind event", lambda: any(e["involvedObject"]["name"] == "slow-alert" and e["reason"] == "FallingBehind"
+        poll_until("FallingBehind event", lambda: any(e["involvedObject"]["name"] == "slow-alert" and e["reason"] == "FallingBehind"
                                                       for e in items("events", ns)), 120)
     g = get("consumergroup", "slow-alert", ns)
     assert g["status"]["consumeEnabled"] is True and g["status"]["totalLag"] == 19
@@ -491,7 +492,7 @@ def test_helm_upgrade_then_uninstall_leaves_only_kept_claims(ns, tools):
     dep = get("deployment", f"{RELEASE}-ferrymq-operator", RELEASE_NS)
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0].get("env", [])}
     assert env.get("FERRYMQ_RESYNC_SECONDS") == "15", env
-    wait_until("the upgraded operator pod", lambda: [p for p in operator_pods() if p["metadata"]["uid"] not in before
+    poll_until("the upgraded operator pod", lambda: [p for p in operator_pods() if p["metadata"]["uid"] not in before
                                                        and pod_ready(p)] and len(operator_pods()) == 1, 300)
     # the upgraded operator still reconciles
     apply(ns, {"apiVersion": API, "kind": "Topic", "metadata": {"name": "after-upgrade"},
@@ -500,7 +501,7 @@ def test_helm_upgrade_then_uninstall_leaves_only_kept_claims(ns, tools):
 
     for kind in ("consumergroups", "topics", "brokers"):
         kubectl("delete", kind, "--all", "-n", ns, "--timeout=300s")
-    wait_until("the brokers' pods gone", lambda: not items("pods", ns, "app.kubernetes.io/managed-by=ferrymq-operator"), 300)
+    poll_until("the brokers' pods gone", lambda: not items("pods", ns, "app.kubernetes.io/managed-by=ferrymq-operator"), 300)
     helm("uninstall", RELEASE, "-n", RELEASE_NS, "--wait", "--timeout", "300s")
 
     leftovers = []

@@ -6,12 +6,15 @@ one loader in :mod:`ferrymq.common.config_loader` applies each key to whichever 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from ferrymq.common.config_loader import LIVE, check_range
 from ferrymq.common.naming import camel_case
 from ferrymq.common.net import local_ip
 from ferrymq.common.protocol import Perm
+
+log = logging.getLogger(__name__)
 
 
 _PERMISSIONS = (Perm.READ, Perm.WRITE, Perm.READ_WRITE)
@@ -92,16 +95,34 @@ def load_broker_settings(conf_file: str | None, assignments: list[str] | None,
     """BrokerConfig + StoreConfig from a broker.conf, then ``--set`` pairs, then CLI flags.
 
     Later sources win. ``overrides`` holds values the command line set explicitly
-    (RocketMQ key -> value); None values are ignored.
+    (RocketMQ key -> value); None values are ignored. RocketMQ keys FerryMQ does not
+    implement are accepted with one warning line (a stock RocketMQ broker.conf starts).
     """
-    from ferrymq.common.config_loader import apply_settings, load_properties_file, parse_assignments
+    from ferrymq.common.config_loader import load_properties_file, parse_assignments
+
+    broker, store, ignored = build_broker_settings(
+        load_properties_file(conf_file) if conf_file else {}, parse_assignments(assignments or []),
+        {k: str(v) for k, v in (overrides or {}).items() if v is not None})
+    if ignored:
+        log.warning("RocketMQ settings FerryMQ does not implement, ignored: %s",
+                    ", ".join(f"{k}={v}" for k, v in sorted(ignored.items())))
+    return broker, store
+
+
+def build_broker_settings(*sources: dict[str, str]):
+    """Apply ``sources`` in order; returns (BrokerConfig, StoreConfig, the RocketMQ keys FerryMQ
+    does not implement and skipped). Raises ConfigError for an unknown key, a bad value, or an
+    unimplemented key whose value promises something FerryMQ does not do (``aclEnable=true``)."""
+    from ferrymq.broker import rocketmq_keys
+    from ferrymq.common.config_loader import ConfigError, apply_settings
     from ferrymq.store.config import StoreConfig
 
     broker, store = BrokerConfig(), StoreConfig(store_path_root_dir="")
-    if conf_file:
-        apply_settings(load_properties_file(conf_file), broker, store)
-    if assignments:
-        apply_settings(parse_assignments(assignments), broker, store)
-    if overrides:
-        apply_settings({k: str(v) for k, v in overrides.items() if v is not None}, broker, store)
-    return broker, store
+    ignored: dict[str, str] = {}
+    for settings in sources:
+        ignored.update(apply_settings(settings, broker, store, unimplemented=rocketmq_keys.NOT_IMPLEMENTED))
+    for key, value in ignored.items():
+        reason = rocketmq_keys.refusal(key, value)
+        if reason:
+            raise ConfigError(reason)
+    return broker, store, ignored

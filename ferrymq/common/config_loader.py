@@ -14,7 +14,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
 from ferrymq.common.naming import camel_case, snake_case
 
@@ -84,14 +84,16 @@ is read where it is used, not copied into some object at start."""
 
 
 def apply_settings(settings: Mapping[str, str], *targets: Any, ignore_unknown: bool = False,
-                   live_only: bool = False) -> None:
+                   live_only: bool = False, unimplemented: Collection[str] = ()) -> dict[str, str]:
     """Set each ``camelCaseKey=value`` on the first target dataclass that has the field.
 
     Each changed target is rebuilt through its constructor (``dataclasses.replace``), so its
     ``__post_init__`` validation sees the new values; only when every target is valid are the
     values copied onto the targets: a rejected update changes nothing. With ``live_only``,
-    a key whose field is not marked :data:`LIVE` is refused, naming the key.
+    a key whose field is not marked :data:`LIVE` is refused, naming the key. Keys in
+    ``unimplemented`` (known to RocketMQ, not to us) are skipped and returned.
     """
+    skipped: dict[str, str] = {}
     changes: list[dict[str, Any]] = [{} for _ in targets]
     for key, raw in settings.items():
         name = snake_case(key)
@@ -105,7 +107,9 @@ def apply_settings(settings: Mapping[str, str], *targets: Any, ignore_unknown: b
             changes[i][name] = _convert(typing.get_type_hints(type(target))[name], raw, key)
             break
         else:
-            if not ignore_unknown:
+            if key in unimplemented:
+                skipped[key] = raw
+            elif not ignore_unknown:
                 raise ConfigError(f"unknown configuration key {key!r}")
     rebuilt = []
     for target, change in zip(targets, changes):
@@ -119,6 +123,7 @@ def apply_settings(settings: Mapping[str, str], *targets: Any, ignore_unknown: b
     for target, valid in rebuilt:
         for f in dataclasses.fields(target):
             setattr(target, f.name, getattr(valid, f.name))
+    return skipped
 
 
 def check_range(config: Any, name: str, lo: int, hi: int | None = None) -> None:

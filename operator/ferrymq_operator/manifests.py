@@ -10,9 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ferrymq.broker.config import BrokerConfig
-from ferrymq.common.config_loader import ConfigError, apply_settings
-from ferrymq.store.config import StoreConfig
+from ferrymq.broker.config import build_broker_settings
+from ferrymq.common.config_loader import ConfigError
 from ferrymq_operator.constants import (
     ANN_CONFIG_HASH,
     BROKER_PORT,
@@ -73,7 +72,7 @@ def broker_conf_error(cluster: BrokerCluster) -> str | None:
     bad value), in the broker's own words; None when it is valid. Checked before anything is
     applied, so a typo in ``spec.config`` never rolls the running brokers into a crash loop."""
     try:
-        apply_settings(broker_conf(cluster), BrokerConfig(), StoreConfig(store_path_root_dir=""))
+        build_broker_settings(broker_conf(cluster))
     except ConfigError as e:
         return f"spec.config: {e}"
     return None

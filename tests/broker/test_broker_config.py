@@ -1,6 +1,7 @@
 """Broker settings: the advertised address is never a wildcard; bad values are refused at start
 with one clear line; a running broker changes only the keys that take effect live."""
 
+import re
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ from ferrymq.client.errors import MQClientError
 from ferrymq.client.producer import Producer
 from ferrymq.common.config_loader import ConfigError
 from ferrymq.common.message import Message
+from tests.support import FerryProcess, free_port
 
 
 def test_advertised_host_prefers_brokerIP1_then_a_concrete_bind_host():
@@ -91,3 +93,44 @@ async def test_live_update_accepts_live_keys_and_refuses_the_rest_naming_them(cl
         with pytest.raises(MQClientError, match="exceeds maxMessageSize 1000"):
             await producer.send(Message("live-config", b"x" * 2000))
         assert (await producer.send(Message("live-config", b"x" * 500))).status.name == "SEND_OK"
+
+
+# ---------------------------------------------------------------- a stock RocketMQ broker.conf (issue 14.5)
+
+STOCK_4_9_BROKER_CONF = """\
+brokerClusterName = DefaultCluster
+brokerName = broker-a
+brokerId = 0
+deleteWhen = 04
+fileReservedTime = 48
+brokerRole = ASYNC_MASTER
+flushDiskType = ASYNC_FLUSH
+"""
+
+
+def test_a_stock_rocketmq_broker_conf_starts_with_one_warning_naming_what_is_ignored(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text(STOCK_4_9_BROKER_CONF + "sendMessageThreadPoolNums = 16\nlistenPort = 0\n")
+    proc = FerryProcess(["standalone", "-c", str(conf), "--namesrv-port", str(free_port()),
+                         "--data-dir", str(tmp_path / "store")], "FerryMQ standalone is ready",
+                        tmp_path / "standalone.log").start()
+    try:
+        log = proc.log()
+    finally:
+        proc.stop()
+    warnings = [line for line in log.splitlines() if "does not implement" in line]
+    assert len(warnings) == 1, log
+    assert "brokerRole=ASYNC_MASTER" in warnings[0] and "sendMessageThreadPoolNums=16" in warnings[0]
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("aclEnable=true", "aclEnable=true: ACL is not implemented yet"),
+    ("brokerRole=SLAVE", "brokerRole=SLAVE: replication is not implemented yet"),
+    ("enablePropertyFilter=true", "enablePropertyFilter=true: SQL92 property filters are not implemented yet"),
+    ("brokerRol=ASYNC_MASTER", "unknown configuration key 'brokerRol'"),  # a typo is still refused
+])
+def test_settings_that_would_promise_what_ferrymq_does_not_do_are_refused(setting, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_broker_settings(None, [setting])
+    broker, store = load_broker_settings(None, ["aclEnable=false", "brokerRole=SYNC_MASTER"])  # harmless values
+    assert broker.broker_name == "broker-a"
