@@ -56,3 +56,9 @@ images:
 .PHONY: soak
 soak: $(STAMP)
 	@FERRYMQ_CRASH_CYCLES=$${FERRYMQ_CRASH_CYCLES:-200} $(PY) -m pytest -q -s -ra --timeout 3600 tests/integration/test_store_crash.py
+
+## fuzz: coverage-guided fuzzing of every decoder (atheris), FUZZ_RUNS inputs per target
+## (default 1 000 000); findings land in .cache/fuzz/findings, see fuzz/run.py
+.PHONY: fuzz
+fuzz: $(STAMP)
+	@$(PY) -m fuzz.run --runs $${FUZZ_RUNS:-1000000}

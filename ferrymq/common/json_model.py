@@ -113,6 +113,8 @@ class JsonModel:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__} must be a JSON object, not {type(data).__name__}")
         kwargs = {}
         for name, json_name, tp in _fields(cls):
             if json_name in data:
@@ -128,4 +130,10 @@ class JsonModel:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Self:
-        return cls.from_dict(rocketmq_json.loads(raw))
+        """The model a peer's JSON describes; ValueError for anything that does not fit it
+        (wrong shapes and types included), so callers handle one error for bad bodies."""
+        data = rocketmq_json.loads(raw)
+        try:
+            return cls.from_dict(data)
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"{cls.__name__}: {type(exc).__name__}: {exc}") from None

@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ferrymq.common.message_id import offset_msg_id, pack_ip, unpack_ip
+from ferrymq.common.message_id import offset_msg_id, offset_msg_id_prefix, pack_ip, unpack_ip
 
 MESSAGE_MAGIC = -626843481  # 0xDAA320A7
 BLANK_MAGIC = -875286124  # 0xCBD43194: filler at the end of a CommitLog segment
@@ -206,7 +206,10 @@ class MessageExt(Message):
 
     @property
     def msg_id(self) -> str:
-        """The offset msgId: where this record lives."""
+        """The offset msgId: where this record lives. A record from a peer with a negative
+        offset (corrupt) still gets an id, as Java's putLong writes it, rather than failing."""
+        if self.commit_log_offset < 0:
+            return offset_msg_id_prefix(*self.store_host) + f"{self.commit_log_offset & 0xFFFF_FFFF_FFFF_FFFF:016X}"
         return offset_msg_id(self.store_host[0], self.store_host[1], self.commit_log_offset)
 
     @property
@@ -342,6 +345,7 @@ def check_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc
 
 
 def _decode(buf: bytes | memoryview, pos: int, check_crc: bool) -> tuple[MessageExt, int]:
+    # Text fields decode as Java's new String(bytes, UTF_8) does: bad sequences become U+FFFD.
     if len(buf) - pos < BORN_HOST_POS:
         raise ValueError(f"truncated record at {pos}: {len(buf) - pos} bytes left")
     (sys_flag,) = _I32.unpack_from(buf, pos + SYS_FLAG_POS)
@@ -363,7 +367,7 @@ def _decode(buf: bytes | memoryview, pos: int, check_crc: bool) -> tuple[Message
     if body_len < 0 or p >= end:
         raise ValueError(f"bad body length {body_len} in record at {pos}")
     topic_len = buf[p]
-    topic = str(buf[p + 1 : p + 1 + topic_len], "utf-8")
+    topic = str(buf[p + 1 : p + 1 + topic_len], "utf-8", "replace")
     p += 1 + topic_len
     if p + 2 > end:
         raise ValueError(f"bad topic length {topic_len} in record at {pos}")
@@ -371,7 +375,7 @@ def _decode(buf: bytes | memoryview, pos: int, check_crc: bool) -> tuple[Message
     p += 2
     if p + props_len != end:
         raise ValueError(f"record at {pos}: fields add up to {p + props_len - pos} bytes, TOTALSIZE says {total}")
-    props = decode_properties(str(buf[p:end], "utf-8"))
+    props = decode_properties(str(buf[p:end], "utf-8", "replace"))
     if type(body) is not bytes:
         body = bytes(body)
     if check_crc and zlib.crc32(body) & 0x7FFFFFFF != crc:
@@ -416,7 +420,10 @@ def decompress_body(m: MessageExt) -> bytes:
     kind = m.sys_flag & SysFlag.COMPRESSION_TYPE_MASK
     if kind not in (0, SysFlag.COMPRESSION_ZLIB):
         raise ValueError(f"unsupported compression type 0x{kind:X} (only ZLIB is available)")
-    return zlib.decompress(m.body)
+    try:
+        return zlib.decompress(m.body)
+    except zlib.error as exc:
+        raise ValueError(f"compressed body cannot be inflated: {exc}") from None
 
 
 def inflate_in_place(m: MessageExt) -> MessageExt:
@@ -462,6 +469,6 @@ def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
         p += 2
         if total != p + props_len - pos or p + props_len > n:
             raise ValueError(f"batch element at {pos}: fields add up to {p + props_len - pos} bytes, TOTALSIZE says {total}")
-        out.append((flag, element_body, decode_properties(str(body[p : p + props_len], "utf-8"))))
+        out.append((flag, element_body, decode_properties(str(body[p : p + props_len], "utf-8", "replace"))))
         pos = p + props_len
     return out

@@ -60,6 +60,8 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
         raise ValueError(f"offset msgId is not hex: {msg_id!r}") from exc
     ip_len = len(raw) - _PORT_OFFSET.size
     port, offset = _PORT_OFFSET.unpack_from(raw, ip_len)
+    if offset < 0:
+        raise ValueError(f"offset msgId names a negative CommitLog offset: {msg_id!r}")
     return unpack_ip(raw[:ip_len]), port, offset
 
 

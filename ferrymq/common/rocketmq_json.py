@@ -114,6 +114,8 @@ def loads(text: str | bytes) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         pass
+    except RecursionError:
+        raise JSONDecodeError("nested deeper than the interpreter can parse", text, 0) from None
     value, pos = _Parser(text).parse_value(_skip(text, 0))
     pos = _skip(text, pos)
     if pos != len(text):
@@ -126,8 +128,20 @@ def _skip(text: str, pos: int) -> int:
 
 
 class _Parser:
+    MAX_DEPTH = 100  # RocketMQ's bodies nest four or five levels; this bounds the recursion
+
     def __init__(self, text: str) -> None:
         self.text = text
+        self.depth = 0
+
+    def _nested(self, parse, pos: int) -> tuple[Any, int]:
+        self.depth += 1
+        if self.depth > self.MAX_DEPTH:
+            raise JSONDecodeError(f"nested deeper than {self.MAX_DEPTH} levels", self.text, pos)
+        try:
+            return parse(pos)
+        finally:
+            self.depth -= 1
 
     def parse_value(self, pos: int) -> tuple[Any, int]:
         text = self.text
@@ -135,9 +149,9 @@ class _Parser:
             raise JSONDecodeError("unexpected end", text, pos)
         ch = text[pos]
         if ch == "{":
-            return self.parse_object(pos + 1)
+            return self._nested(self.parse_object, pos + 1)
         if ch == "[":
-            return self.parse_array(pos + 1)
+            return self._nested(self.parse_array, pos + 1)
         if ch == "'":
             return self.parse_single_quoted(pos + 1)
         # strings, numbers, true/false/null: the standard scanner handles them
@@ -155,7 +169,11 @@ class _Parser:
             raise JSONDecodeError("unexpected end", text, pos)
         ch = text[pos]
         if ch == "{":
-            obj, pos = self.parse_object(pos + 1)
+            start = pos
+            obj, pos = self._nested(self.parse_object, pos + 1)
+            if not all(isinstance(k, str) and not isinstance(v, (dict, list)) for k, v in obj.items()):
+                # fastjson writes objects as keys only for flat beans such as MessageQueue
+                raise JSONDecodeError("an object used as a key must be flat", text, start)
             return ObjectKey(obj), pos
         if ch == '"' or ch == "'":
             return self.parse_value(pos)

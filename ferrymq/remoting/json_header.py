@@ -46,6 +46,8 @@ def decode_json_header(text: str) -> HeaderFields:
         obj = _loads(text)
     except ValueError as exc:
         raise HeaderDecodeError(f"unparsable JSON header: {exc}") from None
+    except RecursionError:
+        raise HeaderDecodeError("unparsable JSON header: nested too deeply") from None
     if not isinstance(obj, dict):
         raise HeaderDecodeError("JSON header is not an object")
     remark = obj.get("remark")
@@ -70,7 +72,7 @@ def _int_field(obj: dict[str, Any], key: str) -> int:
     try:
         # fastjson also coerces numeric strings and floats into int fields.
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise HeaderDecodeError(f"JSON header field {key!r} is not a number: {value!r}") from None
 
 

@@ -1,0 +1,299 @@
+"""Fuzz targets: every decoder that reads bytes a peer (or a disk) hands us.
+
+Each target takes one input and checks the decoder's contract: it either returns a value
+that survives re-encoding, or raises the one documented error type. Anything else (another
+exception, RecursionError, MemoryError, a hang) is a bug. The targets are plain functions
+so that regression inputs replay under pytest without the fuzzing engine; ``fuzz.engine``
+runs them under atheris, ``fuzz.run`` drives the engine and reports.
+
+``seeds(name)`` gives each target well-formed inputs built by our own encoders, so the
+fuzzer starts from the real formats instead of discovering them byte by byte.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from ferrymq.common import rocketmq_json
+from ferrymq.common.message import (
+    Message,
+    MessageExt,
+    SysFlag,
+    check_record,
+    decode_batch_body,
+    decode_properties,
+    decode_record,
+    decode_records,
+    encode_batch_body,
+    encode_properties,
+    encode_record,
+)
+from ferrymq.common.message_id import decode_offset_msg_id, offset_msg_id
+from ferrymq.common.protocol import ConsumerData, HeartbeatData, ProducerData, SubscriptionData
+from ferrymq.client.pull_service import accept
+from ferrymq.remoting.codes import RequestCode
+from ferrymq.remoting.command import FrameDecoder, RemotingCommand, SerializeType, encode_frame
+from ferrymq.remoting.errors import FrameError, HeaderDecodeError, HeaderFieldError
+from ferrymq.remoting.json_header import decode_json_header, encode_json_header
+from ferrymq.remoting.request_headers import PullMessageHeader, SendMessageHeader
+from ferrymq.remoting.rocketmq_header import decode_rocketmq_header, encode_rocketmq_header
+
+__all__ = ["TARGETS", "Target", "seeds"]
+
+MAX_FRAME = 64 * 1024  # small, so the fuzzer reaches the limit checks
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    run: Callable[[bytes], None]
+    seeds: Callable[[], Iterable[bytes]]
+    what: str
+
+
+# ------------------------------------------------------------------ remoting
+
+
+def _same_command(a: RemotingCommand, b: RemotingCommand) -> bool:
+    return (a.code, a.language, a.version, a.opaque, a.flag, a.remark, a.ext_fields, a.body, a.serialize_type) == (
+        b.code, b.language, b.version, b.opaque, b.flag, b.remark, b.ext_fields, b.body, b.serialize_type)  # fmt: skip
+
+
+def frames(data: bytes) -> None:
+    """The connection's stream decoder, fed in two chunks; every decoded command re-encodes
+    to a frame that decodes to the same command."""
+    if not data:
+        return
+    cut = data[0] % (len(data) + 1)
+    decoder = FrameDecoder(MAX_FRAME)
+    commands: list[RemotingCommand] = []
+    try:
+        commands += decoder.feed(data[1:cut])
+        commands += decoder.feed(data[cut:])
+    except FrameError:
+        pass
+    for cmd in commands:
+        try:
+            frame = encode_frame(cmd)
+        except FrameError:
+            continue  # a value Java could not hold either (code beyond int32...)
+        again = FrameDecoder(len(frame) + 1).feed(frame)
+        assert len(again) == 1 and _same_command(again[0], cmd), (cmd, again)
+
+
+def _header_roundtrip(decode: Callable, encode: Callable, raw) -> None:
+    try:
+        fields = decode(raw)
+    except HeaderDecodeError:
+        return
+    try:
+        encoded = encode(fields)
+    except (struct.error, UnicodeEncodeError, OverflowError, ValueError):
+        return  # not representable on the wire; encode_frame turns these into FrameError
+    if isinstance(raw, str):
+        encoded = encoded.decode("utf-8")
+    assert decode(encoded) == fields, (fields, encoded)
+
+
+def json_header(data: bytes) -> None:
+    """The JSON header serialization (what Java clients send by default)."""
+    _header_roundtrip(decode_json_header, encode_json_header, data.decode("utf-8", "replace"))
+
+
+def rocketmq_header(data: bytes) -> None:
+    """The binary ROCKETMQ header serialization."""
+    _header_roundtrip(decode_rocketmq_header, encode_rocketmq_header, data)
+
+
+def _ext_fields(data: bytes) -> dict[str, str]:
+    """Ext fields from fuzz bytes: ``key=value`` lines."""
+    out = {}
+    for line in data.decode("utf-8", "replace").split("\n"):
+        key, _, value = line.partition("=")
+        out[key] = value
+    return out
+
+
+def request_headers(data: bytes) -> None:
+    """The typed SEND/PULL header readers on arbitrary ext fields."""
+    ext = _ext_fields(data)
+    for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.PULL_MESSAGE):
+        req = RemotingCommand.request(code, ext)
+        try:
+            header = (PullMessageHeader if code == RequestCode.PULL_MESSAGE else SendMessageHeader).from_request(req)
+        except HeaderFieldError:
+            continue
+        fields = header.to_fields() if code == RequestCode.PULL_MESSAGE else header.to_fields(v2=code != RequestCode.SEND_MESSAGE)
+        again = type(header).from_request(RemotingCommand.request(code, fields))
+        assert again == header, (header, again)
+
+
+# ------------------------------------------------------------------ records and bodies
+
+
+def _record_roundtrip(m: MessageExt) -> None:
+    try:
+        again = decode_records(bytes(encode_record(m)))
+    except ValueError:
+        return  # e.g. a topic longer than a record can say
+    assert len(again) == 1
+    a, b = again[0], m
+    assert (a.topic, a.body, a.properties, a.queue_id, a.flag, a.sys_flag, a.born_host, a.store_host) == (
+        b.topic, b.body, b.properties, b.queue_id, b.flag, b.sys_flag, b.born_host, b.store_host), (a, b)  # fmt: skip
+
+
+def records(data: bytes) -> None:
+    """CommitLog records and pull bodies (back-to-back records), as a consumer reads them:
+    decode, the recovery walk's cheap check, then the client's inflate and tag filter."""
+    if not data:
+        return
+    check_crc = bool(data[0] & 1)
+    body = data[1:]
+    size = check_record(body, 0, check_crc=check_crc)
+    if size > 0:  # what recovery keeps, the reader must read
+        first, end = decode_record(body, 0, check_crc=check_crc)
+        assert end == size == first.store_size, (size, end, first.store_size)
+    try:
+        messages = decode_records(body, check_crc=check_crc)
+    except ValueError:
+        return
+    if not messages:
+        return
+    for m in messages:
+        _record_roundtrip(m)
+    accept(messages, SubscriptionData(topic=messages[0].topic, sub_string="*"), 0, 0)
+
+
+def batch_body(data: bytes) -> None:
+    """SEND_BATCH_MESSAGE bodies."""
+    try:
+        elements = decode_batch_body(data)
+    except ValueError:
+        return
+    msgs = [Message(topic="T", body=body, flag=flag, properties=props) for flag, body, props in elements]
+    try:
+        encoded = encode_batch_body(msgs)
+    except ValueError:
+        return
+    assert decode_batch_body(encoded) == elements
+
+
+def properties(data: bytes) -> None:
+    """The 0x01/0x02 property string: total (never raises) and stable after one pass."""
+    props = decode_properties(data.decode("utf-8", "replace"))
+    assert decode_properties(encode_properties(props)) == props
+
+
+def message_ids(data: bytes) -> None:
+    """Offset msgIds typed by users (query by id)."""
+    text = data.decode("utf-8", "replace")
+    try:
+        host, port, offset = decode_offset_msg_id(text)
+    except ValueError:
+        return
+    assert offset_msg_id(host, port, offset) == text.upper() or offset < 0
+
+
+def json_bodies(data: bytes) -> None:
+    """fastjson-flavoured bodies (heartbeats, routes, offset tables) through the tolerant parser."""
+    try:
+        value = rocketmq_json.loads(data)
+    except ValueError:
+        return
+    assert rocketmq_json.loads(rocketmq_json.dumps(value)) == value
+
+
+def heartbeats(data: bytes) -> None:
+    """HEART_BEAT bodies into the typed model the broker keeps."""
+    try:
+        HeartbeatData.from_json(data)
+    except ValueError:
+        pass
+
+
+# ------------------------------------------------------------------ seeds
+
+
+def _sample_commands() -> list[RemotingCommand]:
+    send = SendMessageHeader(producer_group="PG", topic="orders", queue_id=1,
+                             properties=encode_properties({"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": "AB"}))
+    pull = PullMessageHeader(consumer_group="CG", topic="orders", queue_id=0, queue_offset=7, subscription="a || b")
+    cmds = []
+    for st in (SerializeType.JSON, SerializeType.ROCKETMQ):
+        cmds.append(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send.to_fields(v2=True), body=b"hello",
+                                            serialize_type=st))
+        cmds.append(RemotingCommand.request(RequestCode.PULL_MESSAGE, pull.to_fields(), serialize_type=st))
+        cmds.append(RemotingCommand.request(RequestCode.HEART_BEAT, {}, body=_heartbeat().to_json(), serialize_type=st))
+        cmds.append(cmds[0].response(0, remark="ok"))
+    return cmds
+
+
+def _heartbeat() -> HeartbeatData:
+    sub = SubscriptionData(topic="orders", sub_string="a || b", tags_set=["a", "b"], code_set=[97, 98])
+    return HeartbeatData(client_id="127.0.0.1@1", producer_data_set=[ProducerData(group_name="PG")],
+                         consumer_data_set=[ConsumerData(group_name="CG", subscription_data_set=[sub])])
+
+
+def _sample_record(**over) -> bytes:
+    fields = dict(topic="orders", body=b"payload", properties={"TAGS": "a", "KEYS": "k"}, queue_id=1,
+                  born_host=("127.0.0.1", 5), store_host=("127.0.0.1", 10911))
+    m = MessageExt(**(fields | over))
+    return bytes(encode_record(m))
+
+
+def _seed_frames() -> Iterable[bytes]:
+    for cmd in _sample_commands():
+        yield b"\x07" + encode_frame(cmd)
+    yield b"\x00" + b"".join(encode_frame(c) for c in _sample_commands())
+
+
+def _seed_headers(serialize_type: SerializeType) -> Iterable[bytes]:
+    encode = encode_json_header if serialize_type == SerializeType.JSON else encode_rocketmq_header
+    for cmd in _sample_commands():
+        yield encode((cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields))
+
+
+def _seed_request_headers() -> Iterable[bytes]:
+    for cmd in _sample_commands()[:2]:
+        yield "\n".join(f"{k}={v}" for k, v in cmd.ext_fields.items()).encode()
+
+
+def _seed_records() -> Iterable[bytes]:
+    import zlib
+
+    yield b"\x01" + _sample_record()
+    yield b"\x00" + _sample_record() + _sample_record(sys_flag=SysFlag.BORNHOST_V6)
+    yield b"\x00" + _sample_record(sys_flag=SysFlag.COMPRESSED, body=zlib.compress(b"x" * 100))
+
+
+def _seed_batches() -> Iterable[bytes]:
+    yield encode_batch_body([Message(topic="T", body=b"one", properties={"TAGS": "a"}),
+                             Message(topic="T", body=b"two", properties={"KEYS": "k"})])
+
+
+def _seed_json() -> Iterable[bytes]:
+    yield _heartbeat().to_json()
+    yield b'{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:5},"table":{0:"127.0.0.1:10911"}}'
+
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("frames", frames, _seed_frames, "remoting frame stream decoder"),
+        Target("json_header", json_header, lambda: _seed_headers(SerializeType.JSON), "JSON header"),
+        Target("rocketmq_header", rocketmq_header, lambda: _seed_headers(SerializeType.ROCKETMQ), "ROCKETMQ header"),
+        Target("request_headers", request_headers, _seed_request_headers, "SEND/PULL header fields"),
+        Target("records", records, _seed_records, "CommitLog records, pull bodies"),
+        Target("batch_body", batch_body, _seed_batches, "SEND_BATCH_MESSAGE body"),
+        Target("properties", properties, lambda: [b"TAGS\x01a\x02KEYS\x01k1 k2\x02"], "message properties"),
+        Target("message_ids", message_ids, lambda: [offset_msg_id("127.0.0.1", 10911, 4096).encode()], "offset msgId"),
+        Target("json_bodies", json_bodies, _seed_json, "fastjson bodies"),
+        Target("heartbeats", heartbeats, lambda: [_heartbeat().to_json()], "HEART_BEAT body model"),
+    )
+}
+
+
+def seeds(name: str) -> list[bytes]:
+    return list(TARGETS[name].seeds())
