@@ -16,6 +16,9 @@ import struct
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ferrymq.acl.access_validator import AccessDenied, AccessValidator
+from ferrymq.acl.plain_acl import parse_acl
+from ferrymq.acl.signature import Credentials, sign_request
 from ferrymq.common import rocketmq_json
 from ferrymq.common.message import (
     Message,
@@ -128,6 +131,31 @@ def request_headers(data: bytes) -> None:
         fields = header.to_fields() if code == RequestCode.PULL_MESSAGE else header.to_fields(v2=code != RequestCode.SEND_MESSAGE)
         again = type(header).from_request(RemotingCommand.request(code, fields))
         assert again == header, (header, again)
+
+
+_ACL_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+              RequestCode.PULL_MESSAGE, RequestCode.HEART_BEAT, RequestCode.CONSUMER_SEND_MSG_BACK,
+              RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.QUERY_MESSAGE)
+_ACL = parse_acl({"globalWhiteRemoteAddresses": ["10.1.*"], "accounts": [
+    {"accessKey": "fuzzer01", "secretKey": "fuzz-secret", "topicPerms": ["orders=PUB|SUB"], "groupPerms": ["g=SUB"]},
+    {"accessKey": "trusted1", "secretKey": "other-secret", "whiteRemoteAddress": "10.9.9.{1,2}", "admin": True}]})
+_ACL_CHECK = AccessValidator(lambda: _ACL)
+
+
+def acl_requests(data: bytes) -> None:
+    """The ACL check on requests with arbitrary (missing, repeated, huge, forged) AccessKey,
+    Signature and header fields: allowed or AccessDenied, nothing else."""
+    if len(data) < 2:
+        return
+    head, _, body = data[2:].partition(b"\n\n")
+    request = RemotingCommand.request(_ACL_CODES[data[0] % len(_ACL_CODES)], _ext_fields(head), body=body or None)
+    if data[1] & 1:
+        sign_request(request, Credentials("fuzzer01", "fuzz-secret"))
+    host = ("127.0.0.1", "10.1.2.3", "10.9.9.2", "::1", "bogus")[data[1] % 5]
+    try:
+        _ACL_CHECK.check(request, host)
+    except AccessDenied:
+        pass
 
 
 # ------------------------------------------------------------------ records and bodies
@@ -260,6 +288,13 @@ def _seed_request_headers() -> Iterable[bytes]:
         yield "\n".join(f"{k}={v}" for k, v in cmd.ext_fields.items()).encode()
 
 
+def _seed_acl_requests() -> Iterable[bytes]:
+    for i, cmd in enumerate(_sample_commands()[:3]):
+        fields = "\n".join(f"{k}={v}" for k, v in cmd.ext_fields.items()).encode()
+        yield bytes([i, 1]) + fields + b"\n\n" + (cmd.body or b"")
+    yield bytes([0, 0]) + b"AccessKey=fuzzer01\nSignature=AAAA\nb=orders\n\nbody"
+
+
 def _seed_records() -> Iterable[bytes]:
     import zlib
 
@@ -285,6 +320,7 @@ TARGETS: dict[str, Target] = {
         Target("json_header", json_header, lambda: _seed_headers(SerializeType.JSON), "JSON header"),
         Target("rocketmq_header", rocketmq_header, lambda: _seed_headers(SerializeType.ROCKETMQ), "ROCKETMQ header"),
         Target("request_headers", request_headers, _seed_request_headers, "SEND/PULL header fields"),
+        Target("acl_requests", acl_requests, _seed_acl_requests, "ACL check of request fields"),
         Target("records", records, _seed_records, "CommitLog records, pull bodies"),
         Target("batch_body", batch_body, _seed_batches, "SEND_BATCH_MESSAGE body"),
         Target("properties", properties, lambda: [b"TAGS\x01a\x02KEYS\x01k1 k2\x02"], "message properties"),

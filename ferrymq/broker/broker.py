@@ -13,6 +13,8 @@ import zlib
 from pathlib import Path
 from typing import Coroutine
 
+from ferrymq.acl.access_validator import AccessValidator, AclGuard
+from ferrymq.acl.acl_file import AclFile, default_acl_path
 from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.client_notifier import ClientNotifier
 from ferrymq.broker.config import BrokerConfig
@@ -80,6 +82,7 @@ class Broker:
         self.retry = RetryService(self.ctx, self.schedule)
         self.protection = ConsumeProtection(config, self.groups)
         self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker")
+        self.acl = AclFile(config.acl_file or default_acl_path()) if config.acl_enable else None
         self.namesrv_client = RemotingClient()
         self.stopping = False
         self.registered = asyncio.Event()
@@ -128,6 +131,10 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
+        if self.acl is not None:  # before anything listens: a broken ACL file stops the start
+            await asyncio.to_thread(self.acl.load)
+            self.server.set_request_guard(AclGuard(AccessValidator(lambda: self.acl.config)))
+            self.spawn(self.acl.watch(), "acl-reload")
         await asyncio.to_thread(self._load_config_tables)
         await self.store.load(await self._resolve_store_host())
         self.store_loaded = True

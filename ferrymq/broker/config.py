@@ -58,6 +58,10 @@ class BrokerConfig:
     protect_broker_interval_millis: int = field(default=180_000, metadata=LIVE)
     # Orderly consumers' queue locks lapse after this long without renewal.
     rebalance_lock_max_live_time: int = 60_000
+    # Plain ACL (RocketMQ's aclEnable): every request signed by an account of acl_file
+    # (plain_acl.yml; empty: $ROCKETMQ_HOME/conf/plain_acl.yml), re-read when it changes.
+    acl_enable: bool = False
+    acl_file: str = ""
 
     def __post_init__(self) -> None:
         for name in ("broker_name", "broker_cluster_name"):

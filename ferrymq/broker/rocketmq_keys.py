@@ -10,7 +10,7 @@ is a typo and is refused. Read off the 4.9.7 jars with ``javap`` (public ``set*`
 from __future__ import annotations
 
 BROKER_CONFIG = frozenset({
-    "aclEnable", "adminBrokerThreadPoolNums", "autoDeleteUnusedStats", "brokerFastFailureEnable", "brokerIP2",
+    "adminBrokerThreadPoolNums", "autoDeleteUnusedStats", "brokerFastFailureEnable", "brokerIP2",
     "clientManageThreadPoolNums", "clientManagerThreadPoolQueueCapacity", "commercialBaseCount",
     "commercialBigCount", "commercialEnable", "commercialTimerCount", "commercialTransCount",
     "compressedRegister", "consumerManageThreadPoolNums", "consumerManagerThreadPoolQueueCapacity",
@@ -66,7 +66,6 @@ NOT_IMPLEMENTED = BROKER_CONFIG | MESSAGE_STORE_CONFIG | NETTY_SERVER_CONFIG | N
 # Values of unimplemented keys that would change what the broker promises (security,
 # filtering, its role): ignoring them would mislead, so they are refused instead.
 REFUSED_VALUES = {
-    "aclEnable": ("true", "ACL is not implemented yet"),
     "enablePropertyFilter": ("true", "SQL92 property filters are not implemented yet"),
     "useTLS": ("true", "TLS is not implemented yet"),
     "brokerRole": ("SLAVE", "replication is not implemented yet: a FerryMQ broker is always a master"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ferrymq.acl.signature import Credentials
 from ferrymq.common.net import local_ip
 from ferrymq.remoting.codes import SerializeType
 
@@ -12,6 +13,16 @@ from ferrymq.remoting.codes import SerializeType
 def default_namesrv() -> str:
     # The same variable RocketMQ's Java client reads (not ROCKETMQ_NAMESRV_ADDR).
     return os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
+
+
+def credentials_from_env() -> Credentials | None:
+    """FERRYMQ_ACCESS_KEY / FERRYMQ_SECRET_KEY (and FERRYMQ_SECURITY_TOKEN): an ACL account."""
+    access_key, secret_key = os.environ.get("FERRYMQ_ACCESS_KEY"), os.environ.get("FERRYMQ_SECRET_KEY")
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise ValueError("FERRYMQ_ACCESS_KEY and FERRYMQ_SECRET_KEY must be set together")
+    return Credentials(access_key, secret_key, os.environ.get("FERRYMQ_SECURITY_TOKEN") or None)
 
 
 @dataclass
@@ -23,6 +34,8 @@ class ClientConfig:
     poll_name_server_interval: float = 30.0
     heartbeat_broker_interval: float = 30.0
     serialize_type: SerializeType = SerializeType.JSON
+    # Signs every request (RocketMQ's AclClientRPCHook) when the brokers have ACL on.
+    credentials: Credentials | None = field(default_factory=credentials_from_env)
 
     @property
     def client_id(self) -> str:

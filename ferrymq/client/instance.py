@@ -8,8 +8,10 @@ import contextlib
 import logging
 import random
 import time
+from functools import partial
 from typing import Callable
 
+from ferrymq.acl.signature import sign_request
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.common.tasks import TaskSet
@@ -32,7 +34,9 @@ log = logging.getLogger(__name__)
 class ClientInstance:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
-        self.remoting = RemotingClient(request_handler=self._on_request, serialize_type=config.serialize_type)
+        sign = partial(sign_request, credentials=config.credentials) if config.credentials else None
+        self.remoting = RemotingClient(request_handler=self._on_request, serialize_type=config.serialize_type,
+                                       request_hook=sign)
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producer_groups: set[str] = set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
+from typing import Callable
 
 from ferrymq.remoting.codes import DEFAULT_MAX_FRAME, SerializeType
 from ferrymq.remoting.command import RemotingCommand
@@ -36,6 +37,8 @@ class RemotingClient:
     `serialize_type` is the header serialization of every request sent through this
     client (the equivalent of Java's rocketmq.serialize.type setting); it overrides the
     request's own field. `request_handler` serves the requests brokers send back.
+    `request_hook` sees every outgoing request last, just before it is sent (Java's
+    RPCHook.doBeforeRequest: the ACL signature).
     """
 
     def __init__(
@@ -47,8 +50,10 @@ class RemotingClient:
         serialize_type: SerializeType = SerializeType.JSON,
         async_permits: int = DEFAULT_PERMITS,
         oneway_permits: int = DEFAULT_PERMITS,
+        request_hook: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
+        self._request_hook = request_hook
         self.serialize_type = serialize_type
         self._max_frame = max_frame
         self._request_handler = request_handler
@@ -81,7 +86,7 @@ class RemotingClient:
     async def invoke(self, address: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Like Java, connecting counts against `timeout`."""
         connection, remaining = await self._connection_within(address, timeout)
-        request.serialize_type = self.serialize_type
+        self._prepare(request)
         return await connection.invoke(request, remaining)
 
     def invoke_async(
@@ -93,7 +98,7 @@ class RemotingClient:
     ) -> asyncio.Future[RemotingCommand]:
         """Connection.invoke_async on the cached connection; if there is none yet, the
         returned future is a task that connects first."""
-        request.serialize_type = self.serialize_type
+        self._prepare(request)
         connection = self._connections.get(address)
         if connection is not None and not connection.closed:
             return connection.invoke_async(request, timeout, callback)
@@ -106,8 +111,13 @@ class RemotingClient:
 
     async def invoke_oneway(self, address: str, request: RemotingCommand, timeout: float = 3.0) -> None:
         connection = await self.connection(address)
-        request.serialize_type = self.serialize_type
+        self._prepare(request)
         await connection.invoke_oneway(request, timeout)
+
+    def _prepare(self, request: RemotingCommand) -> None:
+        request.serialize_type = self.serialize_type
+        if self._request_hook is not None:
+            self._request_hook(request)
 
     async def close(self) -> None:
         self._closed = True

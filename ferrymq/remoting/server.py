@@ -13,6 +13,9 @@ from ferrymq.remoting.connection import Connection, RequestHandler, not_supporte
 log = logging.getLogger(__name__)
 
 ConnectionListener = Callable[[Connection], None]
+# Runs before any processor (RocketMQ's RPC hook on the server side, e.g. the ACL): None lets
+# the request through, a command is the answer instead. Gets the request and the peer's host.
+RequestGuard = Callable[[RemotingCommand, str], "RemotingCommand | None"]
 
 
 class RemotingServer:
@@ -31,6 +34,7 @@ class RemotingServer:
         self._max_frame = max_frame
         self._processors: dict[int, RequestHandler] = {}
         self._default_processor: RequestHandler | None = None
+        self._guard: RequestGuard | None = None
         self._open_listeners: list[ConnectionListener] = []
         self._close_listeners: list[ConnectionListener] = []
         self._server: asyncio.Server | None = None
@@ -41,6 +45,9 @@ class RemotingServer:
     def register_default(self, processor: RequestHandler) -> None:
         """Serve every code without a dedicated processor (RocketMQ's admin processor)."""
         self._default_processor = processor
+
+    def set_request_guard(self, guard: RequestGuard | None) -> None:
+        self._guard = guard
 
     def add_connection_listener(
         self,
@@ -89,6 +96,10 @@ class RemotingServer:
                 log.warning("%s server: connection listener failed", self.name, exc_info=True)
 
     async def _dispatch(self, request: RemotingCommand, connection: Connection) -> RemotingCommand | None:
+        if self._guard is not None:
+            refusal = self._guard(request, connection.remote_address[0])
+            if refusal is not None:
+                return refusal
         processor = self._processors.get(request.code, self._default_processor)
         if processor is None:
             return not_supported(request)

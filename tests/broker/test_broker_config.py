@@ -124,7 +124,6 @@ def test_a_stock_rocketmq_broker_conf_starts_with_one_warning_naming_what_is_ign
 
 
 @pytest.mark.parametrize("setting, message", [
-    ("aclEnable=true", "aclEnable=true: ACL is not implemented yet"),
     ("brokerRole=SLAVE", "brokerRole=SLAVE: replication is not implemented yet"),
     ("enablePropertyFilter=true", "enablePropertyFilter=true: SQL92 property filters are not implemented yet"),
     ("brokerRol=ASYNC_MASTER", "unknown configuration key 'brokerRol'"),  # a typo is still refused
@@ -132,5 +131,5 @@ def test_a_stock_rocketmq_broker_conf_starts_with_one_warning_naming_what_is_ign
 def test_settings_that_would_promise_what_ferrymq_does_not_do_are_refused(setting, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_broker_settings(None, [setting])
-    broker, store = load_broker_settings(None, ["aclEnable=false", "brokerRole=SYNC_MASTER"])  # harmless values
+    broker, store = load_broker_settings(None, ["useTLS=false", "brokerRole=SYNC_MASTER"])  # harmless values
     assert broker.broker_name == "broker-a"

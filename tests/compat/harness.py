@@ -471,8 +471,12 @@ def run_java_client(args: Sequence[str], timeout: float = 120, *, check: bool = 
     return events
 
 
-def run_mqadmin(namesrv: str, *args: str, timeout: float = 60, check: bool = True) -> str:
+def run_mqadmin(namesrv: str, *args: str, timeout: float = 60, check: bool = True,
+                credentials: tuple[str, str] | None = None) -> str:
     """Run the official ``mqadmin SUBCOMMAND -n NAMESRV ARGS...``; return its stdout.
+
+    ``credentials`` (access key, secret key) go where mqadmin reads them, a
+    ``conf/tools.yml`` under its ROCKETMQ_HOME, so every request it sends is signed.
 
     ``mqadmin`` exits 0 even when a sub-command fails (it prints the exception to stderr); with
     ``check`` a non-zero exit or a stderr naming ``SubCommandException`` raises
@@ -481,7 +485,13 @@ def run_mqadmin(namesrv: str, *args: str, timeout: float = 60, check: bool = Tru
     if not args:
         raise ValueError("run_mqadmin needs a sub-command, e.g. run_mqadmin(ns, 'clusterList')")
     sub, rest = args[0], list(args[1:])
-    cmd = java_client_command([sub, "-n", namesrv, *rest], main=MQADMIN_MAIN)
+    jvm_args: list[str] = []
+    if credentials is not None:
+        home = Path(tempfile.mkdtemp(prefix="mqadmin-home-", dir=session_dir()))
+        _write_rocketmq_home(home, session_dir() / "logs")
+        (home / "conf" / "tools.yml").write_text(f"accessKey: {credentials[0]}\nsecretKey: {credentials[1]}\n")
+        jvm_args.append(f"-Drocketmq.home.dir={home}")
+    cmd = java_client_command([sub, "-n", namesrv, *rest], main=MQADMIN_MAIN, jvm_args=jvm_args)
     proc = subprocess.run(
         cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
         preexec_fn=_pdeathsig,
@@ -663,6 +673,7 @@ class ApacheRocketMQ:
     cluster_name: str = "FerryCompatCluster"
     broker_name: str = "ferry-compat-broker-a"
     broker_conf: dict[str, str] = field(default_factory=dict)  # extra/overriding broker.conf keys
+    plain_acl: str | None = None  # written to $ROCKETMQ_HOME/conf/plain_acl.yml (with aclEnable=true)
     namesrv_jvm_opts: Sequence[str] = NAMESRV_JVM_OPTS
     broker_jvm_opts: Sequence[str] = BROKER_JVM_OPTS
     startup_timeout: float = 60.0
@@ -744,6 +755,8 @@ class ApacheRocketMQ:
         for sub in ("store", "logs", "namesrv"):
             shutil.rmtree(wd / sub, ignore_errors=True)
         home = _write_rocketmq_home(wd / "home", wd / "logs")
+        if self.plain_acl is not None:
+            (home / "conf" / "plain_acl.yml").write_text(self.plain_acl)
         (wd / "store").mkdir(parents=True, exist_ok=True)
         self.namesrv_port = self.namesrv_port or free_port()
         self.broker_port = self.broker_port or free_broker_port(exclude={self.namesrv_port})

@@ -18,7 +18,10 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -30,6 +33,7 @@ import org.apache.rocketmq.common.message.MessageClientExt;
 import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
+import org.apache.rocketmq.remoting.RPCHook;
 
 /**
  * The official RocketMQ 4.x Java client as a scriptable peer for FerryMQ's compatibility tests.
@@ -39,7 +43,8 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  *   ACTION   produce-consume (default) | produce | consume
  *   --group G            consumer group (and producer group with suffix "_P"); default: random
  *   --count N            messages per send mode (default 20)
- *   --modes sync,async,oneway   send modes, in this order (default all three)
+ *   --modes sync,async,oneway,batch   send modes, in this order (default the first three;
+ *                        batch sends the count messages as one SEND_BATCH_MESSAGE)
  *   --tag TAG            tag of every sent message (default TagA)
  *   --key-prefix P       keys are P-MODE-I (default: random run id)
  *   --subscribe EXPR     consumer subscription expression (default *)
@@ -48,6 +53,7 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  *   --expect-count N     consume: number of distinct keys that must arrive
  *   --timeout-ms MS      overall deadline for sending and for consuming (default 30000)
  *   --settle-ms MS       keep consuming this long after the last expected key (default 0)
+ *   --access-key AK --secret-key SK   sign every request (rocketmq-acl's AclClientRPCHook)
  * </pre>
  *
  * <p>stdout carries only JSON lines, one object per line, each with an "event" field:
@@ -104,7 +110,7 @@ public final class ProduceConsume {
     /** Sends, in order, {@code count} messages per mode; returns the number of failed sends. */
     private static int produce(Args a, long deadline, Map<String, Integer> sentCounts, Set<String> expected)
         throws Exception {
-        DefaultMQProducer producer = new DefaultMQProducer(a.group + "_P");
+        DefaultMQProducer producer = new DefaultMQProducer(a.group + "_P", a.rpcHook());
         producer.setNamesrvAddr(a.namesrv);
         producer.setInstanceName(a.instance + "-P");
         producer.setSendMsgTimeout(10000);
@@ -116,6 +122,7 @@ public final class ProduceConsume {
                 AtomicInteger acked = new AtomicInteger();
                 List<Map<String, Object>> failed = Collections.synchronizedList(new ArrayList<>());
                 CountDownLatch callbacks = new CountDownLatch(mode.equals("async") ? a.count : 0);
+                List<Message> batch = new ArrayList<>();
                 for (int i = 0; i < a.count; i++) {
                     String key = a.keyPrefix + "-" + mode + "-" + i;
                     Message msg = new Message(a.topic, a.tag, key,
@@ -145,6 +152,18 @@ public final class ProduceConsume {
                                     }
                                 });
                                 continue; // counted by the callback
+                            case "batch":
+                                batch.add(msg);
+                                if (batch.size() < a.count) {
+                                    continue;
+                                }
+                                SendResult br = producer.send(batch);
+                                for (Message m : batch) {
+                                    emit(sent(mode, m.getKeys(), br));
+                                    expected.add(m.getKeys());
+                                }
+                                acked.addAndGet(batch.size());
+                                continue;
                             case "oneway":
                                 producer.sendOneway(msg);
                                 // No acknowledgement exists: report the client-side unique id only.
@@ -183,7 +202,11 @@ public final class ProduceConsume {
     }
 
     private static Map<String, Object> sendFailed(String mode, String key, Throwable e) {
-        return obj("event", "send_failed", "mode", mode, "key", key, "error", e.toString());
+        StringBuilder error = new StringBuilder(e.toString());
+        for (Throwable cause = e.getCause(); cause != null && cause != cause.getCause(); cause = cause.getCause()) {
+            error.append(" | caused by ").append(cause);  // the broker's answer hides in the chain
+        }
+        return obj("event", "send_failed", "mode", mode, "key", key, "error", error.toString());
     }
 
     private static Map<String, Object> sent(String mode, String key, SendResult r) {
@@ -210,7 +233,8 @@ public final class ProduceConsume {
         int expectCount = wanted.isEmpty() ? a.expectCount : wanted.size();
         CountDownLatch complete = new CountDownLatch(1);
 
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(a.group);
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(a.group, a.rpcHook(),
+            new AllocateMessageQueueAveragely());
         consumer.setNamesrvAddr(a.namesrv);
         consumer.setInstanceName(a.instance + "-C");
         consumer.setMessageModel(MessageModel.CLUSTERING);
@@ -284,6 +308,12 @@ public final class ProduceConsume {
         long timeoutMs = 30000;
         long settleMs = 0;
         String instance;
+        String accessKey;
+        String secretKey;
+
+        RPCHook rpcHook() {
+            return accessKey == null ? null : new AclClientRPCHook(new SessionCredentials(accessKey, secretKey));
+        }
 
         static Args parse(String[] argv) {
             Args a = new Args();
@@ -323,6 +353,11 @@ public final class ProduceConsume {
             if (opts.containsKey("expect-count")) a.expectCount = Integer.parseInt(opts.remove("expect-count"));
             if (opts.containsKey("timeout-ms")) a.timeoutMs = Long.parseLong(opts.remove("timeout-ms"));
             if (opts.containsKey("settle-ms")) a.settleMs = Long.parseLong(opts.remove("settle-ms"));
+            a.accessKey = opts.remove("access-key");
+            a.secretKey = opts.remove("secret-key");
+            if ((a.accessKey == null) != (a.secretKey == null)) {
+                throw new IllegalArgumentException("--access-key and --secret-key go together");
+            }
             opts.remove("group");
             opts.remove("key-prefix");
             if (!opts.isEmpty()) {

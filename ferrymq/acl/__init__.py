@@ -1,0 +1,1 @@
+"""RocketMQ 4.x plain ACL: signed requests and per-account permissions (plain_acl.yml)."""

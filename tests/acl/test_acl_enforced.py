@@ -1,0 +1,134 @@
+"""A FerryMQ broker with aclEnable=true and FerryMQ's own clients signing as accounts:
+what each account may do, the refusals a user sees, and a file changed under a running broker."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from ferrymq.acl.signature import Credentials
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.config import ClientConfig
+from ferrymq.client.errors import MQBrokerError
+from ferrymq.client.producer import Producer
+from ferrymq.client.pull_consumer import PullConsumer
+from ferrymq.common.message import Message
+from tests.support import InProcessCluster, wait_until
+
+ADMIN = Credentials("admin0001", "admin-secret")
+PRODUCER = Credentials("producer01", "producer-secret")
+CONSUMER = Credentials("consumer01", "consumer-secret")
+
+
+def acl_yaml(producer_topics: str = "[orders=PUB]") -> str:
+    return textwrap.dedent(f"""\
+        accounts:
+          - accessKey: admin0001
+            secretKey: admin-secret
+            admin: true
+          - accessKey: producer01
+            secretKey: producer-secret
+            defaultTopicPerm: DENY
+            topicPerms: {producer_topics}
+          - accessKey: consumer01
+            secretKey: consumer-secret
+            defaultGroupPerm: DENY
+            topicPerms: [orders=SUB]
+            groupPerms: [billing=SUB]
+        """)
+
+
+@pytest.fixture
+async def secured(tmp_path):
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(acl_yaml())
+    cluster = InProcessCluster(tmp_path / "store", settings={"aclEnable": "true", "aclFile": str(acl_file)})
+    await cluster.start()
+    async with AdminClient(config=_config(cluster, ADMIN)) as admin:
+        for topic in ("orders", "payments"):
+            await admin.create_topic(topic, read_queues=1, write_queues=1)
+    try:
+        yield cluster, acl_file
+    finally:
+        await cluster.stop()
+
+
+def _config(cluster: InProcessCluster, credentials: Credentials | None) -> ClientConfig:
+    return ClientConfig(namesrv_addr=cluster.namesrv_addr, credentials=credentials)
+
+
+async def _send(cluster, credentials, topic, body=b"hello"):
+    async with Producer("acl-test-producer", config=_config(cluster, credentials), retry_times=0) as producer:
+        return await producer.send(Message(topic, body))
+
+
+async def _pull_all(cluster, credentials, topic, group="billing"):
+    async with PullConsumer(group, config=_config(cluster, credentials)) as consumer:
+        (mq,) = await consumer.fetch_queues(topic)
+        return (await consumer.pull(mq, 0, max_nums=64)).messages
+
+
+async def _stored(cluster, topic) -> int:
+    return cluster.broker.store.max_offset(topic, 0)
+
+
+async def test_each_account_does_what_it_may(secured):
+    cluster, _ = secured
+    async with Producer("acl-test-producer", config=_config(cluster, PRODUCER), retry_times=0) as producer:
+        await producer.send(Message("orders", b"sync"))
+        await producer.send_batch([Message("orders", b"batch-1"), Message("orders", b"batch-2")])
+    messages = await _pull_all(cluster, CONSUMER, "orders")
+    assert [m.body for m in messages] == [b"sync", b"batch-1", b"batch-2"]
+
+
+@pytest.mark.parametrize("who, topic, reason", [
+    (Credentials("producer01", "not-the-secret"), "orders", "Check signature failed for accessKey=producer01"),
+    (Credentials("stranger1", "some-secret"), "orders", "No acl config for stranger1"),
+    (None, "orders", "No accessKey is configured"),
+    (PRODUCER, "payments", "No default permission for topic:payments"),
+    (CONSUMER, "orders", "No default permission for topic:orders"),  # SUB only
+])
+async def test_a_refused_send_says_why_and_stores_nothing(secured, who, topic, reason):
+    cluster, _ = secured
+    with pytest.raises(MQBrokerError) as info:
+        await _send(cluster, who, topic)
+    assert info.value.code == 1 and info.value.remark == f"AclException: {reason}"
+    assert await _stored(cluster, topic) == 0
+
+
+async def test_consuming_needs_sub_on_the_topic_and_the_group(secured):
+    cluster, _ = secured
+    await _send(cluster, PRODUCER, "orders")
+    with pytest.raises(MQBrokerError, match="No default permission for group:auditors"):
+        await _pull_all(cluster, CONSUMER, "orders", group="auditors")
+    with pytest.raises(MQBrokerError, match="No default permission for topic:orders"):
+        await _pull_all(cluster, PRODUCER, "orders")
+    assert len(await _pull_all(cluster, CONSUMER, "orders")) == 1
+
+
+async def test_admin_requests_need_an_admin_account(secured):
+    cluster, _ = secured
+    async with AdminClient(config=_config(cluster, PRODUCER)) as admin:
+        with pytest.raises(MQBrokerError, match="Need admin permission for request code=17, but accessKey=producer01"):
+            await admin.create_topic("sneaky", read_queues=1, write_queues=1)
+    assert "sneaky" not in cluster.broker.topics.table
+
+
+async def test_a_changed_file_applies_without_a_restart(secured):
+    cluster, acl_file = secured
+    with pytest.raises(MQBrokerError, match="topic:payments"):
+        await _send(cluster, PRODUCER, "payments")
+    acl_file.write_text(acl_yaml("[orders=PUB, payments=PUB]"))
+    await wait_until(lambda: cluster.broker.acl.config.accounts["producer01"].resource_perms.get("payments"),
+                     timeout=10, what="the ACL file reloaded")
+    await _send(cluster, PRODUCER, "payments")
+    reloads = cluster.broker.acl.reloads
+    acl_file.write_text(acl_yaml("[payments=PUB"))  # broken (unclosed list): the last good ACL stays
+    await wait_until(lambda: cluster.broker.acl.rejected, timeout=10, what="the broken file noticed")
+    await _send(cluster, PRODUCER, "payments")
+    acl_file.write_text(acl_yaml("[orders=PUB]"))  # permission withdrawn
+    await wait_until(lambda: cluster.broker.acl.reloads > reloads, timeout=10, what="the ACL file reloaded")
+    with pytest.raises(MQBrokerError, match="topic:payments"):
+        await _send(cluster, PRODUCER, "payments")
+    assert await _stored(cluster, "payments") == 2
