@@ -81,9 +81,11 @@ class Broker:
         self.store.arrival_listeners.append(self.schedule.on_arrival)
         self.retry = RetryService(self.ctx, self.schedule)
         self.protection = ConsumeProtection(config, self.groups)
-        self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker")
+        self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker",
+                                     tls=config.server_tls())
         self.acl = AclFile(config.acl_file or default_acl_path()) if config.acl_enable else None
-        self.namesrv_client = RemotingClient()
+        client_tls = config.client_tls()
+        self.namesrv_client = RemotingClient(tls=client_tls.context() if client_tls else None)
         self.stopping = False
         self.registered = asyncio.Event()
         self._register_wanted = asyncio.Event()

@@ -13,6 +13,7 @@ from ferrymq.common.config_loader import LIVE, check_range
 from ferrymq.common.naming import camel_case
 from ferrymq.common.net import local_ip
 from ferrymq.common.protocol import Perm
+from ferrymq.remoting.tls import ClientTls, ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,19 @@ class BrokerConfig:
     # (plain_acl.yml; empty: $ROCKETMQ_HOME/conf/plain_acl.yml), re-read when it changes.
     acl_enable: bool = False
     acl_file: str = ""
+    # TLS on the listening port (RocketMQ's tls.server.*): disabled, permissive (TLS and
+    # plaintext told apart by the first byte) or enforcing; client certificates: none,
+    # optional or require (checked against tls_server_trust_cert_path).
+    tls_mode: str = "disabled"
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
+    tls_server_trust_cert_path: str = ""
+    tls_server_need_client_auth: str = "none"
+    # The broker's own connections (to name servers) over TLS; the server certificate is
+    # checked against tls_client_trust_cert_path, or accepted as is when that is empty
+    # (RocketMQ's tls.test.mode.enable).
+    use_tls: bool = False
+    tls_client_trust_cert_path: str = ""
 
     def __post_init__(self) -> None:
         for name in ("broker_name", "broker_cluster_name"):
@@ -79,6 +93,17 @@ class BrokerConfig:
                      "protect_broker_interval_millis", "rebalance_lock_max_live_time"):
             check_range(self, name, 1)
         check_range(self, "max_frame_size", 1024)
+        self.server_tls()  # ConfigError now rather than at start
+
+    def server_tls(self) -> ServerTls | None:
+        return ServerTls.build(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,
+                               self.tls_server_trust_cert_path, self.tls_server_need_client_auth)
+
+    def client_tls(self) -> ClientTls | None:
+        if not self.use_tls:
+            return None
+        trust = self.tls_client_trust_cert_path or None
+        return ClientTls(ca_file=trust, insecure=trust is None)
 
     def advertised_host(self) -> str:
         if self.broker_ip1:

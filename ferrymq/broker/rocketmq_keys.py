@@ -57,7 +57,7 @@ NETTY_CLIENT_CONFIG = frozenset({
     "channelNotActiveInterval", "clientAsyncSemaphoreValue", "clientCallbackExecutorThreads",
     "clientChannelMaxIdleTimeSeconds", "clientCloseSocketIfTimeout", "clientOnewaySemaphoreValue",
     "clientPooledByteBufAllocatorEnable", "clientSocketRcvBufSize", "clientSocketSndBufSize",
-    "clientWorkerThreads", "connectTimeoutMillis", "useTLS", "writeBufferHighWaterMark",
+    "clientWorkerThreads", "connectTimeoutMillis", "writeBufferHighWaterMark",
     "writeBufferLowWaterMark",
 })
 
@@ -67,7 +67,6 @@ NOT_IMPLEMENTED = BROKER_CONFIG | MESSAGE_STORE_CONFIG | NETTY_SERVER_CONFIG | N
 # filtering, its role): ignoring them would mislead, so they are refused instead.
 REFUSED_VALUES = {
     "enablePropertyFilter": ("true", "SQL92 property filters are not implemented yet"),
-    "useTLS": ("true", "TLS is not implemented yet"),
     "brokerRole": ("SLAVE", "replication is not implemented yet: a FerryMQ broker is always a master"),
     "enableDLegerCommitLog": ("true", "DLedger is not implemented"),
 }

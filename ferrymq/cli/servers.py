@@ -23,6 +23,11 @@ def add_server_arguments(p: argparse.ArgumentParser, *, namesrv: bool, broker: b
     if namesrv:
         names = ["--namesrv-port"] if broker else ["--port", "--namesrv-port"]
         p.add_argument(*names, dest="namesrv_port", type=int, default=9876, help="name server port (default 9876)")
+    if namesrv and not broker:
+        p.add_argument("--tls-mode", default="disabled", choices=["disabled", "permissive", "enforcing"],
+                       help="TLS on the port (default disabled)")
+        p.add_argument("--tls-cert", default="", help="server certificate (PEM) for --tls-mode")
+        p.add_argument("--tls-key", default="", help="its private key (PEM)")
     if broker:
         p.add_argument("--broker-port", type=int, default=None,
                        help="broker port (default: listenPort from the config, 10911)")
@@ -32,13 +37,18 @@ def add_server_arguments(p: argparse.ArgumentParser, *, namesrv: bool, broker: b
                        help="a RocketMQ config key, e.g. --set flushDiskType=SYNC_FLUSH (repeatable)")
 
 
-def build_broker(args: argparse.Namespace, namesrv_addr: str | None) -> Broker:
-    """A broker from broker.conf, then ``--set``, then the flags; every value validated."""
+def broker_settings(args: argparse.Namespace, namesrv_addr: str | None):
+    """BrokerConfig and StoreConfig from broker.conf, then ``--set``, then the flags; every
+    value validated."""
     flags = {"listenHost": args.host, "listenPort": args.broker_port, "namesrvAddr": namesrv_addr}
     broker_config, store_config = load_broker_settings(args.conf_file, args.settings, flags)
     if args.data_dir or not store_config.store_path_root_dir:
         apply_settings({"storePathRootDir": str(Path(args.data_dir or ".data").resolve())}, store_config)
-    return Broker(broker_config, store_config)
+    return broker_config, store_config
+
+
+def build_broker(args: argparse.Namespace, namesrv_addr: str | None) -> Broker:
+    return Broker(*broker_settings(args, namesrv_addr))
 
 
 def stop_on_signals() -> asyncio.Event:
@@ -82,9 +92,16 @@ async def stop_http(http: HttpEndpoints | None) -> None:
 
 async def run_standalone(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
-    namesrv = NameServer(NamesrvConfig(listen_host=args.host, listen_port=args.namesrv_port))
+    broker_config, store_config = broker_settings(args, None)
+    # One process, one TLS set-up: the name server speaks what the broker speaks.
+    namesrv = NameServer(NamesrvConfig(
+        listen_host=args.host, listen_port=args.namesrv_port, tls_mode=broker_config.tls_mode,
+        tls_server_cert_path=broker_config.tls_server_cert_path, tls_server_key_path=broker_config.tls_server_key_path))
     await namesrv.start()
-    broker = build_broker(args, f"{args.host}:{namesrv.port}")
+    broker_config.namesrv_addr = f"{args.host}:{namesrv.port}"
+    if broker_config.tls_mode == "enforcing":
+        broker_config.use_tls = True
+    broker = Broker(broker_config, store_config)
     http = await start_http(args, namesrv, broker)
     try:
         await broker.start()
@@ -105,7 +122,8 @@ async def run_standalone(args: argparse.Namespace) -> int:
 
 async def run_namesrv(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
-    namesrv = NameServer(NamesrvConfig(listen_host=args.host, listen_port=args.namesrv_port))
+    namesrv = NameServer(NamesrvConfig(listen_host=args.host, listen_port=args.namesrv_port, tls_mode=args.tls_mode,
+                                       tls_server_cert_path=args.tls_cert, tls_server_key_path=args.tls_key))
     await namesrv.start()
     http = await start_http(args, namesrv)
     print(f"FerryMQ name server is ready on {namesrv.address}", flush=True)

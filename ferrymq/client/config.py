@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from ferrymq.acl.signature import Credentials
+from ferrymq.remoting.tls import ClientTls
 from ferrymq.common.net import local_ip
 from ferrymq.remoting.codes import SerializeType
 
@@ -25,6 +26,16 @@ def credentials_from_env() -> Credentials | None:
     return Credentials(access_key, secret_key, os.environ.get("FERRYMQ_SECURITY_TOKEN") or None)
 
 
+def tls_from_env() -> ClientTls | None:
+    """FERRYMQ_TLS=true (RocketMQ's -Dtls.enable=true): TLS to every server; the servers'
+    certificates are checked against FERRYMQ_TLS_CA_FILE, or accepted as they are without it
+    (RocketMQ's default test mode)."""
+    if os.environ.get("FERRYMQ_TLS", "").strip().lower() != "true":
+        return None
+    ca_file = os.environ.get("FERRYMQ_TLS_CA_FILE") or None
+    return ClientTls(ca_file=ca_file, insecure=ca_file is None)
+
+
 @dataclass
 class ClientConfig:
     namesrv_addr: str = field(default_factory=default_namesrv)
@@ -36,6 +47,7 @@ class ClientConfig:
     serialize_type: SerializeType = SerializeType.JSON
     # Signs every request (RocketMQ's AclClientRPCHook) when the brokers have ACL on.
     credentials: Credentials | None = field(default_factory=credentials_from_env)
+    tls: ClientTls | None = field(default_factory=tls_from_env)
 
     @property
     def client_id(self) -> str:

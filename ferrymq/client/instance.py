@@ -36,7 +36,7 @@ class ClientInstance:
         self.config = config
         sign = partial(sign_request, credentials=config.credentials) if config.credentials else None
         self.remoting = RemotingClient(request_handler=self._on_request, serialize_type=config.serialize_type,
-                                       request_hook=sign)
+                                       request_hook=sign, tls=config.tls.context() if config.tls else None)
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producer_groups: set[str] = set()

@@ -25,6 +25,7 @@ from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.server import RemotingServer
+from ferrymq.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,10 @@ class NamesrvConfig:
     broker_expire_seconds: float = 120.0
     scan_interval_seconds: float = 10.0
     order_message_enable: bool = False
+    # TLS on the listening port, as the broker's (see BrokerConfig.tls_mode)
+    tls_mode: str = "disabled"
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
 
 
 class NameServer:
@@ -48,7 +53,8 @@ class NameServer:
         self.config = config or NamesrvConfig()
         self.routes = RouteInfo()
         self.kv: dict[str, dict[str, str]] = {}
-        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, name="namesrv")
+        tls = ServerTls.build(self.config.tls_mode, self.config.tls_server_cert_path, self.config.tls_server_key_path)
+        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, name="namesrv", tls=tls)
         self._scan_task: asyncio.Task | None = None
         handlers = {
             RequestCode.REGISTER_BROKER: self.register_broker,

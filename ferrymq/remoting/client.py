@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from functools import partial
 from typing import Callable
 
@@ -38,7 +39,7 @@ class RemotingClient:
     client (the equivalent of Java's rocketmq.serialize.type setting); it overrides the
     request's own field. `request_handler` serves the requests brokers send back.
     `request_hook` sees every outgoing request last, just before it is sent (Java's
-    RPCHook.doBeforeRequest: the ACL signature).
+    RPCHook.doBeforeRequest: the ACL signature). With `tls` every connection speaks TLS.
     """
 
     def __init__(
@@ -51,8 +52,10 @@ class RemotingClient:
         async_permits: int = DEFAULT_PERMITS,
         oneway_permits: int = DEFAULT_PERMITS,
         request_hook: Callable[[RemotingCommand], None] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
+        self._tls = tls
         self._request_hook = request_hook
         self.serialize_type = serialize_type
         self._max_frame = max_frame
@@ -145,10 +148,12 @@ class RemotingClient:
     async def _connect(self, address: str) -> Connection:
         host, port = parse_address(address)
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self.connect_timeout)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=self._tls, server_hostname=host if self._tls else None),
+                self.connect_timeout)
         except TimeoutError:
             raise RemotingConnectionError(f"connect to {address} timed out after {self.connect_timeout}s") from None
-        except OSError as exc:
+        except (OSError, ssl.SSLError) as exc:
             raise RemotingConnectionError(f"connect to {address} failed: {exc}") from exc
         connection = Connection(
             reader, writer, self._request_handler, max_frame=self._max_frame, **self._permits

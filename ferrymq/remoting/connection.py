@@ -106,6 +106,11 @@ class Connection:
         return f"<Connection {self._peer} {state}>"
 
     @property
+    def secure(self) -> bool:
+        """Whether this connection speaks TLS."""
+        return self._writer.get_extra_info("ssl_object") is not None
+
+    @property
     def closed(self) -> bool:
         return self._closed
 

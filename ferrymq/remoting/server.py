@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import ssl
 from typing import Callable
 
 from ferrymq.remoting.codes import DEFAULT_MAX_FRAME
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection, RequestHandler, not_supported
+from ferrymq.remoting.tls import TLS_RECORD_HANDSHAKE, ServerTls, TlsMode, first_byte
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +29,7 @@ class RemotingServer:
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
         name: str = "remoting",
+        tls: ServerTls | None = None,
     ) -> None:
         self.host = host
         self.port = port  # replaced by the bound port in start(), which matters for 0
@@ -38,6 +42,8 @@ class RemotingServer:
         self._open_listeners: list[ConnectionListener] = []
         self._close_listeners: list[ConnectionListener] = []
         self._server: asyncio.Server | None = None
+        self._tls = tls
+        self._tls_listener: _TlsListener | None = None
 
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
@@ -60,21 +66,31 @@ class RemotingServer:
             self._close_listeners.append(on_close)
 
     async def start(self) -> None:
-        if self._server is not None:
+        if self._server is not None or self._tls_listener is not None:
             raise RuntimeError(f"{self.name} server already started")
-        self._server = await asyncio.start_server(self._accept, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-        log.debug("%s server listening on %s:%d", self.name, self.host, self.port)
+        if self._tls is None:
+            self._server = await asyncio.start_server(self._accept, self.host, self.port)
+            self.port = self._server.sockets[0].getsockname()[1]
+        else:
+            self._tls_listener = _TlsListener(self._tls, self._accept, self.name)
+            self.port = await self._tls_listener.start(self.host, self.port)
+        log.debug("%s server listening on %s:%d%s", self.name, self.host, self.port,
+                  f" (TLS {self._tls.mode.value})" if self._tls else "")
 
     async def stop(self) -> None:
         """Stop listening, close every connection and wait for their tasks to end."""
         server, self._server = self._server, None
-        if server is None:
+        listener, self._tls_listener = self._tls_listener, None
+        if server is None and listener is None:
             return
-        server.close()
+        if server is not None:
+            server.close()
+        if listener is not None:
+            await listener.stop()
         connections = list(self.connections)
         await asyncio.gather(*(connection.close() for connection in connections))
-        await server.wait_closed()
+        if server is not None:
+            await server.wait_closed()
         log.debug("%s server on port %d stopped", self.name, self.port)
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -104,3 +120,85 @@ class RemotingServer:
         if processor is None:
             return not_supported(request)
         return await processor(request, connection)
+
+
+class _TlsListener:
+    """Accepts connections itself so it can look at each one's first byte before choosing
+    TLS or plaintext (RocketMQ's HandshakeHandler), then hands the stream to ``on_connect``."""
+
+    FIRST_BYTE_TIMEOUT = 120.0  # a silent connection is dropped, as the idle timeout would
+    HANDSHAKE_TIMEOUT = 10.0
+
+    def __init__(self, tls: ServerTls, on_connect, name: str) -> None:
+        self._tls = tls
+        self._on_connect = on_connect
+        self._name = name
+        self._sock: socket.socket | None = None
+        self._accepting: asyncio.Task | None = None
+        self._opening: set[asyncio.Task] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, _, _, _, address = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(1024)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        self._accepting = loop.create_task(self._accept_loop(sock), name=f"{self._name} accept")
+        return sock.getsockname()[1]
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._accepting, *self._opening) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._sock is not None:
+            self._sock.close()
+
+    async def _accept_loop(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(sock)
+            except OSError as exc:  # EMFILE and friends: keep serving the connections we have
+                log.warning("%s server: accept failed: %s", self._name, exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = loop.create_task(self._open(conn))
+            self._opening.add(task)
+            task.add_done_callback(self._opening.discard)
+
+    async def _open(self, conn: socket.socket) -> None:
+        conn.setblocking(False)
+        try:
+            peer = conn.getpeername()[0]
+        except OSError:
+            conn.close()
+            return
+        try:
+            first = await first_byte(conn, self.FIRST_BYTE_TIMEOUT)
+            use_tls = first == TLS_RECORD_HANDSHAKE
+            if first is None or (not use_tls and self._tls.mode is TlsMode.ENFORCING):
+                if first is not None:
+                    log.warning("%s server: plaintext connection from %s closed: TLS is enforced", self._name, peer)
+                conn.close()
+                return
+            loop = asyncio.get_running_loop()
+            reader = asyncio.StreamReader()
+            protocol = asyncio.StreamReaderProtocol(reader, self._on_connect)
+            await loop.connect_accepted_socket(
+                lambda: protocol, conn, ssl=self._tls.context if use_tls else None,
+                ssl_handshake_timeout=self.HANDSHAKE_TIMEOUT if use_tls else None)
+        except (OSError, ssl.SSLError, TimeoutError) as exc:
+            log.warning("%s server: TLS handshake with %s failed: %s", self._name, peer, exc)
+            conn.close()
+        except asyncio.CancelledError:
+            conn.close()
+            raise

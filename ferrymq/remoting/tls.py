@@ -1,0 +1,109 @@
+"""TLS on the remoting ports, as RocketMQ 4.x offers it (TlsSystemConfig).
+
+Server modes: ``disabled``; ``permissive`` (TLS and plaintext on one port, told apart by
+the first byte of a connection: 0x16 opens a TLS handshake); ``enforcing`` (plaintext
+connections are closed). The server presents a certificate and key from files and may ask
+clients for theirs (``need_client_auth``: none, optional, require) checked against a CA file.
+
+Clients either verify the server against a CA file, or, as the official client does in its
+default test mode, accept any certificate (``insecure``): encryption without authentication.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import socket
+import ssl
+from dataclasses import dataclass
+
+from ferrymq.common.config_loader import ConfigError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ClientTls", "ServerTls", "TlsMode", "first_byte", "TLS_RECORD_HANDSHAKE"]
+
+TLS_RECORD_HANDSHAKE = 0x16
+
+
+class TlsMode(str, enum.Enum):
+    DISABLED = "disabled"
+    PERMISSIVE = "permissive"
+    ENFORCING = "enforcing"
+
+
+_CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "require": ssl.CERT_REQUIRED}
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    mode: TlsMode
+    context: ssl.SSLContext | None
+
+    @classmethod
+    def build(cls, mode: str, cert_file: str = "", key_file: str = "", trust_cert_file: str = "",
+              need_client_auth: str = "none") -> "ServerTls | None":
+        """None when disabled; ConfigError naming what is wrong (a missing file, a bad mode)."""
+        try:
+            tls_mode = TlsMode(mode.strip().lower())
+        except ValueError:
+            raise ConfigError(f"tlsMode must be disabled, permissive or enforcing, got {mode!r}") from None
+        if tls_mode is TlsMode.DISABLED:
+            return None
+        if need_client_auth not in _CLIENT_AUTH:
+            raise ConfigError(f"tlsServerNeedClientAuth must be none, optional or require, got {need_client_auth!r}")
+        if not cert_file or not key_file:
+            raise ConfigError(f"tlsMode={tls_mode.value} needs tlsServerCertPath and tlsServerKeyPath")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(cert_file, key_file)
+            if need_client_auth != "none":
+                if not trust_cert_file:
+                    raise ConfigError("client authentication needs tlsServerTrustCertPath (the clients' CA)")
+                context.load_verify_locations(trust_cert_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"TLS certificate or key unusable: {exc}") from None
+        context.verify_mode = _CLIENT_AUTH[need_client_auth]
+        return cls(tls_mode, context)
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """How a client (or a broker towards its name servers) speaks TLS."""
+
+    ca_file: str | None = None
+    insecure: bool = False  # accept any server certificate (RocketMQ's tls.test.mode.enable)
+    cert_file: str | None = None  # for servers that require client certificates
+    key_file: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.cert_file:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+async def first_byte(sock: socket.socket, timeout: float) -> int | None:
+    """The connection's first byte without consuming it (MSG_PEEK); None if the peer
+    closed or stayed silent for ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+    try:
+        await asyncio.wait_for(ready, timeout)
+    except TimeoutError:
+        return None
+    finally:
+        loop.remove_reader(fd)
+    try:
+        data = sock.recv(1, socket.MSG_PEEK)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return None
+    return data[0] if data else None

@@ -1,0 +1,113 @@
+"""TLS on the remoting port: permissive and enforcing servers, verified and test-mode
+clients, client certificates, and a whole cluster (name server and broker) behind TLS."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ferrymq.client.config import ClientConfig
+from ferrymq.client.producer import Producer
+from ferrymq.client.pull_consumer import PullConsumer
+from ferrymq.common.config_loader import ConfigError
+from ferrymq.common.message import Message
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.server import RemotingServer
+from ferrymq.remoting.tls import ClientTls, ServerTls
+from tests.support import InProcessCluster, make_test_certificates
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    return make_test_certificates(tmp_path_factory.mktemp("certs"))
+
+
+async def _echo(request: RemotingCommand, connection) -> RemotingCommand:
+    return request.response(ResponseCode.SUCCESS, remark="tls" if connection.secure else "plain")
+
+
+async def _serve(tls: ServerTls | None) -> RemotingServer:
+    server = RemotingServer("127.0.0.1", 0, tls=tls)
+    server.register(RequestCode.HEART_BEAT, _echo)
+    await server.start()
+    return server
+
+
+async def _ask(server: RemotingServer, tls: ClientTls | None) -> str:
+    client = RemotingClient(tls=tls.context() if tls else None)
+    try:
+        response = await client.invoke(f"127.0.0.1:{server.port}", RemotingCommand.request(RequestCode.HEART_BEAT), 3)
+        return response.remark
+    finally:
+        await client.close()
+
+
+async def test_permissive_serves_tls_and_plaintext_on_one_port(certs):
+    server = await _serve(ServerTls.build("permissive", certs["server_cert"], certs["server_key"]))
+    try:
+        assert await _ask(server, None) == "plain"
+        assert await _ask(server, ClientTls(ca_file=certs["ca"])) == "tls"
+        assert await _ask(server, ClientTls(insecure=True)) == "tls"  # RocketMQ's test mode
+    finally:
+        await server.stop()
+
+
+async def test_enforcing_closes_plaintext_connections(certs):
+    server = await _serve(ServerTls.build("enforcing", certs["server_cert"], certs["server_key"]))
+    try:
+        with pytest.raises(RemotingError):
+            await _ask(server, None)
+        assert await _ask(server, ClientTls(ca_file=certs["ca"])) == "tls"
+        with pytest.raises(RemotingError, match="CERTIFICATE_VERIFY_FAILED"):
+            await _ask(server, ClientTls())  # the system CAs do not know our test CA
+    finally:
+        await server.stop()
+
+
+async def test_required_client_certificates(certs):
+    server = await _serve(ServerTls.build("enforcing", certs["server_cert"], certs["server_key"], certs["ca"],
+                                          "require"))
+    try:
+        with pytest.raises(RemotingError):
+            await _ask(server, ClientTls(ca_file=certs["ca"]))
+        assert await _ask(server, ClientTls(ca_file=certs["ca"], cert_file=certs["client_cert"],
+                                            key_file=certs["client_key"])) == "tls"
+    finally:
+        await server.stop()
+
+
+def test_bad_tls_settings_are_refused_clearly(certs, tmp_path):
+    with pytest.raises(ConfigError, match="tlsMode must be"):
+        ServerTls.build("strict")
+    with pytest.raises(ConfigError, match="needs tlsServerCertPath"):
+        ServerTls.build("enforcing")
+    with pytest.raises(ConfigError, match="unusable"):
+        ServerTls.build("enforcing", str(tmp_path / "missing.crt"), certs["server_key"])
+    with pytest.raises(ConfigError, match="tlsServerTrustCertPath"):
+        ServerTls.build("enforcing", certs["server_cert"], certs["server_key"], "", "require")
+
+
+async def test_a_cluster_behind_tls(certs, tmp_path):
+    settings = {"tlsMode": "enforcing", "tlsServerCertPath": certs["server_cert"],
+                "tlsServerKeyPath": certs["server_key"], "useTLS": "true", "tlsClientTrustCertPath": certs["ca"]}
+    cluster = InProcessCluster(tmp_path / "store", settings=settings)
+    from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
+
+    cluster.namesrv = NameServer(NamesrvConfig(listen_port=0, tls_mode="enforcing",
+                                               tls_server_cert_path=certs["server_cert"],
+                                               tls_server_key_path=certs["server_key"]))
+    await cluster.namesrv.start()
+    try:
+        await asyncio.wait_for(cluster.start_broker(), 15)  # registered over TLS
+        config = ClientConfig(namesrv_addr=cluster.namesrv_addr, tls=ClientTls(ca_file=certs["ca"]))
+        async with Producer("tls-producer", config=config) as producer:
+            result = await producer.send(Message("TlsTopic", b"secret payload"))
+        async with PullConsumer("tls-consumer", config=config) as consumer:
+            mq = result.message_queue
+            assert [m.body for m in (await consumer.pull(mq, 0)).messages] == [b"secret payload"]
+    finally:
+        await cluster.stop()
