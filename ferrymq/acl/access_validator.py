@@ -26,7 +26,7 @@ from ferrymq.remoting.command import RemotingCommand
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ADMIN_CODES", "AccessDenied", "AccessValidator", "AclGuard"]
+__all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "AccessDenied", "AccessValidator", "AclGuard"]
 
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
@@ -37,6 +37,15 @@ ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
     RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
 })  # fmt: skip
+
+
+# What a name server with ACL on checks: the requests that change it. Route lookups and
+# broker registration stay open (brokers and clients find each other through it).
+NAMESRV_ADMIN_CODES = frozenset({
+    RequestCode.PUT_KV_CONFIG, RequestCode.DELETE_KV_CONFIG, RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    RequestCode.UPDATE_NAMESRV_CONFIG, RequestCode.WIPE_WRITE_PERM_OF_BROKER, RequestCode.ADD_WRITE_PERM_OF_BROKER,
+})  # fmt: skip
+ADMIN_CODES = ADMIN_CODES | NAMESRV_ADMIN_CODES
 
 
 class AccessDenied(Exception):
@@ -136,15 +145,19 @@ class AccessValidator:
 
 
 class AclGuard:
-    """The server's request guard: None lets the request through, a command answers it."""
+    """The server's request guard: None lets the request through, a command answers it.
+    With ``only``, requests of other codes pass unchecked (the name server's use)."""
 
     REPEAT_LOG_SECONDS = 60.0
 
-    def __init__(self, validator: AccessValidator) -> None:
+    def __init__(self, validator: AccessValidator, only: frozenset[int] | None = None) -> None:
         self._validator = validator
+        self._only = only
         self._logged: dict[tuple[str, str], float] = {}
 
     def __call__(self, request: RemotingCommand, remote_host: str) -> RemotingCommand | None:
+        if self._only is not None and request.code not in self._only:
+            return None
         try:
             self._validator.check(request, remote_host)
         except AccessDenied as exc:

@@ -11,9 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import tempfile
+import threading
+import time
 from pathlib import Path
+from typing import Any, Callable
 
-from ferrymq.acl.plain_acl import AclConfig, AclConfigError, load_acl_file
+from ferrymq.acl.plain_acl import AclConfig, AclConfigError, load_acl_file, parse_acl
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,8 @@ class AclFile:
         self._stamp: tuple[int, int, int] | None = None
         self.reloads = 0  # successful loads after the first
         self.rejected = 0  # changes that did not parse (the previous ACL stayed)
+        self._edit_lock = threading.Lock()
+        self.loaded_at_ms = 0
 
     @property
     def config(self) -> AclConfig:
@@ -53,6 +59,7 @@ class AclFile:
         stamp = _stamp(self.path)
         config = load_acl_file(self.path)
         self._config, self._stamp = config, stamp
+        self.loaded_at_ms = int(time.time() * 1000)
         log.info("ACL loaded from %s: %d accounts, %d global white-list entries", self.path,
                  len(config.accounts), len(config.global_white_addresses))
         return config
@@ -75,3 +82,31 @@ class AclFile:
                 self._stamp = stamp  # report a broken file once, not every interval
                 self.rejected += 1
                 log.error("%s; the ACL loaded before stays in force", exc)
+
+    def edit(self, change: Callable[[dict[str, Any]], None]) -> AclConfig:
+        """Blocking: apply ``change`` to the file's YAML document, check the result, write it
+        (atomically, so the watcher never sees half a file) and put it in force. Raises
+        AclConfigError for a result that would not load, OSError when the file cannot be
+        written (e.g. a read-only Secret mount: edit the Secret instead)."""
+        import yaml
+
+        with self._edit_lock:
+            try:
+                doc = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
+            except FileNotFoundError:
+                doc = {}
+            except yaml.YAMLError as exc:
+                raise AclConfigError(f"ACL file {self.path} is not valid YAML: {exc}") from None
+            if not isinstance(doc, dict):
+                raise AclConfigError(f"ACL file {self.path} is not a mapping")
+            change(doc)
+            parse_acl(doc)  # refuse before writing anything
+            fd, tmp = tempfile.mkstemp(prefix=".plain_acl.", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    yaml.safe_dump(doc, f, sort_keys=False)
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            return self.load()

@@ -24,6 +24,7 @@ from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.broker.lock_manager import QueueLockManager
 from ferrymq.broker.long_polling import PullWaiters
 from ferrymq.broker.metrics import broker_registry
+from ferrymq.broker.processors.acl_admin import AclAdminProcessors
 from ferrymq.broker.processors.admin import AdminProcessor
 from ferrymq.broker.processors.client_manage import ClientManageProcessors
 from ferrymq.broker.processors.consumer_admin import ConsumerAdminProcessors
@@ -127,6 +128,8 @@ class Broker:
         for code, handler in consumer_admin.handlers().items():
             self.server.register(code, handler)
         for code, handler in QueryProcessors(self.store, self.store_config).handlers().items():
+            self.server.register(code, handler)
+        for code, handler in AclAdminProcessors(self.acl, self.config, lambda: self.address).handlers().items():
             self.server.register(code, handler)
         self.server.register_default(AdminProcessor(ctx, self.config_updated))
 

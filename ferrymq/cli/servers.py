@@ -28,6 +28,8 @@ def add_server_arguments(p: argparse.ArgumentParser, *, namesrv: bool, broker: b
                        help="TLS on the port (default disabled)")
         p.add_argument("--tls-cert", default="", help="server certificate (PEM) for --tls-mode")
         p.add_argument("--tls-key", default="", help="its private key (PEM)")
+        p.add_argument("--acl-file", default=None,
+                       help="plain_acl.yml: requests that change the name server need an admin account's signature")
     if broker:
         p.add_argument("--broker-port", type=int, default=None,
                        help="broker port (default: listenPort from the config, 10911)")
@@ -93,10 +95,11 @@ async def stop_http(http: HttpEndpoints | None) -> None:
 async def run_standalone(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     broker_config, store_config = broker_settings(args, None)
-    # One process, one TLS set-up: the name server speaks what the broker speaks.
+    # One process, one TLS and ACL set-up: the name server speaks what the broker speaks.
     namesrv = NameServer(NamesrvConfig(
         listen_host=args.host, listen_port=args.namesrv_port, tls_mode=broker_config.tls_mode,
-        tls_server_cert_path=broker_config.tls_server_cert_path, tls_server_key_path=broker_config.tls_server_key_path))
+        tls_server_cert_path=broker_config.tls_server_cert_path, tls_server_key_path=broker_config.tls_server_key_path,
+        acl_enable=broker_config.acl_enable, acl_file=broker_config.acl_file))
     await namesrv.start()
     broker_config.namesrv_addr = f"{args.host}:{namesrv.port}"
     if broker_config.tls_mode == "enforcing":
@@ -123,7 +126,8 @@ async def run_standalone(args: argparse.Namespace) -> int:
 async def run_namesrv(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     namesrv = NameServer(NamesrvConfig(listen_host=args.host, listen_port=args.namesrv_port, tls_mode=args.tls_mode,
-                                       tls_server_cert_path=args.tls_cert, tls_server_key_path=args.tls_key))
+                                       tls_server_cert_path=args.tls_cert, tls_server_key_path=args.tls_key,
+                                       acl_enable=args.acl_file is not None, acl_file=args.acl_file or ""))
     await namesrv.start()
     http = await start_http(args, namesrv)
     print(f"FerryMQ name server is ready on {namesrv.address}", flush=True)

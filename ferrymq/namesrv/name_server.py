@@ -12,6 +12,8 @@ import logging
 import zlib
 from dataclasses import dataclass
 
+from ferrymq.acl.access_validator import NAMESRV_ADMIN_CODES, AccessValidator, AclGuard
+from ferrymq.acl.acl_file import AclFile, default_acl_path
 from ferrymq.common.protocol import (
     DataVersion,
     KVTable,
@@ -46,6 +48,10 @@ class NamesrvConfig:
     tls_mode: str = "disabled"
     tls_server_cert_path: str = ""
     tls_server_key_path: str = ""
+    # Plain ACL for the requests that change the name server (NAMESRV_ADMIN_CODES): signed
+    # by an admin account of acl_file (see BrokerConfig.acl_enable).
+    acl_enable: bool = False
+    acl_file: str = ""
 
 
 class NameServer:
@@ -56,6 +62,7 @@ class NameServer:
         tls = ServerTls.build(self.config.tls_mode, self.config.tls_server_cert_path, self.config.tls_server_key_path)
         self.server = RemotingServer(self.config.listen_host, self.config.listen_port, name="namesrv", tls=tls)
         self._scan_task: asyncio.Task | None = None
+        self._acl_task: asyncio.Task | None = None
         handlers = {
             RequestCode.REGISTER_BROKER: self.register_broker,
             RequestCode.UNREGISTER_BROKER: self.unregister_broker,
@@ -85,6 +92,11 @@ class NameServer:
         return f"{self.server.host}:{self.server.port}"
 
     async def start(self) -> None:
+        if self.config.acl_enable:
+            acl = AclFile(self.config.acl_file or default_acl_path())
+            await asyncio.to_thread(acl.load)
+            self.server.set_request_guard(AclGuard(AccessValidator(lambda: acl.config), only=NAMESRV_ADMIN_CODES))
+            self._acl_task = asyncio.create_task(acl.watch(), name="namesrv-acl-reload")
         await self.server.start()
         self.serving = True
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-broker-expiry")
@@ -95,10 +107,11 @@ class NameServer:
 
     async def stop(self) -> None:
         self.serving = False
-        if self._scan_task:
-            self._scan_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scan_task
+        for task in (self._scan_task, self._acl_task):
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.server.stop()
 
     async def _scan_loop(self) -> None:

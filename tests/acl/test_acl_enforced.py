@@ -132,3 +132,56 @@ async def test_a_changed_file_applies_without_a_restart(secured):
     with pytest.raises(MQBrokerError, match="topic:payments"):
         await _send(cluster, PRODUCER, "payments")
     assert await _stored(cluster, "payments") == 2
+
+
+async def test_name_server_changes_need_an_admin_signature(tmp_path):
+    from ferrymq.acl.signature import sign_request
+    from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
+    from ferrymq.remoting.client import RemotingClient
+    from ferrymq.remoting.codes import RequestCode
+    from ferrymq.remoting.command import RemotingCommand
+
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(acl_yaml())
+    namesrv = NameServer(NamesrvConfig(listen_port=0, acl_enable=True, acl_file=str(acl_file)))
+    await namesrv.start()
+    client = RemotingClient()
+
+    async def put_kv(credentials):
+        request = RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG",
+                                                                      "key": "orders", "value": "broker-a:4"})
+        if credentials:
+            sign_request(request, credentials)
+        return await client.invoke(namesrv.address, request)
+
+    try:
+        refused = await put_kv(None)
+        assert refused.code == 1 and refused.remark == "AclException: No accessKey is configured"
+        refused = await put_kv(PRODUCER)
+        assert "Need admin permission for request code=100, but accessKey=producer01" in refused.remark
+        assert (await put_kv(ADMIN)).code == 0
+        route = await client.invoke(namesrv.address, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+        assert route.code == 0  # lookups stay open: clients and brokers find each other unsigned
+    finally:
+        await client.close()
+        await namesrv.stop()
+
+
+async def test_an_acl_update_that_would_break_the_file_is_refused(secured):
+    from ferrymq.acl.signature import sign_request
+    from ferrymq.remoting.client import RemotingClient
+    from ferrymq.remoting.codes import RequestCode
+    from ferrymq.remoting.command import RemotingCommand
+
+    cluster, acl_file = secured
+    before = acl_file.read_text()
+    client = RemotingClient()
+    try:
+        request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {
+            "accessKey": "newbie001", "secretKey": "newbie-secret", "topicPerms": "orders=PUBLISH"})
+        sign_request(request, ADMIN)
+        response = await client.invoke(cluster.broker_addr, request)
+    finally:
+        await client.close()
+    assert response.code == 209 and "'PUBLISH' is none of DENY, PUB, SUB, PUB|SUB" in response.remark
+    assert acl_file.read_text() == before

@@ -168,3 +168,26 @@ def test_apache_refuses_what_ferrymq_refuses(apache_with_acl, credentials, topic
     with pytest.raises(MQBrokerError) as info:
         asyncio.run(send())
     assert info.value.code == 1 and "AclException" in info.value.remark and reason in info.value.remark
+
+
+def test_mqadmin_manages_accounts_on_a_running_broker(secured_ferrymq):
+    namesrv = secured_ferrymq.namesrv_addr
+    admin = (ADMIN.access_key, ADMIN.secret_key)
+    newbie = Credentials("newbie001", "newbie-secret")
+
+    async def send(credentials: Credentials) -> None:
+        async with Producer("acl_newbie_producer", config=_config(namesrv, credentials), retry_times=0) as producer:
+            await producer.send(Message(ORDERS, b"from a new account"))
+
+    with pytest.raises(CompatError, match="Need admin permission for request code=50"):
+        run_mqadmin(namesrv, "updateAclConfig", "-c", "DefaultCluster", "-a", newbie.access_key, "-s",
+                    newbie.secret_key, credentials=(APP.access_key, APP.secret_key))
+    out = run_mqadmin(namesrv, "updateAclConfig", "-c", "DefaultCluster", "-a", newbie.access_key, "-s",
+                      newbie.secret_key, "-t", f"{ORDERS}=PUB", credentials=admin)
+    assert "create or update plain access config to" in out
+    asyncio.run(send(newbie))
+    versions = run_mqadmin(namesrv, "clusterAclConfigVersion", "-c", "DefaultCluster", credentials=admin)
+    assert "broker-a" in versions
+    run_mqadmin(namesrv, "deleteAccessConfig", "-c", "DefaultCluster", "-a", newbie.access_key, credentials=admin)
+    with pytest.raises(MQBrokerError, match="No acl config for newbie001"):
+        asyncio.run(send(newbie))
