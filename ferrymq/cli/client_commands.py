@@ -4,26 +4,51 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 
+from ferrymq.acl.signature import Credentials
 from ferrymq.cli.output import emit_json, table
 from ferrymq.client.admin import AdminClient
-from ferrymq.client.config import default_namesrv
+from ferrymq.client.config import ClientConfig, default_namesrv
+from ferrymq.client.errors import MQClientError
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer, PullStatus
 from ferrymq.common.config_loader import parse_assignments
 from ferrymq.common.message import Message, MessageExt
 from ferrymq.common.protocol import MessageQueue, Perm
+from ferrymq.remoting.tls import ClientTls
 
 
 def add_namesrv(p: argparse.ArgumentParser) -> None:
+    """The options every client command shares: where, how to sign, TLS, output."""
     p.add_argument("-n", "--namesrv", default=None, help="name servers (default $NAMESRV_ADDR or 127.0.0.1:9876)")
     p.add_argument("--json", action="store_true", help="machine-readable output, one JSON object per line")
+    p.add_argument("--access-key", default=None,
+                   help="ACL account (default $FERRYMQ_ACCESS_KEY); its secret from $FERRYMQ_SECRET_KEY")
+    p.add_argument("--tls", action="store_true", help="TLS to every server (default: $FERRYMQ_TLS)")
+    p.add_argument("--tls-ca-file", default=None, help="verify servers against this CA (default $FERRYMQ_TLS_CA_FILE)")
+    p.add_argument("--tls-insecure", action="store_true", help="accept any server certificate (test certificates)")
 
 
 def namesrv_of(args: argparse.Namespace) -> str:
     return args.namesrv or default_namesrv()
+
+
+def client_config(args: argparse.Namespace) -> ClientConfig:
+    """The clients' settings from the flags, falling back to the environment. The secret key
+    comes only from the environment, so that it never shows in a process list."""
+    config = ClientConfig(namesrv_addr=namesrv_of(args))
+    if args.access_key:
+        secret = os.environ.get("FERRYMQ_SECRET_KEY")
+        if not secret:
+            raise MQClientError("--access-key needs the secret key in $FERRYMQ_SECRET_KEY")
+        config.credentials = Credentials(args.access_key, secret)
+    if args.tls or args.tls_ca_file or args.tls_insecure:
+        ca_file = args.tls_ca_file or os.environ.get("FERRYMQ_TLS_CA_FILE") or None
+        config.tls = ClientTls(ca_file=ca_file, insecure=args.tls_insecure or ca_file is None)
+    return config
 
 
 # ---------------------------------------------------------------------- produce
@@ -46,7 +71,7 @@ async def run_produce(args: argparse.Namespace) -> int:
         return m
 
     messages = [make(i, b) for i, b in enumerate(bodies)]
-    async with Producer(args.group, namesrv_addr=namesrv_of(args)) as producer:
+    async with Producer(args.group, config=client_config(args)) as producer:
         started = time.monotonic()
         if args.batch > 1:
             results = [await producer.send_batch(messages[i:i + args.batch]) for i in range(0, len(messages), args.batch)]
@@ -81,7 +106,7 @@ def describe(m: MessageExt) -> dict:
 async def run_consume(args: argparse.Namespace) -> int:
     received = 0
     deadline = time.monotonic() + args.timeout
-    async with PullConsumer(args.group, namesrv_addr=namesrv_of(args)) as consumer:
+    async with PullConsumer(args.group, config=client_config(args)) as consumer:
         queues = await consumer.fetch_queues(args.topic)
         positions: dict[MessageQueue, int] = {}
         for mq in queues:
@@ -127,7 +152,7 @@ async def run_consume(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- admin
 
 async def run_topic_create(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         addrs = await admin.create_topic(args.topic, read_queues=args.read_queues or args.queues,
                                          write_queues=args.write_queues or args.queues, perm=args.perm,
                                          order=args.order, cluster=args.cluster, broker_addr=args.broker)
@@ -139,7 +164,7 @@ async def run_topic_create(args: argparse.Namespace) -> int:
 
 
 async def run_topic_list(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         topics = await admin.topic_list()
     if args.json:
         emit_json({"topics": topics})
@@ -149,7 +174,7 @@ async def run_topic_list(args: argparse.Namespace) -> int:
 
 
 async def run_topic_route(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         route = await admin.topic_route(args.topic)
     if args.json:
         emit_json(route.to_dict() | {"brokerDatas": [
@@ -164,7 +189,7 @@ async def run_topic_route(args: argparse.Namespace) -> int:
 
 
 async def run_topic_status(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         rows = await admin.topic_stats(args.topic)
     if args.json:
         emit_json({"topic": args.topic, "queues": rows})
@@ -179,7 +204,7 @@ async def run_topic_status(args: argparse.Namespace) -> int:
 
 
 async def run_topic_delete(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         await admin.delete_topic(args.topic, cluster=args.cluster)
     if args.json:
         emit_json({"topic": args.topic, "deleted": True})

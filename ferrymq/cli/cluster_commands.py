@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ferrymq.cli.client_commands import add_namesrv, namesrv_of
+from ferrymq.cli.client_commands import add_namesrv, client_config
 from ferrymq.cli.output import emit_json, table
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.errors import MQClientError
@@ -13,7 +13,7 @@ from ferrymq.common.config_loader import parse_assignments
 
 
 async def run_cluster_list(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         info = await admin.cluster_info()
         rows = []
         for cluster, names in sorted(info.cluster_addr_table.items()):
@@ -39,7 +39,7 @@ async def run_cluster_list(args: argparse.Namespace) -> int:
 
 
 async def run_broker_status(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         info = await admin.broker_runtime_info(args.broker)
     if args.json:
         emit_json(info)
@@ -49,7 +49,7 @@ async def run_broker_status(args: argparse.Namespace) -> int:
 
 
 async def run_broker_config_get(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         config = await admin.broker_config(args.broker)
     if args.json:
         emit_json(config)
@@ -60,7 +60,7 @@ async def run_broker_config_get(args: argparse.Namespace) -> int:
 
 async def run_broker_config_set(args: argparse.Namespace) -> int:
     settings = parse_assignments(args.settings)
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         await admin.update_broker_config(args.broker, settings)
     if args.json:
         emit_json({"broker": args.broker, "updated": settings})

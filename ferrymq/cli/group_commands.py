@@ -7,7 +7,7 @@ import argparse
 import datetime
 import time
 
-from ferrymq.cli.client_commands import add_namesrv, namesrv_of
+from ferrymq.cli.client_commands import add_namesrv, client_config
 from ferrymq.cli.output import emit_json, table
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.errors import MQClientError
@@ -21,7 +21,7 @@ async def run_group_create(args: argparse.Namespace) -> int:
     settings = dict(consume_enable=not args.disabled, retry_max_times=args.retry_max_times,
                     retry_queue_nums=args.retry_queues, consume_broadcast_enable=not args.no_broadcast,
                     consume_from_min_enable=not args.no_from_min)
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         addrs = await admin.create_group(args.group, cluster=args.cluster, broker_addr=args.broker, **settings)
     if args.json:
         emit_json({"group": args.group, "brokers": addrs, **settings})
@@ -31,7 +31,7 @@ async def run_group_create(args: argparse.Namespace) -> int:
 
 
 async def run_group_list(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         groups = await admin.list_groups(cluster=args.cluster)
     rows = [{"group": g, "broker": b, **c.to_dict()} for g, by_broker in groups.items() for b, c in sorted(by_broker.items())]
     if args.json:
@@ -44,7 +44,7 @@ async def run_group_list(args: argparse.Namespace) -> int:
 
 
 async def run_group_progress(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         stats = await admin.consume_stats(args.group, topic=args.topic, cluster=args.cluster)
         online = await admin.consumer_connections(args.group, cluster=args.cluster)
     members = sorted(c.client_id for c in online.connection_set) if online else []
@@ -67,7 +67,7 @@ async def run_group_progress(args: argparse.Namespace) -> int:
 
 
 async def run_group_enable(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         addrs = await admin.set_group_consume_enable(args.group, args.enable, cluster=args.cluster)
     word = "enabled" if args.enable else "disabled"
     if args.json:
@@ -78,7 +78,7 @@ async def run_group_enable(args: argparse.Namespace) -> int:
 
 
 async def run_group_delete(args: argparse.Namespace) -> int:
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         await admin.delete_group(args.group, cluster=args.cluster, remove_offsets=args.remove_offsets)
     if args.json:
         emit_json({"group": args.group, "deleted": True, "offsetsRemoved": args.remove_offsets})
@@ -103,7 +103,7 @@ def parse_reset_point(value: str) -> int | None:
 
 async def run_group_reset_offset(args: argparse.Namespace) -> int:
     point = parse_reset_point(args.to)
-    async with AdminClient(namesrv_addr=namesrv_of(args)) as admin:
+    async with AdminClient(config=client_config(args)) as admin:
         offsets = await admin.reset_offset(args.group, args.topic, timestamp=point, force=not args.only_backwards)
     rows = [{"brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": o} for mq, o in offsets.items()]
     if args.json:

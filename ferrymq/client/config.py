@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ferrymq.acl.signature import Credentials
 from ferrymq.remoting.tls import ClientTls
+from ferrymq.common.config_loader import ConfigError
 from ferrymq.common.net import local_ip
 from ferrymq.remoting.codes import SerializeType
 
@@ -19,10 +20,10 @@ def default_namesrv() -> str:
 def credentials_from_env() -> Credentials | None:
     """FERRYMQ_ACCESS_KEY / FERRYMQ_SECRET_KEY (and FERRYMQ_SECURITY_TOKEN): an ACL account."""
     access_key, secret_key = os.environ.get("FERRYMQ_ACCESS_KEY"), os.environ.get("FERRYMQ_SECRET_KEY")
-    if not access_key and not secret_key:
-        return None
-    if not access_key or not secret_key:
-        raise ValueError("FERRYMQ_ACCESS_KEY and FERRYMQ_SECRET_KEY must be set together")
+    if not access_key:
+        return None  # a secret alone waits for an access key given another way (the CLI's flag)
+    if not secret_key:
+        raise ConfigError("FERRYMQ_ACCESS_KEY is set but FERRYMQ_SECRET_KEY is not")
     return Credentials(access_key, secret_key, os.environ.get("FERRYMQ_SECURITY_TOKEN") or None)
 
 

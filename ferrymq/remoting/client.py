@@ -154,7 +154,7 @@ class RemotingClient:
         except TimeoutError:
             raise RemotingConnectionError(f"connect to {address} timed out after {self.connect_timeout}s") from None
         except (OSError, ssl.SSLError) as exc:
-            raise RemotingConnectionError(f"connect to {address} failed: {exc}") from exc
+            raise RemotingConnectionError(f"connect to {address} failed: {exc or type(exc).__name__}") from exc
         connection = Connection(
             reader, writer, self._request_handler, max_frame=self._max_frame, **self._permits
         )

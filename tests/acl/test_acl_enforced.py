@@ -185,3 +185,52 @@ async def test_an_acl_update_that_would_break_the_file_is_refused(secured):
         await client.close()
     assert response.code == 209 and "'PUBLISH' is none of DENY, PUB, SUB, PUB|SUB" in response.remark
     assert acl_file.read_text() == before
+
+
+async def test_cli_signs_with_an_account_and_speaks_tls(tmp_path):
+    """`ferrymq produce --access-key ... --tls-insecure`: the secret only from the environment."""
+    import asyncio
+    import os
+    import sys
+    from pathlib import Path
+
+    from tests.support import make_test_certificates
+
+    certs = make_test_certificates(tmp_path / "certs")
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text(acl_yaml())
+    settings = {"aclEnable": "true", "aclFile": str(acl_file), "tlsMode": "permissive",
+                "tlsServerCertPath": certs["server_cert"], "tlsServerKeyPath": certs["server_key"]}
+    cluster = InProcessCluster(tmp_path / "store", settings=settings)
+    from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
+
+    cluster.namesrv = NameServer(NamesrvConfig(listen_port=0, tls_mode="permissive",
+                                               tls_server_cert_path=certs["server_cert"],
+                                               tls_server_key_path=certs["server_key"]))
+    await cluster.namesrv.start()
+    await cluster.start_broker()
+
+    async def cli(*args, secret=None):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FERRYMQ_")}
+        if secret:
+            env["FERRYMQ_SECRET_KEY"] = secret
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "ferrymq.cli.main", "produce", "-n", cluster.namesrv_addr, "-t", "orders",
+            "-b", "from the cli", *args, env=env, cwd=Path(__file__).resolve().parents[2],
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        return proc.returncode, out.decode() + err.decode()
+
+    try:
+        async with AdminClient(config=_config(cluster, ADMIN)) as admin:
+            await admin.create_topic("orders", read_queues=1, write_queues=1)
+        rc, output = await cli("--access-key", "producer01", "--tls-insecure", secret="producer-secret")
+        assert rc == 0, output
+        assert "producer-secret" not in output
+        rc, output = await cli("--access-key", "producer01")
+        assert rc != 0 and "FERRYMQ_SECRET_KEY" in output
+        rc, output = await cli("--tls", "--tls-ca-file", certs["ca"])
+        assert rc != 0 and "No accessKey is configured" in output
+        assert cluster.broker.store.max_offset("orders", 0) == 1
+    finally:
+        await cluster.stop()

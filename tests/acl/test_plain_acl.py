@@ -190,7 +190,7 @@ def test_client_credentials_from_the_environment(monkeypatch):
     monkeypatch.delenv("FERRYMQ_SECRET_KEY", raising=False)
     assert ClientConfig().credentials is None
     monkeypatch.setenv("FERRYMQ_ACCESS_KEY", "orders-app")
-    with pytest.raises(ValueError, match="must be set together"):
+    with pytest.raises(ValueError, match="FERRYMQ_SECRET_KEY is not"):
         ClientConfig()
     monkeypatch.setenv("FERRYMQ_SECRET_KEY", "app-secret-1")
     credentials = ClientConfig().credentials
