@@ -93,7 +93,8 @@ class BrokerConfig:
                      "protect_broker_interval_millis", "rebalance_lock_max_live_time"):
             check_range(self, name, 1)
         check_range(self, "max_frame_size", 1024)
-        self.server_tls()  # ConfigError now rather than at start
+        ServerTls.check(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,
+                        self.tls_server_trust_cert_path, self.tls_server_need_client_auth)
 
     def server_tls(self) -> ServerTls | None:
         return ServerTls.build(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,

@@ -41,26 +41,35 @@ class ServerTls:
     mode: TlsMode
     context: ssl.SSLContext | None
 
-    @classmethod
-    def build(cls, mode: str, cert_file: str = "", key_file: str = "", trust_cert_file: str = "",
-              need_client_auth: str = "none") -> "ServerTls | None":
-        """None when disabled; ConfigError naming what is wrong (a missing file, a bad mode)."""
+    @staticmethod
+    def check(mode: str, cert_file: str = "", key_file: str = "", trust_cert_file: str = "",
+              need_client_auth: str = "none") -> TlsMode:
+        """The settings' words and combinations, without touching the files (a config can be
+        checked where its files do not exist, e.g. by the operator for a pod)."""
         try:
             tls_mode = TlsMode(mode.strip().lower())
         except ValueError:
             raise ConfigError(f"tlsMode must be disabled, permissive or enforcing, got {mode!r}") from None
-        if tls_mode is TlsMode.DISABLED:
-            return None
         if need_client_auth not in _CLIENT_AUTH:
             raise ConfigError(f"tlsServerNeedClientAuth must be none, optional or require, got {need_client_auth!r}")
-        if not cert_file or not key_file:
-            raise ConfigError(f"tlsMode={tls_mode.value} needs tlsServerCertPath and tlsServerKeyPath")
+        if tls_mode is not TlsMode.DISABLED:
+            if not cert_file or not key_file:
+                raise ConfigError(f"tlsMode={tls_mode.value} needs tlsServerCertPath and tlsServerKeyPath")
+            if need_client_auth != "none" and not trust_cert_file:
+                raise ConfigError("client authentication needs tlsServerTrustCertPath (the clients' CA)")
+        return tls_mode
+
+    @classmethod
+    def build(cls, mode: str, cert_file: str = "", key_file: str = "", trust_cert_file: str = "",
+              need_client_auth: str = "none") -> "ServerTls | None":
+        """None when disabled; ConfigError naming what is wrong (a missing file, a bad mode)."""
+        tls_mode = cls.check(mode, cert_file, key_file, trust_cert_file, need_client_auth)
+        if tls_mode is TlsMode.DISABLED:
+            return None
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
             context.load_cert_chain(cert_file, key_file)
             if need_client_auth != "none":
-                if not trust_cert_file:
-                    raise ConfigError("client authentication needs tlsServerTrustCertPath (the clients' CA)")
                 context.load_verify_locations(trust_cert_file)
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"TLS certificate or key unusable: {exc}") from None

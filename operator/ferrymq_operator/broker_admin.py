@@ -10,16 +10,20 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from ferrymq.acl.signature import Credentials
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.config import ClientConfig
 from ferrymq.common.protocol import Perm, SubscriptionGroupConfig
+from ferrymq.remoting.tls import ClientTls
 
 from ferrymq_operator.topics import DesiredTopic, ObservedTopic
 
 
 @contextlib.asynccontextmanager
-async def connect(namesrv_addr: str, timeout: float):
-    admin = AdminClient(namesrv_addr=namesrv_addr, config=ClientConfig(namesrv_addr=namesrv_addr, api_timeout=timeout))
+async def connect(namesrv_addr: str, timeout: float, credentials: Credentials | None = None,
+                  tls: ClientTls | None = None):
+    config = ClientConfig(namesrv_addr=namesrv_addr, api_timeout=timeout, credentials=credentials, tls=tls)
+    admin = AdminClient(namesrv_addr=namesrv_addr, config=config)
     try:
         yield admin
     finally:

@@ -3,7 +3,12 @@ and where admin calls for it go (its name servers, or an override from the setti
 
 from __future__ import annotations
 
-from ferrymq_operator import kube
+import contextlib
+
+from ferrymq.acl.signature import Credentials
+from ferrymq.remoting.tls import ClientTls
+from ferrymq_operator import broker_admin, kube
+from ferrymq_operator.acl import OPERATOR_ACCESS_KEY, SECRET_KEY_FIELD, decode_secret_field
 from ferrymq_operator.constants import API_VERSION
 from ferrymq_operator.model import BrokerCluster
 from ferrymq_operator.settings import OperatorSettings
@@ -19,3 +24,23 @@ async def broker_of(resource: dict, settings: OperatorSettings) -> BrokerCluster
 def namesrv_addr(settings: OperatorSettings, cluster: BrokerCluster) -> str:
     """The name-server address list admin calls for ``cluster`` use."""
     return settings.namesrv_addr(cluster.namespace, cluster.name, cluster.namesrv_addresses)
+
+
+async def operator_credentials(cluster: BrokerCluster) -> Credentials | None:
+    """The operator's admin account for a Broker with ACL on (None before its Secret exists)."""
+    if not cluster.acl_enabled:
+        return None
+    secret = await kube.get("v1", "Secret", cluster.namespace, cluster.names.operator_secret)
+    secret_key = decode_secret_field(secret, SECRET_KEY_FIELD)
+    return Credentials(OPERATOR_ACCESS_KEY, secret_key) if secret_key else None
+
+
+@contextlib.asynccontextmanager
+async def admin_client(settings: OperatorSettings, cluster: BrokerCluster):
+    """An AdminClient for ``cluster``'s name servers and brokers: signed with the operator's
+    account when the Broker has ACL on, over TLS when it has TLS (its certificate accepted
+    as is: the operator talks to pods it created, by their Service names)."""
+    credentials = await operator_credentials(cluster)
+    tls = ClientTls(insecure=True) if cluster.tls_secret else None
+    async with broker_admin.connect(namesrv_addr(settings, cluster), settings.admin_timeout, credentials, tls) as admin:
+        yield admin

@@ -5,7 +5,7 @@ from __future__ import annotations
 GROUP = "ferrymq.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
-PLURALS = {"Broker": "brokers", "Topic": "topics", "ConsumerGroup": "consumergroups"}
+PLURALS = {"Broker": "brokers", "Topic": "topics", "ConsumerGroup": "consumergroups", "User": "users"}
 
 FIELD_MANAGER = "ferrymq-operator"
 FINALIZER = "ferrymq.io/finalizer"

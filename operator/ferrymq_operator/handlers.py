@@ -1,7 +1,7 @@
 """kopf handlers: the only place that knows kopf's decorators. Each resource has one
 reconcile function (reconcile_broker.py, reconcile_topic.py, reconcile_group.py), called by
 its create/update/resume handlers and by a resync timer, serialised per object by a lock in
-kopf's per-object memo. Reconciles never raise for broker-side trouble: they record it as a
+kopf's per-object memo (reconcile_user.py for Users). Reconciles never raise for broker-side trouble: they record it as a
 condition and the next timer tick tries again (kopf's own retry would hide the reason from
 ``kubectl get``).
 """
@@ -19,6 +19,7 @@ from ferrymq_operator.constants import FINALIZER, GROUP, VERSION
 from ferrymq_operator.reconcile_broker import reconcile_broker
 from ferrymq_operator.reconcile_group import delete_group, reconcile_group
 from ferrymq_operator.reconcile_topic import delete_topic, reconcile_topic
+from ferrymq_operator.reconcile_user import delete_user, reconcile_user
 from ferrymq_operator.settings import OperatorSettings
 
 log = logging.getLogger("ferrymq.operator")
@@ -86,3 +87,4 @@ def _register(plural: str, reconcile: Reconcile, interval: float, initial_delay:
 _register("brokers", reconcile_broker, _INTERVALS.broker_resync_seconds, 1.0)
 _register("topics", reconcile_topic, _INTERVALS.resync_seconds, _INTERVALS.resync_seconds, delete_topic)
 _register("consumergroups", reconcile_group, _INTERVALS.resync_seconds, _INTERVALS.resync_seconds, delete_group)
+_register("users", reconcile_user, _INTERVALS.resync_seconds, 1.0, delete_user)

@@ -18,6 +18,8 @@ from ferrymq_operator.constants import FIELD_MANAGER, GROUP, PLURALS, VERSION
 # apiVersion/kind -> (path prefix, plural) for the kinds we apply.
 _RESOURCES = {
     ("v1", "ConfigMap"): ("/api/v1", "configmaps"),
+    ("v1", "Secret"): ("/api/v1", "secrets"),
+    ("cert-manager.io/v1", "Certificate"): ("/apis/cert-manager.io/v1", "certificates"),
     ("v1", "Service"): ("/api/v1", "services"),
     ("v1", "Pod"): ("/api/v1", "pods"),
     ("v1", "PersistentVolumeClaim"): ("/api/v1", "persistentvolumeclaims"),

@@ -28,6 +28,8 @@ from ferrymq_operator.model import BrokerCluster
 STORE_MOUNT = "/data"
 CONF_MOUNT = "/etc/ferrymq"
 CONF_FILE = "broker.conf"
+ACL_MOUNT = "/etc/ferrymq-acl"  # the <broker>-acl Secret: plain_acl.yml, re-read on change
+TLS_MOUNT = "/etc/ferrymq-tls"  # spec.tls.secretName: tls.crt, tls.key
 
 
 def labels(cluster: BrokerCluster, component: str) -> dict[str, str]:
@@ -63,8 +65,33 @@ def broker_conf(cluster: BrokerCluster) -> dict[str, str]:
         "storePathRootDir": f"{STORE_MOUNT}/store",
         "disableConsumeIfConsumerReadSlowly": str(cluster.disable_consume_if_slow).lower(),
         "consumerFallbehindThreshold": str(cluster.consumer_fallbehind_threshold),
+        **_security_conf(cluster),
         **cluster.config,
     }
+
+
+def _security_conf(cluster: BrokerCluster) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    if cluster.acl_enabled:
+        conf.update({"aclEnable": "true", "aclFile": f"{ACL_MOUNT}/plain_acl.yml"})
+    if cluster.tls_secret:
+        # The name servers speak TLS as the brokers do; in-cluster registration accepts
+        # their certificate as is (the Secret need not carry a CA).
+        conf.update({"tlsMode": cluster.tls_mode, "tlsServerCertPath": f"{TLS_MOUNT}/tls.crt",
+                     "tlsServerKeyPath": f"{TLS_MOUNT}/tls.key", "useTLS": "true"})
+    return conf
+
+
+def _security_volumes(cluster: BrokerCluster) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts) for the ACL and TLS Secrets a Broker asks for."""
+    volumes, mounts = [], []
+    if cluster.acl_enabled:
+        volumes.append({"name": "acl", "secret": {"secretName": cluster.names.acl_secret}})
+        mounts.append({"name": "acl", "mountPath": ACL_MOUNT, "readOnly": True})
+    if cluster.tls_secret:
+        volumes.append({"name": "tls", "secret": {"secretName": cluster.tls_secret}})
+        mounts.append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
+    return volumes, mounts
 
 
 def broker_conf_error(cluster: BrokerCluster) -> str | None:
@@ -129,14 +156,20 @@ _POD_ENV = [
 
 def namesrv_statefulset(cluster: BrokerCluster) -> dict:
     n, http_port = cluster.names, cluster.http_port
+    security_volumes, security_mounts = _security_volumes(cluster)
+    args = ["namesrv", "--host", "0.0.0.0", "--namesrv-port", str(NAMESRV_PORT), "--http-port", str(http_port)]
+    if cluster.tls_secret:
+        args += ["--tls-mode", cluster.tls_mode, "--tls-cert", f"{TLS_MOUNT}/tls.crt", "--tls-key", f"{TLS_MOUNT}/tls.key"]
+    if cluster.acl_enabled:
+        args += ["--acl-file", f"{ACL_MOUNT}/plain_acl.yml"]
     container = {
         "name": "namesrv", "image": cluster.image, "imagePullPolicy": cluster.image_pull_policy,
-        "args": ["namesrv", "--host", "0.0.0.0", "--namesrv-port", str(NAMESRV_PORT), "--http-port", str(http_port)],
+        "args": args,
         "ports": [{"name": "namesrv", "containerPort": NAMESRV_PORT}, {"name": "http", "containerPort": http_port}],
         "env": list(_POD_ENV),
         "resources": cluster.namesrv_resources,
         "securityContext": _security_context(),
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *security_mounts],
         **_probes(http_port),
     }
     return {
@@ -150,7 +183,7 @@ def namesrv_statefulset(cluster: BrokerCluster) -> dict:
                 "metadata": {"labels": labels(cluster, "namesrv")},
                 "spec": {"securityContext": _pod_security_context(), "automountServiceAccountToken": False,
                          "enableServiceLinks": False, "containers": [container],
-                         "volumes": [{"name": "tmp", "emptyDir": {}}]},
+                         "volumes": [{"name": "tmp", "emptyDir": {}}, *security_volumes]},
             },
         },
     }
@@ -160,6 +193,7 @@ def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> d
     """``replicas`` overrides spec.replicas while a scale-down waits for brokers to drain."""
     n, storage, http_port = cluster.names, cluster.storage, cluster.http_port
     ns_list = ";".join(cluster.namesrv_addresses)
+    security_volumes, security_mounts = _security_volumes(cluster)
     container = {
         "name": "broker", "image": cluster.image, "imagePullPolicy": cluster.image_pull_policy,
         "args": ["broker", "--host", "0.0.0.0", "--broker-port", str(BROKER_PORT), "--http-port", str(http_port),
@@ -172,7 +206,7 @@ def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> d
         "resources": cluster.resources,
         "securityContext": _security_context(),
         "volumeMounts": [{"name": "data", "mountPath": STORE_MOUNT}, {"name": "config", "mountPath": CONF_MOUNT, "readOnly": True},
-                         {"name": "tmp", "mountPath": "/tmp"}],
+                         {"name": "tmp", "mountPath": "/tmp"}, *security_mounts],
         **_probes(http_port),
     }
     claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage.size}}}
@@ -194,7 +228,7 @@ def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> d
                 "spec": {"securityContext": _pod_security_context(), "automountServiceAccountToken": False,
                          "enableServiceLinks": False, "terminationGracePeriodSeconds": 60, "containers": [container],
                          "volumes": [{"name": "config", "configMap": {"name": n.config_map}},
-                                     {"name": "tmp", "emptyDir": {}}]},
+                                     {"name": "tmp", "emptyDir": {}}, *security_volumes]},
             },
             "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector_labels(cluster, "broker")},
                                       "spec": claim_spec}],
@@ -234,6 +268,18 @@ def pod_disruption_budget(cluster: BrokerCluster, component: str) -> dict:
     name = n.broker_sts if component == "broker" else n.namesrv
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(cluster, name, component),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(cluster, component)}}}
+
+
+def certificate(cluster: BrokerCluster) -> dict:
+    """The cert-manager Certificate for ``spec.tls.issuerRef``: every name clients and pods
+    use for the name servers and brokers, written into the Secret the pods mount."""
+    n, ns = cluster.names, cluster.namespace
+    issuer_name, issuer_kind = cluster.tls_issuer
+    dns = [n.namesrv, f"{n.namesrv}.{ns}", f"{n.namesrv}.{ns}.svc", f"*.{n.namesrv_headless}.{ns}.svc",
+           f"*.{n.broker_headless}.{ns}.svc"]
+    return {"apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": _meta(cluster, cluster.tls_secret, "broker"),
+            "spec": {"secretName": cluster.tls_secret, "dnsNames": dns, "usages": ["server auth", "client auth"],
+                     "issuerRef": {"name": issuer_name, "kind": issuer_kind, "group": "cert-manager.io"}}}
 
 
 def all_objects(cluster: BrokerCluster, broker_replicas: int | None = None) -> list[dict]:

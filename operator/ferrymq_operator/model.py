@@ -49,6 +49,14 @@ class BrokerNames:
     def broker_headless(self) -> str:
         return f"{self.broker}-broker-headless"
 
+    @property
+    def acl_secret(self) -> str:  # plain_acl.yml for the pods
+        return f"{self.broker}-acl"
+
+    @property
+    def operator_secret(self) -> str:  # the operator's own admin account
+        return f"{self.broker}-operator-credentials"
+
     def broker_pod(self, ordinal: int) -> str:
         """Pod name; also the RocketMQ brokerName of that pod (stable across restarts)."""
         return f"{self.broker_sts}-{ordinal}"
@@ -86,6 +94,10 @@ class BrokerCluster:
     disable_consume_if_slow: bool = False
     consumer_fallbehind_threshold: int = 16 * 2**30  # bytes
     config: dict[str, str] = field(default_factory=dict)  # spec.config: broker.conf keys
+    acl_enabled: bool = False  # spec.acl.enabled: every request signed by a User's account
+    tls_secret: str | None = None  # spec.tls.secretName: tls.crt/tls.key for both ports
+    tls_issuer: tuple[str, str] | None = None  # spec.tls.issuerRef (name, kind): cert-manager writes tls_secret
+    tls_mode: str = "enforcing"
     annotations: dict[str, str] = field(default_factory=dict)
     deleting: bool = False  # metadata.deletionTimestamp is set
     api_version: str = API_VERSION
@@ -99,6 +111,7 @@ class BrokerCluster:
         storage = spec.get("storage") or {}
         ns = spec.get("nameServer") or {}
         protection = spec.get("protection") or {}
+        tls = spec.get("tls") or {}
         return cls(
             names=BrokerNames(meta["name"], meta.get("namespace") or "default"),
             uid=meta.get("uid"), generation=meta.get("generation"),
@@ -112,6 +125,11 @@ class BrokerCluster:
             disable_consume_if_slow=bool(protection.get("disableConsumeIfConsumerReadSlowly", False)),
             consumer_fallbehind_threshold=to_bytes(protection.get("consumerFallbehindThreshold", "16Gi")),
             config={k: str(v) for k, v in (spec.get("config") or {}).items()},
+            acl_enabled=bool((spec.get("acl") or {}).get("enabled", False)),
+            tls_secret=tls.get("secretName") or (f"{meta['name']}-tls" if tls.get("issuerRef") else None),
+            tls_issuer=((tls["issuerRef"]["name"], tls["issuerRef"].get("kind") or "Issuer")
+                        if tls.get("issuerRef") else None),
+            tls_mode=tls.get("mode") or "enforcing",
             annotations=dict(meta.get("annotations") or {}), deleting=bool(meta.get("deletionTimestamp")),
             api_version=obj.get("apiVersion", API_VERSION), kind=obj.get("kind", "Broker"),
         )

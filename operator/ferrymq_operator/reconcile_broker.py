@@ -9,10 +9,11 @@ import time
 import kopf
 
 from ferrymq_operator import broker_admin, kube, manifests, rollout, status
-from ferrymq_operator.cluster_access import namesrv_addr
+from ferrymq_operator.cluster_access import admin_client
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_DRAIN_STARTED
 from ferrymq_operator.model import BrokerCluster
+from ferrymq_operator.reconcile_user import sync_acl
 from ferrymq_operator.settings import OperatorSettings
 
 log = logging.getLogger("ferrymq.operator")
@@ -37,7 +38,7 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
     if current is not None and cluster.replicas < current:
         leaving = [n.broker_pod(i) for i in range(cluster.replicas, current)]
         try:
-            async with broker_admin.connect(namesrv_addr(settings, cluster), settings.admin_timeout) as admin:
+            async with admin_client(settings, cluster) as admin:
                 await broker_admin.set_writable(admin, await broker_admin.brokers(admin, n.broker), leaving, False)
                 backlog = await broker_admin.backlog(admin, n.broker, leaving)
         except Exception as e:  # noqa: BLE001 - any failure means "not known": refuse to shrink
@@ -48,6 +49,10 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
     else:
         conds.append(Condition("ScaleDownBlocked", False, "NotBlocked", ""))
 
+    if cluster.acl_enabled:  # the pods mount the ACL: it exists before they do
+        await sync_acl(cluster)
+    if cluster.tls_secret:
+        conds.append(await _tls_condition(cluster))
     for obj in manifests.all_objects(cluster, broker_replicas=plan.replicas):
         await kube.apply(obj)
 
@@ -93,7 +98,7 @@ async def _controlled_restart(cluster: BrokerCluster, pods: list[dict], next_pod
             return f"waiting until clients route to {', '.join(recent)} again before draining {next_pod}"
     if kept or (step and step.action == "drain"):
         try:
-            async with broker_admin.connect(namesrv_addr(settings, cluster), settings.admin_timeout) as admin:
+            async with admin_client(settings, cluster) as admin:
                 addrs = await broker_admin.brokers(admin, cluster.name)
                 await broker_admin.set_writable(admin, addrs, kept, True)
                 for name in kept:
@@ -114,3 +119,22 @@ async def _controlled_restart(cluster: BrokerCluster, pods: list[dict], next_pod
         log.info("restarting %s/%s", ns, next_pod)
         await kube.delete("v1", "Pod", ns, next_pod)
     return ""
+
+
+async def _tls_condition(cluster: BrokerCluster) -> Condition:
+    """Request the certificate from cert-manager if asked to; report whether the TLS Secret the
+    pods mount exists (they cannot start without it)."""
+    if cluster.tls_issuer is not None:
+        try:
+            await kube.apply(manifests.certificate(cluster))
+        except kube.ApiException as e:
+            if e.status != 404:
+                raise
+            return Condition("TlsReady", False, "CertManagerMissing",
+                             "spec.tls.issuerRef needs cert-manager, but the API server has no "
+                             "certificates.cert-manager.io: install cert-manager or name a Secret in spec.tls.secretName")
+    if await kube.get("v1", "Secret", cluster.namespace, cluster.tls_secret) is None:
+        waiting = "cert-manager to issue it" if cluster.tls_issuer else "it to be created"
+        return Condition("TlsReady", False, "SecretNotFound", f"Secret {cluster.tls_secret} does not exist yet: "
+                                                              f"pods wait for {waiting}")
+    return Condition("TlsReady", True, "SecretPresent", f"TLS {cluster.tls_mode} with Secret {cluster.tls_secret}")

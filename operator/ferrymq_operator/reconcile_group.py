@@ -10,7 +10,7 @@ import kopf
 
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX
 from ferrymq_operator import broker_admin, conditions, groups, spark_jobs, status
-from ferrymq_operator.cluster_access import broker_of, namesrv_addr
+from ferrymq_operator.cluster_access import admin_client, broker_of
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_ENABLE_CONSUME, ANN_MANAGED
 from ferrymq_operator.settings import OperatorSettings
@@ -43,7 +43,7 @@ async def reconcile_group(body, patch: kopf.Patch, settings: OperatorSettings) -
     state = groups.ProtectionState.from_status(current)
     annotation = (status.annotation(res, ANN_ENABLE_CONSUME) or "").lower() == "true"
     try:
-        async with broker_admin.connect(namesrv_addr(settings, cluster), settings.admin_timeout) as admin:
+        async with admin_client(settings, cluster) as admin:
             addrs = await broker_admin.brokers(admin, cluster.name)
             if not addrs:
                 return status.finish(body, patch, [status.not_ready(
@@ -102,7 +102,7 @@ async def delete_group(body, settings: OperatorSettings) -> None:
     if cluster is None or cluster.deleting:
         return
     try:
-        async with broker_admin.connect(namesrv_addr(settings, cluster), settings.admin_timeout) as admin:
+        async with admin_client(settings, cluster) as admin:
             await broker_admin.delete_group(admin, groups.group_name(res), cluster.name)
     except Exception as e:  # noqa: BLE001
         raise kopf.TemporaryError(f"cannot delete the group on the brokers yet: {e}", delay=10) from e

@@ -6,7 +6,7 @@ from __future__ import annotations
 import kopf
 
 from ferrymq_operator import broker_admin, kube, status, topics
-from ferrymq_operator.cluster_access import broker_of, namesrv_addr
+from ferrymq_operator.cluster_access import admin_client, broker_of
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_MANAGED, API_VERSION
 from ferrymq_operator.settings import OperatorSettings
@@ -32,7 +32,7 @@ async def reconcile_topic(body, patch: kopf.Patch, settings: OperatorSettings) -
             "Conflict", f"Topic {owner['metadata']['name']} already manages topic {name} on Broker {cluster.name}")], extra)
     desired = topics.desired_topic(res)
     try:
-        async with broker_admin.connect(namesrv_addr(settings, cluster), settings.admin_timeout) as admin:
+        async with admin_client(settings, cluster) as admin:
             addrs = await broker_admin.brokers(admin, cluster.name)
             if not addrs:
                 return status.finish(body, patch, [status.not_ready("NoBrokers", "no broker of this Broker is registered yet")],
@@ -67,7 +67,7 @@ async def delete_topic(body, settings: OperatorSettings) -> None:
     if topics.conflict_owner(res, others) is not None:
         return  # another Topic manages this broker-side topic
     try:
-        async with broker_admin.connect(namesrv_addr(settings, cluster), settings.admin_timeout) as admin:
+        async with admin_client(settings, cluster) as admin:
             await broker_admin.delete_topic(admin, topics.topic_name(res), cluster.name)
     except Exception as e:  # noqa: BLE001
         raise kopf.TemporaryError(f"cannot delete topic on the brokers yet: {e}", delay=10) from e

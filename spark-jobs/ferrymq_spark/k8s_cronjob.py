@@ -23,6 +23,9 @@ configuration asks for on-demand volumes). Every object is owned by the Consumer
     sparkConf            {key: value} added to (and overriding) the built configuration
     successfulJobsHistoryLimit / failedJobsHistoryLimit / startingDeadlineSeconds / activeDeadlineSeconds
     launcher             SparkSubmit (default) | SparkOperator (a Kubeflow ScheduledSparkApplication)
+    credentialsSecret    a Secret with accessKey and secretKey (a User's, for Brokers with ACL on):
+                         driver and executors get them as FERRYMQ_ACCESS_KEY/FERRYMQ_SECRET_KEY
+                         from the Secret, never in arguments or the Spark configuration's values
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
 COMPONENT = "spark-job"
+CREDENTIAL_ENV = (("FERRYMQ_ACCESS_KEY", "accessKey"), ("FERRYMQ_SECRET_KEY", "secretKey"))
 
 # What a client-mode driver does with the API server: create, watch and delete its executor
 # pods, and the ConfigMap carrying their Spark configuration.
@@ -168,6 +172,12 @@ def spark_conf(group: dict, job: dict) -> dict[str, str]:
         "spark.driver.memory": str(job["driver"]["memory"]),
         "spark.sql.session.timeZone": "UTC",
     }
+    secret = job.get("credentialsSecret")
+    if secret:  # executors: env from the Secret (Spark's secretKeyRef); the driver pod gets its own
+        for env, key in CREDENTIAL_ENV:
+            conf[f"spark.kubernetes.executor.secretKeyRef.{env}"] = f"{secret}:{key}"
+            if job["launcher"] == "SparkOperator":
+                conf[f"spark.kubernetes.driver.secretKeyRef.{env}"] = f"{secret}:{key}"
     for key, value in labels(group).items():
         conf[f"spark.kubernetes.executor.label.{key}"] = value
     conf.update(job["sparkConf"])
@@ -262,6 +272,8 @@ def cron_job(group: dict, job: dict, namesrv_addr: str) -> dict:
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "NAMESRV_ADDR", "value": namesrv_addr},
+            *({"name": env, "valueFrom": {"secretKeyRef": {"name": job["credentialsSecret"], "key": key}}}
+              for env, key in (CREDENTIAL_ENV if job.get("credentialsSecret") else ())),
         ],
         "ports": [{"name": "driver", "containerPort": DRIVER_PORT}, {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT}],
         "resources": {"requests": {"cpu": cores, "memory": memory}, "limits": {"cpu": cores, "memory": memory}},

@@ -234,3 +234,41 @@ async def test_cli_signs_with_an_account_and_speaks_tls(tmp_path):
         assert cluster.broker.store.max_offset("orders", 0) == 1
     finally:
         await cluster.stop()
+
+
+async def test_async_sends_and_a_push_consumer_under_acl(secured):
+    """The push consumer's heartbeats, pulls, offset commits and the async sends, all signed;
+    a listener that fails sends messages back for retry (CONSUMER_SEND_MSG_BACK, group SUB)."""
+    import asyncio
+
+    from ferrymq.client.push_consumer import PushConsumer
+    from tests.consumer_support import Recorder
+
+    cluster, _ = secured
+    rec = Recorder()
+    consumer = PushConsumer("billing", config=_config(cluster, CONSUMER))
+    consumer.subscribe("orders")
+    first_tries: set[str] = set()
+
+    def fail_once(m):
+        key = m.keys[0]
+        if key == "k-0" and key not in first_tries:
+            first_tries.add(key)
+            return True
+        return False
+
+    consumer.register_listener(rec.listener("c", fail=fail_once, result_on_fail="RECONSUME_LATER"))
+    await consumer.start()
+    try:
+        async with Producer("acl-test-producer", config=_config(cluster, PRODUCER), retry_times=0) as producer:
+            futures = []
+            for i in range(10):
+                m = Message("orders", f"async {i}".encode())
+                m.keys = [f"k-{i}"]
+                futures.append(producer.send_async(m))
+            await asyncio.gather(*futures)
+        await wait_until(lambda: {f"k-{i}" for i in range(10)} <= rec.keys() and len(rec.of("k-0")) >= 2, 30,
+                         "every message consumed, k-0 again after its retry")
+    finally:
+        await consumer.shutdown()
+    assert cluster.broker.offsets.query("billing", "orders", 0) == 10

@@ -59,7 +59,7 @@ def helm_release(control_plane):
     control_plane.kubectl("create", "namespace", RELEASE_NS)
     control_plane.helm("install", RELEASE, str(REPO / "charts" / "ferrymq-operator"), "-n", RELEASE_NS, "--wait",
                        "--timeout", "180s")
-    for crd in ("brokers.ferrymq.io", "topics.ferrymq.io", "consumergroups.ferrymq.io"):
+    for crd in ("brokers.ferrymq.io", "topics.ferrymq.io", "consumergroups.ferrymq.io", "users.ferrymq.io"):
         control_plane.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
     return RELEASE
 

@@ -62,7 +62,7 @@ def test_helm_install_succeeded(control_plane, helm_release):
     dep = control_plane.get("deployment", "ferrymq-ferrymq-operator", RELEASE_NS)
     assert dep["status"].get("availableReplicas") == 1
     assert control_plane.get("serviceaccount", SA, RELEASE_NS)
-    for crd in ("brokers.ferrymq.io", "topics.ferrymq.io", "consumergroups.ferrymq.io"):
+    for crd in ("brokers.ferrymq.io", "topics.ferrymq.io", "consumergroups.ferrymq.io", "users.ferrymq.io"):
         obj = control_plane.get("crd", crd)
         assert any(c["type"] == "Established" and c["status"] == "True" for c in obj["status"]["conditions"])
 
@@ -81,7 +81,12 @@ def test_chart_rbac_is_least_privilege(control_plane, helm_release):
     # blockOwnerDeletion on owned objects (OwnerReferencesPermissionEnforcement is on in the control plane)
     assert can("update", "brokers.ferrymq.io/finalizers") and can("update", "consumergroups.ferrymq.io/finalizers")
     assert not can("delete", "statefulsets.apps"), "owned objects go away through garbage collection"
-    assert not can("get", "secrets") and not can("delete", "persistentvolumeclaims")
+    assert not can("delete", "persistentvolumeclaims")
+    # Users: credentials and the brokers' ACL in Secrets it creates; it never deletes one (owned
+    # Secrets go with their User or Broker) and never watches them.
+    assert can("get", "secrets") and can("create", "secrets") and can("patch", "secrets")
+    assert not can("delete", "secrets") and not can("watch", "secrets")
+    assert can("patch", "users.ferrymq.io/status") and can("update", "users.ferrymq.io/finalizers")
     assert not can("create", "clusterroles.rbac.authorization.k8s.io", ns="")
     # ConsumerGroup.spec.sparkJob: the CronJob and its RBAC objects, the runs read only.
     for resource in ("cronjobs.batch", "serviceaccounts", "roles.rbac.authorization.k8s.io",

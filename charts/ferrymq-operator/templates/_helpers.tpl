@@ -36,15 +36,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
      which would let it grant anything. */}}
 {{- define "ferrymq-operator.namespacedRules" -}}
 - apiGroups: [ferrymq.io]
-  resources: [brokers, topics, consumergroups]
+  resources: [brokers, topics, consumergroups, users]
   verbs: [get, list, watch, patch, update]
 - apiGroups: [ferrymq.io]
-  resources: [brokers/status, topics/status, consumergroups/status]
+  resources: [brokers/status, topics/status, consumergroups/status, users/status]
   verbs: [get, patch, update]
-# blockOwnerDeletion on the objects a Broker or ConsumerGroup owns (OwnerReferencesPermissionEnforcement).
+# blockOwnerDeletion on the objects a Broker, ConsumerGroup or User owns (OwnerReferencesPermissionEnforcement).
 - apiGroups: [ferrymq.io]
-  resources: [brokers/finalizers, consumergroups/finalizers]
+  resources: [brokers/finalizers, consumergroups/finalizers, users/finalizers]
   verbs: [update]
+# ACL: users' credentials, the operator's own account, the brokers' plain_acl.yml.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, create, patch]
+# Broker.spec.tls.issuerRef: the Certificate cert-manager turns into the brokers' TLS Secret.
+- apiGroups: [cert-manager.io]
+  resources: [certificates]
+  verbs: [get, create, patch]
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [get, list, watch, create, patch]
