@@ -46,3 +46,16 @@ def test_matches_reference_on_random_strings():
     for _ in range(500):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
         assert java_string_hash(text) == reference_hash(text), text
+
+
+def test_long_index_keys_with_shared_prefixes_match_the_reference():
+    """topic#UNIQ_KEY keys take the cached-prefix path: shared and unshared prefixes, every length
+    around the switch-over, and non-ASCII keys (which do not)."""
+    rng = random.Random(11)
+    prefixes = ["orders#0A0000012F3C", "t#", "x" * 30, "BenchTopic#7F0000010D2A1B2C3D4E"]
+    for _ in range(3000):
+        tail = "".join(rng.choice("0123456789ABCDEF") for _ in range(rng.randrange(0, 20)))
+        text = rng.choice(prefixes) + tail
+        assert java_string_hash(text) == reference_hash(text), text
+    for text in ("é" * 30, "topic#" + "中" * 25, "a" * 23, "a" * 24, "a" * 25):
+        assert java_string_hash(text) == reference_hash(text), text
