@@ -86,12 +86,13 @@ def run_python(ns: str, code: str, *args: str, pod: str = "toolbox", timeout: fl
     return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
 
 
-def run_job(ns: str, name: str, args: list[str], timeout: float = 600, image: str = BROKER_IMAGE) -> str:
-    """A Job running the ferrymq CLI in the cluster; its logs once it succeeded."""
+def run_job(ns: str, name: str, args: list[str], timeout: float = 600, image: str = BROKER_IMAGE,
+            env: list[dict] | None = None) -> str:
+    """A Job running the ferrymq CLI in the cluster; its logs once it succeeded. ``env``: the
+    container's environment entries (e.g. keys from a Secret)."""
+    container = {"name": "client", "image": image, "imagePullPolicy": "Never", "args": args, "env": env or []}
     apply(ns, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-               "spec": {"backoffLimit": 0, "template": {"spec": {
-                   "restartPolicy": "Never",
-                   "containers": [{"name": "client", "image": image, "imagePullPolicy": "Never", "args": args}]}}}})
+               "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}})
     job = wait_status("job", name, ns, lambda j: j.get("status", {}).get("succeeded") or j.get("status", {}).get("failed"),
                       "finished", timeout)
     logs = kubectl("logs", "-n", ns, f"job/{name}", "--tail=-1").stdout

@@ -13,6 +13,7 @@ test process itself only talks to the API server kind published on 127.0.0.1.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -25,7 +26,7 @@ from e2e.kind.kube import (
     API, BROKER_IMAGE, SPARK_IMAGE, apply, condition, get, items, kubectl, pod_ready, run_job, run_python,
     toolbox, unique_name, wait_status,
 )
-from tests.support import poll_until
+from tests.support import make_test_certificates, poll_until
 
 if os.environ.get("FERRYMQ_KIND_TESTS") != "1":
     if os.environ.get("CI") == "true":
@@ -470,7 +471,56 @@ def test_protection_policies_on_a_slow_group(ns, tools):
 
 
 # ------------------------------------------------------------------------------------------------
-# 8. helm upgrade, then helm uninstall: nothing orphaned but the claims kept by deleteClaim: false
+# 8. ACL and TLS: a Broker that asks for both, a User's Secret in a Job, a revoked User refused
+
+def test_acl_and_tls_with_users_and_a_revoked_user(ns, tools, tmp_path):
+    secure = "secure"
+    certs = make_test_certificates(tmp_path / "certs")
+    kubectl("create", "secret", "tls", f"{secure}-tls", "-n", ns, f"--cert={certs['server_cert']}",
+            f"--key={certs['server_key']}")
+    apply(ns, {"apiVersion": API, "kind": "Broker", "metadata": {"name": secure},
+               "spec": {"replicas": 1, "imagePullPolicy": "Never", "storage": {"size": "1Gi", "deleteClaim": True},
+                        "acl": {"enabled": True}, "tls": {"secretName": f"{secure}-tls"}}})
+    wait_status("broker", secure, ns, lambda o: ready(o) and condition(o, "TlsReady").get("status") == "True", "Ready", 600)
+    apply(ns, {"apiVersion": API, "kind": "Topic", "metadata": {"name": "payments"},
+               "spec": {"brokerRef": {"name": secure}, "readQueueNums": 2, "writeQueueNums": 2}},
+          {"apiVersion": API, "kind": "User", "metadata": {"name": "payments-app"},
+           "spec": {"brokerRef": {"name": secure},
+                    "authorization": {"topics": [{"name": "payments", "perm": "PUB|SUB"}]}}})
+    # the operator's own calls go through TLS, signed by its account: the topic gets created
+    wait_status("topic", "payments", ns, ready, "Ready", 180)
+    user = wait_status("user", "payments-app", ns, ready, "Ready", 120)
+    secret = user["status"]["secretName"]
+    nsrv = f"{secure}-namesrv.{ns}.svc:9876"
+    keys = [{"name": "FERRYMQ_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": secret, "key": "accessKey"}}},
+            {"name": "FERRYMQ_SECRET_KEY", "valueFrom": {"secretKeyRef": {"name": secret, "key": "secretKey"}}},
+            {"name": "FERRYMQ_TLS", "value": "true"}]
+    sent = [json.loads(line) for line in run_job(ns, "produce-payments", [
+        "produce", "-n", nsrv, "-t", "payments", "--count", "20", "--json"], env=keys).splitlines()
+        if line.startswith("{")]
+    assert len(sent) == 20 and {s["status"] for s in sent} == {"SEND_OK"}
+
+    def produce_from_toolbox(*flags: str, env: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        return kubectl("exec", "-n", ns, tools, "--", "env", *env, "ferrymq", "produce", "-n", nsrv, "-t", "payments",
+                       "-b", "from the toolbox", *flags, check=False)
+
+    unsigned = produce_from_toolbox("--tls-insecure")
+    assert unsigned.returncode != 0 and "No accessKey is configured" in unsigned.stdout + unsigned.stderr
+    plaintext = produce_from_toolbox()
+    assert plaintext.returncode != 0  # enforcing: the plaintext connection is closed
+    secret_key = base64.b64decode(get("secret", secret, ns)["data"]["secretKey"]).decode()
+    signed = ("FERRYMQ_ACCESS_KEY=payments-app", f"FERRYMQ_SECRET_KEY={secret_key}")
+    assert produce_from_toolbox("--tls-insecure", env=signed).returncode == 0
+
+    kubectl("delete", "user", "payments-app", "-n", ns, "--timeout=120s")
+    # The kubelet refreshes the mounted ACL Secret within about a minute; the broker re-reads it.
+    poll_until("the revoked User refused", lambda: "No acl config for payments-app" in (
+        lambda p: p.stdout + p.stderr)(produce_from_toolbox("--tls-insecure", env=signed)), 240, interval=5)
+    kubectl("delete", "broker", secure, "-n", ns, "--timeout=300s")
+
+
+# ------------------------------------------------------------------------------------------------
+# 9. helm upgrade, then helm uninstall: nothing orphaned but the claims kept by deleteClaim: false
 
 RELEASE, RELEASE_NS = "ferrymq", "ferrymq-system"
 CHART = os.path.join(os.path.dirname(__file__), "..", "..", "charts", "ferrymq-operator")

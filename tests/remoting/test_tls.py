@@ -111,3 +111,55 @@ async def test_a_cluster_behind_tls(certs, tmp_path):
             assert [m.body for m in (await consumer.pull(mq, 0)).messages] == [b"secret payload"]
     finally:
         await cluster.stop()
+
+
+def test_client_tls_from_the_environment(monkeypatch, certs):
+    monkeypatch.delenv("FERRYMQ_TLS", raising=False)
+    assert ClientConfig().tls is None
+    monkeypatch.setenv("FERRYMQ_TLS", "true")
+    assert ClientConfig().tls == ClientTls(insecure=True)  # RocketMQ's test mode: any certificate
+    monkeypatch.setenv("FERRYMQ_TLS_CA_FILE", certs["ca"])
+    assert ClientConfig().tls == ClientTls(ca_file=certs["ca"])
+
+
+def test_namesrv_command_with_tls_and_acl(certs, tmp_path):
+    """`ferrymq namesrv --tls-mode enforcing --tls-cert --tls-key --acl-file`: TLS only, and
+    the requests that change it need an admin signature."""
+    from ferrymq.acl.signature import Credentials, sign_request
+    from tests.support import FerryProcess, free_port
+
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text("accounts: [{accessKey: admin0001, secretKey: admin-secret, admin: true}]\n")
+    port = free_port()
+    proc = FerryProcess(["namesrv", "--port", str(port), "--tls-mode", "enforcing", "--tls-cert", certs["server_cert"],
+                         "--tls-key", certs["server_key"], "--acl-file", str(acl_file)], "name server is ready",
+                        tmp_path / "namesrv.log").start()
+
+    async def scenario():
+        client = RemotingClient(tls=ClientTls(ca_file=certs["ca"]).context())
+        try:
+            info = await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+            put = RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {"namespace": "n", "key": "k", "value": "v"})
+            refused = await client.invoke(f"127.0.0.1:{port}", put)
+            signed = RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {"namespace": "n", "key": "k", "value": "v"})
+            sign_request(signed, Credentials("admin0001", "admin-secret"))
+            accepted = await client.invoke(f"127.0.0.1:{port}", signed)
+            return info.code, refused.remark, accepted.code
+        finally:
+            await client.close()
+
+    try:
+        info, refused, accepted = asyncio.run(scenario())
+        assert info == 0 and accepted == 0 and refused == "AclException: No accessKey is configured"
+        with pytest.raises(RemotingError):
+            asyncio.run(_ask_plain(port))
+    finally:
+        proc.stop()
+
+
+async def _ask_plain(port: int) -> None:
+    client = RemotingClient()
+    try:
+        await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 3)
+    finally:
+        await client.close()
