@@ -34,6 +34,7 @@ from ferrymq.common.message import (
     encode_record,
 )
 from ferrymq.common.message_id import decode_offset_msg_id, offset_msg_id
+from ferrymq.filter.sql92 import SqlError, compile_selector
 from ferrymq.common.protocol import ConsumerData, HeartbeatData, ProducerData, SubscriptionData
 from ferrymq.client.pull_service import accept
 from ferrymq.remoting.codes import RequestCode
@@ -241,6 +242,19 @@ def heartbeats(data: bytes) -> None:
         pass
 
 
+def sql92(data: bytes) -> None:
+    """A consumer's SQL92 selector (first line) evaluated on message properties (the rest,
+    ``key=value`` lines): compiling raises only SqlError, evaluating never raises."""
+    sql, _, rest = data.decode("utf-8", "replace").partition("\n")
+    try:
+        selector = compile_selector(sql)
+    except SqlError:
+        return
+    props = dict(line.partition("=")[::2] for line in rest.split("\n") if line)
+    assert selector.evaluate(props) in (True, False, None)
+    assert selector.matches(props) is (selector.evaluate(props) is True)
+
+
 # ------------------------------------------------------------------ seeds
 
 
@@ -308,6 +322,12 @@ def _seed_batches() -> Iterable[bytes]:
                              Message(topic="T", body=b"two", properties={"KEYS": "k"})])
 
 
+def _seed_sql() -> Iterable[bytes]:
+    yield b"a > 5 AND b = 'x' OR c IS NOT NULL\na=7\nb=x"
+    yield b"(a BETWEEN 1 AND 10) AND b NOT IN ('p', 'q') AND NOT (d <> TRUE)\na=3\nb=r\nd=true"
+    yield b"a >= -1.5e3 OR a < 0.25 OR b IS NULL\na=12"
+
+
 def _seed_json() -> Iterable[bytes]:
     yield _heartbeat().to_json()
     yield b'{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:5},"table":{0:"127.0.0.1:10911"}}'
@@ -327,6 +347,7 @@ TARGETS: dict[str, Target] = {
         Target("message_ids", message_ids, lambda: [offset_msg_id("127.0.0.1", 10911, 4096).encode()], "offset msgId"),
         Target("json_bodies", json_bodies, _seed_json, "fastjson bodies"),
         Target("heartbeats", heartbeats, lambda: [_heartbeat().to_json()], "HEART_BEAT body model"),
+        Target("sql92", sql92, _seed_sql, "SQL92 selector compile and evaluate"),
     )
 }
 

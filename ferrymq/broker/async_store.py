@@ -194,8 +194,10 @@ class AsyncMessageStore:
                 listener(topic, queue_id, max_offset, msgs)
 
     async def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                           tag_filter: Callable[[int], bool] | None = None) -> GetResult:
-        return await self._read(self.sync_store.get_messages, group, topic, queue_id, offset, max_msg_nums, tag_filter)
+                           tag_filter: Callable[[int], bool] | None = None,
+                           record_filter: Callable[[bytes], bool] | None = None) -> GetResult:
+        return await self._read(self.sync_store.get_messages, group, topic, queue_id, offset, max_msg_nums, tag_filter,
+                                record_filter)
 
     async def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
         return await self._read(self.sync_store.query_message, topic, key, max_num, begin, end)

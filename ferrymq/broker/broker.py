@@ -112,7 +112,7 @@ class Broker:
             self.server.register(code, send)
         self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection))
         offsets = OffsetProcessors(self.store, self.offsets)
-        cm = ClientManageProcessors(self.consumers, self.groups, self.topics)
+        cm = ClientManageProcessors(self.consumers, self.groups, self.topics, self.config.enable_property_filter)
         for code, handler in {
             RequestCode.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,

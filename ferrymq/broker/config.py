@@ -63,6 +63,8 @@ class BrokerConfig:
     # (plain_acl.yml; empty: $ROCKETMQ_HOME/conf/plain_acl.yml), re-read when it changes.
     acl_enable: bool = False
     acl_file: str = ""
+    # SQL92 subscriptions (MessageSelector.bySql), evaluated on message properties at pull time.
+    enable_property_filter: bool = False
     # TLS on the listening port (RocketMQ's tls.server.*): disabled, permissive (TLS and
     # plaintext told apart by the first byte) or enforcing; client certificates: none,
     # optional or require (checked against tls_server_trust_cert_path).

@@ -1,9 +1,9 @@
 """Held pulls: a pull that found nothing waits here until a message arrives for its queue.
 
 No timer loop: each waiter is a future keyed by (topic, queue id); an arrival resolves the
-futures whose requested offset is now below the queue's max offset and whose tag filter
-matches one of the messages that arrived (a filtered subscription is not woken by messages
-it would not receive). The pull processor re-runs its read when woken, and answers
+futures whose requested offset is now below the queue's max offset and whose subscription
+wants one of the messages that arrived (a tag- or SQL-filtered subscription is not woken by
+messages it would not receive). The pull processor re-runs its read when woken, and answers
 PULL_NOT_FOUND when its suspend time ends.
 
 A pull reads the store in a worker thread and registers here afterwards; a message stored
@@ -19,16 +19,15 @@ from collections import defaultdict
 from typing import Callable, Sequence
 
 from ferrymq.common.message import MessageExt
-from ferrymq.store.dispatch import tag_hash
 
-TagFilter = Callable[[int], bool]  # tagsCode -> does the subscription want it
+Wants = Callable[[MessageExt], bool]  # does the held pull's subscription want this message
 
 
 class PullWaiters:
     def __init__(self, max_offset: Callable[[str, int], int]) -> None:
         """``max_offset(topic, queue_id)``: the queue's next offset as the store has it now."""
         self._max_offset = max_offset
-        self._waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future, TagFilter | None]]] = defaultdict(list)
+        self._waiters: dict[tuple[str, int], list[tuple[int, asyncio.Future, Wants | None]]] = defaultdict(list)
         self.closed = False  # the broker is stopping: nothing is held any more
 
     @property
@@ -36,8 +35,8 @@ class PullWaiters:
         return sum(len(v) for v in self._waiters.values())
 
     async def wait(self, topic: str, queue_id: int, offset: int, timeout: float,
-                   tag_filter: TagFilter | None = None) -> bool:
-        """Wait until a message at or after ``offset`` that ``tag_filter`` accepts arrives; True
+                   wants: Wants | None = None) -> bool:
+        """Wait until a message at or after ``offset`` that ``wants`` accepts arrives; True
         at once if the queue already holds messages past ``offset``; False on timeout or shutdown."""
         if timeout <= 0 or self.closed:
             return False
@@ -45,7 +44,7 @@ class PullWaiters:
             return True  # stored between the pull's read and now
         fut = asyncio.get_running_loop().create_future()
         key = (topic, queue_id)
-        entry = (offset, fut, tag_filter)
+        entry = (offset, fut, wants)
         self._waiters[key].append(entry)
         try:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
@@ -70,15 +69,11 @@ class PullWaiters:
         waiters = self._waiters.get((topic, queue_id))
         if not waiters:
             return
-        codes: list[int] | None = None
-        for offset, fut, tag_filter in waiters:
+        for offset, fut, wants in waiters:
             if offset >= max_offset or fut.done():
                 continue
-            if tag_filter is not None and msgs:
-                if codes is None:
-                    codes = [tag_hash(m.properties) for m in msgs]
-                if not any(tag_filter(code) for code in codes):
-                    continue
+            if wants is not None and msgs and not any(map(wants, msgs)):
+                continue
             fut.set_result(None)
 
     def close(self) -> None:

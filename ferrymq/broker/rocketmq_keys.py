@@ -14,7 +14,7 @@ BROKER_CONFIG = frozenset({
     "clientManageThreadPoolNums", "clientManagerThreadPoolQueueCapacity", "commercialBaseCount",
     "commercialBigCount", "commercialEnable", "commercialTimerCount", "commercialTransCount",
     "compressedRegister", "consumerManageThreadPoolNums", "consumerManagerThreadPoolQueueCapacity",
-    "enableCalcFilterBitMap", "enableDetailStat", "enablePropertyFilter", "endTransactionPoolQueueCapacity",
+    "enableCalcFilterBitMap", "enableDetailStat", "endTransactionPoolQueueCapacity",
     "endTransactionThreadPoolNums", "expectConsumerNumUseFilter", "fetchNamesrvAddrByAddressServer",
     "filterDataCleanTimeSpan", "filterServerNums", "filterSupportRetry", "flushConsumerOffsetHistoryInterval",
     "forceRegister", "heartbeatThreadPoolNums", "heartbeatThreadPoolQueueCapacity", "highSpeedMode",
@@ -66,7 +66,6 @@ NOT_IMPLEMENTED = BROKER_CONFIG | MESSAGE_STORE_CONFIG | NETTY_SERVER_CONFIG | N
 # Values of unimplemented keys that would change what the broker promises (security,
 # filtering, its role): ignoring them would mislead, so they are refused instead.
 REFUSED_VALUES = {
-    "enablePropertyFilter": ("true", "SQL92 property filters are not implemented yet"),
     "brokerRole": ("SLAVE", "replication is not implemented yet: a FerryMQ broker is always a master"),
     "enableDLegerCommitLog": ("true", "DLedger is not implemented"),
 }

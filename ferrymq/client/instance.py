@@ -172,21 +172,23 @@ class ClientInstance:
             consumer_data_set=list(self.consumer_data.values()),
         )
 
+    def broker_addresses(self) -> set[str]:
+        """Every broker address of every route this client knows."""
+        return {a for addrs in self.broker_addrs.values() for a in addrs.values()}
+
     async def send_heartbeats(self) -> None:
         if not self.producer_groups and not self.consumer_data:
             return
         body = self.heartbeat_data().to_json()
-        addrs = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
-        for addr in addrs:
+        for addr in self.broker_addresses():
             try:
                 await self.invoke_broker(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=body))
             except MQClientError as e:
                 log.debug("heartbeat to %s failed: %s", addr, e)
 
     async def unregister(self, *, producer_group: str | None = None, consumer_group: str | None = None) -> None:
-        addrs = {a for addrs in self.broker_addrs.values() for a in addrs.values()}
         request = {"clientID": self.config.client_id, "producerGroup": producer_group, "consumerGroup": consumer_group}
-        for addr in addrs:
+        for addr in self.broker_addresses():
             with contextlib.suppress(MQClientError):
                 await self.invoke_broker(addr, RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, request))
 

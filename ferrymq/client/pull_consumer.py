@@ -11,7 +11,7 @@ from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
 from ferrymq.client.pull_service import PullResult, PullService, PullStatus
-from ferrymq.common.consumer_protocol import build_subscription
+from ferrymq.common.consumer_protocol import subscription_of
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -52,8 +52,13 @@ class PullConsumer:
         return await self.instance.find_broker_addr(mq.broker_name, mq.topic)
 
     async def pull(self, mq: MessageQueue, offset: int, *, expression: str = "*", max_nums: int = 32,
-                   suspend: float = 0.0, commit_offset: int | None = None) -> PullResult:
-        """Pull up to ``max_nums`` messages from ``offset``; hold up to ``suspend`` seconds if none."""
+                   suspend: float = 0.0, commit_offset: int | None = None, sql: str | None = None) -> PullResult:
+        """Pull up to ``max_nums`` messages from ``offset``; hold up to ``suspend`` seconds if none.
+        ``sql``: a SQL92 selector on message properties instead of the tag ``expression``."""
+        try:
+            sub = subscription_of(mq.topic, expression, sql)
+        except ValueError as e:
+            raise MQClientError(f"subscription to {mq.topic}: {e}") from None
         flags = PullSysFlag.SUBSCRIPTION
         if suspend > 0:
             flags |= PullSysFlag.SUSPEND
@@ -61,9 +66,8 @@ class PullConsumer:
             flags |= PullSysFlag.COMMIT_OFFSET
         header = PullMessageHeader(self.group, mq.topic, mq.queue_id, offset, max_nums, flags,
                                    commit_offset if commit_offset is not None else 0, int(suspend * 1000),
-                                   subscription=expression or "*")
-        return await self._pulls.pull(mq, header, build_subscription(mq.topic, expression),
-                                      self.config.api_timeout + suspend)
+                                   subscription=sub.sub_string, expression_type=sub.expression_type)
+        return await self._pulls.pull(mq, header, sub, self.config.api_timeout + suspend)
 
     # ------------------------------------------------------------------ offsets
 

@@ -43,7 +43,12 @@ from ferrymq.client.pull_service import PullResult, PullService, PullStatus
 from ferrymq.client.push_config import MessageModel, PushConsumerConfig
 from ferrymq.client.rebalance import Rebalancer
 from ferrymq.client.send_back import SendBack
-from ferrymq.common.consumer_protocol import ResetOffsetBody, build_subscription
+from ferrymq.common.consumer_protocol import (
+    CheckClientRequestBody,
+    ResetOffsetBody,
+    build_subscription,
+    subscription_of,
+)
 from ferrymq.common.message import MessageExt
 from ferrymq.common.protocol import (
     RETRY_GROUP_TOPIC_PREFIX,
@@ -108,8 +113,14 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ set-up
 
-    def subscribe(self, topic: str, expression: str = "*") -> "PushConsumer":
-        self.subscriptions[topic] = build_subscription(topic, expression)
+    def subscribe(self, topic: str, expression: str = "*", *, sql: str | None = None) -> "PushConsumer":
+        """``expression``: tags (``*``, ``TagA || TagB``); ``sql``: a SQL92 selector on message
+        properties instead (RocketMQ's MessageSelector.bySql; the brokers need
+        enablePropertyFilter=true). A selector that does not compile raises MQClientError."""
+        try:
+            self.subscriptions[topic] = subscription_of(topic, expression, sql)
+        except ValueError as e:
+            raise MQClientError(f"subscription to {topic}: {e}") from None
         if self._running:
             self._update_consumer_data()
             self._tasks.spawn(self._resubscribed())
@@ -155,6 +166,19 @@ class PushConsumer:
                  self.config.message_model.value, "orderly" if self.orderly else "concurrently")
         return self
 
+    async def _check_filters_in_brokers(self) -> None:
+        """As RocketMQ's client: a start with a subscription the brokers cannot filter fails."""
+        for sub in self.subscriptions.values():
+            if sub.expression_type == "TAG":
+                continue
+            body = CheckClientRequestBody(self.client_id, self.group, sub).to_json()
+            for addr in self.instance.broker_addresses():
+                response = await self.instance.invoke_broker(
+                    addr, RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, {}, body=body))
+                if response.code != ResponseCode.SUCCESS:
+                    raise MQClientError(f"broker {addr} refuses the {sub.expression_type} subscription to "
+                                        f"{sub.topic}: {response.remark}")
+
     async def _abandon_start(self) -> None:
         self._running = False
         if self.rebalancer is not None:
@@ -192,6 +216,7 @@ class PushConsumer:
             route = await self.instance.fetch_route(topic)  # raises when no name server answers
             if route is None and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 log.warning("topic %s has no route yet; group %s will consume it once it exists", topic, self.group)
+        await self._check_filters_in_brokers()
         self._update_consumer_data()
         await self.instance.send_heartbeats()
         self._running = True

@@ -14,15 +14,38 @@ from ferrymq.common.json_model import JsonModel
 from ferrymq.common.protocol import MessageQueue, SubscriptionData
 
 
-def build_subscription(topic: str, expression: str | None) -> SubscriptionData:
-    """A TAG subscription from ``*`` or ``TagA || TagB`` (RocketMQ's FilterAPI): tags trimmed,
-    codeSet = their Java hashCodes, which is what the broker filters ConsumeQueue entries by."""
+def build_subscription(topic: str, expression: str | None, expression_type: str = "TAG") -> SubscriptionData:
+    """A subscription as RocketMQ's FilterAPI builds it. TAG: ``*`` or ``TagA || TagB``, tags
+    trimmed, codeSet = their Java hashCodes (what the broker filters ConsumeQueue entries by).
+    Any other type (SQL92) keeps the expression as it is, for the broker to evaluate."""
+    if (expression_type or "TAG").upper() != "TAG":
+        return SubscriptionData(topic=topic, sub_string=expression or "", expression_type=expression_type.upper())
     expression = (expression or "*").strip()
     if expression in ("", "*"):
         return SubscriptionData(topic=topic, sub_string="*")
     tags = [t.strip() for t in expression.split("||") if t.strip()]
     return SubscriptionData(topic=topic, sub_string=expression, tags_set=tags,
                             code_set=[java_string_hash(t) for t in tags])
+
+
+def subscription_of(topic: str, expression: str = "*", sql: str | None = None) -> SubscriptionData:
+    """A consumer's subscription: tags, or a SQL92 selector checked here first so that a typo
+    fails at ``subscribe`` rather than on the broker (ValueError saying where)."""
+    if sql is None:
+        return build_subscription(topic, expression)
+    from ferrymq.filter.sql92 import compile_selector
+
+    compile_selector(sql)
+    return build_subscription(topic, sql, "SQL92")
+
+
+@dataclass
+class CheckClientRequestBody(JsonModel):
+    """CHECK_CLIENT_CONFIG: a consumer asks whether the broker can filter its subscription."""
+
+    client_id: str = ""
+    group: str = ""
+    subscription_data: SubscriptionData | None = None
 
 
 @dataclass

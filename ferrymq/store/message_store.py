@@ -260,10 +260,13 @@ class MessageStore:
         offset: int,
         max_msg_nums: int,
         tag_filter: Callable[[int], bool] | None = None,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> GetResult:
         """A pull: statuses and nextBeginOffset as RocketMQ 4.9 (wire facts 7.4).
 
-        ``tag_filter`` gets each entry's raw tagsCode (i64) and says whether it matches.
+        ``tag_filter`` gets each entry's raw tagsCode (i64) and says whether it matches;
+        ``record_filter`` then each read record (SQL92 on its properties). Messages either
+        filter leaves out still advance nextBeginOffset.
         ``group`` is accepted for parity with RocketMQ (it only feeds its statistics).
         """
         self._check_running()
@@ -281,7 +284,7 @@ class MessageStore:
             # RocketMQ 4.x sends the consumer back to the start when nothing was ever deleted.
             nxt = min_offset if min_offset == 0 else max_offset
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
-        return self._read_queue(cq, offset, max_msg_nums, tag_filter, min_offset, max_offset)
+        return self._read_queue(cq, offset, max_msg_nums, tag_filter, min_offset, max_offset, record_filter)
 
     def _read_queue(
         self,
@@ -291,6 +294,7 @@ class MessageStore:
         tag_filter: Callable[[int], bool] | None,
         min_offset: int,
         max_offset: int,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> GetResult:
         cl = self.commit_log
         max_phy, cl_min, window = cl.max_offset, cl.min_offset, self.in_memory_window
@@ -329,6 +333,10 @@ class MessageStore:
         records = [r for r in cl.read_many(picked) if r is not None] if picked else []
         if picked and not records:  # deleted between the checks above and the read
             status = GetStatus.MESSAGE_WAS_REMOVING
+        elif records and record_filter is not None:
+            records = [r for r in records if record_filter(r)]
+            if not records:
+                status = GetStatus.NO_MATCHED_MESSAGE
         fall_behind = max_phy - last_phys
         return GetResult(
             status,

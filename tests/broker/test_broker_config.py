@@ -125,7 +125,7 @@ def test_a_stock_rocketmq_broker_conf_starts_with_one_warning_naming_what_is_ign
 
 @pytest.mark.parametrize("setting, message", [
     ("brokerRole=SLAVE", "brokerRole=SLAVE: replication is not implemented yet"),
-    ("enablePropertyFilter=true", "enablePropertyFilter=true: SQL92 property filters are not implemented yet"),
+    ("enableDLegerCommitLog=true", "enableDLegerCommitLog=true: DLedger is not implemented"),
     ("brokerRol=ASYNC_MASTER", "unknown configuration key 'brokerRol'"),  # a typo is still refused
 ])
 def test_settings_that_would_promise_what_ferrymq_does_not_do_are_refused(setting, message):

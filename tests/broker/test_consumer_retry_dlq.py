@@ -74,6 +74,8 @@ async def test_failed_message_is_redelivered_after_each_delay_level_then_dead_le
     finally:
         await consumer.shutdown()
 
+    assert len(good) == 5 and all(len(rec.of(f"good-{i}")) == 1 for i in range(5)), "the others: once each"
+    assert len(dead) == 1, "only the failing message dead-letters"
     attempts = rec.of("bad-0")
     assert [a.reconsume_times for a in attempts] == [0, 1, 2], "no fourth delivery: the third failure dead-letters"
     # Each retry is the original topic to the listener, and comes after its level's delay

@@ -130,7 +130,7 @@ def test_a_torn_tail_leaves_zeros_and_consume_queue_entries_past_it_go(open_stor
     with caplog.at_level(logging.WARNING):
         crashed = open_store(target)
     assert_served_up_to(crashed, msgs, victim)
-    assert f"dropping 50 bytes" in caplog.text
+    assert "dropping 50 bytes" in caplog.text
 
 
 def test_recovery_starts_at_the_checkpoint(open_store, tmp_path):

@@ -3,7 +3,6 @@
 import os
 import time
 
-import pytest
 from small_fs import SmallFsUnavailable, fill_to, small_filesystem
 from store_helpers import make_msg
 

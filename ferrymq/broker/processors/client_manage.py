@@ -4,8 +4,10 @@ CHECK_CLIENT_CONFIG (46). What the broker sends to clients is in client_notifier
 from __future__ import annotations
 
 from ferrymq.broker.consumer_manager import ClientChannel, ConsumerManager
+from ferrymq.broker.message_filter import FilterRefused, check_expression
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
+from ferrymq.common.consumer_protocol import CheckClientRequestBody
 from ferrymq.common.protocol import ConsumerListBody, HeartbeatData, Perm, retry_topic
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -13,10 +15,12 @@ from ferrymq.remoting.connection import Connection
 
 
 class ClientManageProcessors:
-    def __init__(self, consumers: ConsumerManager, groups: SubscriptionGroupManager, topics: TopicConfigManager) -> None:
+    def __init__(self, consumers: ConsumerManager, groups: SubscriptionGroupManager, topics: TopicConfigManager,
+                 property_filter_enabled: bool = False) -> None:
         self.consumers = consumers
         self.groups = groups
         self.topics = topics
+        self.property_filter_enabled = property_filter_enabled
 
     async def heartbeat(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:
@@ -46,4 +50,15 @@ class ClientManageProcessors:
         return req.response(body=ConsumerListBody(info.client_ids()).to_json())
 
     async def check_client_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """A consumer with a non-TAG subscription asks before it starts: refused (and its start
+        fails) when the broker cannot filter that way or the expression does not compile."""
+        try:
+            body = CheckClientRequestBody.from_json(req.body or b"{}")
+        except ValueError as e:
+            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"malformed check-client body: {e}")
+        if body.subscription_data is not None:
+            try:
+                check_expression(body.subscription_data, self.property_filter_enabled)
+            except FilterRefused as refused:
+                return req.response(refused.code, remark=refused.remark)
         return req.response()

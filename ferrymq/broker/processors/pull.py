@@ -9,24 +9,17 @@ is then answered from a fresh read (PULL_NOT_FOUND when nothing came).
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.message_filter import FilterRefused, MessageFilter, message_filter
 from ferrymq.broker.protection import ConsumeProtection
 from ferrymq.common.consumer_protocol import build_subscription
-from ferrymq.common.protocol import Perm, SubscriptionData
+from ferrymq.common.protocol import Perm
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 from ferrymq.store.results import GetResult, GetStatus
-
-
-def tag_filter_for(sub: SubscriptionData) -> Callable[[int], bool] | None:
-    if sub.matches_all:
-        return None
-    codes = frozenset(sub.code_set)
-    return lambda tags_code: tags_code in codes
 
 
 def response_code(status: GetStatus, requested_offset: int) -> int:
@@ -77,9 +70,7 @@ class PullProcessor:
                                        f"[{topic_config.read_queue_nums}] consumer:[{conn.remote_address[0]}]")
 
         if sys_flag & PullSysFlag.SUBSCRIPTION:
-            if header.expression_type != "TAG":
-                return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, remark="only TAG subscriptions are supported")
-            sub = build_subscription(topic, header.subscription)
+            sub = build_subscription(topic, header.subscription, header.expression_type)
         else:
             sub = ctx.consumers.find_subscription(group, topic)
             if sub is None:
@@ -91,20 +82,24 @@ class PullProcessor:
             if header.commit_offset >= 0:
                 ctx.offsets.commit(group, topic, queue_id, header.commit_offset)
 
-        tag_filter = tag_filter_for(sub)
-        result = await ctx.store.get_messages(group, topic, queue_id, offset, max_nums, tag_filter)
+        try:
+            wanted = message_filter(sub, ctx.config.enable_property_filter)
+        except FilterRefused as refused:
+            return req.response(refused.code, remark=refused.remark)
+
+        result = await ctx.store.get_messages(group, topic, queue_id, offset, max_nums, wanted.tags, wanted.record())
         code = response_code(result.status, offset)
         if result.status in _FALL_BEHIND_KNOWN:
             self.protection.record(group, topic, queue_id, result.fall_behind_bytes)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & PullSysFlag.SUSPEND:
-            result = await self._hold(group, topic, queue_id, offset, max_nums, tag_filter, header.suspend_timeout_millis)
+            result = await self._hold(group, topic, queue_id, offset, max_nums, wanted, header.suspend_timeout_millis)
             code = response_code(result.status, offset)
             if result.status in _FALL_BEHIND_KNOWN:
                 self.protection.record(group, topic, queue_id, result.fall_behind_bytes)
         return self._respond(req, result, code, group, topic)
 
     async def _hold(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
-                    tag_filter: Callable[[int], bool] | None, suspend_millis: int) -> GetResult:
+                    wanted: MessageFilter, suspend_millis: int) -> GetResult:
         ctx = self.ctx
         if ctx.config.long_polling_enable:
             hold_seconds = suspend_millis / 1000
@@ -114,8 +109,9 @@ class PullProcessor:
         while True:
             # At most HOLD_RECHECK_SECONDS at a time, then read again (RocketMQ's hold service sweep).
             remaining = deadline - time.monotonic()
-            await ctx.pull_waiters.wait(topic, queue_id, offset, min(remaining, HOLD_RECHECK_SECONDS), tag_filter)
-            result = await ctx.store.get_messages(group, topic, queue_id, offset, max_nums, tag_filter)
+            await ctx.pull_waiters.wait(topic, queue_id, offset, min(remaining, HOLD_RECHECK_SECONDS),
+                                        None if wanted.passes_all else wanted.wants)
+            result = await ctx.store.get_messages(group, topic, queue_id, offset, max_nums, wanted.tags, wanted.record())
             if result.status is not GetStatus.OFFSET_OVERFLOW_ONE:
                 return result  # something to answer (found, filtered out, moved...)
             if ctx.pull_waiters.closed or time.monotonic() >= deadline:

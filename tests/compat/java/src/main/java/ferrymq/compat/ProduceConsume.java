@@ -21,6 +21,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
 import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -48,6 +49,8 @@ import org.apache.rocketmq.remoting.RPCHook;
  *   --tag TAG            tag of every sent message (default TagA)
  *   --key-prefix P       keys are P-MODE-I (default: random run id)
  *   --subscribe EXPR     consumer subscription expression (default *)
+ *   --sql EXPR           subscribe with MessageSelector.bySql(EXPR) instead (messages carry the
+ *                        user properties ferry_mode and ferry_seq)
  *   --expect-keys K1,K2  consume: keys that must arrive (produce-consume: the keys sent);
  *                        "@FILE" reads them from FILE, one a line
  *   --expect-count N     consume: number of distinct keys that must arrive
@@ -240,7 +243,11 @@ public final class ProduceConsume {
         consumer.setMessageModel(MessageModel.CLUSTERING);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.setPollNameServerInterval(1000);
-        consumer.subscribe(a.topic, a.subscribe);
+        if (a.sql != null) {
+            consumer.subscribe(a.topic, MessageSelector.bySql(a.sql));
+        } else {
+            consumer.subscribe(a.topic, a.subscribe);
+        }
         consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
             for (MessageExt m : msgs) {
                 emit(received(m));
@@ -310,6 +317,7 @@ public final class ProduceConsume {
         String instance;
         String accessKey;
         String secretKey;
+        String sql;
 
         RPCHook rpcHook() {
             return accessKey == null ? null : new AclClientRPCHook(new SessionCredentials(accessKey, secretKey));
@@ -353,6 +361,7 @@ public final class ProduceConsume {
             if (opts.containsKey("expect-count")) a.expectCount = Integer.parseInt(opts.remove("expect-count"));
             if (opts.containsKey("timeout-ms")) a.timeoutMs = Long.parseLong(opts.remove("timeout-ms"));
             if (opts.containsKey("settle-ms")) a.settleMs = Long.parseLong(opts.remove("settle-ms"));
+            a.sql = opts.remove("sql");
             a.accessKey = opts.remove("access-key");
             a.secretKey = opts.remove("secret-key");
             if ((a.accessKey == null) != (a.secretKey == null)) {
