@@ -489,7 +489,9 @@ def test_acl_and_tls_with_users_and_a_revoked_user(ns, tools, tmp_path):
                     "authorization": {"topics": [{"name": "payments", "perm": "PUB|SUB"}]}}})
     # the operator's own calls go through TLS, signed by its account: the topic gets created
     wait_status("topic", "payments", ns, ready, "Ready", 180)
-    user = wait_status("user", "payments-app", ns, ready, "Ready", 120)
+    # Ready once the broker accepts the User's signed requests: the kubelet refreshes the mounted
+    # ACL Secret within about a minute, the User says AclPropagating until then
+    user = wait_status("user", "payments-app", ns, ready, "Ready", 300)
     secret = user["status"]["secretName"]
     nsrv = f"{secure}-namesrv.{ns}.svc:9876"
     keys = [{"name": "FERRYMQ_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": secret, "key": "accessKey"}}},

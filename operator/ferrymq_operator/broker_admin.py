@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ferrymq.acl.signature import Credentials
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.config import ClientConfig
+from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.common.protocol import Perm, SubscriptionGroupConfig
 from ferrymq.remoting.tls import ClientTls
 
@@ -36,6 +37,31 @@ async def brokers(admin: AdminClient, cluster: str) -> dict[str, str]:
     if cluster not in info.cluster_addr_table:
         return {}
     return await admin.master_addrs(cluster)
+
+
+# ---------------------------------------------------------------------------- accounts
+
+# The refusals that mean "this broker's ACL does not hold this account (or this secret) yet".
+_NOT_LOADED = ("No acl config for", "Check signature failed")
+
+
+async def brokers_refusing(namesrv_addr: str, timeout: float, credentials: Credentials, tls: ClientTls | None,
+                           addrs: dict[str, str]) -> dict[str, str]:
+    """brokerName -> why, for the brokers that do not accept ``credentials`` yet: a request
+    signed with them (GET_BROKER_RUNTIME_INFO, which any account may make) is refused as an
+    unknown account or a wrong signature, or the broker cannot be reached. Any other answer
+    means the account is loaded."""
+    refusing: dict[str, str] = {}
+    async with connect(namesrv_addr, timeout, credentials, tls) as admin:
+        for name, addr in addrs.items():
+            try:
+                await admin.broker_runtime_info(addr)
+            except MQBrokerError as e:
+                if any(words in (e.remark or "") for words in _NOT_LOADED):
+                    refusing[name] = e.remark or str(e)
+            except MQClientError as e:
+                refusing[name] = str(e)
+    return refusing
 
 
 # ---------------------------------------------------------------------------- topics

@@ -35,12 +35,17 @@ async def operator_credentials(cluster: BrokerCluster) -> Credentials | None:
     return Credentials(OPERATOR_ACCESS_KEY, secret_key) if secret_key else None
 
 
+def client_tls(cluster: BrokerCluster) -> ClientTls | None:
+    """TLS for the operator's connections to ``cluster`` when it has TLS on: the certificate
+    is accepted as is (the operator talks to pods it created, by their Service names)."""
+    return ClientTls(insecure=True) if cluster.tls_secret else None
+
+
 @contextlib.asynccontextmanager
 async def admin_client(settings: OperatorSettings, cluster: BrokerCluster):
     """An AdminClient for ``cluster``'s name servers and brokers: signed with the operator's
-    account when the Broker has ACL on, over TLS when it has TLS (its certificate accepted
-    as is: the operator talks to pods it created, by their Service names)."""
+    account when the Broker has ACL on, over TLS when it has TLS (``client_tls``)."""
     credentials = await operator_credentials(cluster)
-    tls = ClientTls(insecure=True) if cluster.tls_secret else None
-    async with broker_admin.connect(namesrv_addr(settings, cluster), settings.admin_timeout, credentials, tls) as admin:
+    async with broker_admin.connect(namesrv_addr(settings, cluster), settings.admin_timeout, credentials,
+                                    client_tls(cluster)) as admin:
         yield admin

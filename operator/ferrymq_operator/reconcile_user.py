@@ -1,8 +1,9 @@
 """Reconcile a User: its credentials Secret (generated once, or the one it names) and its
 account in its Broker's ACL. ``sync_acl`` renders every account of a Broker into the
 ``<broker>-acl`` Secret the pods mount; Users and the Broker both call it, so the file is
-whole whichever changed. A deleted User's account leaves the file at once; brokers re-read it
-when the kubelet has updated the mounted Secret."""
+whole whichever changed. A User is Ready once every broker accepts a request signed with its
+credentials (the kubelet refreshes mounted Secrets within about a minute). A deleted User's
+account leaves the file at once; brokers re-read it when the kubelet has updated the mount."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import secrets
 
 import kopf
 
-from ferrymq_operator import acl, kube, status
+from ferrymq.acl.signature import Credentials
+from ferrymq.client.errors import MQClientError
+from ferrymq_operator import acl, broker_admin, kube, status
 from ferrymq_operator.acl import AclUser
-from ferrymq_operator.cluster_access import broker_of
+from ferrymq_operator.cluster_access import admin_client, broker_of, client_tls, namesrv_addr
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import API_VERSION
 from ferrymq_operator.model import BrokerCluster
@@ -93,9 +96,30 @@ async def reconcile_user(body, patch: kopf.Patch, settings: OperatorSettings) ->
     enforced = Condition("AclEnforced", cluster.acl_enabled, "Enabled" if cluster.acl_enabled else "AclDisabled",
                          "" if cluster.acl_enabled else f"Broker {cluster.name} has spec.acl.enabled=false: "
                                                         "the account exists but nothing asks for it")
+    refusing = await _brokers_refusing(cluster, user, settings) if cluster.acl_enabled else {}
+    if refusing:
+        # Brokers read the ACL from the mounted Secret, which the kubelet refreshes within about
+        # a minute: Ready only once every broker accepts the account with its current secret.
+        message = (f"account {user.access_key} written to the ACL of Broker {cluster.name}; not accepted yet by "
+                   + ", ".join(f"{name} ({why})" for name, why in sorted(refusing.items())))
+        status.finish(body, patch, [status.not_ready("AclPropagating", message), enforced], extra, applied=False)
+        raise kopf.TemporaryError(message, delay=10)
     status.finish(body, patch, [Condition("Ready", True, "Applied",
                                           f"account {user.access_key} in the ACL of Broker {cluster.name}"), enforced],
                   extra)
+
+
+async def _brokers_refusing(cluster: BrokerCluster, user: AclUser, settings: OperatorSettings) -> dict[str, str]:
+    try:
+        async with admin_client(settings, cluster) as admin:
+            addrs = await broker_admin.brokers(admin, cluster.name)
+    except MQClientError as e:
+        return {"name servers": str(e)}
+    if not addrs:
+        return {}  # no broker registered yet: each loads the whole file when it starts
+    credentials = Credentials(user.access_key, await _user_secret_key(user) or "")
+    return await broker_admin.brokers_refusing(namesrv_addr(settings, cluster), settings.admin_timeout, credentials,
+                                               client_tls(cluster), addrs)
 
 
 async def delete_user(body, settings: OperatorSettings) -> None:
