@@ -11,6 +11,7 @@ from typing import Callable
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer, SendResult
+from ferrymq.client.pull_consumer import PullConsumer, PullStatus
 from ferrymq.common.message import Message, MessageExt
 
 
@@ -111,3 +112,15 @@ class JsonEventsProcess:
                 await self.proc.wait()
         await self.reader
         return self.proc.returncode
+
+
+async def read_all(namesrv: str, topic: str, group: str = "inspector") -> list:
+    """Every message a consumer of ``topic`` can read now, from the start of each queue."""
+    async with PullConsumer(group, namesrv_addr=namesrv) as pc:
+        out = []
+        for mq in await pc.fetch_queues(topic):
+            offset = 0
+            while (r := await pc.pull(mq, offset, max_nums=32)).status is PullStatus.FOUND:
+                out += r.messages
+                offset = r.next_begin_offset
+        return out

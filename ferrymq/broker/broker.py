@@ -32,12 +32,14 @@ from ferrymq.broker.processors.offsets import OffsetProcessors
 from ferrymq.broker.processors.pull import PullProcessor
 from ferrymq.broker.processors.query import QueryProcessors
 from ferrymq.broker.processors.send import SendProcessor
+from ferrymq.broker.processors.transaction import EndTransactionProcessor
 from ferrymq.broker.protection import ConsumeProtection
 from ferrymq.broker.retry import RetryService
 from ferrymq.broker.schedule import ScheduleMessageService
 from ferrymq.broker.stats import BrokerStats
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
+from ferrymq.broker.transactions import TransactionService
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
@@ -81,6 +83,7 @@ class Broker:
         self.schedule = ScheduleMessageService(self.ctx, config_dir)
         self.store.arrival_listeners.append(self.schedule.on_arrival)
         self.retry = RetryService(self.ctx, self.schedule)
+        self.transactions = TransactionService(self.ctx)
         self.protection = ConsumeProtection(config, self.groups)
         self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker",
                                      tls=config.server_tls())
@@ -107,7 +110,8 @@ class Broker:
 
     def _register_processors(self) -> None:
         ctx = self.ctx
-        send = SendProcessor(ctx, self.schedule)
+        send = SendProcessor(ctx, self.schedule, self.transactions)
+        self.server.register(RequestCode.END_TRANSACTION, EndTransactionProcessor(self.transactions))
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             self.server.register(code, send)
         self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection))
@@ -151,6 +155,7 @@ class Broker:
         self._tasks.every(self.config.flush_consumer_offset_interval / 1000, self.persist_offsets, "offset-persist")
         self._tasks.every(10, self._expire_clients, "client-expiry")
         self.schedule.start()
+        self.spawn(self.transactions.run(), "transaction-check")
         self.spawn(self._protection_loop(), "broker-protection")
         if not self.store_config.sync_flush:
             self._tasks.every(self.store_config.flush_interval_commit_log / 1000, self._flush_commit_log,

@@ -65,6 +65,14 @@ class BrokerConfig:
     acl_file: str = ""
     # SQL92 subscriptions (MessageSelector.bySql), evaluated on message properties at pull time.
     enable_property_filter: bool = False
+    # Transactional messages (RocketMQ 4.x): half messages are checked back with a producer
+    # of their group once older than transaction_time_out (ms), every
+    # transaction_check_interval (ms), at most transaction_check_max times, then discarded
+    # into TRANS_CHECK_MAX_TIME_TOPIC; reject_transaction_message refuses them outright.
+    transaction_time_out: int = field(default=6_000, metadata=LIVE)
+    transaction_check_max: int = field(default=15, metadata=LIVE)
+    transaction_check_interval: int = 60_000
+    reject_transaction_message: bool = field(default=False, metadata=LIVE)
     # TLS on the listening port (RocketMQ's tls.server.*): disabled, permissive (TLS and
     # plaintext told apart by the first byte) or enforcing; client certificates: none,
     # optional or require (checked against tls_server_trust_cert_path).
@@ -92,7 +100,8 @@ class BrokerConfig:
         check_range(self, "default_topic_queue_nums", 1, 1024)
         for name in ("register_name_server_period", "register_broker_timeout_mills", "short_polling_time_mills",
                      "flush_consumer_offset_interval", "channel_expired_timeout", "consumer_fallbehind_threshold",
-                     "protect_broker_interval_millis", "rebalance_lock_max_live_time"):
+                     "protect_broker_interval_millis", "rebalance_lock_max_live_time", "transaction_time_out",
+                     "transaction_check_max", "transaction_check_interval"):
             check_range(self, name, 1)
         check_range(self, "max_frame_size", 1024)
         ServerTls.check(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,

@@ -21,11 +21,10 @@ BROKER_CONFIG = frozenset({
     "isolateLogEnable", "maxDelayTime", "maxErrorRateOfBloomFilter", "messageStorePlugIn",
     "msgTraceTopicName", "processReplyMessageThreadPoolNums", "pullMessageThreadPoolNums",
     "pullThreadPoolQueueCapacity", "putMessageFutureThreadPoolNums", "putThreadPoolQueueCapacity",
-    "queryMessageThreadPoolNums", "queryThreadPoolQueueCapacity", "rejectTransactionMessage",
+    "queryMessageThreadPoolNums", "queryThreadPoolQueueCapacity",
     "replyThreadPoolQueueCapacity", "rocketmqHome", "sendMessageThreadPoolNums",
     "sendThreadPoolQueueCapacity", "slaveReadEnable", "startAcceptSendRequestTimeStamp",
-    "storeReplyMessageEnable", "traceTopicEnable", "transactionCheckInterval", "transactionCheckMax",
-    "transactionTimeOut", "transferMsgByHeap", "waitTimeMillsInHeartbeatQueue", "waitTimeMillsInPullQueue",
+    "storeReplyMessageEnable", "traceTopicEnable", "transferMsgByHeap", "waitTimeMillsInHeartbeatQueue", "waitTimeMillsInPullQueue",
     "waitTimeMillsInSendQueue", "waitTimeMillsInTransactionQueue",
 })
 

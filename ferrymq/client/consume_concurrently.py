@@ -11,14 +11,13 @@ locally a little later, so nothing is dropped.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
-from ferrymq.client.listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, Listener
+from ferrymq.client.listener import ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus, Listener, call_user_code
 from ferrymq.client.process_queue import ProcessQueue
 from ferrymq.client.offset_store import OffsetStore
 from ferrymq.client.push_config import MessageModel, PushConsumerConfig
@@ -32,12 +31,7 @@ log = logging.getLogger(__name__)
 
 async def call_listener(listener: Listener, executor: ThreadPoolExecutor, msgs: list[MessageExt], context) -> object:
     """Run a sync listener in the pool, await an async one."""
-    if inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(getattr(listener, "__call__", None)):
-        return await listener(msgs, context)
-    result = await asyncio.get_running_loop().run_in_executor(executor, listener, msgs, context)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
+    return await call_user_code(listener, msgs, context, executor=executor)
 
 
 def prepare_for_listener(msgs: list[MessageExt], group: str) -> None:

@@ -38,6 +38,7 @@ class ClientInstance:
         self.remoting = RemotingClient(request_handler=self._on_request, serialize_type=config.serialize_type,
                                        request_hook=sign, tls=config.tls.context() if config.tls else None)
         self.routes: dict[str, TopicRouteData] = {}
+        self.watched_topics: set[str] = set()  # routes refreshed even before first use
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producer_groups: set[str] = set()
         self.consumer_data: dict[str, ConsumerData] = {}
@@ -147,7 +148,7 @@ class ClientInstance:
         self._tasks.spawn(refresh(), name=f"route-refresh-{topic}")
 
     async def refresh_routes(self) -> None:
-        for topic in list(self.routes):
+        for topic in sorted(set(self.routes) | self.watched_topics):
             with contextlib.suppress(MQClientError, RemotingError):
                 await self.fetch_route(topic)
 

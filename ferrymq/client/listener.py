@@ -14,7 +14,10 @@ way at most ``consume_thread_max`` listener calls run at once.
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import inspect
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Union
 
@@ -47,3 +50,14 @@ class ConsumeOrderlyContext:
 
 
 Listener = Callable[[list[MessageExt], Any], Union[Any, Awaitable[Any]]]
+
+
+async def call_user_code(fn: Callable, *args, executor: Executor | None = None) -> Any:
+    """Await a coroutine function; run a plain one in ``executor`` (None: the loop's default
+    pool) so that user code never blocks the event loop."""
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+        return await fn(*args)
+    result = await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result

@@ -153,13 +153,15 @@ class Producer:
         if Prop.UNIQ_KEY not in msg.properties:
             msg.properties[Prop.UNIQ_KEY] = new_uniq_key()
 
-    def _header(self, topic: str, mq: MessageQueue, properties: str, *, batch: bool, flag: int = 0) -> dict:
+    def _header(self, topic: str, mq: MessageQueue, properties: str, *, batch: bool, flag: int = 0,
+                sys_flag: int = 0) -> dict:
         return SendMessageHeader(self.group, topic, mq.queue_id, DEFAULT_TOPIC, self.default_topic_queue_nums,
-                                 born_timestamp=int(time.time() * 1000), flag=flag, properties=properties, batch=batch,
-                                 broker_name=mq.broker_name).to_fields()
+                                 sys_flag=sys_flag, born_timestamp=int(time.time() * 1000), flag=flag,
+                                 properties=properties, batch=batch, broker_name=mq.broker_name).to_fields()
 
-    def _single_request(self, msg: Message, mq: MessageQueue) -> RemotingCommand:
-        header = self._header(msg.topic, mq, encode_properties(msg.properties), batch=False, flag=msg.flag)
+    def _single_request(self, msg: Message, mq: MessageQueue, sys_flag: int = 0) -> RemotingCommand:
+        header = self._header(msg.topic, mq, encode_properties(msg.properties), batch=False, flag=msg.flag,
+                              sys_flag=sys_flag)
         return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, msg.body, serialize_type=self.config.serialize_type)
 
     def _batch_request(self, topic: str, body: bytes, mq: MessageQueue) -> RemotingCommand:

@@ -117,6 +117,10 @@ class RemotingClient:
         self._prepare(request)
         await connection.invoke_oneway(request, timeout)
 
+    def address_of(self, connection: Connection) -> str | None:
+        """The address this client dialled for ``connection``; None if it is not one of its own."""
+        return next((address for address, c in self._connections.items() if c is connection), None)
+
     def _prepare(self, request: RemotingCommand) -> None:
         request.serialize_type = self.serialize_type
         if self._request_hook is not None:

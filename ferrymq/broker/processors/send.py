@@ -15,6 +15,7 @@ import time
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.schedule import ScheduleMessageService, divert_to_schedule, is_delayable
 from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
+from ferrymq.broker.transactions import TransactionService, divert_to_half, is_transactional
 from ferrymq.common.message import MessageExt, Prop, decode_batch_body, decode_properties
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, Perm, dlq_topic
 from ferrymq.common.validators import validate_topic
@@ -36,9 +37,10 @@ PUT_STATUS_CODES = {
 
 
 class SendProcessor:
-    def __init__(self, ctx: BrokerContext, schedule: ScheduleMessageService) -> None:
+    def __init__(self, ctx: BrokerContext, schedule: ScheduleMessageService, transactions: TransactionService) -> None:
         self.ctx = ctx
         self.schedule = schedule
+        self.transactions = transactions
 
     async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         header = SendMessageHeader.from_request(req)
@@ -96,7 +98,13 @@ class SendProcessor:
                 msg.topic, msg.queue_id = dlq, 0
                 msg.delay_level = 0  # a dead letter waits for a human, not a timer
             topic, queue_id = msg.topic, msg.queue_id
-            if is_delayable(msg):  # held in SCHEDULE_TOPIC_XXXX until due (wire facts 7.3 step 6)
+            if is_transactional(msg):  # a half message until the producer commits it
+                if ctx.config.reject_transaction_message:
+                    return req.response(ResponseCode.NO_PERMISSION, remark=f"the broker[{ctx.config.broker_name}] "
+                                                                            "sending transaction message is forbidden")
+                self.transactions.ensure_topics()
+                divert_to_half(msg)
+            elif is_delayable(msg):  # held in SCHEDULE_TOPIC_XXXX until due (wire facts 7.3 step 6)
                 divert_to_schedule(msg, self.schedule.level_count)
             result = await ctx.store.put_message(msg, wait=wait)
 

@@ -1,0 +1,132 @@
+"""Transactional producer (RocketMQ's TransactionMQProducer): a message is stored as a half
+message, invisible to consumers, while the local transaction runs; the producer then tells
+the broker to commit (deliver) or roll back (drop) it. When that word is lost or the local
+transaction could not tell (UNKNOW), the broker asks again later with CHECK_TRANSACTION_STATE
+and the check listener answers from the application's own records.
+
+    async def execute(msg, arg):            # runs once the half message is stored
+        await db.insert_order(arg)           # plain functions run in a thread pool
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    def check(msg):                          # the broker asks about an undecided one
+        return LocalTransactionState.COMMIT_MESSAGE if db.has_order(msg.keys) else ...ROLLBACK_MESSAGE
+
+    async with TransactionProducer("orders-tx", check_listener=check, namesrv_addr=...) as p:
+        result = await p.send_in_transaction(Message("Orders", b"..."), execute, arg=order)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Union
+
+from ferrymq.client.errors import MQClientError
+from ferrymq.client.listener import call_user_code
+from ferrymq.client.producer import Producer, SendResult, SendStatus
+from ferrymq.common.message import Message, MessageExt, Prop, SysFlag, decode_record
+from ferrymq.common.message_id import decode_offset_msg_id
+from ferrymq.common.protocol import DEFAULT_TOPIC
+from ferrymq.remoting.codes import RequestCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
+
+log = logging.getLogger(__name__)
+
+
+class LocalTransactionState(enum.Enum):
+    COMMIT_MESSAGE = SysFlag.TRANSACTION_COMMIT_TYPE
+    ROLLBACK_MESSAGE = SysFlag.TRANSACTION_ROLLBACK_TYPE
+    UNKNOW = SysFlag.TRANSACTION_NOT_TYPE  # sic, as RocketMQ spells it: the broker asks again later
+
+
+State = Union[LocalTransactionState, Awaitable[LocalTransactionState]]
+Execute = Callable[[Message, Any], State]
+Check = Callable[[MessageExt], State]
+
+
+@dataclass
+class TransactionSendResult:
+    send: SendResult
+    local_state: LocalTransactionState
+
+
+class TransactionProducer(Producer):
+    def __init__(self, group: str, *, check_listener: Check, **kwargs) -> None:
+        super().__init__(group, **kwargs)
+        self.check_listener = check_listener
+        self.instance.request_handlers[RequestCode.CHECK_TRANSACTION_STATE] = self._on_check
+
+    async def start(self) -> "TransactionProducer":
+        # Brokers check back with producers that heartbeat to them: know every broker of the
+        # default topic from the start, as the Java producer does, not only those sent to.
+        self.instance.watched_topics.add(DEFAULT_TOPIC)
+        await super().start()
+        with contextlib.suppress(MQClientError):
+            await self.instance.refresh_routes()
+            await self.instance.send_heartbeats()
+        return self
+
+    async def send_in_transaction(self, msg: Message, execute: Execute, arg: Any = None, *,
+                                  timeout: float | None = None) -> TransactionSendResult:
+        """Store ``msg`` as a half message, run ``execute(msg, arg)``, then commit or roll back
+        as it says. An exception in ``execute`` leaves the transaction UNKNOW (checked back
+        later); a failed send raises and ``execute`` does not run."""
+        if msg.delay_level:
+            raise MQClientError("a transactional message cannot be delayed")
+        msg.properties[Prop.TRAN_MSG] = "true"
+        msg.properties[Prop.PGROUP] = self.group
+        self._prepare(msg)
+        sent = await self._send_with_retry(
+            msg.topic, None, lambda mq: self._single_request(msg, mq, SysFlag.TRANSACTION_PREPARED_TYPE), timeout,
+            msg.properties[Prop.UNIQ_KEY])
+        if sent.status != SendStatus.SEND_OK:
+            state = LocalTransactionState.ROLLBACK_MESSAGE  # not safely stored: never deliver it
+        else:
+            state = await self._decide(execute, msg, arg)
+        await self._end(await self.instance.find_broker_addr(sent.message_queue.broker_name, msg.topic),
+                        state, queue_offset=sent.queue_offset,
+                        commit_log_offset=decode_offset_msg_id(sent.offset_msg_id.split(",")[0])[2],
+                        msg_id=sent.msg_id, transaction_id=sent.msg_id, from_check=False)
+        return TransactionSendResult(sent, state)
+
+    async def _on_check(self, request: RemotingCommand, conn: Connection) -> None:
+        """CHECK_TRANSACTION_STATE (oneway): ask the check listener, answer with END_TRANSACTION."""
+        try:
+            msg = decode_record(request.body or b"")[0]
+        except (ValueError, IndexError) as e:
+            log.warning("unreadable transaction check from %s: %s", conn.remote_address, e)
+            return None
+        if msg.properties.get(Prop.PGROUP) != self.group:
+            log.warning("transaction check for group %s reached producer %s", msg.properties.get(Prop.PGROUP), self.group)
+            return None
+        state = await self._decide(self.check_listener, msg)
+        addr = self.instance.remoting.address_of(conn) or "%s:%d" % conn.remote_address
+        try:
+            await self._end(addr, state, queue_offset=msg.queue_offset, commit_log_offset=msg.commit_log_offset,
+                            msg_id=msg.client_msg_id or request.get_str("msgId", ""),
+                            transaction_id=request.get_str("transactionId", "") or "", from_check=True)
+        except MQClientError as e:
+            log.warning("answering the transaction check of %s failed: %s", msg.client_msg_id, e)
+        return None
+
+    @staticmethod
+    async def _decide(fn: Callable, *args) -> LocalTransactionState:
+        try:
+            state = await call_user_code(fn, *args)
+        except Exception:  # noqa: BLE001 - the application's error: the broker asks again later
+            log.exception("local transaction callback failed; the transaction stays UNKNOW")
+            return LocalTransactionState.UNKNOW
+        if not isinstance(state, LocalTransactionState):
+            log.warning("local transaction callback returned %r, not a LocalTransactionState; UNKNOW", state)
+            return LocalTransactionState.UNKNOW
+        return state
+
+    async def _end(self, addr: str, state: LocalTransactionState, *, queue_offset: int, commit_log_offset: int,
+                   msg_id: str, transaction_id: str, from_check: bool) -> None:
+        await self.instance.invoke_broker_oneway(addr, RemotingCommand.request(RequestCode.END_TRANSACTION, {
+            "producerGroup": self.group, "tranStateTableOffset": queue_offset, "commitLogOffset": commit_log_offset,
+            "commitOrRollback": state.value, "fromTransactionCheck": from_check, "msgId": msg_id,
+            "transactionId": transaction_id}, serialize_type=self.config.serialize_type))

@@ -1,0 +1,144 @@
+"""Transactional messages with FerryMQ's TransactionProducer against a real broker: a half
+message is invisible until committed, a rollback is never delivered, an undecided one is
+checked back with the producer (and survives a broker restart), one never decided is
+discarded after transactionCheckMax checks, and a broker refusing transactions says so."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ferrymq.broker.transactions import CHECK_MAX_TOPIC, HALF_TOPIC
+from ferrymq.client.config import ClientConfig
+from ferrymq.client.errors import MQBrokerError
+from ferrymq.client.transaction_producer import LocalTransactionState, TransactionProducer
+from ferrymq.common.message import Message
+from tests.consumer_support import create_topic, read_all
+from tests.support import InProcessCluster, wait_until
+
+COMMIT, ROLLBACK, UNKNOW = (LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.ROLLBACK_MESSAGE,
+                            LocalTransactionState.UNKNOW)
+FAST_CHECKS = {"transactionCheckInterval": 200, "transactionTimeOut": 300}
+
+
+@pytest.fixture
+async def cluster(tmp_path, request):
+    settings = {**FAST_CHECKS, **getattr(request, "param", {})}
+    c = InProcessCluster(tmp_path / "store", settings=settings)
+    await c.start()
+    await create_topic(c.namesrv_addr, "Orders", 2)
+    try:
+        yield c
+    finally:
+        await c.stop()
+
+
+async def visible(ns: str, topic: str = "Orders") -> list:
+    return await read_all(ns, topic)
+
+
+def msg(body: bytes, key: str) -> Message:
+    m = Message("Orders", body)
+    m.keys = key
+    return m
+
+
+def keys(msgs) -> list[str]:
+    return sorted(k for m in msgs for k in m.keys)
+
+
+class Checks:
+    """A check listener answering from a table, recording what it was asked."""
+
+    def __init__(self, answers: dict[str, LocalTransactionState]) -> None:
+        self.answers, self.asked = answers, []
+
+    def __call__(self, msg):
+        self.asked.append(msg.keys[0])
+        return self.answers.get(msg.keys[0], UNKNOW)
+
+
+def producer(ns: str, checks: Checks) -> TransactionProducer:
+    return TransactionProducer("orders-tx", check_listener=checks, retry_times=0,
+                               config=ClientConfig(namesrv_addr=ns, poll_name_server_interval=0.3,
+                                                   heartbeat_broker_interval=0.3))
+
+
+async def test_commit_delivers_rollback_does_not_and_nothing_shows_before_the_decision(cluster):
+    ns = cluster.namesrv_addr
+    seen_during_transaction = []
+
+    async def execute(msg, arg):
+        seen_during_transaction.append((msg.keys[0], keys(await visible(ns))))  # stored, not visible
+        return arg
+
+    async with producer(ns, Checks({})) as p:
+        committed = await p.send_in_transaction(msg(b"paid", "order-1"), execute, COMMIT)
+        rolled_back = await p.send_in_transaction(msg(b"cancelled", "order-2"), execute, ROLLBACK)
+    assert committed.send.status.name == "SEND_OK" and committed.local_state is COMMIT
+    assert rolled_back.local_state is ROLLBACK
+    assert len(seen_during_transaction) == 2 and all(k not in v for k, v in seen_during_transaction)
+    await wait_until(lambda: cluster.broker.store.max_offset("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0) == 2, 5,
+                     "both decisions recorded")
+    delivered = await visible(ns)
+    assert keys(delivered) == ["order-1"] and delivered[0].body == b"paid"
+    assert delivered[0].client_msg_id == committed.send.msg_id  # the id the producer was given
+    assert "TRAN_MSG" not in delivered[0].properties and "REAL_TOPIC" not in delivered[0].properties
+    await asyncio.sleep(0.8)  # several check rounds: decided messages are never checked
+    assert keys(await visible(ns)) == ["order-1"]
+
+
+async def test_an_undecided_transaction_is_checked_back_and_decided_by_the_producer(cluster):
+    ns = cluster.namesrv_addr
+    checks = Checks({"order-3": COMMIT, "order-4": ROLLBACK})
+
+    def crash(msg, arg):
+        raise RuntimeError("the database went away mid-transaction")
+
+    async with producer(ns, checks) as p:
+        await p.send_in_transaction(msg(b"three", "order-3"), lambda m, a: UNKNOW)
+        await p.send_in_transaction(msg(b"four", "order-4"), crash)
+        await wait_until(lambda: {"order-3", "order-4"} <= set(checks.asked), 10, "both checked back")
+        await wait_until(lambda: cluster.broker.store.max_offset("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0) == 2, 5,
+                         "both decisions recorded")
+        await asyncio.sleep(0.8)
+    delivered = await visible(ns)
+    assert keys(delivered) == ["order-3"], "committed by the check, delivered once; the rollback never"
+    assert checks.asked.count("order-3") == 1 and checks.asked.count("order-4") == 1
+
+
+async def test_an_undecided_transaction_survives_a_broker_restart(cluster):
+    ns = cluster.namesrv_addr
+    checks = Checks({})
+    async with producer(ns, checks) as p:
+        await p.send_in_transaction(msg(b"five", "order-5"), lambda m, a: UNKNOW)
+        cluster.broker.config.transaction_check_interval = 3_600_000  # no check before the restart
+    await cluster.restart_broker()
+    checks.answers["order-5"] = COMMIT
+    async with producer(ns, checks) as p:
+        await wait_until(lambda: "order-5" in checks.asked, 10, "checked back by the restarted broker")
+        await wait_until(lambda: cluster.broker.store.max_offset("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0) == 1, 5,
+                         "the decision recorded")
+    assert keys(await visible(ns)) == ["order-5"]
+
+
+@pytest.mark.parametrize("cluster", [{"transactionCheckMax": 2}], indirect=True)
+async def test_a_transaction_never_decided_is_discarded_after_the_last_check(cluster):
+    ns = cluster.namesrv_addr
+    checks = Checks({})
+    async with producer(ns, checks) as p:
+        await p.send_in_transaction(msg(b"six", "order-6"), lambda m, a: UNKNOW)
+        await wait_until(lambda: cluster.broker.transactions.discarded == 1, 10, "discarded")
+    assert checks.asked == ["order-6", "order-6"]
+    assert keys(await visible(ns)) == []
+    assert keys(await visible(ns, CHECK_MAX_TOPIC)) == ["order-6"]
+
+
+@pytest.mark.parametrize("cluster", [{"rejectTransactionMessage": "true"}], indirect=True)
+async def test_a_broker_refusing_transactions_says_so(cluster):
+    ran = []
+    async with producer(cluster.namesrv_addr, Checks({})) as p:
+        with pytest.raises(MQBrokerError, match="sending transaction message is forbidden"):
+            await p.send_in_transaction(Message("Orders", b"x"), lambda m, a: ran.append(m) or COMMIT)
+    assert ran == [] and cluster.broker.store.max_offset(HALF_TOPIC, 0) == 0
