@@ -31,6 +31,7 @@ from ferrymq.broker.processors.consumer_admin import ConsumerAdminProcessors
 from ferrymq.broker.processors.offsets import OffsetProcessors
 from ferrymq.broker.processors.pull import PullProcessor
 from ferrymq.broker.processors.query import QueryProcessors
+from ferrymq.broker.processors.reply import ReplyProcessor
 from ferrymq.broker.processors.send import SendProcessor
 from ferrymq.broker.processors.transaction import EndTransactionProcessor
 from ferrymq.broker.protection import ConsumeProtection
@@ -112,6 +113,9 @@ class Broker:
         ctx = self.ctx
         send = SendProcessor(ctx, self.schedule, self.transactions)
         self.server.register(RequestCode.END_TRANSACTION, EndTransactionProcessor(self.transactions))
+        reply = ReplyProcessor(ctx)
+        for code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):
+            self.server.register(code, reply)
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             self.server.register(code, send)
         self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection))

@@ -73,6 +73,9 @@ class BrokerConfig:
     transaction_check_max: int = field(default=15, metadata=LIVE)
     transaction_check_interval: int = 60_000
     reject_transaction_message: bool = field(default=False, metadata=LIVE)
+    # Request-reply: a reply (SEND_REPLY_MESSAGE) is pushed to the requester and also stored in
+    # <cluster>_REPLY_TOPIC when this is on.
+    store_reply_message_enable: bool = field(default=True, metadata=LIVE)
     # TLS on the listening port (RocketMQ's tls.server.*): disabled, permissive (TLS and
     # plaintext told apart by the first byte) or enforcing; client certificates: none,
     # optional or require (checked against tls_server_trust_cert_path).

@@ -90,6 +90,14 @@ class ConsumerManager:
         else:
             existing.last_update = time.monotonic()
 
+    def find_producer(self, client_id: str) -> ClientChannel | None:
+        """The connection of a client that heartbeats as a producer (of any group), by client id."""
+        for channels in self.producers.values():
+            for channel in channels.values():
+                if channel.client_id == client_id:
+                    return channel
+        return None
+
     def unregister(self, connection: Connection, *, consumer_group: str | None = None,
                    producer_group: str | None = None, reason: str = "unregistered") -> None:
         groups = [consumer_group] if consumer_group else list(self.groups)

@@ -24,7 +24,7 @@ BROKER_CONFIG = frozenset({
     "queryMessageThreadPoolNums", "queryThreadPoolQueueCapacity",
     "replyThreadPoolQueueCapacity", "rocketmqHome", "sendMessageThreadPoolNums",
     "sendThreadPoolQueueCapacity", "slaveReadEnable", "startAcceptSendRequestTimeStamp",
-    "storeReplyMessageEnable", "traceTopicEnable", "transferMsgByHeap", "waitTimeMillsInHeartbeatQueue", "waitTimeMillsInPullQueue",
+    "traceTopicEnable", "transferMsgByHeap", "waitTimeMillsInHeartbeatQueue", "waitTimeMillsInPullQueue",
     "waitTimeMillsInSendQueue", "waitTimeMillsInTransactionQueue",
 })
 

@@ -19,7 +19,8 @@ from ferrymq.client.broker_faults import BrokerFaults
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
-from ferrymq.common.message import Message, Prop, encode_batch_body, encode_properties
+from ferrymq.client.request_reply import PendingRequests, is_reply
+from ferrymq.common.message import Message, MessageExt, Prop, encode_batch_body, encode_properties
 from ferrymq.common.message_id import new_uniq_key
 from ferrymq.common.protocol import DEFAULT_TOPIC, MessageQueue, TopicRouteData
 from ferrymq.common.validators import validate_topic
@@ -75,6 +76,8 @@ class Producer:
         # topic -> (route object, its publish queues): rebuilt only when the route is replaced.
         self._queue_cache: dict[str, tuple[TopicRouteData, list[MessageQueue]]] = {}
         self._pending: set[asyncio.Task] = set()
+        self._requests = PendingRequests()
+        self.instance.request_handlers[RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT] = self._requests.on_push
 
     async def start(self) -> "Producer":
         self.instance.producer_groups.add(self.group)
@@ -115,6 +118,22 @@ class Producer:
 
         task.add_done_callback(done)
         return task
+
+    async def request(self, msg: Message, *, timeout: float = 3.0) -> MessageExt:
+        """Send a request message and wait for its reply (a responder sends
+        ``create_reply(request, body)``); MQClientError when none came within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        reply = self._requests.prepare(msg, self.config.client_id, timeout)
+        try:
+            # The reply is pushed by the broker of the reply topic: be known there first.
+            await self._publish_route(msg.topic)
+            await self.instance.send_heartbeats()
+            await self.send(msg, timeout=max(0.001, deadline - time.monotonic()))
+            return await asyncio.wait_for(reply, max(0.001, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            raise MQClientError(f"no reply to the request to {msg.topic} within {timeout:g} s") from None
+        finally:
+            reply.cancel()
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for any answer (no delivery guarantee)."""
@@ -162,7 +181,8 @@ class Producer:
     def _single_request(self, msg: Message, mq: MessageQueue, sys_flag: int = 0) -> RemotingCommand:
         header = self._header(msg.topic, mq, encode_properties(msg.properties), batch=False, flag=msg.flag,
                               sys_flag=sys_flag)
-        return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header, msg.body, serialize_type=self.config.serialize_type)
+        code = RequestCode.SEND_REPLY_MESSAGE_V2 if is_reply(msg) else RequestCode.SEND_MESSAGE_V2
+        return RemotingCommand.request(code, header, msg.body, serialize_type=self.config.serialize_type)
 
     def _batch_request(self, topic: str, body: bytes, mq: MessageQueue) -> RemotingCommand:
         return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, self._header(topic, mq, "", batch=True), body,

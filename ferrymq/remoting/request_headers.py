@@ -29,7 +29,7 @@ _SEND_V2_KEYS = {
 }
 _SEND_V1_KEYS = {name: name for name in _SEND_V2_KEYS}
 _SEND_NAME_OF = {key: name for name, key in _SEND_V2_KEYS.items()}
-_SEND_V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+_SEND_V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2)
 
 
 class PullSysFlag(enum.IntFlag):
