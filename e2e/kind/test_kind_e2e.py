@@ -102,6 +102,45 @@ def test_broker_runs_in_pods_with_pvcs_services_and_dns(ns, tools):
                                  "-n", namesrv(ns), "--json").stdout)
     assert sorted(cluster_broker_names(cluster)) == [f"{BROKER}-broker-0", f"{BROKER}-broker-1"], cluster
 
+    # rocketmq.namesrv.domain: the address service lists both name servers, and a client
+    # given only that finds the cluster
+    assert sorted(address_service_list(ns)) == sorted(f"{ip}:9876" for ip in headless)
+    assert sorted(cluster_broker_names(cluster_via_address_service(ns, tools))) == [f"{BROKER}-broker-0",
+                                                                                      f"{BROKER}-broker-1"]
+    # A third name server: listed by the service, and both brokers register with it, no restarts
+    before = {name: (p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
+              for name, p in broker_pods(ns).items()}
+    kubectl("patch", "broker", BROKER, "-n", ns, "--type=merge", "-p", '{"spec":{"nameServer":{"replicas":3}}}')
+    wait_status("broker", BROKER, ns, lambda o: ready(o) and o["status"].get("observedGeneration")
+                == o["metadata"]["generation"], "Ready with three name servers", 300)
+    poll_until("three name servers served", lambda: len(address_service_list(ns)) == 3, 120, interval=3)
+    third = f"{BROKER}-namesrv-2.{BROKER}-namesrv-headless.{ns}.svc:9876"
+
+    def brokers_on_third() -> list[str]:
+        p = kubectl("exec", "-n", ns, tools, "--", "ferrymq", "admin", "cluster", "list", "-n", third, "--json",
+                    check=False)
+        return cluster_broker_names(json.loads(p.stdout)) if p.returncode == 0 else []
+    poll_until("both brokers registered with the new name server", lambda: len(brokers_on_third()) == 2, 120,
+               interval=3)
+    after = {name: (p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
+             for name, p in broker_pods(ns).items()}
+    assert after == before, "adding a name server restarted no broker"
+
+
+def address_service_list(ns: str) -> list[str]:
+    out = run_python(ns, f"""
+        import json, urllib.request
+        body = urllib.request.urlopen("http://{BROKER}-nsaddr.{ns}.svc:8080/rocketmq/nsaddr", timeout=5).read()
+        print(json.dumps({{"list": body.decode().strip()}}))
+    """)[0]
+    return [a for a in out["list"].split(";") if a]
+
+
+def cluster_via_address_service(ns: str, tools: str) -> dict:
+    return json.loads(kubectl("exec", "-n", ns, tools, "--", "env", "-u", "NAMESRV_ADDR",
+                              f"FERRYMQ_NAMESRV_DOMAIN={BROKER}-nsaddr.{ns}.svc", "ferrymq", "admin", "cluster",
+                              "list", "--json").stdout)
+
 
 def cluster_broker_names(cluster: dict) -> list[str]:
     text = json.dumps(cluster)

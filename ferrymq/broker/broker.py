@@ -41,6 +41,7 @@ from ferrymq.broker.stats import BrokerStats
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.broker.transactions import TransactionService
+from ferrymq.common.address_lookup import address_server_url, fetch_namesrv_addr
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
@@ -167,7 +168,11 @@ class Broker:
         self._tasks.every(self.store_config.flush_interval_consume_queue / 1000, self.store.flush_consume_queues_timed,
                           "consumequeue-flush")
         self._tasks.every(self.store_config.clean_resource_interval / 1000, self._clean_store, "store-clean")
-        if self.config.namesrv_addresses():
+        if not self.config.namesrv_addresses() and self.config.fetch_namesrv_addr_by_address_server:
+            await self._fetch_namesrv_addr()
+            self._tasks.every(self.config.fetch_name_srv_addr_interval / 1000, self._fetch_namesrv_addr,
+                              "namesrv-addr-fetch")
+        if self.config.namesrv_addresses() or self.config.fetch_namesrv_addr_by_address_server:
             self.spawn(self._registration_loop(), "namesrv-registration")
         else:
             log.warning("no name server address (namesrvAddr); clients can reach this broker only directly")
@@ -258,6 +263,15 @@ class Broker:
             retry = 0.5 if ok else min(retry * 2, period)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._register_wanted.wait(), wait)
+
+    async def _fetch_namesrv_addr(self) -> None:
+        """The name servers from the address service; a new list is registered with at once."""
+        url = address_server_url(self.config.rmq_address_server_domain, self.config.rmq_address_server_sub_group)
+        addr = await fetch_namesrv_addr(url)
+        if addr and addr != self.config.namesrv_addr:
+            log.info("name servers from %s: %s (were %s)", url, addr, self.config.namesrv_addr or "none")
+            self.config.namesrv_addr = addr
+            self._register_wanted.set()
 
     def config_updated(self, keys: set[str]) -> None:
         """UPDATE_BROKER_CONFIG applied ``keys``. As RocketMQ, a new brokerPermission reaches

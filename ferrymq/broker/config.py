@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from ferrymq.common.address_lookup import DEFAULT_DOMAIN, DEFAULT_SUBGROUP
 from ferrymq.common.config_loader import LIVE, check_range
 from ferrymq.common.naming import camel_case
 from ferrymq.common.net import local_ip
@@ -73,6 +74,12 @@ class BrokerConfig:
     transaction_check_max: int = field(default=15, metadata=LIVE)
     transaction_check_interval: int = 60_000
     reject_transaction_message: bool = field(default=False, metadata=LIVE)
+    # Without namesrvAddr: ask the address service (http://<domain>[:8080]/rocketmq/<subgroup>)
+    # at start and every fetch_name_srv_addr_interval ms, as RocketMQ's broker does.
+    fetch_namesrv_addr_by_address_server: bool = False
+    rmq_address_server_domain: str = DEFAULT_DOMAIN
+    rmq_address_server_sub_group: str = DEFAULT_SUBGROUP
+    fetch_name_srv_addr_interval: int = 120_000
     # Request-reply: a reply (SEND_REPLY_MESSAGE) is pushed to the requester and also stored in
     # <cluster>_REPLY_TOPIC when this is on.
     store_reply_message_enable: bool = field(default=True, metadata=LIVE)
@@ -104,7 +111,8 @@ class BrokerConfig:
         for name in ("register_name_server_period", "register_broker_timeout_mills", "short_polling_time_mills",
                      "flush_consumer_offset_interval", "channel_expired_timeout", "consumer_fallbehind_threshold",
                      "protect_broker_interval_millis", "rebalance_lock_max_live_time", "transaction_time_out",
-                     "transaction_check_max", "transaction_check_interval"):
+                     "transaction_check_max", "transaction_check_interval",
+                     "fetch_name_srv_addr_interval"):
             check_range(self, name, 1)
         check_range(self, "max_frame_size", 1024)
         ServerTls.check(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,

@@ -15,7 +15,7 @@ BROKER_CONFIG = frozenset({
     "commercialBigCount", "commercialEnable", "commercialTimerCount", "commercialTransCount",
     "compressedRegister", "consumerManageThreadPoolNums", "consumerManagerThreadPoolQueueCapacity",
     "enableCalcFilterBitMap", "enableDetailStat", "endTransactionPoolQueueCapacity",
-    "endTransactionThreadPoolNums", "expectConsumerNumUseFilter", "fetchNamesrvAddrByAddressServer",
+    "endTransactionThreadPoolNums", "expectConsumerNumUseFilter",
     "filterDataCleanTimeSpan", "filterServerNums", "filterSupportRetry", "flushConsumerOffsetHistoryInterval",
     "forceRegister", "heartbeatThreadPoolNums", "heartbeatThreadPoolQueueCapacity", "highSpeedMode",
     "isolateLogEnable", "maxDelayTime", "maxErrorRateOfBloomFilter", "messageStorePlugIn",

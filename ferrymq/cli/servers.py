@@ -13,6 +13,7 @@ from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import load_broker_settings
 from ferrymq.common.config_loader import apply_settings
 from ferrymq.common.http_endpoints import HttpEndpoints
+from ferrymq.namesrv.address_server import ADDRESS_ROUTE, NamesrvAddressBook, NamesrvAddressServer
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 
 
@@ -30,6 +31,9 @@ def add_server_arguments(p: argparse.ArgumentParser, *, namesrv: bool, broker: b
         p.add_argument("--tls-key", default="", help="its private key (PEM)")
         p.add_argument("--acl-file", default=None,
                        help="plain_acl.yml: requests that change the name server need an admin account's signature")
+        p.add_argument("--address-service-dns", default="",
+                       help="also serve the live name servers at /rocketmq/<subgroup> on --http-port (the address "
+                            'service of rocketmq.namesrv.domain), resolving this name, e.g. "ns-headless:9876"')
     if broker:
         p.add_argument("--broker-port", type=int, default=None,
                        help="broker port (default: listenPort from the config, 10911)")
@@ -77,12 +81,13 @@ async def until(stop: asyncio.Event, coro) -> None:
         task.result()
 
 
-async def start_http(args: argparse.Namespace, *components) -> HttpEndpoints | None:
-    """The probe/metrics endpoints of the components this process runs (if --http-port)."""
+async def start_http(args: argparse.Namespace, *components, routes: dict | None = None) -> HttpEndpoints | None:
+    """The probe/metrics endpoints of the components this process runs (if --http-port),
+    plus ``routes`` (path -> GET handler)."""
     if args.http_port is None:
         return None
     http = HttpEndpoints(args.host, args.http_port, registries=[c.metrics_registry for c in components],
-                         readiness=[c.readiness for c in components])
+                         readiness=[c.readiness for c in components], routes=routes)
     await http.start()
     return http
 
@@ -129,12 +134,18 @@ async def run_namesrv(args: argparse.Namespace) -> int:
                                        tls_server_cert_path=args.tls_cert, tls_server_key_path=args.tls_key,
                                        acl_enable=args.acl_file is not None, acl_file=args.acl_file or ""))
     await namesrv.start()
-    http = await start_http(args, namesrv)
+    book = NamesrvAddressBook(dns=args.address_service_dns)
+    if book.configured:
+        if args.http_port is None:
+            raise SystemExit("--address-service-dns needs --http-port")
+        await book.start()
+    http = await start_http(args, namesrv, routes={ADDRESS_ROUTE: book.handle} if book.configured else None)
     print(f"FerryMQ name server is ready on {namesrv.address}", flush=True)
     try:
         await stop.wait()
     finally:
         await stop_http(http)
+        await book.stop()
         await namesrv.stop()
     return 0
 
@@ -153,6 +164,20 @@ async def run_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_nsaddr(args: argparse.Namespace) -> int:
+    stop = stop_on_signals()
+    server = NamesrvAddressServer(args.host, args.port, NamesrvAddressBook(
+        static=args.namesrv, dns=args.namesrv_dns, file=args.namesrv_file, probe_interval=args.probe_interval))
+    await server.start()
+    print(f"FerryMQ name-server address service is ready on {server.url} (live: {';'.join(server.live) or 'none'})",
+          flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("standalone", help="name server + broker in one process")
     add_server_arguments(p, namesrv=True, broker=True)
@@ -162,6 +187,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("namesrv", help="run a name server")
     add_server_arguments(p, namesrv=True, broker=False)
     p.set_defaults(run=run_namesrv)
+
+    p = sub.add_parser("nsaddr", help="serve the live name servers at /rocketmq/nsaddr (rocketmq.namesrv.domain)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080, RocketMQ's)")
+    p.add_argument("--namesrv", default="", help='name servers, "host:9876;host2:9876"')
+    p.add_argument("--namesrv-dns", default="", help="DNS names resolved every round, e.g. a headless Service: "
+                                                     '"ns-headless.default.svc:9876"')
+    p.add_argument("--namesrv-file", default=None, help="a file of name servers (one a line), re-read every round")
+    p.add_argument("--probe-interval", type=float, default=5.0, help="seconds between liveness rounds (default 5)")
+    p.set_defaults(run=run_nsaddr)
 
     p = sub.add_parser("broker", help="run a broker that registers with name servers")
     add_server_arguments(p, namesrv=False, broker=True)

@@ -13,8 +13,12 @@ from ferrymq.remoting.codes import SerializeType
 
 
 def default_namesrv() -> str:
-    # The same variable RocketMQ's Java client reads (not ROCKETMQ_NAMESRV_ADDR).
-    return os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876")
+    """$NAMESRV_ADDR (the variable RocketMQ's Java client reads, not ROCKETMQ_NAMESRV_ADDR);
+    without it, none when an address service is named ($FERRYMQ_NAMESRV_DOMAIN), else the
+    local default."""
+    if os.environ.get("NAMESRV_ADDR"):
+        return os.environ["NAMESRV_ADDR"]
+    return "" if os.environ.get("FERRYMQ_NAMESRV_DOMAIN") else "127.0.0.1:9876"
 
 
 def credentials_from_env() -> Credentials | None:
@@ -42,6 +46,12 @@ class ClientConfig:
     namesrv_addr: str = field(default_factory=default_namesrv)
     instance_name: str = field(default_factory=lambda: f"{os.getpid()}#{id(object())}")
     client_ip: str = field(default_factory=local_ip)
+    # With no namesrv_addr: the address service (rocketmq.namesrv.domain) asked at start and
+    # every fetch_namesrv_interval seconds, as RocketMQ's clients do.
+    namesrv_domain: str = field(default_factory=lambda: os.environ.get("FERRYMQ_NAMESRV_DOMAIN", ""))
+    namesrv_domain_subgroup: str = field(
+        default_factory=lambda: os.environ.get("FERRYMQ_NAMESRV_DOMAIN_SUBGROUP", "nsaddr"))
+    fetch_namesrv_interval: float = 120.0
     api_timeout: float = 3.0
     poll_name_server_interval: float = 30.0
     heartbeat_broker_interval: float = 30.0

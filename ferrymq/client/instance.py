@@ -14,6 +14,7 @@ from typing import Callable
 from ferrymq.acl.signature import sign_request
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
+from ferrymq.common.address_lookup import address_server_url, fetch_namesrv_addr
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import (
     DEFAULT_TOPIC,
@@ -51,6 +52,7 @@ class ClientInstance:
         self._down_until: dict[str, float] = {}
         self._down_backoff: dict[str, float] = {}
         self._started = False
+        self._namesrv_from_service = not config.namesrv_addr and bool(config.namesrv_domain)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -59,6 +61,9 @@ class ClientInstance:
             return
         self._started = True
         quiet = (RemotingError, MQClientError, OSError)  # a name server or broker away for a while
+        if self._namesrv_from_service:
+            await self.fetch_namesrv_addr()
+            self._tasks.every(self.config.fetch_namesrv_interval, self.fetch_namesrv_addr, "namesrv-addr-fetch")
         self._tasks.every(self.config.poll_name_server_interval, self.refresh_routes, "route-refresh", quiet=quiet)
         self._tasks.every(self.config.heartbeat_broker_interval, self.send_heartbeats, "heartbeat", quiet=quiet)
 
@@ -72,8 +77,12 @@ class ClientInstance:
     async def invoke_namesrv(self, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
         """Send to one name server, sticky until it fails, then the next."""
         addrs = self.config.namesrv_addresses()
+        if not addrs and self._namesrv_from_service:
+            await self.fetch_namesrv_addr()
+            addrs = self.config.namesrv_addresses()
         if not addrs:
-            raise MQClientError("no name server address configured (set --namesrv or NAMESRV_ADDR)")
+            raise MQClientError("no name server address (set --namesrv or NAMESRV_ADDR, or an address service "
+                                "with FERRYMQ_NAMESRV_DOMAIN)")
         last_error: Exception | None = None
         for attempt in range(len(addrs)):
             addr = addrs[(self._namesrv_index + attempt) % len(addrs)]
@@ -84,6 +93,14 @@ class ClientInstance:
             except (RemotingError, OSError) as e:
                 last_error = e  # the next attempt gets a new opaque from invoke()
         raise MQClientError(f"no name server reachable ({', '.join(addrs)}): {last_error}")
+
+    async def fetch_namesrv_addr(self) -> None:
+        """Ask the address service for the name servers; keep the last list when it has none."""
+        url = address_server_url(self.config.namesrv_domain, self.config.namesrv_domain_subgroup)
+        addr = await fetch_namesrv_addr(url)
+        if addr and addr != self.config.namesrv_addr:
+            log.info("name servers from %s: %s (were %s)", url, addr, self.config.namesrv_addr or "none")
+            self.config.namesrv_addr = addr
 
     async def invoke_broker(self, addr: str, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
         down_until = self._down_until.get(addr, 0.0)

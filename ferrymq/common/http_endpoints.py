@@ -24,8 +24,9 @@ ReadinessCheck = Callable[[], tuple[bool, str]]
 
 class HttpEndpoints:
     def __init__(self, host: str, port: int, *, registries: list[CollectorRegistry],
-                 readiness: list[ReadinessCheck]) -> None:
+                 readiness: list[ReadinessCheck], routes: dict[str, Callable] | None = None) -> None:
         self.host = host
+        self.routes = routes or {}  # more GET paths (the name-server address service)
         self.port = port
         self.registries = registries
         self.readiness = readiness
@@ -36,6 +37,8 @@ class HttpEndpoints:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        for path, handler in self.routes.items():
+            app.router.add_get(path, handler)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)

@@ -28,5 +28,7 @@ LABEL_PART_OF = "app.kubernetes.io/part-of"
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 DEFAULT_HTTP_PORT = 8080
+ADDRESS_SERVICE_PORT = 8080  # RocketMQ's: rocketmq.namesrv.domain without a port means :8080
+BROKER_NAMESRV_FETCH_MS = 10_000  # how often brokers re-read the name servers from the address service
 DEFAULT_BROKER_IMAGE = "ferrymq/broker:0.1.0"
 RUN_AS_USER = 10001

@@ -13,7 +13,9 @@ import json
 from ferrymq.broker.config import build_broker_settings
 from ferrymq.common.config_loader import ConfigError
 from ferrymq_operator.constants import (
+    ADDRESS_SERVICE_PORT,
     ANN_CONFIG_HASH,
+    BROKER_NAMESRV_FETCH_MS,
     BROKER_PORT,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
@@ -157,7 +159,10 @@ _POD_ENV = [
 def namesrv_statefulset(cluster: BrokerCluster) -> dict:
     n, http_port = cluster.names, cluster.http_port
     security_volumes, security_mounts = _security_volumes(cluster)
-    args = ["namesrv", "--host", "0.0.0.0", "--namesrv-port", str(NAMESRV_PORT), "--http-port", str(http_port)]
+    # Every name server also answers /rocketmq/nsaddr on its HTTP port with the live name
+    # servers behind the headless Service (the <broker>-nsaddr Service routes there).
+    args = ["namesrv", "--host", "0.0.0.0", "--namesrv-port", str(NAMESRV_PORT), "--http-port", str(http_port),
+            "--address-service-dns", f"{n.namesrv_headless}.{cluster.namespace}.svc:{NAMESRV_PORT}"]
     if cluster.tls_secret:
         args += ["--tls-mode", cluster.tls_mode, "--tls-cert", f"{TLS_MOUNT}/tls.crt", "--tls-key", f"{TLS_MOUNT}/tls.key"]
     if cluster.acl_enabled:
@@ -192,12 +197,16 @@ def namesrv_statefulset(cluster: BrokerCluster) -> dict:
 def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> dict:
     """``replicas`` overrides spec.replicas while a scale-down waits for brokers to drain."""
     n, storage, http_port = cluster.names, cluster.storage, cluster.http_port
-    ns_list = ";".join(cluster.namesrv_addresses)
     security_volumes, security_mounts = _security_volumes(cluster)
     container = {
         "name": "broker", "image": cluster.image, "imagePullPolicy": cluster.image_pull_policy,
         "args": ["broker", "--host", "0.0.0.0", "--broker-port", str(BROKER_PORT), "--http-port", str(http_port),
-                 "--namesrv", ns_list, "--data-dir", f"{STORE_MOUNT}/store", "-c", f"{CONF_MOUNT}/{CONF_FILE}",
+                 "--data-dir", f"{STORE_MOUNT}/store", "-c", f"{CONF_MOUNT}/{CONF_FILE}",
+                 # Name servers from the address service, re-read every 10 s: a scaled name-server
+                 # StatefulSet reaches the brokers without restarting them.
+                 "--set", "fetchNamesrvAddrByAddressServer=true",
+                 "--set", f"rmqAddressServerDomain={n.address_service_domain}:{ADDRESS_SERVICE_PORT}",
+                 "--set", f"fetchNameSrvAddrInterval={BROKER_NAMESRV_FETCH_MS}",
                  # Kubernetes expands $(VAR) from env: each pod advertises its own stable DNS name.
                  "--set", "brokerName=$(POD_NAME)",
                  "--set", f"brokerIP1=$(POD_NAME).{n.broker_headless}.$(POD_NAMESPACE).svc"],
@@ -258,6 +267,13 @@ def namesrv_service(cluster: BrokerCluster) -> dict:
                     [{"name": "namesrv", "port": NAMESRV_PORT, "targetPort": "namesrv"}], headless=False)
 
 
+def address_service(cluster: BrokerCluster) -> dict:
+    """``<broker>-nsaddr``: RocketMQ's name-server address service (``rocketmq.namesrv.domain``),
+    answered by every ready name server on its HTTP port."""
+    return _service(cluster, cluster.names.nsaddr, "namesrv",
+                    [{"name": "nsaddr", "port": ADDRESS_SERVICE_PORT, "targetPort": "http"}], headless=False)
+
+
 def broker_headless_service(cluster: BrokerCluster) -> dict:
     return _service(cluster, cluster.names.broker_headless, "broker",
                     [{"name": "broker", "port": BROKER_PORT, "targetPort": "broker"}], headless=True)
@@ -284,6 +300,6 @@ def certificate(cluster: BrokerCluster) -> dict:
 
 def all_objects(cluster: BrokerCluster, broker_replicas: int | None = None) -> list[dict]:
     """Everything a Broker owns, in the order to apply it (config before its readers)."""
-    return [config_map(cluster), namesrv_headless_service(cluster), namesrv_service(cluster),
+    return [config_map(cluster), namesrv_headless_service(cluster), namesrv_service(cluster), address_service(cluster),
             broker_headless_service(cluster), namesrv_statefulset(cluster), broker_statefulset(cluster, broker_replicas),
             pod_disruption_budget(cluster, "namesrv"), pod_disruption_budget(cluster, "broker")]

@@ -42,6 +42,15 @@ class BrokerNames:
         return f"{self.broker}-namesrv-headless"
 
     @property
+    def nsaddr(self) -> str:  # the Service of the name-server address service (on the name servers' HTTP port)
+        return f"{self.broker}-nsaddr"
+
+    @property
+    def address_service_domain(self) -> str:
+        """What clients set as rocketmq.namesrv.domain (port 8080 implied, as RocketMQ's)."""
+        return f"{self.nsaddr}.{self.namespace}.svc"
+
+    @property
     def broker_sts(self) -> str:  # StatefulSet and PDB
         return f"{self.broker}-broker"
 

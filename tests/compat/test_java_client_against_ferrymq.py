@@ -16,10 +16,10 @@ import pytest
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
-from tests.support import StandaloneProcess
+from tests.support import FerryProcess, StandaloneProcess, free_port
 
 from .checks import COUNT, MODES, check_produce_consume
-from .harness import JavaClient, run_mqadmin
+from .harness import JavaClient, run_java_client, run_mqadmin
 
 pytestmark = pytest.mark.compat
 
@@ -92,3 +92,17 @@ def test_mqadmin_sees_the_ferrymq_broker_and_topic_route(ferrymq: StandaloneProc
     route = run_mqadmin(ferrymq.namesrv_addr, "topicRoute", "-t", topic)
     assert f'"{ferrymq.broker_addr}"' in route, route
     assert '"writeQueueNums":4' in route, route
+
+
+def test_java_client_given_only_the_address_service_produces_and_consumes(ferrymq):
+    """-Drocketmq.namesrv.domain pointing at `ferrymq nsaddr` and no name-server address."""
+    port = free_port()
+    service = FerryProcess(["nsaddr", "--port", str(port), "--namesrv", ferrymq.namesrv_addr],
+                           "address service is ready", ferrymq.data_dir.parent / f"nsaddr-{port}.log").start()
+    try:
+        topic = f"FerryDomain_{uuid.uuid4().hex[:8]}"
+        args = ["produce-consume", "--topic", topic, "--count", "10", "--modes", "sync", "--timeout-ms", "60000"]
+        events = run_java_client(args, 120, jvm_args=[f"-Drocketmq.namesrv.domain=127.0.0.1:{port}"])
+    finally:
+        service.stop()
+    assert events.done["ok"] and len(events.of("received")) >= 10, events

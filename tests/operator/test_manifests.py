@@ -34,8 +34,8 @@ def test_names_and_namesrv_addresses():
 
 def test_every_object_is_owned_labelled_and_namespaced():
     objs = manifests.all_objects(broker())
-    assert [o["kind"] for o in objs] == ["ConfigMap", "Service", "Service", "Service", "StatefulSet", "StatefulSet",
-                                         "PodDisruptionBudget", "PodDisruptionBudget"]
+    assert [o["kind"] for o in objs] == ["ConfigMap", "Service", "Service", "Service", "Service", "StatefulSet",
+                                         "StatefulSet", "PodDisruptionBudget", "PodDisruptionBudget"]
     for o in objs:
         meta = o["metadata"]
         assert meta["namespace"] == "prod"
@@ -87,7 +87,9 @@ def test_broker_statefulset_storage_update_strategy_and_identity():
     (c,) = spec["template"]["spec"]["containers"]
     args = c["args"]
     assert args[0] == "broker"
-    assert args[args.index("--namesrv") + 1] == "demo-namesrv-0.demo-namesrv-headless.prod.svc:9876"
+    assert "--namesrv" not in args  # name servers come from the address service, so scaling them restarts nothing
+    assert "fetchNamesrvAddrByAddressServer=true" in args
+    assert "rmqAddressServerDomain=demo-nsaddr.prod.svc:8080" in args
     assert "brokerName=$(POD_NAME)" in args
     assert "brokerIP1=$(POD_NAME).demo-broker-headless.$(POD_NAMESPACE).svc" in args
     assert {"name": "data", "mountPath": "/data"} in c["volumeMounts"]
@@ -133,6 +135,13 @@ def test_namesrv_statefulset_and_services():
     assert client["spec"]["selector"]["app.kubernetes.io/component"] == "namesrv"
     bh = manifests.broker_headless_service(broker())
     assert bh["spec"]["ports"][0]["port"] == BROKER_PORT and bh["spec"]["clusterIP"] == "None"
+    # rocketmq.namesrv.domain=demo-nsaddr.prod.svc: every ready name server answers on its HTTP port
+    args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--address-service-dns") + 1] == "demo-namesrv-headless.prod.svc:9876"
+    nsaddr = manifests.address_service(broker())
+    assert nsaddr["metadata"]["name"] == "demo-nsaddr" and "clusterIP" not in nsaddr["spec"]
+    assert nsaddr["spec"]["ports"] == [{"name": "nsaddr", "port": 8080, "targetPort": "http"}]
+    assert nsaddr["spec"]["selector"]["app.kubernetes.io/component"] == "namesrv"
 
 
 def test_pdbs_allow_one_disruption():
@@ -156,7 +165,7 @@ def test_config_hash_tracks_what_needs_a_restart():
 def test_defaults_fill_a_bare_spec():
     bare = BrokerCluster.from_resource({"metadata": {"name": "b", "namespace": "n"}, "spec": {}})
     objs = manifests.all_objects(bare)
-    sts = objs[5]
+    sts = next(o for o in objs if o["metadata"]["name"] == "b-broker" and o["kind"] == "StatefulSet")
     assert sts["spec"]["replicas"] == 1
     assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "10Gi"
     assert "ownerReferences" not in sts["metadata"]

@@ -49,6 +49,7 @@ import org.apache.rocketmq.remoting.RPCHook;
  *   --tag TAG            tag of every sent message (default TagA)
  *   --key-prefix P       keys are P-MODE-I (default: random run id)
  *   --subscribe EXPR     consumer subscription expression (default *)
+ *   (without --namesrv the client finds name servers itself, e.g. -Drocketmq.namesrv.domain)
  *   --sql EXPR           subscribe with MessageSelector.bySql(EXPR) instead (messages carry the
  *                        user properties ferry_mode and ferry_seq)
  *   --expect-keys K1,K2  consume: keys that must arrive (produce-consume: the keys sent);
@@ -348,7 +349,8 @@ public final class ProduceConsume {
                     throw new IllegalArgumentException("missing value for " + arg);
                 }
             }
-            a.namesrv = require(opts, "namesrv");
+            // none: the client's own lookup (rocketmq.namesrv.addr, NAMESRV_ADDR, the address service)
+            a.namesrv = opts.remove("namesrv");
             a.topic = require(opts, "topic");
             a.group = opts.getOrDefault("group", "ferry_compat_" + run);
             a.keyPrefix = opts.getOrDefault("key-prefix", "k" + run);
