@@ -26,7 +26,9 @@ import asyncio
 import collections
 import functools
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
 from ferrymq.common.message import MessageExt, record_store_timestamp
@@ -70,6 +72,15 @@ class _LoopCompletions:
                 future.set_result(result)
 
 
+@dataclass(frozen=True)
+class WriteBacklog:
+    """The writer thread's queue as admission control sees it."""
+
+    pending: int  # writes queued or running
+    oldest_wait_ms: int  # how long the oldest queued write has waited to start
+    running_ms: int  # how long the running write has run (a slow disk holds every put)
+
+
 class _WriterThread:
     """The store's one writer: runs queued calls in order, all that queued up per wake-up."""
 
@@ -78,6 +89,21 @@ class _WriterThread:
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="store-write", daemon=True)
+        # Backlog, read by the loop for admission control without taking the lock: each
+        # counter has one writer; deque append/popleft are atomic.
+        self._submitted = 0  # loop thread
+        self._finished = 0  # writer thread
+        self._enqueued_at: collections.deque[float] = collections.deque()  # of jobs not started yet
+        self._running_since: float | None = None
+
+    def backlog(self) -> "WriteBacklog":
+        now = time.monotonic()
+        enqueued = self._enqueued_at
+        oldest = enqueued[0] if enqueued else None
+        running = self._running_since
+        return WriteBacklog(pending=self._submitted - self._finished,
+                            oldest_wait_ms=0 if oldest is None else int((now - oldest) * 1000),
+                            running_ms=0 if running is None else int((now - running) * 1000))
 
     def start(self) -> None:
         if not self._thread.is_alive():
@@ -92,6 +118,8 @@ class _WriterThread:
             if self._stopping:
                 raise RuntimeError("the store's writer thread has stopped")
             self._jobs.append((completions, future, fn, args, kwargs))
+            self._submitted += 1
+            self._enqueued_at.append(time.monotonic())
             if len(self._jobs) == 1:
                 self._cond.notify()
 
@@ -110,12 +138,17 @@ class _WriterThread:
                 jobs = list(self._jobs)
                 self._jobs.clear()
             for completions, future, fn, args, kwargs in jobs:
+                self._running_since = time.monotonic()
+                self._enqueued_at.popleft()
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:  # delivered to the awaiting coroutine
                     completions.complete(future, error=exc)
                 else:
                     completions.complete(future, result)
+                finally:
+                    self._running_since = None
+                    self._finished += 1
 
 
 class AsyncMessageStore:
@@ -203,6 +236,10 @@ class AsyncMessageStore:
         return await self._read(self.sync_store.query_message, topic, key, max_num, begin, end)
 
     # ------------------------------------------------------------ queues and the CommitLog
+
+    def write_backlog(self) -> WriteBacklog:
+        """How far behind the writer thread is (read without locking, for admission control)."""
+        return self._writer.backlog()
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The queue's next offset (its message count including deleted ones); 0 if unknown."""

@@ -88,7 +88,8 @@ class Broker:
         self.transactions = TransactionService(self.ctx)
         self.protection = ConsumeProtection(config, self.groups)
         self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker",
-                                     tls=config.server_tls())
+                                     tls=config.server_tls(),
+                                     max_idle_seconds=config.server_channel_max_idle_time_seconds)
         self.acl = AclFile(config.acl_file or default_acl_path()) if config.acl_enable else None
         client_tls = config.client_tls()
         self.namesrv_client = RemotingClient(tls=client_tls.context() if client_tls else None)

@@ -53,6 +53,8 @@ class BrokerConfig:
     region_id: str = field(default="DefaultRegion", metadata=LIVE)
     trace_on: bool = field(default=True, metadata=LIVE)
     max_frame_size: int = 16 * 1024 * 1024
+    # A client connection with no traffic this long is closed (RocketMQ's NettyServerConfig).
+    server_channel_max_idle_time_seconds: int = 120
     # Broker protection (wire facts 7.7): disable a group that reads too far behind the head.
     disable_consume_if_consumer_read_slowly: bool = field(default=False, metadata=LIVE)
     consumer_fallbehind_threshold: int = field(default=16 * 1024**3, metadata=LIVE)
@@ -80,6 +82,14 @@ class BrokerConfig:
     rmq_address_server_domain: str = DEFAULT_DOMAIN
     rmq_address_server_sub_group: str = DEFAULT_SUBGROUP
     fetch_name_srv_addr_interval: int = 120_000
+    # Admission control (RocketMQ's fast failure): a send is answered SYSTEM_BUSY at once when
+    # the store's write queue holds send_thread_pool_queue_capacity writes, when the oldest
+    # has waited wait_time_mills_in_send_queue ms, or when the running write has taken
+    # os_page_cache_busy_time_out_mills ms (a stalled disk); the client tries another broker.
+    broker_fast_failure_enable: bool = field(default=True, metadata=LIVE)
+    wait_time_mills_in_send_queue: int = field(default=200, metadata=LIVE)
+    os_page_cache_busy_time_out_mills: int = field(default=1_000, metadata=LIVE)
+    send_thread_pool_queue_capacity: int = 10_000
     # Request-reply: a reply (SEND_REPLY_MESSAGE) is pushed to the requester and also stored in
     # <cluster>_REPLY_TOPIC when this is on.
     store_reply_message_enable: bool = field(default=True, metadata=LIVE)
@@ -112,7 +122,9 @@ class BrokerConfig:
                      "flush_consumer_offset_interval", "channel_expired_timeout", "consumer_fallbehind_threshold",
                      "protect_broker_interval_millis", "rebalance_lock_max_live_time", "transaction_time_out",
                      "transaction_check_max", "transaction_check_interval",
-                     "fetch_name_srv_addr_interval"):
+                     "fetch_name_srv_addr_interval", "wait_time_mills_in_send_queue",
+                     "os_page_cache_busy_time_out_mills", "send_thread_pool_queue_capacity",
+                     "server_channel_max_idle_time_seconds"):
             check_range(self, name, 1)
         check_range(self, "max_frame_size", 1024)
         ServerTls.check(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,

@@ -44,6 +44,12 @@ class BrokerCollector(Collector):
                      store.max_phy_offset - store.min_phy_offset)
         yield _gauge("store_commitlog_segments", "CommitLog segment files", base, labels, store.commit_log_segments)
         yield _gauge("topics", "Topics configured on this broker", base, labels, len(b.topics.table))
+        backlog = store.write_backlog()
+        yield _gauge("store_write_backlog", "Writes queued for the store or running", base, labels, backlog.pending)
+        busy = CounterMetricFamily("ferrymq_broker_sends_refused_busy",
+                                   "Sends answered SYSTEM_BUSY by admission control", labels=base)
+        busy.add_metric(labels, b.stats.sends_refused_busy)
+        yield busy
 
         lag = GaugeMetricFamily("ferrymq_broker_group_lag_messages",
                                 "Messages not yet consumed by a group (max offset - committed offset), per topic",

@@ -10,7 +10,7 @@ is a typo and is refused. Read off the 4.9.7 jars with ``javap`` (public ``set*`
 from __future__ import annotations
 
 BROKER_CONFIG = frozenset({
-    "adminBrokerThreadPoolNums", "autoDeleteUnusedStats", "brokerFastFailureEnable", "brokerIP2",
+    "adminBrokerThreadPoolNums", "autoDeleteUnusedStats", "brokerIP2",
     "clientManageThreadPoolNums", "clientManagerThreadPoolQueueCapacity", "commercialBaseCount",
     "commercialBigCount", "commercialEnable", "commercialTimerCount", "commercialTransCount",
     "compressedRegister", "consumerManageThreadPoolNums", "consumerManagerThreadPoolQueueCapacity",
@@ -23,9 +23,9 @@ BROKER_CONFIG = frozenset({
     "pullThreadPoolQueueCapacity", "putMessageFutureThreadPoolNums", "putThreadPoolQueueCapacity",
     "queryMessageThreadPoolNums", "queryThreadPoolQueueCapacity",
     "replyThreadPoolQueueCapacity", "rocketmqHome", "sendMessageThreadPoolNums",
-    "sendThreadPoolQueueCapacity", "slaveReadEnable", "startAcceptSendRequestTimeStamp",
+    "slaveReadEnable", "startAcceptSendRequestTimeStamp",
     "traceTopicEnable", "transferMsgByHeap", "waitTimeMillsInHeartbeatQueue", "waitTimeMillsInPullQueue",
-    "waitTimeMillsInSendQueue", "waitTimeMillsInTransactionQueue",
+    "waitTimeMillsInTransactionQueue",
 })
 
 MESSAGE_STORE_CONFIG = frozenset({
@@ -38,7 +38,7 @@ MESSAGE_STORE_CONFIG = frozenset({
     "flushCommitLogTimed", "flushDelayOffsetInterval", "flushLeastPagesWhenWarmMapedFile",
     "haHousekeepingInterval", "haListenPort", "haMasterAddress", "haSendHeartbeatInterval",
     "haSlaveFallbehindMax", "haTransferBatchSize", "mappedFileSizeConsumeQueueExt", "maxLmqConsumeQueueNum",
-    "messageIndexSafe", "offsetCheckInSlave", "osPageCacheBusyTimeOutMills", "preferredLeaderId",
+    "messageIndexSafe", "offsetCheckInSlave", "preferredLeaderId",
     "putMsgIndexHightWater", "readOnlyCommitLogStorePaths", "redeleteHangedFileInterval",
     "scheduleAsyncDeliverMaxPendingLimit", "scheduleAsyncDeliverMaxResendNum2Blocked", "slaveTimeout",
     "storePathCommitLog", "storePathDLedgerCommitLog", "transientStorePoolEnable", "transientStorePoolSize",
@@ -46,7 +46,7 @@ MESSAGE_STORE_CONFIG = frozenset({
 })
 
 NETTY_SERVER_CONFIG = frozenset({
-    "serverAsyncSemaphoreValue", "serverCallbackExecutorThreads", "serverChannelMaxIdleTimeSeconds",
+    "serverAsyncSemaphoreValue", "serverCallbackExecutorThreads",
     "serverOnewaySemaphoreValue", "serverPooledByteBufAllocatorEnable", "serverSelectorThreads",
     "serverSocketBacklog", "serverSocketRcvBufSize", "serverSocketSndBufSize", "serverWorkerThreads",
     "useEpollNativeSelector", "writeBufferHighWaterMark", "writeBufferLowWaterMark",

@@ -19,6 +19,7 @@ class TopicCounters:
 class BrokerStats:
     boot_timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     topics: dict[str, TopicCounters] = field(default_factory=lambda: defaultdict(TopicCounters))
+    sends_refused_busy: int = 0  # answered SYSTEM_BUSY by admission control
     # (monotonic time, total in, total out) samples for rates over the last minute
     _samples: list[tuple[float, int, int]] = field(default_factory=list)
 
@@ -26,6 +27,9 @@ class BrokerStats:
         c = self.topics[topic]
         c.messages_in += messages
         c.bytes_in += size
+
+    def record_busy(self) -> None:
+        self.sends_refused_busy += 1
 
     def record_get(self, topic: str, messages: int, size: int) -> None:
         c = self.topics[topic]

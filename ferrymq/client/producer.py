@@ -32,8 +32,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 # Codes after which a sync send tries another queue (RocketMQ's retryResponseCodes).
+# SYSTEM_BUSY too: a broker shedding load is avoided for a while and another one tried.
 RETRY_CODES = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
-               ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT}
+               ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
+               ResponseCode.SYSTEM_BUSY}
+DEFAULT_MAX_ASYNC_IN_FLIGHT = 65535  # RocketMQ's clientAsyncSemaphoreValue
 
 
 class SendStatus(enum.Enum):
@@ -61,7 +64,7 @@ class Producer:
     def __init__(self, group: str = "DEFAULT_PRODUCER", *, namesrv_addr: str | None = None,
                  config: ClientConfig | None = None, send_timeout: float = 3.0, retry_times: int = 2,
                  default_topic_queue_nums: int = 4, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                 send_latency_fault_enable: bool = True) -> None:
+                 send_latency_fault_enable: bool = True, max_async_in_flight: int = DEFAULT_MAX_ASYNC_IN_FLIGHT) -> None:
         self.group = group
         self.config = config or ClientConfig()
         if namesrv_addr:
@@ -76,6 +79,7 @@ class Producer:
         # topic -> (route object, its publish queues): rebuilt only when the route is replaced.
         self._queue_cache: dict[str, tuple[TopicRouteData, list[MessageQueue]]] = {}
         self._pending: set[asyncio.Task] = set()
+        self.max_async_in_flight = max_async_in_flight
         self._requests = PendingRequests()
         self.instance.request_handlers[RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT] = self._requests.on_push
 
@@ -106,9 +110,20 @@ class Producer:
 
     def send_async(self, msg: Message, callback: Callable[[SendResult | None, BaseException | None], None] | None = None,
                    *, timeout: float | None = None) -> asyncio.Task:
-        """Start a send; the task's result (and the callback) carry the SendResult or error."""
-        task = asyncio.create_task(self.send(msg, timeout=timeout))
-        self._pending.add(task)
+        """Start a send; the task's result (and the callback) carry the SendResult or error.
+        At most ``max_async_in_flight`` run at once: beyond that the send is not started and
+        fails at once ("too many async sends in flight"), so a caller that never awaits
+        cannot pile up memory without bound."""
+        refused = len(self._pending) >= self.max_async_in_flight
+        if refused:
+            coro = self._refuse_async(MQClientError(
+                f"too many async sends in flight ({self.max_async_in_flight}): invokeAsync too fast, "
+                "await some before sending more"))
+        else:
+            coro = self.send(msg, timeout=timeout)
+        task = asyncio.create_task(coro)
+        if not refused:
+            self._pending.add(task)
 
         def done(t: asyncio.Task) -> None:
             self._pending.discard(t)
@@ -134,6 +149,10 @@ class Producer:
             raise MQClientError(f"no reply to the request to {msg.topic} within {timeout:g} s") from None
         finally:
             reply.cancel()
+
+    @staticmethod
+    async def _refuse_async(error: MQClientError) -> SendResult:
+        raise error
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for any answer (no delivery guarantee)."""
@@ -252,6 +271,8 @@ class Producer:
                 continue
             if response.code in RETRY_CODES:
                 last_error = MQBrokerError(response.code, response.remark)
+                if response.code == ResponseCode.SYSTEM_BUSY:
+                    self.faults.record(mq.broker_name, 0.0, failed=True)
                 if response.code == ResponseCode.NO_PERMISSION:
                     # A read-only (draining) broker: its route has changed, learn it now.
                     self.instance.schedule_route_refresh(topic)

@@ -44,6 +44,7 @@ class NamesrvConfig:
     broker_expire_seconds: float = 120.0
     scan_interval_seconds: float = 10.0
     order_message_enable: bool = False
+    server_channel_max_idle_time_seconds: float = 120.0  # idle connections closed (0: never)
     # TLS on the listening port, as the broker's (see BrokerConfig.tls_mode)
     tls_mode: str = "disabled"
     tls_server_cert_path: str = ""
@@ -60,7 +61,8 @@ class NameServer:
         self.routes = RouteInfo()
         self.kv: dict[str, dict[str, str]] = {}
         tls = ServerTls.build(self.config.tls_mode, self.config.tls_server_cert_path, self.config.tls_server_key_path)
-        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, name="namesrv", tls=tls)
+        self.server = RemotingServer(self.config.listen_host, self.config.listen_port, name="namesrv", tls=tls,
+                                     max_idle_seconds=self.config.server_channel_max_idle_time_seconds)
         self._scan_task: asyncio.Task | None = None
         self._acl_task: asyncio.Task | None = None
         handlers = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -42,6 +43,9 @@ _READ_CHUNK = 256 * 1024
 # transport is aborted; a peer that stopped reading must not keep stop() waiting.
 _CLOSE_GRACE = 1.0
 _HANDLER_GRACE = 2.0  # how long a local close waits for requests already being served
+# Requests served at once on one connection (held pulls included); at the limit the reader
+# stops reading, so a peer that floods requests meets TCP back-pressure, not our memory.
+MAX_HANDLERS = 8192
 
 
 def not_supported(request: RemotingCommand) -> RemotingCommand:
@@ -89,6 +93,9 @@ class Connection:
         self._async_permits = Permits(async_permits)
         self._oneway_permits = Permits(oneway_permits)
         self._handler_tasks: set[asyncio.Task[None]] = set()
+        self._below_handler_limit = asyncio.Event()
+        self._below_handler_limit.set()
+        self.last_active = time.monotonic()  # last byte read or frame written (idle detection)
         self._close_listeners: list[CloseListener] = []
         self._closed = False
         # Frames written in one pass of the event loop leave in one socket write: under
@@ -239,9 +246,13 @@ class Connection:
         reason = "closed by peer"
         try:
             while True:
+                if len(self._handler_tasks) >= MAX_HANDLERS:
+                    self._below_handler_limit.clear()
+                    await self._below_handler_limit.wait()
                 data = await self._reader.read(_READ_CHUNK)
                 if not data:
                     break
+                self.last_active = time.monotonic()
                 try:
                     commands = self._decoder.feed(data)
                 except FrameError as exc:
@@ -267,7 +278,12 @@ class Connection:
         # heartbeats or other requests on this connection.
         task = asyncio.get_running_loop().create_task(self._serve(command))
         self._handler_tasks.add(task)
-        task.add_done_callback(self._handler_tasks.discard)
+        task.add_done_callback(self._handler_done)
+
+    def _handler_done(self, task: asyncio.Task[None]) -> None:
+        self._handler_tasks.discard(task)
+        if len(self._handler_tasks) < MAX_HANDLERS:
+            self._below_handler_limit.set()
 
     async def _serve(self, request: RemotingCommand) -> None:
         try:
@@ -312,6 +328,7 @@ class Connection:
         self._enqueue(frame)
 
     def _enqueue(self, frame: bytes) -> None:
+        self.last_active = time.monotonic()
         # The first frame of a loop pass leaves at once (no added latency); frames that
         # follow in the same pass are queued and leave together at its end. Whole frames,
         # in order, so concurrent writers never interleave.

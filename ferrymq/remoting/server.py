@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 import ssl
 from typing import Callable
 
@@ -30,6 +31,7 @@ class RemotingServer:
         max_frame: int = DEFAULT_MAX_FRAME,
         name: str = "remoting",
         tls: ServerTls | None = None,
+        max_idle_seconds: float = 0,
     ) -> None:
         self.host = host
         self.port = port  # replaced by the bound port in start(), which matters for 0
@@ -44,6 +46,10 @@ class RemotingServer:
         self._server: asyncio.Server | None = None
         self._tls = tls
         self._tls_listener: _TlsListener | None = None
+        # RocketMQ's serverChannelMaxIdleTimeSeconds: a connection with no traffic this long is
+        # closed (clients heartbeat every 30 s); 0 keeps idle connections.
+        self.max_idle_seconds = max_idle_seconds
+        self._idle_sweeper: asyncio.Task | None = None
 
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
@@ -74,6 +80,8 @@ class RemotingServer:
         else:
             self._tls_listener = _TlsListener(self._tls, self._accept, self.name)
             self.port = await self._tls_listener.start(self.host, self.port)
+        if self.max_idle_seconds > 0:
+            self._idle_sweeper = asyncio.get_running_loop().create_task(self._close_idle(), name=f"{self.name}-idle")
         log.debug("%s server listening on %s:%d%s", self.name, self.host, self.port,
                   f" (TLS {self._tls.mode.value})" if self._tls else "")
 
@@ -83,6 +91,9 @@ class RemotingServer:
         listener, self._tls_listener = self._tls_listener, None
         if server is None and listener is None:
             return
+        if self._idle_sweeper is not None:
+            self._idle_sweeper.cancel()
+            self._idle_sweeper = None
         if server is not None:
             server.close()
         if listener is not None:
@@ -92,6 +103,16 @@ class RemotingServer:
         if server is not None:
             await server.wait_closed()
         log.debug("%s server on port %d stopped", self.name, self.port)
+
+    async def _close_idle(self) -> None:
+        period = max(0.1, min(self.max_idle_seconds / 4, 10.0))
+        while True:
+            await asyncio.sleep(period)
+            deadline = time.monotonic() - self.max_idle_seconds
+            for connection in [c for c in self.connections if c.last_active < deadline]:
+                log.info("%s server: closing %r, idle for more than %g s", self.name, connection,
+                         self.max_idle_seconds)
+                await connection.close()
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = Connection(reader, writer, self._dispatch, max_frame=self._max_frame)

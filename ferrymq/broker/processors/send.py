@@ -13,6 +13,7 @@ import random
 import time
 
 from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.flow_control import send_refusal
 from ferrymq.broker.schedule import ScheduleMessageService, divert_to_schedule, is_delayable
 from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
 from ferrymq.broker.transactions import TransactionService, divert_to_half, is_transactional
@@ -54,6 +55,11 @@ class SendProcessor:
         if not Perm.writeable(ctx.config.broker_permission):
             return req.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the broker[{ctx.config.broker_name}] sending message is forbidden")
+
+        busy = send_refusal(ctx.store.write_backlog(), ctx.config)
+        if busy is not None:
+            ctx.stats.record_busy()
+            return req.response(ResponseCode.SYSTEM_BUSY, remark=busy)
 
         topic_config = ctx.topics.get(topic)
         if topic_config is None:

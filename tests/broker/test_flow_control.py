@@ -1,0 +1,176 @@
+"""Back-pressure, bounded in count and time on 127.0.0.1: a flood of async sends that are
+never awaited, a raw client sending faster than the store takes (the excess answered
+SYSTEM_BUSY, nothing acknowledged lost, other clients served), a busy broker avoided by the
+producer, idle connections closed and a connection's requests bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from ferrymq.broker.async_store import WriteBacklog
+from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.flow_control import send_refusal
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.errors import MQClientError
+from ferrymq.client.producer import Producer, SendStatus
+from ferrymq.common.message import Message, encode_properties
+from ferrymq.remoting import connection as connection_module
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.request_headers import SendMessageHeader
+from ferrymq.remoting.server import RemotingServer
+from ferrymq.store.config import StoreConfig
+from tests.consumer_support import create_topic, read_all
+from tests.support import InProcessCluster, wait_until
+
+
+@pytest.fixture
+async def cluster(tmp_path):
+    c = InProcessCluster(tmp_path / "store")
+    await c.start()
+    await create_topic(c.namesrv_addr, "Flood", 4)
+    try:
+        yield c
+    finally:
+        await c.stop()
+
+
+def keyed(i: int, body: bytes = b"x") -> Message:
+    m = Message("Flood", body)
+    m.keys = f"k{i}"
+    return m
+
+
+async def test_async_sends_never_awaited_stay_bounded_and_every_acknowledged_one_is_stored(cluster):
+    async with Producer("flooder", namesrv_addr=cluster.namesrv_addr, max_async_in_flight=1000) as producer:
+        await producer.send(keyed(-1))  # route known: the flood measures sending, not discovery
+        tasks = [producer.send_async(keyed(i)) for i in range(10_000)]
+        assert len(producer._pending) <= 1000  # noqa: SLF001 - the bound under test
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    ok = [i for i, r in enumerate(results) if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, MQClientError) and "too many async sends in flight" in str(r)]
+    assert len(ok) + len(refused) == 10_000 and 0 < len(ok) <= 1000 and refused
+    stored = sorted(k for m in await read_all(cluster.namesrv_addr, "Flood") for k in m.keys)
+    assert stored == sorted(["k-1", *(f"k{i}" for i in ok)])  # every acknowledged send, once
+
+
+def send_request(topic: str, i: int, body: bytes) -> RemotingCommand:
+    header = SendMessageHeader("raw", topic, i % 4, properties=encode_properties({"KEYS": f"r{i}", "UNIQ_KEY": f"U{i:08d}"}))
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_fields(), body)
+
+
+async def test_a_raw_flood_gets_system_busy_while_other_clients_are_served(cluster):
+    cluster.broker.config.send_thread_pool_queue_capacity = 64  # a small queue, so the flood overruns it
+    raw = RemotingClient()
+    try:
+        body = b"f" * 16384
+        flood = [asyncio.ensure_future(raw.invoke(cluster.broker_addr, send_request("Flood", i, body), 30))
+                 for i in range(3000)]
+        # meanwhile another client's admin call and pull are answered
+        async with AdminClient(namesrv_addr=cluster.namesrv_addr) as admin:
+            started = time.monotonic()
+            await admin.topic_route("Flood")
+            other_latency = time.monotonic() - started
+        answers = await asyncio.gather(*flood)
+    finally:
+        await raw.close()
+    codes = [a.code for a in answers]
+    busy = [a for a in answers if a.code == ResponseCode.SYSTEM_BUSY]
+    assert set(codes) <= {ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY}
+    assert busy and codes.count(ResponseCode.SUCCESS) > 0
+    assert all(a.remark.startswith(("[OVERLOAD]system busy", "[TIMEOUT_CLEAN_QUEUE]broker busy")) for a in busy)
+    assert other_latency < 10
+    acknowledged = {f"r{i}" for i, a in enumerate(answers) if a.code == ResponseCode.SUCCESS}
+    stored = [k for m in await read_all(cluster.namesrv_addr, "Flood") for k in m.keys]
+    assert sorted(stored) == sorted(acknowledged)  # acknowledged: stored once; refused: not stored
+    assert cluster.broker.stats.sends_refused_busy == len(busy)
+
+
+@pytest.mark.parametrize("backlog, remark", [
+    (WriteBacklog(pending=3, oldest_wait_ms=0, running_ms=1500), "[PC_SYNCHRONIZED]broker busy"),
+    (WriteBacklog(pending=10_000, oldest_wait_ms=0, running_ms=0), "[OVERLOAD]system busy"),
+    (WriteBacklog(pending=5, oldest_wait_ms=250, running_ms=10), "[TIMEOUT_CLEAN_QUEUE]broker busy"),
+    (WriteBacklog(pending=5, oldest_wait_ms=150, running_ms=900), None),
+])
+def test_admission_decision_follows_rocketmqs_limits(backlog, remark):
+    refusal = send_refusal(backlog, BrokerConfig())
+    assert (refusal is None) if remark is None else refusal.startswith(remark)
+    assert send_refusal(backlog, BrokerConfig(broker_fast_failure_enable=False)) is None
+
+
+async def test_the_producer_avoids_a_busy_broker(cluster, tmp_path):
+    second = Broker(BrokerConfig(listen_port=0, namesrv_addr=cluster.namesrv_addr, broker_name="broker-b"),
+                    StoreConfig(store_path_root_dir=str(tmp_path / "b"), mapped_file_size_commit_log=4 << 20))
+    await second.start()
+    await second.registered.wait()
+    try:
+        async with AdminClient(namesrv_addr=cluster.namesrv_addr) as admin:
+            await admin.create_topic("Spread", read_queues=2, write_queues=2, broker_addr=second.address)
+            await admin.create_topic("Spread", read_queues=2, write_queues=2, broker_addr=cluster.broker_addr)
+        cluster.broker.config.send_thread_pool_queue_capacity = 0  # broker-a sheds every send
+        async with Producer("spreader", namesrv_addr=cluster.namesrv_addr) as producer:
+            results = [await producer.send(Message("Spread", b"x")) for _ in range(10)]
+        assert {r.status for r in results} == {SendStatus.SEND_OK}
+        assert {r.message_queue.broker_name for r in results} == {"broker-b"}
+        assert cluster.broker.stats.sends_refused_busy >= 1
+    finally:
+        await second.stop()
+
+
+async def test_idle_connections_are_closed_and_busy_ones_kept():
+    server = RemotingServer(max_idle_seconds=0.5)
+    server.register(RequestCode.HEART_BEAT, lambda req, conn: _ok(req))
+    await server.start()
+    idle, chatty = RemotingClient(), RemotingClient()
+    addr = f"127.0.0.1:{server.port}"
+    try:
+        await idle.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT))
+        await chatty.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT))
+        assert len(server.connections) == 2
+        for _ in range(8):  # 1.6 s of heartbeats every 0.2 s on one connection only
+            await asyncio.sleep(0.2)
+            await chatty.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT))
+        assert len(server.connections) == 1
+    finally:
+        await idle.close()
+        await chatty.close()
+        await server.stop()
+
+
+async def _ok(req):
+    return req.response(ResponseCode.SUCCESS)
+
+
+async def test_a_connection_serves_a_bounded_number_of_requests_at_once(monkeypatch):
+    monkeypatch.setattr(connection_module, "MAX_HANDLERS", 4)
+    release, running = asyncio.Event(), []
+
+    async def slow(req, conn):
+        running.append(req.opaque)
+        await release.wait()
+        return req.response(ResponseCode.SUCCESS)
+
+    server = RemotingServer()
+    server.register(RequestCode.HEART_BEAT, slow)
+    await server.start()
+    client = RemotingClient()
+    try:
+        big = b"b" * 100_000  # a few frames per socket read
+        calls = [asyncio.ensure_future(client.invoke(f"127.0.0.1:{server.port}",
+                                                     RemotingCommand.request(RequestCode.HEART_BEAT, body=big), 10))
+                 for _ in range(40)]
+        await wait_until(lambda: len(running) >= 4, 5, "the first requests being served")
+        await asyncio.sleep(0.3)
+        # one socket read may carry several frames past the limit, never all forty
+        assert 4 <= len(running) < 40
+        release.set()
+        answers = await asyncio.gather(*calls)
+        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 40
+    finally:
+        await client.close()
+        await server.stop()
