@@ -90,6 +90,9 @@ class Broker:
         self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker",
                                      tls=config.server_tls(),
                                      max_idle_seconds=config.server_channel_max_idle_time_seconds)
+        # RocketMQ's VIP channel: the same service on listenPort - 2, for clients with
+        # vipChannelEnabled (sendMessageWithVIPChannel)
+        self.vip_server = self.server.mirror(config.listen_port - 2, "broker-vip") if config.listen_port > 2 else None
         self.acl = AclFile(config.acl_file or default_acl_path()) if config.acl_enable else None
         client_tls = config.client_tls()
         self.namesrv_client = RemotingClient(tls=client_tls.context() if client_tls else None)
@@ -155,6 +158,13 @@ class Broker:
         self.store_loaded = True
         self._repair_topics_from_store()
         await self.server.start()
+        if self.vip_server is not None:
+            try:
+                await self.vip_server.start()
+            except OSError as e:  # RocketMQ would not start; FerryMQ serves without the VIP port
+                log.warning("VIP port %d unavailable (%s): clients with vipChannelEnabled cannot reach this broker",
+                            self.vip_server.port, e)
+                self.vip_server = None
         log.info("broker %s (%s) listening on %s:%d, advertised as %s, store %s",
                  self.config.broker_name, self.config.broker_cluster_name, self.config.listen_host,
                  self.server.port, self.address, self.store_config.store_path_root_dir)
@@ -208,6 +218,8 @@ class Broker:
         await self._unregister_from_namesrvs()
         await self._tasks.close()
         await self.server.stop()
+        if self.vip_server is not None:
+            await self.vip_server.stop()
         await self.namesrv_client.close()
         await self.topics.persist()
         await self.groups.persist(force=True)

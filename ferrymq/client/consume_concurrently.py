@@ -45,11 +45,16 @@ def prepare_for_listener(msgs: list[MessageExt], group: str) -> None:
         m.properties[Prop.CONSUME_START_TIME] = now
 
 
-@dataclass
+@dataclass(eq=False)
 class ConsumeRequest:
     msgs: list[MessageExt]
     pq: ProcessQueue
     mq: MessageQueue
+    started: float = 0.0  # monotonic, when the listener got them
+    expired: bool = False  # sent back by the consume timeout: the listener's late result is ignored
+
+
+EXPIRED_DELAY_LEVEL = 3  # RocketMQ's cleanExpiredMsg sends back with delay level 3
 
 
 class ConcurrentConsumeService:
@@ -69,10 +74,27 @@ class ConcurrentConsumeService:
         self._workers = TaskSet(f"consumer {group}", log)
         self._later = TaskSet(f"consumer {group}", log)  # re-submissions after a delay
         self._in_flight = InFlight()
+        self._consuming: set[ConsumeRequest] = set()
 
     def start(self) -> None:
         for i in range(self.config.consume_thread_max):
             self._workers.spawn(self._work(), name=f"consume-worker-{i}")
+        timeout = self.config.consume_timeout * 60
+        self._workers.every(min(timeout, 60.0) / 2, self.expire_stuck, "consume-timeout")
+
+    async def expire_stuck(self) -> int:
+        """Send back the messages of listener calls running longer than consume_timeout, so that
+        one stuck call does not hold its queue's offset (and the group's progress) forever."""
+        deadline = time.monotonic() - self.config.consume_timeout * 60
+        expired = 0
+        for request in [r for r in self._consuming if r.started < deadline and not r.expired]:
+            request.expired = True
+            log.warning("consume of %d message(s) of %s exceeded consumeTimeout (%g min); sending them back",
+                        len(request.msgs), request.mq, self.config.consume_timeout)
+            await self._process_result(request, ConsumeConcurrentlyStatus.RECONSUME_LATER,
+                                       ConsumeConcurrentlyContext(request.mq, EXPIRED_DELAY_LEVEL))
+            expired += len(request.msgs)
+        return expired
 
     async def shutdown(self) -> None:
         """Stop taking work; wait (bounded) for listener calls in progress, then stop the workers."""
@@ -114,12 +136,18 @@ class ConcurrentConsumeService:
         group = self.group
         prepare_for_listener(request.msgs, group)
         context = ConsumeConcurrentlyContext(request.mq)
+        request.started = time.monotonic()
+        self._consuming.add(request)
         try:
             status = await call_listener(self.listener, self._executor, request.msgs, context)
         except Exception:
             log.warning("listener of group %s failed on %d message(s) of %s; they will be retried", group,
                         len(request.msgs), request.mq, exc_info=True)
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
+        finally:
+            self._consuming.discard(request)
+        if request.expired:
+            return  # already sent back by the consume timeout
         if request.pq.dropped:
             # The queue moved to another member meanwhile; it starts from the committed offset.
             log.debug("%s was dropped during consumption; result of %d message(s) not committed", request.mq,

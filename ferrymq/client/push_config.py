@@ -56,6 +56,9 @@ class PushConsumerConfig:
     rebalance_interval: float = 20.0
     lock_interval: float = 20.0  # orderly: renew queue locks this often
     persist_consumer_offset_interval: float = 5.0
+    # Concurrent listeners: messages whose listener call has run this long (minutes,
+    # RocketMQ's consumeTimeout) are sent back for a later retry and their queue moves on.
+    consume_timeout: float = 15.0
     await_termination: float = 5.0  # shutdown: wait this long for listener calls in progress
     offset_store_dir: Path = field(default_factory=default_offset_dir)  # broadcasting offsets
 

@@ -50,6 +50,8 @@ class RemotingServer:
         # closed (clients heartbeat every 30 s); 0 keeps idle connections.
         self.max_idle_seconds = max_idle_seconds
         self._idle_sweeper: asyncio.Task | None = None
+        self._mirrors: list[RemotingServer] = []
+        self._default_processor_of: Callable[[], RequestHandler | None] = lambda: self._default_processor
 
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
@@ -60,6 +62,21 @@ class RemotingServer:
 
     def set_request_guard(self, guard: RequestGuard | None) -> None:
         self._guard = guard
+        for mirror in self._mirrors:
+            mirror.set_request_guard(guard)
+
+    def mirror(self, port: int, name: str) -> "RemotingServer":
+        """Another listener serving exactly what this one serves (the same processors, guard
+        and connection listeners): RocketMQ's VIP channel on listenPort - 2."""
+        other = RemotingServer(self.host, port, max_frame=self._max_frame, name=name, tls=self._tls,
+                               max_idle_seconds=self.max_idle_seconds)
+        other._processors = self._processors  # shared tables: registrations made later apply to both
+        other._open_listeners = self._open_listeners
+        other._close_listeners = self._close_listeners
+        other._default_processor_of = lambda: self._default_processor
+        other._guard = self._guard
+        self._mirrors.append(other)
+        return other
 
     def add_connection_listener(
         self,
@@ -137,7 +154,7 @@ class RemotingServer:
             refusal = self._guard(request, connection.remote_address[0])
             if refusal is not None:
                 return refusal
-        processor = self._processors.get(request.code, self._default_processor)
+        processor = self._processors.get(request.code) or self._default_processor_of()
         if processor is None:
             return not_supported(request)
         return await processor(request, connection)

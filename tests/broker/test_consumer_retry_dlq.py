@@ -8,8 +8,11 @@ maxReconsumeTimes retries, lands in ``%DLQ%<group>``.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from ferrymq.client.admin import AdminClient
 from ferrymq.client.listener import ConsumeConcurrentlyStatus
 from ferrymq.client.pull_consumer import PullConsumer, PullStatus
 from ferrymq.client.push_consumer import PushConsumer
@@ -197,3 +200,37 @@ async def test_delayed_messages_survive_kill_9(tmp_path, standalone_process):
     got = await pull_all(second.namesrv_addr, "KillDelayT")
     # At least once: a crash right after a delivery may repeat it, never lose it.
     assert {k for m in got for k in m.keys} == {f"d-{i}" for i in range(20)}
+
+
+async def test_a_listener_call_past_consume_timeout_is_sent_back_and_its_queue_moves_on(delay_cluster):
+    ns = delay_cluster.namesrv_addr
+    await create_topic(ns, "StuckT", 1)
+    release = asyncio.Event()
+    deliveries: list[tuple[str, int]] = []
+
+    async def listener(msgs, context):
+        for m in msgs:
+            deliveries.append((m.keys[0], m.reconsume_times))
+            if m.keys[0] == "stuck-0" and m.reconsume_times == 0:
+                await release.wait()  # hangs far past the consume timeout
+
+    consumer = PushConsumer("stuck-group", namesrv_addr=ns, consume_timeout=1 / 60)  # one second
+    consumer.subscribe("StuckT", "*").register_listener(listener)
+    await consumer.start()
+    try:
+        await produce(ns, "StuckT", 1, prefix="stuck")
+        await produce(ns, "StuckT", 3, prefix="after")
+        # sent back after ~1 s (delay level 3: 1 s here) and delivered again while the first call still hangs
+        await wait_until(lambda: ("stuck-0", 1) in deliveries, 15, "the stuck message redelivered")
+        assert {k for k, _ in deliveries} >= {"after-0", "after-1", "after-2"}
+        async with AdminClient(namesrv_addr=ns) as admin:
+            await wait_until(lambda: _lag(admin), 10, "the queue's offset past the stuck message")
+    finally:
+        release.set()
+        await consumer.shutdown()
+    assert deliveries.count(("stuck-0", 0)) == 1  # the late result of the first call changed nothing
+
+
+async def _lag(admin) -> bool:
+    stats = await admin.consume_stats("stuck-group", topic="StuckT")
+    return sum(o.broker_offset - o.consumer_offset for o in stats.offset_table.values()) == 0

@@ -106,3 +106,24 @@ def test_java_client_given_only_the_address_service_produces_and_consumes(ferrym
     finally:
         service.stop()
     assert events.done["ok"] and len(events.of("received")) >= 10, events
+
+
+def test_java_client_on_the_vip_channel(ferrymq, java_client):
+    """-Dcom.rocketmq.sendMessageWithVIPChannel=true: sends go to listenPort - 2, served as the main port."""
+    topic = f"FerryVip_{uuid.uuid4().hex[:8]}"
+    args = ["produce-consume", "--namesrv", ferrymq.namesrv_addr, "--topic", topic, "--count", "10",
+            "--modes", "sync,async", "--timeout-ms", "60000"]
+    events = run_java_client(args, 120, jvm_args=["-Dcom.rocketmq.sendMessageWithVIPChannel=true"])
+    assert events.done["ok"] and len({e["key"] for e in events.of("received")}) == 20, events
+
+    async def runtime_info_on_vip_port():
+        from ferrymq.remoting.client import RemotingClient
+        from ferrymq.remoting.codes import RequestCode
+        from ferrymq.remoting.command import RemotingCommand
+        client = RemotingClient()
+        try:
+            return await client.invoke(f"127.0.0.1:{ferrymq.broker_port - 2}",
+                                       RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        finally:
+            await client.close()
+    assert asyncio.run(runtime_info_on_vip_port()).code == 0
