@@ -67,6 +67,15 @@ def send_request(topic: str, i: int, body: bytes) -> RemotingCommand:
 async def test_a_raw_flood_gets_system_busy_while_other_clients_are_served(cluster):
     cluster.broker.config.send_thread_pool_queue_capacity = 64  # a small queue, so the flood overruns it
     raw = RemotingClient()
+    peak = 0
+
+    async def sample_backlog():
+        nonlocal peak
+        while True:
+            peak = max(peak, cluster.broker.store.write_backlog().pending)
+            await asyncio.sleep(0)
+
+    sampler = asyncio.ensure_future(sample_backlog())
     try:
         body = b"f" * 16384
         flood = [asyncio.ensure_future(raw.invoke(cluster.broker_addr, send_request("Flood", i, body), 30))
@@ -78,7 +87,9 @@ async def test_a_raw_flood_gets_system_busy_while_other_clients_are_served(clust
             other_latency = time.monotonic() - started
         answers = await asyncio.gather(*flood)
     finally:
+        sampler.cancel()
         await raw.close()
+    assert 0 < peak <= 64, "the store's queue (what the broker holds in memory for sends) stayed bounded"
     codes = [a.code for a in answers]
     busy = [a for a in answers if a.code == ResponseCode.SYSTEM_BUSY]
     assert set(codes) <= {ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY}
