@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -124,3 +125,17 @@ async def read_all(namesrv: str, topic: str, group: str = "inspector") -> list:
                 out += r.messages
                 offset = r.next_begin_offset
         return out
+
+
+@contextlib.asynccontextmanager
+async def cluster_with_topic(data_dir, topic: str, queues: int, settings: dict | None = None):
+    """An in-process name server and broker (``settings`` as broker.conf keys) with ``topic``."""
+    from tests.support import InProcessCluster
+
+    cluster = InProcessCluster(data_dir, settings=settings or {})
+    await cluster.start()
+    try:
+        await create_topic(cluster.namesrv_addr, topic, queues)
+        yield cluster
+    finally:
+        await cluster.stop()

@@ -41,7 +41,7 @@ from ferrymq.broker.stats import BrokerStats
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.broker.transactions import TransactionService
-from ferrymq.common.address_lookup import address_server_url, fetch_namesrv_addr
+from ferrymq.common.address_lookup import changed_namesrv_addr
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
@@ -279,10 +279,9 @@ class Broker:
 
     async def _fetch_namesrv_addr(self) -> None:
         """The name servers from the address service; a new list is registered with at once."""
-        url = address_server_url(self.config.rmq_address_server_domain, self.config.rmq_address_server_sub_group)
-        addr = await fetch_namesrv_addr(url)
-        if addr and addr != self.config.namesrv_addr:
-            log.info("name servers from %s: %s (were %s)", url, addr, self.config.namesrv_addr or "none")
+        addr = await changed_namesrv_addr(self.config.rmq_address_server_domain,
+                                          self.config.rmq_address_server_sub_group, self.config.namesrv_addr)
+        if addr:
             self.config.namesrv_addr = addr
             self._register_wanted.set()
 

@@ -14,7 +14,7 @@ from typing import Callable
 from ferrymq.acl.signature import sign_request
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
-from ferrymq.common.address_lookup import address_server_url, fetch_namesrv_addr
+from ferrymq.common.address_lookup import changed_namesrv_addr
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import (
     DEFAULT_TOPIC,
@@ -96,10 +96,9 @@ class ClientInstance:
 
     async def fetch_namesrv_addr(self) -> None:
         """Ask the address service for the name servers; keep the last list when it has none."""
-        url = address_server_url(self.config.namesrv_domain, self.config.namesrv_domain_subgroup)
-        addr = await fetch_namesrv_addr(url)
-        if addr and addr != self.config.namesrv_addr:
-            log.info("name servers from %s: %s (were %s)", url, addr, self.config.namesrv_addr or "none")
+        addr = await changed_namesrv_addr(self.config.namesrv_domain, self.config.namesrv_domain_subgroup,
+                                          self.config.namesrv_addr)
+        if addr:
             self.config.namesrv_addr = addr
 
     async def invoke_broker(self, addr: str, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:

@@ -37,3 +37,14 @@ async def fetch_namesrv_addr(url: str, timeout: float = TIMEOUT) -> str | None:
         return None
     first = text.strip().splitlines()[0].strip() if text.strip() else ""
     return first or None
+
+
+async def changed_namesrv_addr(domain: str, subgroup: str, current: str) -> str | None:
+    """Ask the address service of ``domain``; the list when it differs from ``current``
+    (logged), None when it is the same or the service gave none (keep the last list)."""
+    url = address_server_url(domain, subgroup)
+    addr = await fetch_namesrv_addr(url)
+    if not addr or addr == current:
+        return None
+    log.info("name servers from %s: %s (were %s)", url, addr, current or "none")
+    return addr

@@ -25,19 +25,14 @@ from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.remoting.server import RemotingServer
 from ferrymq.store.config import StoreConfig
-from tests.consumer_support import create_topic, read_all
-from tests.support import InProcessCluster, wait_until
+from tests.consumer_support import cluster_with_topic, read_all
+from tests.support import wait_until
 
 
 @pytest.fixture
 async def cluster(tmp_path):
-    c = InProcessCluster(tmp_path / "store")
-    await c.start()
-    await create_topic(c.namesrv_addr, "Flood", 4)
-    try:
+    async with cluster_with_topic(tmp_path / "store", "Flood", 4) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 def keyed(i: int, body: bytes = b"x") -> Message:

@@ -11,19 +11,13 @@ from ferrymq.client.producer import Producer
 from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.client.request_reply import create_reply, reply_topic
 from ferrymq.common.message import Message, MessageExt, Prop
-from tests.consumer_support import create_topic, read_all
-from tests.support import InProcessCluster
+from tests.consumer_support import cluster_with_topic, read_all
 
 
 @pytest.fixture
 async def cluster(tmp_path):
-    c = InProcessCluster(tmp_path / "store")
-    await c.start()
-    await create_topic(c.namesrv_addr, "Quotes", 2)
-    try:
+    async with cluster_with_topic(tmp_path / "store", "Quotes", 2) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 async def test_a_request_gets_the_reply_its_responder_sends(cluster):

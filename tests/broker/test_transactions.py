@@ -14,8 +14,8 @@ from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.transaction_producer import LocalTransactionState, TransactionProducer
 from ferrymq.common.message import Message
-from tests.consumer_support import create_topic, read_all
-from tests.support import InProcessCluster, wait_until
+from tests.consumer_support import cluster_with_topic, read_all
+from tests.support import wait_until
 
 COMMIT, ROLLBACK, UNKNOW = (LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.ROLLBACK_MESSAGE,
                             LocalTransactionState.UNKNOW)
@@ -25,13 +25,8 @@ FAST_CHECKS = {"transactionCheckInterval": 200, "transactionTimeOut": 300}
 @pytest.fixture
 async def cluster(tmp_path, request):
     settings = {**FAST_CHECKS, **getattr(request, "param", {})}
-    c = InProcessCluster(tmp_path / "store", settings=settings)
-    await c.start()
-    await create_topic(c.namesrv_addr, "Orders", 2)
-    try:
+    async with cluster_with_topic(tmp_path / "store", "Orders", 2, settings) as c:
         yield c
-    finally:
-        await c.stop()
 
 
 async def visible(ns: str, topic: str = "Orders") -> list:
