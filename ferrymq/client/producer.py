@@ -140,8 +140,12 @@ class Producer:
         deadline = time.monotonic() + timeout
         reply = self._requests.prepare(msg, self.config.client_id, timeout)
         try:
-            # The reply is pushed by the broker of the reply topic: be known there first.
+            # The reply is pushed by the broker of the reply topic, which may be another one:
+            # be known to every broker (those of the default topic too), as Java's requester is.
             await self._publish_route(msg.topic)
+            if DEFAULT_TOPIC not in self.instance.watched_topics:
+                self.instance.watched_topics.add(DEFAULT_TOPIC)
+                await self.instance.default_topic_route()
             await self.instance.send_heartbeats()
             await self.send(msg, timeout=max(0.001, deadline - time.monotonic()))
             return await asyncio.wait_for(reply, max(0.001, deadline - time.monotonic()))
