@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.runtime_info import group_lags
+from ferrymq.store.retention import disk_used_ratio
 
 
 class BrokerCollector(Collector):
@@ -44,6 +45,13 @@ class BrokerCollector(Collector):
                      store.max_phy_offset - store.min_phy_offset)
         yield _gauge("store_commitlog_segments", "CommitLog segment files", base, labels, store.commit_log_segments)
         yield _gauge("topics", "Topics configured on this broker", base, labels, len(b.topics.table))
+        # The file system of the store: what the disk guard acts on (sends refused above the
+        # warning ratio), for alerting before that happens.
+        used = disk_used_ratio(b.store_config.store_path_root_dir)
+        if used >= 0:
+            yield _gauge("store_disk_used_ratio", "Used share of the store's file system (0-1)", base, labels, used)
+        yield _gauge("store_disk_warning_ratio", "diskSpaceWarningLevelRatio (0-1): above it sends are refused",
+                     base, labels, b.store_config.disk_space_warning_level_ratio / 100)
         backlog = store.write_backlog()
         yield _gauge("store_write_backlog", "Writes queued for the store or running", base, labels, backlog.pending)
         busy = CounterMetricFamily("ferrymq_broker_sends_refused_busy",
@@ -77,8 +85,10 @@ def broker_registry(ctx: BrokerContext, connection_count: Callable[[], int]) -> 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(ctx, connection_count))
     flush_latency = Histogram("ferrymq_broker_flush_latency_seconds", "Time taken by CommitLog fsyncs",
+                              labelnames=["cluster", "broker"],
                               buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
                               registry=registry)
-    return registry, flush_latency
+    # labelled like every other broker series, so dashboards and alerts can select by broker
+    return registry, flush_latency.labels(ctx.config.broker_cluster_name, ctx.config.broker_name)
 
 

@@ -134,3 +134,36 @@ def test_owner_references_the_operator_sets_pass_owner_reference_enforcement(con
         assert p.returncode == 0, p.stderr
     p = create_owned_by("Topic")
     assert p.returncode != 0 and "cannot set blockOwnerDeletion" in p.stderr, p.stderr
+
+
+def test_monitoring_renders_pod_monitors_rules_and_the_dashboard(control_plane):
+    values = ["--set", "monitoring.podMonitors=true,monitoring.rules=true,monitoring.dashboards=true",
+              "--set", "monitoring.alerts.lagMessages=5000", "--set", "monitoring.labels.release=prom",
+              "--set", "watchNamespaces={team-a}"]
+    p = helm(control_plane, "lint", "--strict", str(CHART), *values)
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = helm(control_plane, "template", "r", str(CHART), "-n", "ferrymq-render", *values)
+    assert p.returncode == 0, p.stderr
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(p.stdout) if d}
+    brokers = docs[("PodMonitor", "r-ferrymq-operator-brokers")]
+    assert brokers["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "ferrymq",
+                                                          "app.kubernetes.io/component": "broker"}
+    assert brokers["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+    assert brokers["spec"]["podMetricsEndpoints"][0]["port"] == "http"
+    assert brokers["metadata"]["labels"]["release"] == "prom"
+    assert ("PodMonitor", "r-ferrymq-operator-namesrvs") in docs
+    rules = {r["alert"]: r for r in docs[("PrometheusRule", "r-ferrymq-operator")]["spec"]["groups"][0]["rules"]}
+    assert {"FerryMQBrokerDown", "FerryMQConsumerLagGrowing", "FerryMQGroupDisabledByProtection",
+            "FerryMQDiskNearlyFull", "FerryMQFlushLatencyHigh"} <= set(rules)
+    assert "> 5000" in rules["FerryMQConsumerLagGrowing"]["expr"]
+    assert "{{ $labels.group }}" in rules["FerryMQGroupDisabledByProtection"]["annotations"]["summary"]
+    dashboards = docs[("ConfigMap", "r-ferrymq-operator-dashboards")]
+    assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboards["data"]["ferrymq.json"]) == json.loads((CHART / "dashboards" / "ferrymq.json").read_text())
+    # the ConfigMap passes the real API server's validation (the Prometheus operator's kinds need its CRDs)
+    control_plane.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ferrymq-render"}}])
+    dry = control_plane.kubectl("apply", "--dry-run=server", "-n", "ferrymq-render", "-f", "-",
+                                input=json.dumps(dashboards), check=False)
+    assert dry.returncode == 0, dry.stderr
+    off = helm(control_plane, "template", "r", str(CHART))
+    assert "PodMonitor" not in off.stdout and "PrometheusRule" not in off.stdout and "grafana_dashboard" not in off.stdout
