@@ -96,5 +96,7 @@ def test_broker_metrics_count_traffic_lag_and_groups(processes, tmp_path):
     with socket.create_connection(("127.0.0.1", broker_port)):
         poll_until("one more connection counted", lambda: connections() == before + 1, 20, 0.05)
     poll_until("the closed connection uncounted", lambda: connections() == before, 20, 0.05)
-    assert ("ferrymq_broker_flush_latency_seconds_count", ()) in m
+    assert ("ferrymq_broker_flush_latency_seconds_count", base) in m
+    assert 0 < m[("ferrymq_broker_store_disk_used_ratio", base)] < 1
+    assert m[("ferrymq_broker_store_disk_warning_ratio", base)] == 0.9
     assert any(k[0] == "ferrymq_namesrv_topics" for k in m)  # standalone serves both components' metrics
