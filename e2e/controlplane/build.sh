@@ -91,6 +91,19 @@ kwok_stages() {
   mv "$out" "$OUT/kwok-stages.yaml"
 }
 
+prometheus_crds() {
+  # The Prometheus operator's PodMonitor and PrometheusRule CRDs, so the chart's monitoring
+  # objects are validated by the real API server; from the pinned Go module, never copied in.
+  local src; src="$(go env GOMODCACHE)/github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION/example/prometheus-operator-crd"
+  local f out="$OUT/prometheus-operator-crds.yaml.tmp"
+  [ -d "$src" ] || (cd /tmp && go mod download "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")
+  : > "$out"
+  for f in monitoring.coreos.com_podmonitors.yaml monitoring.coreos.com_prometheusrules.yaml; do
+    { echo "---"; cat "$src/$f"; } >> "$out"
+  done
+  mv "$out" "$OUT/prometheus-operator-crds.yaml"
+}
+
 missing() { for b in "$@"; do [ -x "$BIN/$b" ] || return 0; done; return 1; }
 
 main() {
@@ -101,6 +114,7 @@ main() {
   fi
   if missing kwok; then step "kwok $KWOK_VERSION" build_kwok; fi
   [ -s "$OUT/kwok-stages.yaml" ] || kwok_stages
+  [ -s "$OUT/prometheus-operator-crds.yaml" ] || prometheus_crds
 
   if [ -n "${FERRYMQ_K8S_REPORT:-}" ] || ! grep -q '^sizes' "$LOG" 2>/dev/null; then
     { echo "sizes $(date -u +%FT%TZ):"; (cd "$BIN" && ls -l | awk 'NR>1 {printf "  %-26s %6.1f MB\n", $9, $5/1048576}');

@@ -160,10 +160,18 @@ def test_monitoring_renders_pod_monitors_rules_and_the_dashboard(control_plane):
     dashboards = docs[("ConfigMap", "r-ferrymq-operator-dashboards")]
     assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(dashboards["data"]["ferrymq.json"]) == json.loads((CHART / "dashboards" / "ferrymq.json").read_text())
-    # the ConfigMap passes the real API server's validation (the Prometheus operator's kinds need its CRDs)
-    control_plane.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ferrymq-render"}}])
+    # all four pass the real API server's validation, the Prometheus operator's kinds against its
+    # own CRDs (from its Go module, fetched by e2e/controlplane/build.sh)
+    crds = control_plane.bin.parent / "prometheus-operator-crds.yaml"
+    control_plane.kubectl("apply", "--server-side", "-f", str(crds))
+    for crd in ("podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"):
+        control_plane.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    control_plane.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
+                         for n in ("ferrymq-render", "team-a")])
+    monitoring = [d for (kind, _), d in docs.items() if kind in ("PodMonitor", "PrometheusRule", "ConfigMap")]
+    assert len(monitoring) == 4
     dry = control_plane.kubectl("apply", "--dry-run=server", "-n", "ferrymq-render", "-f", "-",
-                                input=json.dumps(dashboards), check=False)
-    assert dry.returncode == 0, dry.stderr
+                                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": monitoring}), check=False)
+    assert dry.returncode == 0 and not dry.stderr.strip(), dry.stderr
     off = helm(control_plane, "template", "r", str(CHART))
     assert "PodMonitor" not in off.stdout and "PrometheusRule" not in off.stdout and "grafana_dashboard" not in off.stdout
