@@ -155,8 +155,8 @@ def proc_cpu_seconds(pid: int | None) -> float:
 class FerryBroker:
     name = "FerryMQ"
 
-    def __init__(self, workdir: Path) -> None:
-        self.proc = StandaloneProcess(workdir / "ferrymq-data")
+    def __init__(self, workdir: Path, flush: str = "ASYNC_FLUSH") -> None:
+        self.proc = StandaloneProcess(workdir / "ferrymq-data", [f"flushDiskType={flush}"])
 
     def start(self) -> None:
         self.proc.start()
@@ -187,10 +187,11 @@ class FerryBroker:
 class ApacheBroker:
     name = "Apache"
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, flush: str = "ASYNC_FLUSH") -> None:
         from tests.compat.harness import ApacheRocketMQ
 
-        self.mq = ApacheRocketMQ(broker_jvm_opts=APACHE_BROKER_JVM, broker_conf=dict(APACHE_BROKER_CONF),
+        self.mq = ApacheRocketMQ(broker_jvm_opts=APACHE_BROKER_JVM,
+                                 broker_conf={**APACHE_BROKER_CONF, "flushDiskType": flush},
                                  workdir=workdir / "apache")
 
     def start(self) -> None:
@@ -554,7 +555,7 @@ def print_report(info: dict, results: dict, args, scenarios: list[str], clients:
     p(f"python {info['python']}   java: {info['java']}   ferrymq {info['ferrymq_commit']}")
     p(f"bodies {args.size} B   per scenario: at most {args.messages} messages or {args.seconds:g} s, "
       f"after {args.warmup} warm-up messages")
-    p(f"topics: {QUEUES} queues   brokers: ASYNC_FLUSH on 127.0.0.1, each warmed up with {args.broker_warmup} messages "
+    p(f"topics: {QUEUES} queues   brokers: {args.flush} on 127.0.0.1, each warmed up with {args.broker_warmup} messages "
       f"first   ratio F/A = FerryMQ / Apache: msgs/s > 1 means FerryMQ is faster, latency > 1 means slower")
     p(f"load average before the run: {info.get('loadavg_before')}   CPU used by other processes during the run: "
       f"{info.get('other_cpu_cores', 0):.2f} cores on average"
@@ -647,7 +648,7 @@ async def amain(args) -> int:
         elif args.only == "apache":
             kinds = [ApacheBroker]
         for kind in kinds:
-            broker = kind(workdir)
+            broker = kind(workdir, args.flush)
             results[broker.name] = await bench_broker(broker, args, scenarios, clients, workdir)
     info["elapsedS"] = round(time.monotonic() - t0, 1)
     # Everything else on the machine competes for the same 2 cores: say how much there was.
@@ -674,6 +675,8 @@ def main() -> None:
                              "(default 20000; quick 10000)")
     parser.add_argument("--size", type=int, default=1024, help="body size in bytes (default 1024)")
     parser.add_argument("--only", choices=("ferrymq", "apache"), default=None, help="one broker only")
+    parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH",
+                        help="flushDiskType of both brokers (SYNC_FLUSH: acknowledged after fsync, group commit)")
     parser.add_argument("--clients", default="python,java", help="load generators (default python,java)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"default {','.join(SCENARIOS)}")
     parser.add_argument("--profile", action="store_true", help="sample the FerryMQ broker with py-spy")
