@@ -3,7 +3,7 @@
 Not a test. Run: .venv/bin/python bench/broker_bench.py [--quick] [--messages N] [--only ferrymq|apache]
 
 For each broker (FerryMQ ``standalone`` as a subprocess, Apache RocketMQ 4.9.7 name server +
-broker from the compat harness; both ASYNC_FLUSH, 1 GiB commit-log files, on 127.0.0.1), a
+broker from the compat harness; both ASYNC_FLUSH unless --flush SYNC_FLUSH, 1 GiB commit-log files, on 127.0.0.1), a
 topic with 8 queues per load generator is created (FerryMQ's admin client / the official
 mqadmin), then each scenario is measured by two load generators in turn:
 
