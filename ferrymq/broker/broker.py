@@ -85,7 +85,7 @@ class Broker:
         self.schedule = ScheduleMessageService(self.ctx, config_dir)
         self.store.arrival_listeners.append(self.schedule.on_arrival)
         self.retry = RetryService(self.ctx, self.schedule)
-        self.transactions = TransactionService(self.ctx)
+        self.transactions = TransactionService(self.ctx, self.schedule.level_count)
         self.protection = ConsumeProtection(config, self.groups)
         self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker",
                                      tls=config.server_tls(),

@@ -78,8 +78,10 @@ class EndTransaction:
 
 
 class TransactionService:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: BrokerContext, delay_levels: int) -> None:
+        """``delay_levels``: how many delay levels there are (a committed message may carry one)."""
         self.ctx = ctx
+        self.delay_levels = delay_levels
         self.checks_sent = 0
         self.discarded = 0
 
@@ -131,7 +133,7 @@ class TransactionService:
                          born_timestamp=half.born_timestamp, born_host=half.born_host, store_host=self.ctx.store_host,
                          reconsume_times=half.reconsume_times)
         if is_delayable(msg):
-            divert_to_schedule(msg, len(self.ctx.store_config.delay_level_millis()))
+            divert_to_schedule(msg, self.delay_levels)
         return msg
 
     async def _mark_decided(self, half_offset: int) -> bool:
@@ -157,11 +159,12 @@ class TransactionService:
         store, offsets = self.ctx.store, self.ctx.offsets
         half_offset = max(offsets.query(CHECK_GROUP, HALF_TOPIC, 0), store.min_offset(HALF_TOPIC, 0), 0)
         op_offset = max(offsets.query(CHECK_GROUP, OP_TOPIC, 0), store.min_offset(OP_TOPIC, 0), 0)
-        decided = await self._decided(op_offset)
+        decided = await self._decided(op_offset)  # half offsets, in op-queue order
+        decided_set = set(decided)
         end = store.max_offset(HALF_TOPIC, 0)
         position = half_offset
         while position < end:
-            if position in decided:
+            if position in decided_set:
                 position += 1
                 continue
             result = await store.get_messages(CHECK_GROUP, HALF_TOPIC, 0, position, 1)
@@ -175,16 +178,14 @@ class TransactionService:
                 break  # too young: so is everything after it
             position += 1
         offsets.commit(CHECK_GROUP, HALF_TOPIC, 0, position)
-        # op records naming only passed half messages are done with
-        done = 0
-        for half_of_op in decided.values_in_order:
-            if half_of_op >= position:
-                break
-            done += 1
+        # the leading op records that name only passed half messages are done with
+        done = next((i for i, half_of_op in enumerate(decided) if half_of_op >= position), len(decided))
         offsets.commit(CHECK_GROUP, OP_TOPIC, 0, op_offset + done)
 
-    async def _decided(self, op_offset: int) -> "_Decided":
-        decided = _Decided()
+    async def _decided(self, op_offset: int) -> list[int]:
+        """The half offsets the op queue names from ``op_offset`` on (-1 for an unreadable one,
+        which keeps the op offsets aligned and decides nothing)."""
+        decided: list[int] = []
         offset, end = op_offset, self.ctx.store.max_offset(OP_TOPIC, 0)
         while offset < end:
             result = await self.ctx.store.get_messages(CHECK_GROUP, OP_TOPIC, 0, offset, BATCH)
@@ -192,9 +193,9 @@ class TransactionService:
                 break
             for record in result.records:
                 try:
-                    decided.add(int(decode_record(record)[0].body))
+                    decided.append(int(decode_record(record)[0].body))
                 except ValueError:
-                    decided.add(-1)  # unreadable: keeps the op offsets aligned, decides nothing
+                    decided.append(-1)
             offset = result.next_begin_offset
         return decided
 
@@ -254,21 +255,6 @@ class TransactionService:
             self.checks_sent += 1
         except RemotingError as e:
             log.info("transaction %s: asking %s failed: %s", half.client_msg_id, channel.client_id, e)
-
-
-class _Decided:
-    """The half offsets the op queue names, in op-queue order and as a set."""
-
-    def __init__(self) -> None:
-        self.values_in_order: list[int] = []
-        self._set: set[int] = set()
-
-    def add(self, half_offset: int) -> None:
-        self.values_in_order.append(half_offset)
-        self._set.add(half_offset)
-
-    def __contains__(self, half_offset: int) -> bool:
-        return half_offset in self._set
 
 
 def _int(text: str | None, default: int) -> int:

@@ -140,19 +140,24 @@ class Producer:
         deadline = time.monotonic() + timeout
         reply = self._requests.prepare(msg, self.config.client_id, timeout)
         try:
-            # The reply is pushed by the broker of the reply topic, which may be another one:
-            # be known to every broker (those of the default topic too), as Java's requester is.
+            # The reply is pushed by the broker of the reply topic, which may be another one.
             await self._publish_route(msg.topic)
-            if DEFAULT_TOPIC not in self.instance.watched_topics:
-                self.instance.watched_topics.add(DEFAULT_TOPIC)
-                await self.instance.default_topic_route()
-            await self.instance.send_heartbeats()
+            await self._known_to_every_broker()
             await self.send(msg, timeout=max(0.001, deadline - time.monotonic()))
             return await asyncio.wait_for(reply, max(0.001, deadline - time.monotonic()))
         except asyncio.TimeoutError:
             raise MQClientError(f"no reply to the request to {msg.topic} within {timeout:g} s") from None
         finally:
             reply.cancel()
+
+    async def _known_to_every_broker(self) -> None:
+        """Heartbeat to every broker of the default topic too, not only those sent to (as Java's
+        producer does), so a broker that must call this producer back (a reply, a transaction
+        check) knows its connection; the default topic's route is kept fresh from then on."""
+        if DEFAULT_TOPIC not in self.instance.watched_topics:
+            self.instance.watched_topics.add(DEFAULT_TOPIC)
+            await self.instance.default_topic_route()
+        await self.instance.send_heartbeats()
 
     @staticmethod
     async def _refuse_async(error: MQClientError) -> SendResult:

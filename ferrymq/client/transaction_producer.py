@@ -28,7 +28,6 @@ from ferrymq.client.listener import call_user_code
 from ferrymq.client.producer import Producer, SendResult, SendStatus
 from ferrymq.common.message import Message, MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.message_id import decode_offset_msg_id
-from ferrymq.common.protocol import DEFAULT_TOPIC
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
@@ -60,13 +59,9 @@ class TransactionProducer(Producer):
         self.instance.request_handlers[RequestCode.CHECK_TRANSACTION_STATE] = self._on_check
 
     async def start(self) -> "TransactionProducer":
-        # Brokers check back with producers that heartbeat to them: know every broker of the
-        # default topic from the start, as the Java producer does, not only those sent to.
-        self.instance.watched_topics.add(DEFAULT_TOPIC)
         await super().start()
-        with contextlib.suppress(MQClientError):
-            await self.instance.refresh_routes()
-            await self.instance.send_heartbeats()
+        with contextlib.suppress(MQClientError):  # name servers not there yet: the next refresh
+            await self._known_to_every_broker()  # brokers check back with producers they know
         return self
 
     async def send_in_transaction(self, msg: Message, execute: Execute, arg: Any = None, *,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
 import ssl
+import time
 from typing import Callable
 
 from ferrymq.remoting.codes import DEFAULT_MAX_FRAME
@@ -51,7 +51,6 @@ class RemotingServer:
         self.max_idle_seconds = max_idle_seconds
         self._idle_sweeper: asyncio.Task | None = None
         self._mirrors: list[RemotingServer] = []
-        self._default_processor_of: Callable[[], RequestHandler | None] = lambda: self._default_processor
 
     def register(self, code: int, processor: RequestHandler) -> None:
         self._processors[int(code)] = processor
@@ -59,6 +58,8 @@ class RemotingServer:
     def register_default(self, processor: RequestHandler) -> None:
         """Serve every code without a dedicated processor (RocketMQ's admin processor)."""
         self._default_processor = processor
+        for mirror in self._mirrors:
+            mirror.register_default(processor)
 
     def set_request_guard(self, guard: RequestGuard | None) -> None:
         self._guard = guard
@@ -67,13 +68,13 @@ class RemotingServer:
 
     def mirror(self, port: int, name: str) -> "RemotingServer":
         """Another listener serving exactly what this one serves (the same processors, guard
-        and connection listeners): RocketMQ's VIP channel on listenPort - 2."""
+        and connection listeners, also those set later): RocketMQ's VIP channel on listenPort - 2."""
         other = RemotingServer(self.host, port, max_frame=self._max_frame, name=name, tls=self._tls,
                                max_idle_seconds=self.max_idle_seconds)
         other._processors = self._processors  # shared tables: registrations made later apply to both
         other._open_listeners = self._open_listeners
         other._close_listeners = self._close_listeners
-        other._default_processor_of = lambda: self._default_processor
+        other._default_processor = self._default_processor
         other._guard = self._guard
         self._mirrors.append(other)
         return other
@@ -154,7 +155,7 @@ class RemotingServer:
             refusal = self._guard(request, connection.remote_address[0])
             if refusal is not None:
                 return refusal
-        processor = self._processors.get(request.code) or self._default_processor_of()
+        processor = self._processors.get(request.code, self._default_processor)
         if processor is None:
             return not_supported(request)
         return await processor(request, connection)

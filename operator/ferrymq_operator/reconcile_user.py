@@ -84,7 +84,8 @@ async def reconcile_user(body, patch: kopf.Patch, settings: OperatorSettings) ->
     if cluster is None:
         return status.finish(body, patch, [status.not_ready(
             "BrokerNotFound", f"Broker {user.broker} does not exist")], extra, applied=False)
-    if await _user_secret_key(user) is None:
+    secret_key = await _user_secret_key(user)
+    if secret_key is None:
         name, key = user.secret_ref or (user.secret_name, acl.SECRET_KEY_FIELD)
         return status.finish(body, patch, [status.not_ready(
             "SecretNotFound", f"Secret {name} has no key {key}")], extra, applied=False)
@@ -96,7 +97,8 @@ async def reconcile_user(body, patch: kopf.Patch, settings: OperatorSettings) ->
     enforced = Condition("AclEnforced", cluster.acl_enabled, "Enabled" if cluster.acl_enabled else "AclDisabled",
                          "" if cluster.acl_enabled else f"Broker {cluster.name} has spec.acl.enabled=false: "
                                                         "the account exists but nothing asks for it")
-    refusing = await _brokers_refusing(cluster, user, settings) if cluster.acl_enabled else {}
+    credentials = Credentials(user.access_key, secret_key)
+    refusing = await _brokers_refusing(cluster, credentials, settings) if cluster.acl_enabled else {}
     if refusing:
         # Brokers read the ACL from the mounted Secret, which the kubelet refreshes within about
         # a minute: Ready only once every broker accepts the account with its current secret.
@@ -109,7 +111,8 @@ async def reconcile_user(body, patch: kopf.Patch, settings: OperatorSettings) ->
                   extra)
 
 
-async def _brokers_refusing(cluster: BrokerCluster, user: AclUser, settings: OperatorSettings) -> dict[str, str]:
+async def _brokers_refusing(cluster: BrokerCluster, credentials: Credentials,
+                            settings: OperatorSettings) -> dict[str, str]:
     try:
         async with admin_client(settings, cluster) as admin:
             addrs = await broker_admin.brokers(admin, cluster.name)
@@ -117,7 +120,6 @@ async def _brokers_refusing(cluster: BrokerCluster, user: AclUser, settings: Ope
         return {"name servers": str(e)}
     if not addrs:
         return {}  # no broker registered yet: each loads the whole file when it starts
-    credentials = Credentials(user.access_key, await _user_secret_key(user) or "")
     return await broker_admin.brokers_refusing(namesrv_addr(settings, cluster), settings.admin_timeout, credentials,
                                                client_tls(cluster), addrs)
 
