@@ -1,12 +1,20 @@
 """The broker's asyncio face of the (synchronous, thread-safe) message store.
 
-Every store call that touches the disk runs in a worker thread, never on the event loop.
-Writes go through a single writer thread, so appends keep their arrival order without a
-lock convoy; reads use a small pool so a cold read never delays a send. After a write the
-arrival is announced on the loop to wake held pulls for that queue.
+Appends (puts) run on the event loop itself while they are fast, as RocketMQ appends in the
+request thread: an append is a copy into the page cache, microseconds, and handing it to a
+thread costs more than it (a wake-up each way, the GIL passed back and forth; measured in
+bench/RESULTS.md). An append that takes longer than ``slow_append_ms`` (dirty-page
+throttling, a stalled disk) moves appends to the store's single writer thread for
+``OFFLOAD_SECONDS``, so the loop keeps serving pulls, heartbeats and admin requests while
+the disk is slow, and admission control (broker/flow_control.py) sees the writer's queue.
+With ``append_on_loop`` false every append goes to the writer thread. Everything else that
+may touch the disk (reads, fsyncs, retention, load and shutdown) runs in threads; reads use
+a small pool so a cold read never delays a send. After a write the arrival is announced on
+the loop to wake held pulls for that queue.
 
-Under load the hand-offs cost more than the appends, so they are batched both ways: the
-writer thread takes every put queued since it last looked, and the results (and
+Writes through the writer thread keep their arrival order (one thread; an append runs on the
+loop only while that thread has nothing queued or running). Its hand-offs are batched both
+ways: the thread takes every put queued since it last looked, and the results (and
 group-commit acknowledgements) reach the loop with one wake-up per batch, not per put.
 
 SYNC_FLUSH (group commit): the writer thread only appends; it never fsyncs. A put whose
@@ -25,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +47,11 @@ from ferrymq.store.results import AppendResult, GetResult, PutStatus, QueryMessa
 from ferrymq.store.retention import CleanResult
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+# How long appends stay in the writer thread after one was slow on the loop.
+OFFLOAD_SECONDS = 10.0
 
 # topic, queue id, the queue's new max offset, the messages just stored there
 ArrivalListener = Callable[[str, int, int, Sequence[MessageExt]], None]
@@ -113,6 +127,11 @@ class _WriterThread:
     def running(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued or running: a write done elsewhere now cannot overtake one of ours."""
+        return self._submitted == self._finished
+
     def submit(self, completions: _LoopCompletions, future: asyncio.Future, fn: Callable, args: tuple, kwargs: dict) -> None:
         with self._cond:
             if self._stopping:
@@ -157,9 +176,13 @@ class AsyncMessageStore:
     offsets, CommitLog bounds) are plain methods. ``sync_store`` is for the broker's
     lifecycle and for tests; broker code goes through the methods here."""
 
-    def __init__(self, store: MessageStore, *, read_threads: int = 4) -> None:
+    def __init__(self, store: MessageStore, *, read_threads: int = 4, append_on_loop: bool = True,
+                 slow_append_ms: int = 20) -> None:
         self.sync_store = store
         self._writer = _WriterThread()
+        self._append_on_loop = append_on_loop
+        self._slow_append_s = slow_append_ms / 1000
+        self._offloaded_until = 0.0  # monotonic time until which appends go to the writer thread
         self._completions: _LoopCompletions | None = None
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
         # fsync gets its own thread: a slow disk delays durability, never the next append.
@@ -180,6 +203,26 @@ class AsyncMessageStore:
         self._writer.submit(completions, future, fn, args, kwargs)
         return await future
 
+    async def _append(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        """A put: on the loop while appends are fast and the writer thread is idle, else queued."""
+        if not self._append_on_loop or not self._writer.idle:
+            return await self._write(fn, *args, **kwargs)
+        started = time.monotonic()
+        if started < self._offloaded_until:
+            return await self._write(fn, *args, **kwargs)
+        result = fn(*args, **kwargs)
+        took = time.monotonic() - started
+        if took > self._slow_append_s:
+            self._offloaded_until = started + took + OFFLOAD_SECONDS
+            log.warning("an append took %.0f ms on the event loop: appends go to the writer thread for %.0f s",
+                        took * 1000, OFFLOAD_SECONDS)
+        return result
+
+    @property
+    def appends_offloaded(self) -> bool:
+        """Whether appends currently run in the writer thread (set off by a slow append)."""
+        return not self._append_on_loop or time.monotonic() < self._offloaded_until
+
     async def _read(self, fn: Callable[..., T], *args, **kwargs) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._readers, functools.partial(fn, *args, **kwargs))
 
@@ -190,12 +233,12 @@ class AsyncMessageStore:
 
     async def put_message(self, msg: MessageExt, *, wait: bool = True) -> AppendResult:
         """Store one message; answer per the flush policy (``wait``: the message's WAIT flag)."""
-        result = await self._write(self.sync_store.put_message, msg, wait_flush=False)
+        result = await self._append(self.sync_store.put_message, msg, wait_flush=False)
         self._announce(msg.topic, msg.queue_id, result, (msg,))
         return await self._flushed(result, wait and msg.wait_store_msg_ok)
 
     async def put_messages(self, msgs: list[MessageExt], *, wait: bool = True) -> AppendResult:
-        result = await self._write(self.sync_store.put_messages, msgs, wait_flush=False)
+        result = await self._append(self.sync_store.put_messages, msgs, wait_flush=False)
         if msgs:
             self._announce(msgs[0].topic, msgs[0].queue_id, result, msgs)
         return await self._flushed(result, wait and all(m.wait_store_msg_ok for m in msgs))

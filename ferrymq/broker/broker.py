@@ -72,7 +72,9 @@ class Broker:
         self.groups = SubscriptionGroupManager(config_dir, auto_create=config.auto_create_subscription_group)
         self.offsets = ConsumerOffsetManager(config_dir)
         self.stats = BrokerStats()
-        self.store = AsyncMessageStore(MessageStore(store_config))  # its store host is resolved at start
+        self.store = AsyncMessageStore(MessageStore(store_config),  # its store host is resolved at start
+                                       append_on_loop=config.append_on_event_loop,
+                                       slow_append_ms=config.slow_append_mills)
         self.pull_waiters = PullWaiters(self.store.max_offset)
         self.store.arrival_listeners.append(self.pull_waiters.notify)
         self.locks = QueueLockManager(config.rebalance_lock_max_live_time / 1000)

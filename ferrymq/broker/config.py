@@ -90,6 +90,11 @@ class BrokerConfig:
     wait_time_mills_in_send_queue: int = field(default=200, metadata=LIVE)
     os_page_cache_busy_time_out_mills: int = field(default=1_000, metadata=LIVE)
     send_thread_pool_queue_capacity: int = 10_000
+    # FerryMQ's own: appends run on the event loop (a page-cache copy costs less than a thread
+    # hand-off) until one takes longer than slow_append_mills; then, for a while, in the store's
+    # writer thread so a slow disk does not stall pulls and heartbeats (broker/async_store.py).
+    append_on_event_loop: bool = True
+    slow_append_mills: int = 20
     # Request-reply: a reply (SEND_REPLY_MESSAGE) is pushed to the requester and also stored in
     # <cluster>_REPLY_TOPIC when this is on.
     store_reply_message_enable: bool = field(default=True, metadata=LIVE)
@@ -127,6 +132,7 @@ class BrokerConfig:
                      "server_channel_max_idle_time_seconds"):
             check_range(self, name, 1)
         check_range(self, "max_frame_size", 1024)
+        check_range(self, "slow_append_mills", 0)  # 0: every append counts as slow
         ServerTls.check(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,
                         self.tls_server_trust_cert_path, self.tls_server_need_client_auth)
 

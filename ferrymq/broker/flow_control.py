@@ -9,8 +9,12 @@ from ferrymq.broker.async_store import WriteBacklog
 from ferrymq.broker.config import BrokerConfig
 
 
-def send_refusal(backlog: WriteBacklog, config: BrokerConfig) -> str | None:
-    """The SYSTEM_BUSY remark for a send arriving now; None to accept it."""
+def send_refusal(backlog: WriteBacklog, config: BrokerConfig, queued_ms: int = 0) -> str | None:
+    """The SYSTEM_BUSY remark for a send about to be processed; None to accept it.
+
+    ``queued_ms``: how long this request waited between being read and being processed (the
+    event loop's queue, RocketMQ's send thread pool queue); ``backlog``: the store writer's
+    queue, which holds writes only while appends are offloaded from the loop."""
     if not config.broker_fast_failure_enable:
         return None
     if backlog.running_ms >= config.os_page_cache_busy_time_out_mills:
@@ -18,7 +22,8 @@ def send_refusal(backlog: WriteBacklog, config: BrokerConfig) -> str | None:
                 f"period in queue: {backlog.running_ms}ms, size of queue: {backlog.pending}")
     if backlog.pending >= config.send_thread_pool_queue_capacity:
         return "[OVERLOAD]system busy, start flow control for a while"
-    if backlog.oldest_wait_ms >= config.wait_time_mills_in_send_queue:
+    waited = max(backlog.oldest_wait_ms, queued_ms)
+    if waited >= config.wait_time_mills_in_send_queue:
         return (f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, "
-                f"period in queue: {backlog.oldest_wait_ms}ms, size of queue: {backlog.pending}")
+                f"period in queue: {waited}ms, size of queue: {backlog.pending}")
     return None

@@ -54,6 +54,8 @@ class BrokerCollector(Collector):
                      base, labels, b.store_config.disk_space_warning_level_ratio / 100)
         backlog = store.write_backlog()
         yield _gauge("store_write_backlog", "Writes queued for the store or running", base, labels, backlog.pending)
+        yield _gauge("store_appends_offloaded", "1 while appends run in the writer thread (after a slow append), "
+                     "0 while they run on the event loop", base, labels, int(store.appends_offloaded))
         busy = CounterMetricFamily("ferrymq_broker_sends_refused_busy",
                                    "Sends answered SYSTEM_BUSY by admission control", labels=base)
         busy.add_metric(labels, b.stats.sends_refused_busy)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from ferrymq import __version__
@@ -11,6 +10,7 @@ from ferrymq.cli import client_commands, cluster_commands, group_commands, messa
 from ferrymq.cli.logging_setup import configure_logging
 from ferrymq.cli.output import fail
 from ferrymq.client.errors import MQClientError
+from ferrymq.common import event_loop
 from ferrymq.common.config_loader import ConfigError
 
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     try:
-        return asyncio.run(args.run(args))
+        return event_loop.run(args.run(args))
     except KeyboardInterrupt:
         return 130
     except (MQClientError, ConfigError, OSError) as e:

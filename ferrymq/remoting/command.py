@@ -64,6 +64,9 @@ class RemotingCommand:
     ext_fields: dict[str, str] = field(default_factory=dict)
     body: bytes | None = None
     serialize_type: SerializeType = SerializeType.JSON
+    # time.monotonic() when the frame was read (set by the connection for requests it serves):
+    # admission control measures how long a request waited for the event loop.
+    received_at: float = field(default=0.0, compare=False, repr=False)
 
     @property
     def is_response(self) -> bool:

@@ -260,6 +260,7 @@ class Connection:
                     reason = f"bad frame: {exc}"
                     break
                 for command in commands:
+                    command.received_at = self.last_active
                     self._dispatch(command)
         except OSError as exc:
             reason = f"read failed: {exc!r}"

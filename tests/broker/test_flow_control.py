@@ -35,6 +35,13 @@ async def cluster(tmp_path):
         yield c
 
 
+@pytest.fixture
+async def threaded_cluster(tmp_path):
+    """Appends always in the store's writer thread: its queue is what admission control bounds."""
+    async with cluster_with_topic(tmp_path / "store", "Flood", 4, {"appendOnEventLoop": "false"}) as c:
+        yield c
+
+
 def keyed(i: int, body: bytes = b"x") -> Message:
     m = Message("Flood", body)
     m.keys = f"k{i}"
@@ -59,7 +66,8 @@ def send_request(topic: str, i: int, body: bytes) -> RemotingCommand:
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_fields(), body)
 
 
-async def test_a_raw_flood_gets_system_busy_while_other_clients_are_served(cluster):
+async def test_a_raw_flood_gets_system_busy_while_other_clients_are_served(threaded_cluster):
+    cluster = threaded_cluster
     cluster.broker.config.send_thread_pool_queue_capacity = 64  # a small queue, so the flood overruns it
     raw = RemotingClient()
     peak = 0
@@ -97,6 +105,55 @@ async def test_a_raw_flood_gets_system_busy_while_other_clients_are_served(clust
     assert cluster.broker.stats.sends_refused_busy == len(busy)
 
 
+async def flood(cluster, count: int, body: bytes) -> list[RemotingCommand]:
+    raw = RemotingClient()
+    try:
+        return await asyncio.gather(*(raw.invoke(cluster.broker_addr, send_request("Flood", i, body), 30)
+                                      for i in range(count)))
+    finally:
+        await raw.close()
+
+
+async def assert_acknowledged_stored_once(cluster, answers: list[RemotingCommand]) -> None:
+    acknowledged = {f"r{i}" for i, a in enumerate(answers) if a.code == ResponseCode.SUCCESS}
+    stored = [k for m in await read_all(cluster.namesrv_addr, "Flood") for k in m.keys]
+    assert sorted(stored) == sorted(acknowledged)
+
+
+async def test_appends_on_the_loop_under_a_flood_lose_nothing_acknowledged(cluster):
+    answers = await flood(cluster, 2000, b"g" * 4096)
+    assert {a.code for a in answers} <= {ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY}
+    assert sum(a.code == ResponseCode.SUCCESS for a in answers) > 0
+    await assert_acknowledged_stored_once(cluster, answers)
+
+
+async def test_sends_that_waited_too_long_for_the_loop_are_refused(cluster):
+    # Every request of the flood waits in the loop behind the others for longer than 1 ms.
+    cluster.broker.config.wait_time_mills_in_send_queue = 1
+    answers = await flood(cluster, 500, b"q" * 1024)
+    busy = [a for a in answers if a.code == ResponseCode.SYSTEM_BUSY]
+    assert busy and all(a.remark.startswith("[TIMEOUT_CLEAN_QUEUE]broker busy") for a in busy)
+    assert cluster.broker.stats.sends_refused_busy == len(busy)
+    await assert_acknowledged_stored_once(cluster, answers)
+
+
+async def test_a_slow_append_moves_appends_to_the_writer_thread(tmp_path):
+    # slowAppendMills=0: any append counts as slow (a disk that stalls every write).
+    async with cluster_with_topic(tmp_path / "store", "Flood", 4, {"slowAppendMills": "0"}) as cluster:
+        store = cluster.broker.store
+        assert not store.appends_offloaded
+        answers = await flood(cluster, 1, b"s" * 1024)
+        assert {a.code for a in answers} == {ResponseCode.SUCCESS}
+        assert store.appends_offloaded
+        peak = 0
+        sends = asyncio.ensure_future(flood(cluster, 200, b"t" * 1024))
+        while not sends.done():
+            peak = max(peak, store.write_backlog().pending)
+            await asyncio.sleep(0)
+        assert peak > 0, "sends queued for the writer thread while offloaded"
+        assert {a.code for a in sends.result()} == {ResponseCode.SUCCESS}
+
+
 @pytest.mark.parametrize("backlog, remark", [
     (WriteBacklog(pending=3, oldest_wait_ms=0, running_ms=1500), "[PC_SYNCHRONIZED]broker busy"),
     (WriteBacklog(pending=10_000, oldest_wait_ms=0, running_ms=0), "[OVERLOAD]system busy"),
@@ -107,6 +164,12 @@ def test_admission_decision_follows_rocketmqs_limits(backlog, remark):
     refusal = send_refusal(backlog, BrokerConfig())
     assert (refusal is None) if remark is None else refusal.startswith(remark)
     assert send_refusal(backlog, BrokerConfig(broker_fast_failure_enable=False)) is None
+
+
+def test_a_request_that_waited_for_the_loop_counts_as_time_in_the_send_queue():
+    idle = WriteBacklog(pending=0, oldest_wait_ms=0, running_ms=0)
+    assert send_refusal(idle, BrokerConfig(), queued_ms=199) is None
+    assert send_refusal(idle, BrokerConfig(), queued_ms=200).startswith("[TIMEOUT_CLEAN_QUEUE]broker busy")
 
 
 async def test_the_producer_avoids_a_busy_broker(cluster, tmp_path):

@@ -56,7 +56,8 @@ class SendProcessor:
             return req.response(ResponseCode.NO_PERMISSION,
                                 remark=f"the broker[{ctx.config.broker_name}] sending message is forbidden")
 
-        busy = send_refusal(ctx.store.write_backlog(), ctx.config)
+        queued_ms = int((time.monotonic() - req.received_at) * 1000) if req.received_at else 0
+        busy = send_refusal(ctx.store.write_backlog(), ctx.config, queued_ms)
         if busy is not None:
             ctx.stats.record_busy()
             return req.response(ResponseCode.SYSTEM_BUSY, remark=busy)
