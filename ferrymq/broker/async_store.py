@@ -177,7 +177,7 @@ class AsyncMessageStore:
     lifecycle and for tests; broker code goes through the methods here."""
 
     def __init__(self, store: MessageStore, *, read_threads: int = 4, append_on_loop: bool = True,
-                 slow_append_ms: int = 20) -> None:
+                 slow_append_ms: int = 100) -> None:
         self.sync_store = store
         self._writer = _WriterThread()
         self._append_on_loop = append_on_loop

@@ -94,7 +94,7 @@ class BrokerConfig:
     # hand-off) until one takes longer than slow_append_mills; then, for a while, in the store's
     # writer thread so a slow disk does not stall pulls and heartbeats (broker/async_store.py).
     append_on_event_loop: bool = True
-    slow_append_mills: int = 20
+    slow_append_mills: int = 100
     # Request-reply: a reply (SEND_REPLY_MESSAGE) is pushed to the requester and also stored in
     # <cluster>_REPLY_TOPIC when this is on.
     store_reply_message_enable: bool = field(default=True, metadata=LIVE)
