@@ -91,6 +91,7 @@ class IndexFile:
                 self.header.begin_phy_offset = self.header.end_phy_offset = max(0, end_phy_offset)
                 self.header.begin_timestamp = self.header.end_timestamp = max(0, end_timestamp)
                 os.pwrite(fd, self.header.pack(), 0)
+                self._slots = array("i", [0]) * hash_slot_num  # a new file's slots are all empty: no read
             except BaseException:
                 os.close(fd)
                 os.unlink(path)
@@ -131,6 +132,11 @@ class IndexFile:
         return INDEX_ENTRY.unpack(os.pread(self._fd, INDEX_ENTRY_SIZE, self._entry_pos(n)))
 
     # ------------------------------------------------------------ writing (under the store's put lock)
+
+    def prepare_for_writing(self) -> None:
+        """Load the slot table now (20 MB for the default size), not in the first put that needs
+        it: puts run on the broker's event loop, loading does not."""
+        self._slot_table()
 
     def _slot_table(self) -> array:
         if self._slots is None:

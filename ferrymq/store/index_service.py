@@ -69,6 +69,8 @@ class IndexService:
         os.makedirs(self.directory, exist_ok=True)
         names = sorted(n for n in os.listdir(self.directory) if _FILE_NAME.match(n))
         self._files = [IndexFile(os.path.join(self.directory, n), self.hash_slot_num, self.index_num) for n in names]
+        if self._files and not self._files[-1].is_write_full:
+            self._files[-1].prepare_for_writing()  # at load (a thread), not in the first put (the loop)
 
     def undo_unfinished(self) -> None:
         """After a crash: unlink entries a put had linked but not yet counted in its header."""
