@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from ferrymq.common.message import MessageExt, record_store_timestamp
 from ferrymq.store.flush import settle_flush_wait
 from ferrymq.store.message_store import MessageStore
+from ferrymq.store.replica import ReplicaAppender
 from ferrymq.store.results import AppendResult, GetResult, PutStatus, QueryMessageResult
 from ferrymq.store.retention import CleanResult
 
@@ -190,6 +191,8 @@ class AsyncMessageStore:
         # Retention deletes files and may take a while: it must not hold up the timed flushes.
         self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="store-clean")
         self.arrival_listeners: list[ArrivalListener] = []
+        # SYNC_MASTER (broker/ha): for a stored put, a future of the status its replication ends with
+        self.replication_wait: Callable[[AppendResult], asyncio.Future[PutStatus]] | None = None
 
     def _loop_completions(self) -> _LoopCompletions:
         loop = asyncio.get_running_loop()
@@ -235,13 +238,31 @@ class AsyncMessageStore:
         """Store one message; answer per the flush policy (``wait``: the message's WAIT flag)."""
         result = await self._append(self.sync_store.put_message, msg, wait_flush=False)
         self._announce(msg.topic, msg.queue_id, result, (msg,))
-        return await self._flushed(result, wait and msg.wait_store_msg_ok)
+        replica = self._replica_wait(result, wait and msg.wait_store_msg_ok)
+        return await self._replicated(await self._flushed(result, wait and msg.wait_store_msg_ok), replica)
 
     async def put_messages(self, msgs: list[MessageExt], *, wait: bool = True) -> AppendResult:
         result = await self._append(self.sync_store.put_messages, msgs, wait_flush=False)
         if msgs:
             self._announce(msgs[0].topic, msgs[0].queue_id, result, msgs)
-        return await self._flushed(result, wait and all(m.wait_store_msg_ok for m in msgs))
+        wait = wait and all(m.wait_store_msg_ok for m in msgs)
+        replica = self._replica_wait(result, wait)
+        return await self._replicated(await self._flushed(result, wait), replica)
+
+    def _replica_wait(self, result: AppendResult, wait: bool) -> asyncio.Future[PutStatus] | None:
+        """SYNC_MASTER: start waiting for a slave to confirm the put (alongside the flush wait)."""
+        if self.replication_wait is None or not wait or result.status is not PutStatus.PUT_OK:
+            return None
+        return self.replication_wait(result)
+
+    @staticmethod
+    async def _replicated(result: AppendResult, replica: asyncio.Future[PutStatus] | None) -> AppendResult:
+        """As RocketMQ, a failed replication wait decides the answer over a failed flush wait."""
+        if replica is not None:
+            status = await replica
+            if status is not PutStatus.PUT_OK:
+                result.status = status
+        return result
 
     async def _flushed(self, result: AppendResult, wait: bool) -> AppendResult:
         """SYNC_FLUSH: hold the answer until the group commit's fsync covers the message."""
@@ -336,6 +357,26 @@ class AsyncMessageStore:
         """Store time of the oldest record in the CommitLog; 0 when it is empty."""
         record = await self.look_message(self.min_phy_offset)
         return record_store_timestamp(record) if record else 0
+
+    # ------------------------------------------------------------ replication (broker/ha)
+
+    async def transfer_data(self, offset: int, limit: int) -> bytes | None:
+        """A master: up to ``limit`` CommitLog bytes from ``offset`` for a slave; None if none yet."""
+        return await self._read(self.sync_store.transfer_data, offset, limit)
+
+    async def append_replica(self, appender: ReplicaAppender, offset: int, data: bytes) -> int:
+        """A slave: bytes of the master's CommitLog, written and dispatched in the writer thread
+        (held pulls wake as for a put); returns the CommitLog offset now confirmed."""
+        progress = await self._write(appender.append, offset, data)
+        for topic, queue_id, max_offset, msgs in progress.arrivals:
+            for listener in self.arrival_listeners:
+                listener(topic, queue_id, max_offset, msgs)
+        return progress.confirmed
+
+    async def reset_replica(self, appender: ReplicaAppender) -> int:
+        """A slave (re)connecting: drop unwritten bytes (in the writer thread, after any write
+        still queued); returns the offset to ask the master for."""
+        return await self._write(appender.reset)
 
     async def _in_flusher(self, fn: Callable[..., T], *args) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._flusher, functools.partial(fn, *args))

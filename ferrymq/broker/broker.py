@@ -19,6 +19,7 @@ from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.client_notifier import ClientNotifier
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.ha.replication import Replication
 from ferrymq.broker.consumer_manager import ConsumerManager
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.broker.lock_manager import QueueLockManager
@@ -98,6 +99,8 @@ class Broker:
         self.acl = AclFile(config.acl_file or default_acl_path()) if config.acl_enable else None
         client_tls = config.client_tls()
         self.namesrv_client = RemotingClient(tls=client_tls.context() if client_tls else None)
+        self.replication = Replication(config, store_config, self.store, self.namesrv_client, self.topics,
+                                       self.offsets, self.groups, self.schedule, self._persist_tables)
         self.stopping = False
         self.registered = asyncio.Event()
         self._register_wanted = asyncio.Event()
@@ -133,6 +136,7 @@ class Broker:
             RequestCode.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
             RequestCode.GET_MAX_OFFSET: offsets.get_max_offset,
             RequestCode.GET_MIN_OFFSET: offsets.get_min_offset,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: offsets.get_all_consumer_offset,
             RequestCode.HEART_BEAT: cm.heartbeat,
             RequestCode.UNREGISTER_CLIENT: cm.unregister_client,
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: cm.get_consumer_list,
@@ -172,8 +176,10 @@ class Broker:
                  self.server.port, self.address, self.store_config.store_path_root_dir)
         self._tasks.every(self.config.flush_consumer_offset_interval / 1000, self.persist_offsets, "offset-persist")
         self._tasks.every(10, self._expire_clients, "client-expiry")
-        self.schedule.start()
-        self.spawn(self.transactions.run(), "transaction-check")
+        await self.replication.start()
+        if not self.config.is_slave:  # a slave's store takes only its master's data
+            self.schedule.start()
+            self.spawn(self.transactions.run(), "transaction-check")
         self.spawn(self._protection_loop(), "broker-protection")
         if not self.store_config.sync_flush:
             self._tasks.every(self.store_config.flush_interval_commit_log / 1000, self._flush_commit_log,
@@ -219,16 +225,20 @@ class Broker:
         self.pull_waiters.close()
         await self._unregister_from_namesrvs()
         await self._tasks.close()
+        await self.replication.stop()
         await self.server.stop()
         if self.vip_server is not None:
             await self.vip_server.stop()
         await self.namesrv_client.close()
+        await self._persist_tables()
+        await self.store.shutdown()
+        log.info("broker %s stopped cleanly", self.config.broker_name)
+
+    async def _persist_tables(self) -> None:
         await self.topics.persist()
         await self.groups.persist(force=True)
         await self.offsets.persist(force=True)
         await self.schedule.persist()
-        await self.store.shutdown()
-        log.info("broker %s stopped cleanly", self.config.broker_name)
 
     def spawn(self, coro: Coroutine, name: str | None = None) -> asyncio.Task:
         """Run ``coro`` as one of the broker's background tasks (cancelled by ``stop``)."""
@@ -307,7 +317,7 @@ class Broker:
         return RemotingCommand.request(RequestCode.REGISTER_BROKER, {
             "brokerAddr": self.address, "brokerName": self.config.broker_name,
             "clusterName": self.config.broker_cluster_name, "brokerId": self.config.broker_id,
-            "haServerAddr": f"{self.config.advertised_host()}:{self.server.port + 1}",
+            "haServerAddr": f"{self.config.advertised_host()}:{self.replication.ha_port}",
             "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF,
         }, body)
 
@@ -324,6 +334,7 @@ class Broker:
                 log.warning("name server %s refused registration: %s", addr, result.remark)
             else:
                 ok += 1
+                self.replication.registered(result)
         if ok:
             self.registered.set()
         return ok > 0

@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 
 _PERMISSIONS = (Perm.READ, Perm.WRITE, Perm.READ_WRITE)
+ASYNC_MASTER, SYNC_MASTER, SLAVE = "ASYNC_MASTER", "SYNC_MASTER", "SLAVE"
+_ROLES = (ASYNC_MASTER, SYNC_MASTER, SLAVE)
 
 
 @dataclass
@@ -95,6 +97,19 @@ class BrokerConfig:
     # writer thread so a slow disk does not stall pulls and heartbeats (broker/async_store.py).
     append_on_event_loop: bool = True
     slow_append_mills: int = 100
+    # Replication (RocketMQ 4.x HA, broker/ha/): brokerId 0 is the master, > 0 a slave of the
+    # master registered under the same brokerName. SYNC_MASTER answers a send once a slave has
+    # it (FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, SLAVE_NOT_AVAILABLE with no slave within
+    # ha_slave_fallbehind_max bytes); a SLAVE refuses sends and copies its master's CommitLog
+    # from ha_master_address, or the address the name server answers its registration with.
+    broker_role: str = ASYNC_MASTER
+    ha_listen_port: int = -1  # -1: listenPort + 1 (RocketMQ's); 0: any free port
+    ha_master_address: str = ""
+    ha_send_heartbeat_interval: int = 5_000  # ms
+    ha_housekeeping_interval: int = 20_000  # ms without traffic before a replication link is dropped
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    slave_synchronize_interval: int = 10_000  # ms between a slave's metadata syncs from its master
     # Request-reply: a reply (SEND_REPLY_MESSAGE) is pushed to the requester and also stored in
     # <cluster>_REPLY_TOPIC when this is on.
     store_reply_message_enable: bool = field(default=True, metadata=LIVE)
@@ -121,6 +136,12 @@ class BrokerConfig:
             raise ValueError(f"brokerPermission must be 2 (write), 4 (read) or 6 (read-write), "
                              f"got {self.broker_permission}")
         check_range(self, "broker_id", 0)
+        if self.broker_role not in _ROLES:
+            raise ValueError(f"brokerRole must be one of {', '.join(_ROLES)}, got {self.broker_role!r}")
+        check_range(self, "ha_listen_port", -1, 65535)
+        for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
+                     "ha_slave_fallbehind_max", "slave_synchronize_interval"):
+            check_range(self, name, 1)
         check_range(self, "listen_port", 0, 65535)
         check_range(self, "default_topic_queue_nums", 1, 1024)
         for name in ("register_name_server_period", "register_broker_timeout_mills", "short_polling_time_mills",
@@ -155,6 +176,16 @@ class BrokerConfig:
 
     def advertised_addr(self, port: int | None = None) -> str:
         return f"{self.advertised_host()}:{port or self.listen_port}"
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role == SLAVE
+
+    def role_error(self) -> str | None:
+        """Why brokerRole and brokerId do not go together (RocketMQ refuses to start then)."""
+        if self.is_slave and self.broker_id <= 0:
+            return f"brokerId of a slave (brokerRole={SLAVE}) must be > 0, got {self.broker_id}"
+        return None
 
     def namesrv_addresses(self) -> list[str]:
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
@@ -195,4 +226,9 @@ def build_broker_settings(*sources: dict[str, str]):
         reason = rocketmq_keys.refusal(key, value)
         if reason:
             raise ConfigError(reason)
+    if broker.role_error():
+        raise ConfigError(broker.role_error())
+    if not broker.is_slave and broker.broker_id != 0:  # as RocketMQ's BrokerStartup: a master is broker 0
+        log.warning("brokerId=%d ignored: a %s is brokerId 0", broker.broker_id, broker.broker_role)
+        broker.broker_id = 0
     return broker, store, ignored

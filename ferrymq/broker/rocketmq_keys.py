@@ -29,15 +29,14 @@ BROKER_CONFIG = frozenset({
 })
 
 MESSAGE_STORE_CONFIG = frozenset({
-    "bitMapLengthConsumeQueueExt", "brokerRole", "commitCommitLogLeastPages",
+    "bitMapLengthConsumeQueueExt", "commitCommitLogLeastPages",
     "commitCommitLogThoroughInterval", "commitIntervalCommitLog", "dLegerGroup", "dLegerPeers",
     "dLegerSelfId", "debugLockEnable", "deleteCommitLogFilesInterval", "deleteConsumeQueueFilesInterval",
     "destroyMapedFileIntervalForcibly", "diskFallRecorded", "duplicationEnable", "enableBatchPush",
     "enableConsumeQueueExt", "enableDLegerCommitLog", "enableLmq", "enableMultiDispatch",
     "enableScheduleAsyncDeliver", "enableScheduleMessageStats", "fastFailIfNoBufferInStorePool",
     "flushCommitLogTimed", "flushDelayOffsetInterval", "flushLeastPagesWhenWarmMapedFile",
-    "haHousekeepingInterval", "haListenPort", "haMasterAddress", "haSendHeartbeatInterval",
-    "haSlaveFallbehindMax", "haTransferBatchSize", "mappedFileSizeConsumeQueueExt", "maxLmqConsumeQueueNum",
+    "mappedFileSizeConsumeQueueExt", "maxLmqConsumeQueueNum",
     "messageIndexSafe", "offsetCheckInSlave", "preferredLeaderId",
     "putMsgIndexHightWater", "readOnlyCommitLogStorePaths", "redeleteHangedFileInterval",
     "scheduleAsyncDeliverMaxPendingLimit", "scheduleAsyncDeliverMaxResendNum2Blocked", "slaveTimeout",
@@ -63,9 +62,8 @@ NETTY_CLIENT_CONFIG = frozenset({
 NOT_IMPLEMENTED = BROKER_CONFIG | MESSAGE_STORE_CONFIG | NETTY_SERVER_CONFIG | NETTY_CLIENT_CONFIG
 
 # Values of unimplemented keys that would change what the broker promises (security,
-# filtering, its role): ignoring them would mislead, so they are refused instead.
+# filtering): ignoring them would mislead, so they are refused instead.
 REFUSED_VALUES = {
-    "brokerRole": ("SLAVE", "replication is not implemented yet: a FerryMQ broker is always a master"),
     "enableDLegerCommitLog": ("true", "DLedger is not implemented"),
 }
 

@@ -200,6 +200,42 @@ class CommitLog:
                 self.queue_offsets[queue_key] = queue_offset + len(record_sizes)
             return Appended(phys, queue_offset, now)
 
+    def append_copy(self, offset: int, data: bytes | memoryview, store_timestamp: int,
+                    dispatch: Callable[[], None]) -> None:
+        """Replication (a slave): write bytes copied from a master's CommitLog (whole records,
+        or a segment's whole blank tail; never across a segment end) at ``offset``, which must
+        be where this log ends (an empty log starts a segment there). ``dispatch`` then indexes
+        the records, under the lock as a put does; on an error nothing stays visible."""
+        with self.lock:
+            if self.closed:
+                raise ValueError("the CommitLog is closed")
+            seg, head = self._files.last(), self._head
+            if seg is not None and offset != head[0]:
+                raise ValueError(f"replicated data for offset {offset}, but this CommitLog ends at {head[0]}")
+            if seg is None and offset % self.segment_size:
+                raise ValueError(f"replication must start a CommitLog file, got offset {offset} (is "
+                                 f"mappedFileSizeCommitLog {self.segment_size} the master's?)")
+            if seg is None or offset >= seg.end_offset:
+                seg = self._files.create_next(offset)
+                if self.on_roll is not None:
+                    self.on_roll()
+            pos = offset - seg.start_offset
+            if pos + len(data) > seg.size:
+                raise ValueError(f"{len(data)} replicated bytes at offset {offset} cross the end of a CommitLog file "
+                                 f"of {self.segment_size} bytes (is mappedFileSizeCommitLog the master's?)")
+            try:
+                seg.write_at(pos, data)
+                seg.write_position = pos + len(data)
+                self._head = (offset + len(data), store_timestamp or head[1])
+                dispatch()
+            except BaseException:
+                self._head = head
+                try:
+                    seg.truncate(pos)
+                except OSError:
+                    seg.write_position = pos
+                raise
+
     def _roll(self, seg: MappedFile | None) -> MappedFile:
         """Close the tail segment with a blank record and start the next one.
 

@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Iterator, Sequence
 
 from ferrymq.common.java_hash import java_string_hash
-from ferrymq.common.message import MessageExt, Prop
+from ferrymq.common.message import MessageExt, Prop, SysFlag
 from ferrymq.common.protocol import SCHEDULE_TOPIC
 from ferrymq.store.consume_queue import CQ_ENTRY, ConsumeQueue
 from ferrymq.store.index_service import IndexService
@@ -128,6 +128,12 @@ class Dispatcher:
             entries.append(CQ_ENTRY.pack(phys, size, self.tags_code(topic, m.properties, store_ts)))
             phys += size
         self.queues.get_or_create(topic, queue_id).append(queue_offset, b"".join(entries), phys)
+
+    def record_entry(self, m: MessageExt, phys: int) -> None:
+        """The ConsumeQueue entry of one record read back from the CommitLog (recovery, a
+        slave's replication), unless it is a prepared/rollback transaction record."""
+        if SysFlag.is_dispatched(m.sys_flag):
+            self.queue_entries(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], m.store_timestamp)
 
     def index_record(self, m: MessageExt, phys: int, store_ts: int) -> None:
         if self.index is not None:

@@ -41,6 +41,7 @@ from ferrymq.store.dispatch import ConsumeQueueTable, Dispatcher
 from ferrymq.store.flush import FlushDone, GroupCommitService, StoreFlusher
 from ferrymq.store.index_service import IndexService
 from ferrymq.store.recovery import StoreRecovery
+from ferrymq.store.replica import ReplicaAppender, read_for_transfer
 from ferrymq.store.results import (
     AppendResult,
     GetResult,
@@ -86,6 +87,8 @@ class MessageStore:
         self.in_memory_window = int(_total_physical_memory() * config.access_message_in_memory_max_ratio / 100)
         self.last_recovery: RecoveryReport | None = None
         self.last_exit_clean = True
+        # Why puts are refused while the store runs (a slave takes data only from its master).
+        self.refuse_puts: str | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -168,6 +171,8 @@ class MessageStore:
             return refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark("message store is not running"))
         if self.disk_guard.full_reason is not None:
             return refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark(self.disk_guard.full_reason))
+        if self.refuse_puts is not None:
+            return refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark(self.refuse_puts))
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
         if (topic, queue_id) not in self.queues:  # known queues were validated when created
             error = validate_topic(topic)
@@ -233,6 +238,16 @@ class MessageStore:
                 return self.flusher.wait_flushed(phys, result)
             self.flusher.request_flush(phys, None)
         return result
+
+    # ------------------------------------------------------------ replication (store/replica.py)
+
+    def replica_appender(self) -> ReplicaAppender:
+        """A slave's writer of the bytes its master sends."""
+        return ReplicaAppender(self.commit_log, self.dispatcher)
+
+    def transfer_data(self, offset: int, limit: int) -> bytes | None:
+        """A master: up to ``limit`` CommitLog bytes from ``offset`` for a slave (within one file)."""
+        return read_for_transfer(self.commit_log, offset, limit)
 
     def request_flush(self, offset: int, done: FlushDone | None) -> None:
         """SYNC_FLUSH: call ``done(ok)`` once the CommitLog is fsynced up to ``offset`` (see StoreFlusher)."""

@@ -160,7 +160,7 @@ class StoreRecovery:
         if partial and m.queue_offset > 0 and (m.topic, m.queue_id) not in self.queues:
             raise ConsumeQueueGapError(f"{m.topic}-{m.queue_id}: no ConsumeQueue on disk, but the CommitLog "
                                        f"has its record for offset {m.queue_offset}")
-        self.dispatcher.queue_entries(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], m.store_timestamp)
+        self.dispatcher.record_entry(m, phys)
 
 
 class _Redispatch:

@@ -11,10 +11,15 @@ from enum import Enum
 class PutStatus(Enum):
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # SYNC_MASTER: no slave confirmed it in time (stored)
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # SYNC_MASTER: no slave close enough to wait for (stored)
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+_STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE)
 
 
 @dataclass
@@ -30,7 +35,7 @@ class AppendResult:
 
     @property
     def ok(self) -> bool:
-        return self.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)  # both are stored
+        return self.status in _STORED  # stored, whatever the flush or replication wait said
 
     @property
     def msg_id(self) -> str:

@@ -120,11 +120,13 @@ def test_a_stock_rocketmq_broker_conf_starts_with_one_warning_naming_what_is_ign
         proc.stop()
     warnings = [line for line in log.splitlines() if "does not implement" in line]
     assert len(warnings) == 1, log
-    assert "brokerRole=ASYNC_MASTER" in warnings[0] and "sendMessageThreadPoolNums=16" in warnings[0]
+    assert "sendMessageThreadPoolNums=16" in warnings[0]
+    assert "brokerRole" not in warnings[0] and "brokerId" not in warnings[0]  # replication's keys are FerryMQ's
 
 
 @pytest.mark.parametrize("setting, message", [
-    ("brokerRole=SLAVE", "brokerRole=SLAVE: replication is not implemented yet"),
+    ("brokerRole=SLAVE", "brokerId of a slave (brokerRole=SLAVE) must be > 0, got 0"),
+    ("brokerRole=MASTER", "brokerRole must be one of ASYNC_MASTER, SYNC_MASTER, SLAVE, got 'MASTER'"),
     ("enableDLegerCommitLog=true", "enableDLegerCommitLog=true: DLedger is not implemented"),
     ("brokerRol=ASYNC_MASTER", "unknown configuration key 'brokerRol'"),  # a typo is still refused
 ])
@@ -133,3 +135,12 @@ def test_settings_that_would_promise_what_ferrymq_does_not_do_are_refused(settin
         load_broker_settings(None, [setting])
     broker, store = load_broker_settings(None, ["useTLS=false", "brokerRole=SYNC_MASTER"])  # harmless values
     assert broker.broker_name == "broker-a"
+
+
+def test_replication_roles_and_ids_go_together_as_in_rocketmq():
+    broker, _ = load_broker_settings(None, ["brokerRole=SLAVE", "brokerId=2", "haMasterAddress=10.0.0.5:10912"])
+    assert broker.is_slave and broker.broker_id == 2 and broker.ha_master_address == "10.0.0.5:10912"
+    broker, _ = load_broker_settings(None, ["brokerRole=SYNC_MASTER", "brokerId=3"])
+    assert broker.broker_id == 0  # a master is broker 0, as RocketMQ's BrokerStartup makes it
+    with pytest.raises(ConfigError, match="haTransferBatchSize"):
+        load_broker_settings(None, ["haTransferBatchSize=0"])

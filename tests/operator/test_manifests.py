@@ -71,7 +71,7 @@ def test_a_broker_conf_that_would_not_start_is_named_before_anything_is_applied(
     assert manifests.broker_conf_error(broker(protection={"consumerFallbehindThreshold": "1Gi"})) is None
     # a RocketMQ key FerryMQ does not implement is accepted (the broker logs it), unless it would mislead
     assert manifests.broker_conf_error(broker(config={"brokerRole": "ASYNC_MASTER"})) is None
-    assert "replication is not implemented" in manifests.broker_conf_error(broker(config={"brokerRole": "SLAVE"}))
+    assert "brokerId of a slave" in manifests.broker_conf_error(broker(config={"brokerRole": "SLAVE"}))
 
 
 def test_broker_statefulset_storage_update_strategy_and_identity():

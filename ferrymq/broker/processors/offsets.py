@@ -1,4 +1,4 @@
-"""Consumer offsets and queue offsets: codes 14, 15, 30, 31 (29 and 32 are in query.py)."""
+"""Consumer offsets and queue offsets: codes 14, 15, 30, 31, 43 (29 and 32 are in query.py)."""
 
 from __future__ import annotations
 
@@ -41,3 +41,7 @@ class OffsetProcessors:
     async def get_min_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         offset = self.store.min_offset(req.get_str("topic", required=True), req.get_int("queueId", required=True))
         return req.response(ext_fields={"offset": offset})
+
+    async def get_all_consumer_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_ALL_CONSUMER_OFFSET: the whole offset table (what a slave copies from its master)."""
+        return req.response(body=self.offsets.render().encode())

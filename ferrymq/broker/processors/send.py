@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 PUT_STATUS_CODES = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
     PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
     PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
@@ -116,8 +118,8 @@ class SendProcessor:
             result = await ctx.store.put_message(msg, wait=wait)
 
         code = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
-        ctx.stats.record_put(topic, result.msg_num if code in (0, 10) else 0, result.wrote_bytes)
-        if code not in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+        ctx.stats.record_put(topic, result.msg_num if result.ok else 0, result.wrote_bytes)
+        if not result.ok:  # stored (the flush or replication wait may have failed) answers with the offsets
             return req.response(code, remark=result.remark or result.status.name)
         return req.response(code, ext_fields={
             "msgId": ",".join(result.msg_ids), "queueId": queue_id, "queueOffset": result.queue_offset,

@@ -1,0 +1,66 @@
+"""RocketMQ 4.x HA frames (wire facts: "Master–slave replication").
+
+Two frames travel on a plain TCP connection, no remoting header:
+- slave -> master: an 8-byte big-endian long, the slave's CommitLog max offset (the first
+  one is where the transfer starts; 0: the start of the master's last CommitLog file);
+- master -> slave: a 12-byte header, the 8-byte big-endian physical offset and the 4-byte
+  big-endian size of the body, then that many raw CommitLog bytes (size 0: a heartbeat).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+OFFSET_REPORT = struct.Struct(">q")
+TRANSFER_HEADER = struct.Struct(">qi")
+
+TRANSFER_BATCH_SIZE = 32 * 1024  # haTransferBatchSize: body bytes per transfer at most
+
+
+class HAFrameError(ValueError):
+    """A frame no RocketMQ peer sends (negative offset or size, an oversized body)."""
+
+
+def encode_offset_report(offset: int) -> bytes:
+    if offset < 0:
+        raise HAFrameError(f"a CommitLog offset cannot be negative: {offset}")
+    return OFFSET_REPORT.pack(offset)
+
+
+def decode_offset_report(data: bytes) -> int:
+    if len(data) != OFFSET_REPORT.size:
+        raise HAFrameError(f"an offset report is {OFFSET_REPORT.size} bytes, got {len(data)}")
+    (offset,) = OFFSET_REPORT.unpack(data)
+    if offset < 0:
+        raise HAFrameError(f"slave reported a negative CommitLog offset: {offset}")
+    return offset
+
+
+@dataclass(frozen=True)
+class TransferHeader:
+    offset: int  # CommitLog offset of the body's first byte
+    size: int  # body bytes that follow; 0 for a heartbeat
+
+    @property
+    def heartbeat(self) -> bool:
+        return self.size == 0
+
+
+def encode_transfer(offset: int, body: bytes = b"") -> bytes:
+    """One master -> slave frame: header and body (an empty body is a heartbeat)."""
+    if offset < 0:
+        raise HAFrameError(f"a CommitLog offset cannot be negative: {offset}")
+    return TRANSFER_HEADER.pack(offset, len(body)) + body
+
+
+def decode_transfer_header(data: bytes, max_body: int) -> TransferHeader:
+    """The 12-byte header; a body above ``max_body`` bytes is refused (a peer out of step)."""
+    if len(data) != TRANSFER_HEADER.size:
+        raise HAFrameError(f"a transfer header is {TRANSFER_HEADER.size} bytes, got {len(data)}")
+    offset, size = TRANSFER_HEADER.unpack(data)
+    if offset < 0 or size < 0:
+        raise HAFrameError(f"transfer header with offset {offset}, size {size}")
+    if size > max_body:
+        raise HAFrameError(f"transfer of {size} bytes exceeds the {max_body} bytes accepted")
+    return TransferHeader(offset, size)

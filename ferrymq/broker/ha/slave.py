@@ -1,0 +1,132 @@
+"""The slave's side of replication (RocketMQ 4.x HAClient).
+
+Connects to the master's HA address (haMasterAddress, or what the name server's
+REGISTER_BROKER answer says), reports its CommitLog max offset (where to start), then
+reads transfers: each must start exactly where the slave's data ends, or the connection is
+dropped and started again from the CommitLog's end. The bytes are written and dispatched in
+the store's writer thread (store/replica.py); the new offset is reported after each write
+and every haSendHeartbeatInterval. Nothing read for haHousekeepingInterval closes the
+connection. A lost connection is retried after a short pause (doubling up to 5 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from ferrymq.broker.async_store import AsyncMessageStore
+from ferrymq.broker.ha.frames import TRANSFER_HEADER, HAFrameError, decode_transfer_header, encode_offset_report
+from ferrymq.store.replica import ReplicaAppender, ReplicaDataError
+
+log = logging.getLogger(__name__)
+
+MAX_TRANSFER_BODY = 4 * 1024 * 1024  # the Java slave's read buffer: no master sends more at once
+_RETRY_MIN_S, _RETRY_MAX_S = 0.2, 5.0
+_CONNECT_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class HASlaveSettings:
+    heartbeat_interval_ms: int
+    housekeeping_interval_ms: int
+
+
+class HASlave:
+    def __init__(self, store: AsyncMessageStore, appender: ReplicaAppender, settings: HASlaveSettings,
+                 master_address: str | None = None) -> None:
+        self.store = store
+        self.appender = appender
+        self.settings = settings
+        self.master_address = master_address or None
+        self._address_changed = asyncio.Event()
+        self.connected = False
+        self.confirmed_offset = 0  # the CommitLog's end as last reported to the master
+        self.master_offset = 0  # the master's offset as its last transfer showed it
+
+    def update_master_address(self, address: str | None) -> None:
+        """A new HA address for the master (the name server's answer); reconnects if it changed."""
+        if address and address != self.master_address:
+            log.info("master HA address is now %s", address)
+            self.master_address = address
+            self._address_changed.set()
+
+    async def run(self) -> None:
+        """Replicate until cancelled."""
+        retry = _RETRY_MIN_S
+        while True:
+            self._address_changed.clear()
+            address = self.master_address
+            if not address:
+                await self._address_changed.wait()
+                continue
+            started = time.monotonic()
+            try:
+                await self._session(address)
+            except (OSError, asyncio.IncompleteReadError, HAFrameError, ReplicaDataError, TimeoutError) as exc:
+                log.warning("replication from %s stopped: %s", address, exc or type(exc).__name__)
+            finally:
+                self.connected = False
+            if time.monotonic() - started > 10:
+                retry = _RETRY_MIN_S  # it ran a while: a fresh failure, not a flapping one
+            try:
+                await asyncio.wait_for(self._address_changed.wait(), retry)
+            except asyncio.TimeoutError:
+                pass
+            retry = min(retry * 2, _RETRY_MAX_S)
+
+    async def _session(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise OSError(f"bad master HA address {address!r} (host:port expected)")
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), _CONNECT_TIMEOUT_S)
+        reporter = None
+        try:
+            start = await self.store.reset_replica(self.appender)
+            self.connected = True
+            log.info("replicating from master %s, starting at CommitLog offset %d", address, start)
+            self._report(writer, start)
+            await writer.drain()
+            reporter = asyncio.create_task(self._report_periodically(writer))
+            await self._receive(reader, writer, address)
+        finally:
+            if reporter is not None:
+                reporter.cancel()
+                await asyncio.gather(reporter, return_exceptions=True)
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+
+    def _report(self, writer: asyncio.StreamWriter, offset: int) -> None:
+        writer.write(encode_offset_report(offset))
+        self.confirmed_offset = offset
+
+    async def _report_periodically(self, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval_ms / 1000)
+            self._report(writer, self.store.max_phy_offset)
+            await writer.drain()
+
+    async def _receive(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str) -> None:
+        housekeeping = self.settings.housekeeping_interval_ms / 1000
+        appender = self.appender
+        while True:
+            try:
+                header = decode_transfer_header(
+                    await asyncio.wait_for(reader.readexactly(TRANSFER_HEADER.size), housekeeping), MAX_TRANSFER_BODY)
+                body = await asyncio.wait_for(reader.readexactly(header.size), housekeeping) if header.size else b""
+            except asyncio.TimeoutError:
+                raise TimeoutError(f"nothing from the master for {housekeeping:g} s (haHousekeepingInterval)") from None
+            self.master_offset = header.offset + header.size
+            if header.heartbeat:
+                if header.offset != appender.expected_offset and self.store.max_phy_offset != 0:
+                    raise ReplicaDataError(f"master is at offset {header.offset}, this slave at "
+                                           f"{appender.expected_offset}")
+                continue
+            confirmed = await self.store.append_replica(appender, header.offset, body)
+            if confirmed > self.confirmed_offset:
+                self._report(writer, confirmed)
+                await writer.drain()

@@ -1,0 +1,153 @@
+"""The store's side of master–slave replication (RocketMQ 4.x HAService): what a master
+hands out of its CommitLog, and how a slave writes what it receives.
+
+A master sends its CommitLog as raw bytes in chunks that may split records. A slave keeps
+the unfinished tail of a chunk in memory and writes only whole units into its CommitLog:
+complete records (checked for a sane layout) and a segment's whole blank tail. So its
+CommitLog holds exactly the master's bytes, never a torn record, and its max offset is what
+it confirms to the master. Each record written is dispatched to ConsumeQueue and IndexFile
+through the Dispatcher exactly as recovery dispatches a record it reads back.
+
+Synchronous: the broker runs ``ReplicaAppender.append`` in the store's writer thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ferrymq.common.message import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC,
+    MIN_RECORD_SIZE,
+    RECORD_HEADER,
+    MessageExt,
+    SysFlag,
+    check_record,
+    decode_record,
+)
+from ferrymq.store.commit_log import CommitLog
+from ferrymq.store.dispatch import Dispatcher
+
+
+class ReplicaDataError(ValueError):
+    """Bytes from the master that cannot continue this CommitLog (wrong offset, not records)."""
+
+
+def read_for_transfer(commit_log: CommitLog, offset: int, limit: int) -> bytes | None:
+    """A master: up to ``limit`` CommitLog bytes from ``offset``, never past the end of the
+    file holding ``offset`` nor past the last complete record; None if there are none (yet),
+    or ``offset`` was deleted."""
+    end = min(commit_log.max_offset, commit_log.roll_next_file(offset), offset + limit)
+    if end <= offset:
+        return None
+    return commit_log.get_data(offset, end - offset)
+
+
+@dataclass
+class ReplicaProgress:
+    confirmed: int  # the CommitLog's max offset now: what the slave reports to its master
+    # (topic, queue id, the queue's new max offset, the messages that arrived there)
+    arrivals: list[tuple[str, int, int, list[MessageExt]]] = field(default_factory=list)
+
+
+class ReplicaAppender:
+    """One replication stream into a slave's CommitLog; ``reset`` at each (re)connection."""
+
+    def __init__(self, commit_log: CommitLog, dispatcher: Dispatcher) -> None:
+        self._log = commit_log
+        self._dispatcher = dispatcher
+        self._pending = bytearray()  # received, not yet written: an unfinished record or blank tail
+        self._pending_at = commit_log.max_offset  # CommitLog offset of _pending[0]
+
+    def reset(self) -> int:
+        """Forget unwritten bytes; returns the offset to ask the master for (the CommitLog's end)."""
+        self._pending.clear()
+        self._pending_at = self._log.max_offset
+        return self._pending_at
+
+    @property
+    def expected_offset(self) -> int:
+        """Where the master's next chunk must start."""
+        return self._pending_at + len(self._pending)
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._pending)
+
+    def append(self, offset: int, data: bytes | bytearray | memoryview) -> ReplicaProgress:
+        """Take a chunk of the master's CommitLog starting at ``offset``; write and dispatch
+        every unit it completes. Raises ReplicaDataError when it cannot continue the log
+        (the connection is then dropped and started again from the CommitLog's end)."""
+        if offset != self.expected_offset:
+            if self._log.max_offset == 0 and not self._pending and not self._log.segments:
+                self._pending_at = offset  # an empty store takes the master's data from wherever it starts
+            else:
+                raise ReplicaDataError(f"master sent offset {offset}, expected {self.expected_offset}")
+        self._pending += data
+        progress = ReplicaProgress(self._log.max_offset)
+        arrivals: dict[tuple[str, int], tuple[int, list[MessageExt]]] = {}
+        while True:
+            run_end, records = self._next_run()
+            if run_end == 0:
+                break
+            self._write_run(run_end, records, arrivals)
+        progress.confirmed = self._log.max_offset
+        progress.arrivals = [(t, q, mx, msgs) for (t, q), (mx, msgs) in arrivals.items()]
+        return progress
+
+    def _next_run(self) -> tuple[int, list[tuple[int, int]]]:
+        """The longest prefix of ``_pending`` made of whole units in one segment: (its length,
+        [(position, size)] of its records); (0, []) when not even one unit is complete."""
+        buf, at, seg_size = self._pending, self._pending_at, self._log.segment_size
+        seg_end = at - at % seg_size + seg_size
+        pos, records = 0, []
+        while at + pos < seg_end and len(buf) - pos >= RECORD_HEADER.size:
+            total, magic = RECORD_HEADER.unpack_from(buf, pos)
+            if magic == BLANK_MAGIC:
+                tail = seg_end - (at + pos)
+                if total != tail:
+                    raise ReplicaDataError(f"blank record at offset {at + pos} says {total} bytes to the end of its "
+                                           f"file, {tail} with mappedFileSizeCommitLog {seg_size} (not the master's?)")
+                if len(buf) - pos < tail:
+                    break  # the whole blank tail is written at once, so the log never ends inside it
+                pos += tail
+                break
+            if magic != MESSAGE_MAGIC or total < MIN_RECORD_SIZE or at + pos + total > seg_end:
+                raise ReplicaDataError(f"no record at offset {at + pos} of the master's data "
+                                       f"(magic 0x{magic & 0xFFFFFFFF:08X}, size {total})")
+            if len(buf) - pos < total:
+                break
+            if check_record(buf, pos) != total:
+                raise ReplicaDataError(f"malformed record at offset {at + pos} of the master's data")
+            records.append((pos, total))
+            pos += total
+        return pos, records
+
+    def _write_run(self, run_end: int, records: list[tuple[int, int]],
+                   arrivals: dict[tuple[str, int], tuple[int, list[MessageExt]]]) -> None:
+        start, chunk = self._pending_at, bytes(self._pending[:run_end])
+        decoded = [(start + pos, decode_record(chunk, pos)[0]) for pos, _ in records]
+        dispatcher, queue_offsets = self._dispatcher, self._log.queue_offsets
+
+        def dispatch() -> None:  # under the CommitLog's lock, as a put's dispatch
+            for phys, m in decoded:
+                dispatcher.record_entry(m, phys)
+                dispatcher.index_record(m, phys, m.store_timestamp)
+                if SysFlag.is_dispatched(m.sys_flag):
+                    queue_offsets[f"{m.topic}-{m.queue_id}"] = m.queue_offset + 1
+            if decoded:
+                dispatcher.last_dispatched_ts = decoded[-1][1].store_timestamp
+
+        last_ts = decoded[-1][1].store_timestamp if decoded else 0
+        try:
+            self._log.append_copy(start, chunk, last_ts, dispatch)
+        except ValueError as exc:
+            raise ReplicaDataError(str(exc)) from None
+        del self._pending[:run_end]
+        self._pending_at = start + run_end
+        for _, m in decoded:
+            if SysFlag.is_dispatched(m.sys_flag):
+                key = (m.topic, m.queue_id)
+                msgs = arrivals.get(key, (0, []))[1]
+                msgs.append(m)
+                arrivals[key] = (m.queue_offset + 1, msgs)
