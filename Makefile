@@ -20,8 +20,14 @@ run: $(STAMP)
 
 ## test: the full suite (unit, integration, compatibility with the official Java client,
 ## Spark local mode); the Kubernetes layer has its own target, k8s-test
-test: $(STAMP)
+test: $(STAMP) chromium
 	@$(PY) -m pytest -q -ra --ignore=tests/k8s
+
+## chromium: Debian's chromium for the console's browser tests (Playwright drives it; no browser
+## download), installed with apt when missing
+.PHONY: chromium
+chromium:
+	@bash tests/console/ensure-chromium.sh || echo "chromium: not installed; the console's browser tests say what is missing"
 
 ## unit: quick tests only
 unit: $(STAMP)

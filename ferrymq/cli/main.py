@@ -12,6 +12,7 @@ from ferrymq.cli.output import fail
 from ferrymq.client.errors import MQClientError
 from ferrymq.common import event_loop
 from ferrymq.common.config_loader import ConfigError
+from ferrymq.console import command as console_command
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     servers.register(sub)
     client_commands.register(sub)
+    console_command.register(sub)
     # `ferrymq admin AREA ACTION`: each area module adds its own subcommands here.
     admin = sub.add_parser("admin", help="manage topics, groups, brokers and the cluster")
     admin_areas = admin.add_subparsers(dest="area", required=True, parser_class=_Parser)

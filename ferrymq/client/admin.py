@@ -180,6 +180,27 @@ class AdminClient:
             raise MQClientError(f"broker {addr} returned no message for offset {offset}")
         return messages[0]
 
+    async def find_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """One message by id: an offset msgId that names a registered broker is read there
+        (VIEW_MESSAGE_BY_ID); anything else is taken for a client message id (UNIQ_KEY) and
+        looked up in ``topic``'s index, which it then needs."""
+        try:
+            host, port, _ = decode_offset_msg_id(msg_id)
+        except ValueError:
+            host = ""
+        if host:
+            known = {addr for broker in (await self.cluster_info()).broker_addr_table.values()
+                     for addr in broker.broker_addrs.values()}
+            if f"{host}:{port}" in known or f"[{host}]:{port}" in known:
+                return await self.view_message(msg_id)
+        if not topic:
+            raise MQClientError(f"{msg_id} is no offset msgId of a registered broker; name the topic to look it up "
+                                "as a client message id")
+        found = await self.query_messages(topic, msg_id, unique_key=True)
+        if not found:
+            raise MQClientError(f"no message with id {msg_id} in topic {topic}")
+        return found[0]
+
     # ------------------------------------------------------------------ consumer groups
 
     async def _group_targets(self, cluster: str | None, broker_addr: str | None) -> dict[str, str]:

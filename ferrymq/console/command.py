@@ -1,0 +1,76 @@
+"""``ferrymq console``: the options, and running the console until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+
+from ferrymq.console.settings import ClusterSpec, ConsoleSettings, SettingsError, is_loopback, parse_cluster
+
+
+def _cluster(text: str) -> ClusterSpec:
+    try:
+        return parse_cluster(text)
+    except SettingsError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("console", help="the web console: overview, topics, consumer groups, messages",
+                       description="Serve the FerryMQ console (pages and a JSON API under /api/).")
+    p.add_argument("--cluster", dest="clusters", action="append", type=_cluster, default=[],
+                   metavar="NAME=HOST:PORT[;HOST:PORT]",
+                   help="a cluster to show, by its name servers (repeatable; default: default=$NAMESRV_ADDR "
+                        "or 127.0.0.1:9876)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8088, help="HTTP port (default 8088; 0 = any free port)")
+    p.add_argument("--read-only", action=argparse.BooleanOptionalAction, default=None,
+                   help="refuse write actions (default: writes allowed when listening on a loopback address only, "
+                        "read-only otherwise)")
+    p.add_argument("--sample-seconds", type=float, default=10.0, help="how often the overview reads every broker (default 10)")
+    p.add_argument("--history-minutes", type=float, default=15.0, help="rate history kept for the overview (default 15)")
+    p.add_argument("--max-export", type=int, default=100_000, help="most messages one export holds (default 100000)")
+    p.add_argument("--access-key", default=None,
+                   help="ACL account for every cluster (default $FERRYMQ_ACCESS_KEY); its secret from $FERRYMQ_SECRET_KEY")
+    p.add_argument("--tls", action="store_true", help="TLS to every server (default: $FERRYMQ_TLS)")
+    p.add_argument("--tls-ca-file", default=None, help="verify servers against this CA (default $FERRYMQ_TLS_CA_FILE)")
+    p.add_argument("--tls-insecure", action="store_true", help="accept any server certificate (test certificates)")
+    p.set_defaults(run=run_console)
+
+
+def settings_from(args: argparse.Namespace) -> ConsoleSettings:
+    from ferrymq.cli.client_commands import client_config
+    from ferrymq.client.config import default_namesrv
+
+    clusters = args.clusters or [parse_cluster(f"default={default_namesrv() or '127.0.0.1:9876'}")]
+    configs = {}
+    for spec in clusters:
+        # The CLI's rules for credentials and TLS: flags first, then the environment.
+        configs[spec.name] = client_config(argparse.Namespace(
+            namesrv=spec.namesrv_addr, access_key=args.access_key, tls=args.tls, tls_ca_file=args.tls_ca_file,
+            tls_insecure=args.tls_insecure))
+    read_only = args.read_only if args.read_only is not None else not is_loopback(args.host)
+    return ConsoleSettings(clusters, configs, host=args.host, port=args.port, read_only=read_only,
+                           sample_seconds=args.sample_seconds, history_minutes=args.history_minutes,
+                           max_export=args.max_export)
+
+
+async def run_console(args: argparse.Namespace) -> int:
+    from ferrymq.cli.servers import stop_on_signals
+    from ferrymq.console.server import ConsoleServer
+
+    stop = stop_on_signals()
+    try:
+        settings = settings_from(args)
+    except SettingsError as e:
+        raise SystemExit(f"ferrymq console: error: {e}") from None
+    server = ConsoleServer(settings)
+    await server.start()
+    mode = "read-only" if settings.read_only else "read-write"
+    print(f"FerryMQ console is ready on {server.url} ({mode}; clusters: "
+          f"{', '.join(c.name for c in settings.clusters)})", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+    return 0
+

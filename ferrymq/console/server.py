@@ -1,0 +1,98 @@
+"""The console's aiohttp application: the JSON API under ``/api/`` and the pages (static
+ES modules and CSS, served from this package, no CDN)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from aiohttp import web
+
+from ferrymq import __version__
+from ferrymq.console.connections import Connections
+from ferrymq.console.groups_api import GroupsApi
+from ferrymq.console.http_errors import json_errors, read_only_guard
+from ferrymq.console.messages_api import MessagesApi
+from ferrymq.console.overview import OverviewSampler
+from ferrymq.console.settings import ConsoleSettings
+from ferrymq.console.topics_api import TopicsApi
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+
+
+class ConsoleServer:
+    def __init__(self, settings: ConsoleSettings) -> None:
+        self.settings = settings
+        self.connections = Connections(settings)
+        self.sampler = OverviewSampler(self.connections, settings.sample_seconds, settings.history_minutes)
+        self.port = settings.port
+        self._runner: web.AppRunner | None = None
+
+    def build_app(self) -> web.Application:
+        app = web.Application(middlewares=[json_errors, read_only_guard(self.settings.read_only)])
+        app.router.add_get("/api/config", self.config)
+        app.router.add_get("/api/clusters/{cluster}/overview", self.overview)
+        for api in (TopicsApi(self.connections), GroupsApi(self.connections),
+                    MessagesApi(self.connections, self.settings.max_export)):
+            app.router.add_routes(api.routes())
+        app.router.add_route("*", "/api/{tail:.*}", self.no_such_api)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/", self.index)
+        app.router.add_static("/static/", STATIC, append_version=False)
+        app.on_response_prepare.append(self._headers)
+        return app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.build_app(), access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.settings.host, self.settings.port).start()
+        if self.port == 0:
+            self.port = self._runner.addresses[0][1]
+        self.sampler.start()
+        log.info("console on http://%s:%d (read-only: %s; clusters: %s)", self.settings.host, self.port,
+                 self.settings.read_only, ", ".join(c.name for c in self.settings.clusters))
+
+    async def stop(self) -> None:
+        await self.sampler.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.connections.close()
+
+    @property
+    def url(self) -> str:
+        host = self.settings.host if self.settings.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        return f"http://{host}:{self.port}"
+
+    # ------------------------------------------------------------------ handlers
+
+    async def config(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": __version__, "readOnly": self.settings.read_only,
+                                  "sampleSeconds": self.settings.sample_seconds,
+                                  "maxExport": self.settings.max_export,
+                                  "clusters": [{"name": c.name, "namesrv": c.namesrv_addr} for c in self.settings.clusters]})
+
+    async def overview(self, request: web.Request) -> web.Response:
+        connection = self.connections.get(request.match_info["cluster"])
+        return web.json_response(await self.sampler.overview(connection))
+
+    async def no_such_api(self, request: web.Request) -> web.Response:
+        raise web.HTTPNotFound(reason=f"no API {request.method} {request.path}")
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def index(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    @staticmethod
+    async def _headers(request: web.Request, response: web.StreamResponse) -> None:
+        # Everything the pages load comes from here: no inline scripts, no other origin.
+        response.headers.setdefault("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; "
+                                    "style-src 'self'; script-src 'self'; connect-src 'self'; object-src 'none'; "
+                                    "frame-ancestors 'none'")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        if request.path.startswith("/api/"):
+            response.headers.setdefault("Cache-Control", "no-store")

@@ -1,0 +1,109 @@
+"""Fixtures of the console tests: a real ``ferrymq standalone`` and ``ferrymq console`` as
+processes on free ports, the admin client, and headless Chromium (Debian's package, driven
+by Playwright through executable_path: no browser download) with one browser per module."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from tests.support import REPO, FerryProcess, StandaloneProcess, free_port, missing_prerequisite
+
+SCREENSHOTS = REPO / ".cache" / "console-screenshots"  # .cache/ is git-ignored
+ENSURE_CHROMIUM = Path(__file__).with_name("ensure-chromium.sh")
+
+
+def chromium_path() -> str:
+    """Debian's chromium, which `make test` installs (tests/console/ensure-chromium.sh)."""
+    path = os.environ.get("FERRYMQ_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not os.access(path, os.X_OK):
+        missing_prerequisite(f"headless Chromium not found at {path}: run {ENSURE_CHROMIUM.relative_to(REPO)} "
+                             "(make test does) to install Debian's chromium package")
+    return path
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def ferry(tmp_path_factory, request):
+    """A name server and a broker (one ``ferrymq standalone`` process)."""
+    work = tmp_path_factory.mktemp("console-ferry")
+    process = StandaloneProcess(work / "store")
+    await asyncio.to_thread(process.start)
+    yield process
+    await asyncio.to_thread(process.stop)
+    if request.session.testsfailed:
+        print(f"--- standalone log ({process.log_path}) ---\n{process.log()[-6000:]}")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def console(ferry, tmp_path_factory, request):
+    """``ferrymq console`` for that cluster, writes allowed, sampling every second."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("console") / "console.log"
+    process = FerryProcess(["console", "--cluster", f"local={ferry.namesrv_addr}", "--port", str(port),
+                            "--no-read-only", "--sample-seconds", "1"], "FerryMQ console is ready", log)
+    await asyncio.to_thread(process.start)
+    process.url = f"http://127.0.0.1:{port}"
+    yield process
+    await asyncio.to_thread(process.stop)
+    if request.session.testsfailed:
+        print(f"--- console log ({log}) ---\n{process.log()[-6000:]}")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def admin(ferry):
+    from ferrymq.client.admin import AdminClient
+
+    client = AdminClient(namesrv_addr=ferry.namesrv_addr)
+    yield client
+    await client.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser():
+    path = chromium_path()
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        missing_prerequisite("the playwright package is not installed (pip install -e '.[dev]')")
+    async with async_playwright() as p:
+        chromium = await p.chromium.launch(executable_path=path, args=["--no-sandbox", "--disable-gpu"])
+        yield chromium
+        await chromium.close()
+
+
+class ConsolePage:
+    """One browser tab on the console that records console errors and saves screenshots."""
+
+    def __init__(self, page, base_url: str) -> None:
+        self.page = page
+        self.base_url = base_url
+        self.errors: list[str] = []
+        page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+
+    async def open(self, route: str) -> None:
+        await self.page.goto(f"{self.base_url}/#/{route}")
+
+    async def screenshot(self, name: str) -> Path:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}.png"
+        await self.page.evaluate("window.scrollTo(0, 0)")  # the sticky bar then sits at the top
+        await self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def assert_no_errors(self) -> None:
+        assert not self.errors, "the page logged errors:\n" + "\n".join(self.errors)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def console_page(browser, console):
+    context = await browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
+    page = await context.new_page()
+    page.set_default_timeout(15_000)
+    yield ConsolePage(page, console.url)
+    await context.close()

@@ -1,0 +1,222 @@
+"""The console in a real browser (headless Chromium) against ``ferrymq console`` and a real
+``ferrymq standalone``: every page loads without console errors, and what a user does in the
+pages is what the admin client then sees. Screenshots land in .cache/console-screenshots."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import pytest_asyncio
+
+from ferrymq.client.listener import ConsumeConcurrentlyStatus
+from ferrymq.client.producer import Producer
+from ferrymq.client.pull_consumer import PullConsumer
+from ferrymq.client.push_config import ConsumeFromWhere
+from ferrymq.client.push_consumer import PushConsumer
+from ferrymq.common.message import Message
+from ferrymq.common.protocol import MessageQueue, dlq_topic
+from tests.consumer_support import Recorder, produce
+from tests.support import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+TOPIC = "Orders"
+GROUP = "billing"
+MESSAGES = 40
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def seeded(ferry, admin):
+    """Orders with 40 JSON messages (keys order-0..39) on 4 queues; group billing has consumed
+    the first 3 of each queue."""
+    await admin.create_topic(TOPIC, read_queues=4, write_queues=4)
+    await admin.create_group(GROUP)
+    await wait_until(lambda: _routed(admin, TOPIC), 10, f"a route for {TOPIC}")
+    async with Producer("orders-producer", namesrv_addr=ferry.namesrv_addr) as producer:
+        for i in range(MESSAGES):
+            m = Message(TOPIC, json.dumps({"order": i, "item": "tea", "quantity": i % 3 + 1}).encode())
+            m.keys = [f"order-{i}"]
+            await producer.send(m)
+    async with PullConsumer(GROUP, namesrv_addr=ferry.namesrv_addr) as consumer:
+        for q in range(4):
+            await consumer.commit(MessageQueue(TOPIC, "broker-a", q), 3)
+    return admin
+
+
+async def test_overview_shows_the_broker_its_rates_and_no_alert(console_page, seeded, ferry):
+    p = console_page
+    await p.open("overview")
+    row = p.page.locator("[data-testid=brokers] tbody tr")
+    await row.first.wait_for()
+    text = await row.first.inner_text()
+    assert "broker-a" in text and ferry.broker_addr in text and "MASTER" in text
+    assert "%" in text, "disk use is shown as a percentage"
+    await p.page.locator("[data-testid=alerts]").filter(has_text="No alerts").wait_for()
+    # A sample a second: two of them draw the in/out chart.
+    await p.page.locator("svg.chart path.line.in").wait_for(state="attached")
+    assert await p.page.locator("[data-testid=stat-topics]").inner_text() != "–"
+    await p.screenshot("overview")
+    p.assert_no_errors()
+
+
+async def test_topic_created_in_the_ui_is_listed_by_the_admin_client_then_deleted(console_page, seeded):
+    p, admin = console_page, seeded
+    await p.open("topics")
+    await p.page.locator("[data-testid=topics] tr[data-topic=Orders]").wait_for()
+    await p.screenshot("topics")
+    await p.page.get_by_test_id("new-topic").click()
+    await p.page.get_by_test_id("topic-name").fill("UiCreated")
+    await p.page.locator("dialog input[name=readQueues]").fill("3")
+    await p.page.locator("dialog input[name=writeQueues]").fill("3")
+    await p.page.get_by_test_id("dialog-ok").click()
+    # The page moves to the new topic: its route and its three queues.
+    await p.page.locator("h1", has_text="UiCreated").wait_for()
+    await p.page.locator("[data-testid=queues] tbody tr").nth(2).wait_for()
+    assert "UiCreated" in await admin.topic_list()
+    route = await admin.topic_route("UiCreated")
+    assert [(q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas] == [(3, 3)]
+    await p.screenshot("topic-detail")
+
+    await p.page.get_by_test_id("delete-topic").click()
+    await p.page.locator("dialog input[name=confirm]").fill("UiCreated")
+    await p.page.get_by_test_id("dialog-ok").click()
+    await p.page.locator("h1", has_text="Topics").wait_for()
+    assert "UiCreated" not in await admin.topic_list()
+    p.assert_no_errors()
+
+
+async def test_a_groups_lag_in_the_ui_equals_the_admin_clients(console_page, seeded):
+    p, admin = console_page, seeded
+    expected = (await admin.consume_stats(GROUP)).total_lag()
+    assert expected == MESSAGES - 12
+    await p.open("groups")
+    cell = p.page.locator(f"[data-testid=groups] tr[data-group={GROUP}] td[data-col=lag]")
+    assert int((await cell.inner_text()).replace(",", "")) == expected
+    await p.screenshot("groups")
+    await p.page.get_by_role("link", name=GROUP, exact=True).click()
+    total = p.page.get_by_test_id("total-lag")
+    await total.wait_for()
+    assert int((await total.inner_text()).replace(",", "")) == expected
+    per_queue = await p.page.locator("[data-testid=lag] tbody tr:not(.total) td[data-col=lag]").all_inner_texts()
+    assert len(per_queue) == 4 and sum(int(v.replace(",", "")) for v in per_queue) == expected
+    await p.screenshot("group-detail")
+    p.assert_no_errors()
+
+
+async def test_a_message_found_by_key_shows_its_body(console_page, seeded):
+    p, admin = console_page, seeded
+    await p.open("messages?cluster=local&mode=key")
+    await p.page.get_by_test_id("msg-topic").fill(TOPIC)
+    await p.page.get_by_test_id("msg-key").fill("order-7")
+    await p.page.get_by_test_id("search").click()
+    await p.page.locator("[data-testid=results] tbody tr").first.click()
+    body = p.page.get_by_test_id("message-body")
+    await body.wait_for()
+    stored = json.loads((await admin.query_messages(TOPIC, "order-7"))[0].body)
+    shown = await body.inner_text()
+    assert json.loads(shown) == stored and '\n  "item": "tea"' in shown, "JSON bodies are pretty-printed"
+    await p.page.locator("button.chip[data-view=hex]").click()
+    assert (await body.inner_text()).startswith("00000000  ")
+    await p.page.locator("button.chip[data-view=json]").click()
+    await p.screenshot("message-detail")
+    p.assert_no_errors()
+
+
+async def test_a_reset_to_earliest_moves_the_group_back(console_page, seeded):
+    p, admin = console_page, seeded
+    await p.open(f"groups?cluster=local&group={GROUP}")
+    await p.page.get_by_test_id("total-lag").wait_for()
+    await p.page.get_by_test_id("reset-to").select_option("earliest")
+    await p.page.get_by_test_id("reset-preview-button").click()
+    await p.page.get_by_test_id("reset-preview").wait_for()
+    targets = await p.page.locator("[data-testid=reset-preview] td[data-col=target]").all_inner_texts()
+    assert targets == ["0"] * 4, "the preview shows every queue going back to 0"
+    await p.screenshot("reset-preview")
+    await p.page.get_by_test_id("reset-apply").click()
+    await p.page.get_by_test_id("dialog-ok").click()
+    await wait_until(lambda: _total_lag(admin), 10, "the group's lag to cover every message")
+    stats = await admin.consume_stats(GROUP)
+    assert {w.consumer_offset for w in stats.offset_table.values()} == {0}
+    assert stats.total_lag() == MESSAGES
+    # And the page, reloaded by the reset, shows the new figure.
+    await p.page.get_by_test_id("total-lag").filter(has_text=str(MESSAGES)).wait_for()
+    p.assert_no_errors()
+
+
+async def _total_lag(admin) -> bool:
+    return (await admin.consume_stats(GROUP)).total_lag() == MESSAGES
+
+
+async def test_a_dead_letter_resent_from_the_ui_is_consumed_by_its_group(console_page, seeded, ferry):
+    p, admin = console_page, seeded
+    group, topic = "payments", "Payments"
+    await admin.create_topic(topic, read_queues=2, write_queues=2)
+    await admin.create_group(group)
+    await wait_until(lambda: _routed(admin, topic), 10, f"a route for {topic}")
+    recorder = Recorder()
+    # max_reconsume_times=0: the first failure goes straight to the group's DLQ.
+    consumer = PushConsumer(group, namesrv_addr=ferry.namesrv_addr, consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+                            max_reconsume_times=0)
+    consumer.subscribe(topic).register_listener(recorder.listener(
+        "payments", fail=lambda m: len(recorder.of("poison-0")) == 1,
+        result_on_fail=ConsumeConcurrentlyStatus.RECONSUME_LATER))
+    await consumer.start()
+    try:
+        await produce(ferry.namesrv_addr, topic, 1, prefix="poison")
+        await wait_until(lambda: _in_dlq(admin, group), 20, "the failed message in the group's DLQ")
+        await p.open(f"messages?cluster=local&mode=key&topic={dlq_topic(group)}&key=poison-0")
+        await p.page.locator("[data-testid=results] tbody tr").first.click()
+        await p.page.get_by_test_id("resend-dlq").click()
+        await p.screenshot("dead-letter")
+        await p.page.get_by_test_id("dialog-ok").click()
+        await p.page.locator(".toast.ok", has_text="Resent").wait_for()
+        await wait_until(lambda: len(recorder.of("poison-0")) == 2, 30, "the group consuming the resent message")
+    finally:
+        await consumer.shutdown()
+    again = recorder.of("poison-0")[1]
+    assert again.topic == topic, "the group's listener sees the original topic"
+    assert again.msg.body == b"poison-0:" + b"x" * 16
+    p.assert_no_errors()
+
+
+async def _routed(admin, topic: str) -> bool:
+    try:
+        return bool((await admin.topic_route(topic)).queue_datas)
+    except Exception:  # noqa: BLE001 - not registered with the name server yet
+        return False
+
+
+async def _in_dlq(admin, group: str) -> bool:
+    try:
+        return bool(await admin.query_messages(dlq_topic(group), "poison-0"))
+    except Exception:  # noqa: BLE001 - the DLQ topic has no route until the first dead letter
+        return False
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+async def test_an_export_downloads_every_matching_message(console_page, seeded, fmt, tmp_path):
+    p, admin = console_page, seeded
+    await p.open(f"messages?cluster=local&mode=time&topic={TOPIC}&begin=0&end=4102444800000")
+    await p.page.locator("[data-testid=results] tbody tr").first.wait_for()
+    assert "of about 40" in await p.page.get_by_test_id("result-count").inner_text()
+    await p.screenshot("messages-time-range")
+    async with p.page.expect_download() as download_info:
+        await p.page.get_by_test_id(f"export-{fmt}").click()
+    download = await download_info.value
+    assert download.suggested_filename.endswith(f".{fmt}")
+    saved = tmp_path / download.suggested_filename
+    await download.save_as(saved)
+    lines = saved.read_text().splitlines()
+    if fmt == "jsonl":
+        keys = {json.loads(line)["keys"][0] for line in lines}
+    else:
+        import csv
+        rows = list(csv.DictReader(lines))
+        keys = {row["keys"] for row in rows}
+    stored = sum(q["maxOffset"] - q["minOffset"] for q in await admin.topic_stats(TOPIC))
+    assert stored == MESSAGES
+    assert keys == {f"order-{i}" for i in range(MESSAGES)}, "every message of the range, once"
+    assert len(lines) == MESSAGES + (1 if fmt == "csv" else 0)
+    await p.page.get_by_test_id("export-done").wait_for()
+    p.assert_no_errors()
