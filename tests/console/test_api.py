@@ -1,0 +1,284 @@
+"""The console's JSON API without a browser, against a real name server and broker: what a
+script gets from /api/..., and the clear errors (400 bad input, 403 read-only, 404 unknown)
+it gets when a request cannot be served."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import pytest
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.pull_consumer import PullConsumer
+from ferrymq.common.message import Message
+from ferrymq.common.protocol import MessageQueue
+from ferrymq.console.server import ConsoleServer
+from ferrymq.console.settings import ClusterSpec, ConsoleSettings
+from tests.consumer_support import produce
+from tests.support import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+class Api:
+    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+        self.session, self.base = session, base
+
+    async def call(self, method: str, path: str, body=None, *, status: int = 200, raw: str | None = None):
+        kwargs = {"data": raw} if raw is not None else ({"json": body} if body is not None else {})
+        async with self.session.request(method, self.base + path, **kwargs) as response:
+            data = await response.json()
+            assert response.status == status, (response.status, data)
+            if status >= 400:
+                assert set(data) == {"error"} and data["error"], data
+            return data
+
+    async def get(self, path: str, **kw):
+        return await self.call("GET", path, **kw)
+
+    async def post(self, path: str, body=None, **kw):
+        return await self.call("POST", path, body if body is not None else {}, **kw)
+
+
+async def _console(cluster, **settings):
+    server = ConsoleServer(ConsoleSettings([ClusterSpec("local", cluster.namesrv_addr)], host="127.0.0.1", port=0,
+                                           **{"read_only": False, "sample_seconds": 60, **settings}))
+    await server.start()
+    return server
+
+
+@pytest.fixture
+async def api(cluster):
+    server = await _console(cluster)
+    async with aiohttp.ClientSession() as session:
+        yield Api(session, server.url + "/api")
+    await server.stop()
+
+
+@pytest.fixture
+async def admin(cluster):
+    async with AdminClient(namesrv_addr=cluster.namesrv_addr) as client:
+        yield client
+
+
+async def _routed(admin, topic: str) -> bool:
+    try:
+        return bool((await admin.topic_route(topic)).queue_datas)
+    except Exception:  # noqa: BLE001 - not registered with the name server yet
+        return False
+
+
+async def _topic_with_messages(cluster, admin, topic: str, count: int, queues: int = 2) -> None:
+    await admin.create_topic(topic, read_queues=queues, write_queues=queues)
+    await wait_until(lambda: _routed(admin, topic), 10, f"a route for {topic}")
+    await produce(cluster.namesrv_addr, topic, count, prefix=topic.lower())
+
+
+async def test_config_and_unknown_things_answer_json(api):
+    config = await api.get("/config")
+    assert config["readOnly"] is False and [c["name"] for c in config["clusters"]] == ["local"]
+    error = await api.get("/clusters/elsewhere/topics", status=404)
+    assert "elsewhere" in error["error"] and "local" in error["error"]
+    await api.get("/no/such/thing", status=404)
+
+
+async def test_topics_list_by_kind_create_detail_and_delete(api, admin, cluster):
+    created = await api.post("/clusters/local/topics", {"topic": "ApiTopic", "readQueues": 3, "writeQueues": 3})
+    assert created["routed"] is True and created["readQueues"] == 3
+    assert "ApiTopic" in await admin.topic_list()
+    normal = {t["topic"]: t for t in (await api.get("/clusters/local/topics?kind=normal"))["topics"]}
+    assert normal["ApiTopic"]["readQueues"] == 3 and normal["ApiTopic"]["brokers"] == ["broker-a"]
+    system = {t["topic"] for t in (await api.get("/clusters/local/topics?kind=system"))["topics"]}
+    assert {"TBW102", "SCHEDULE_TOPIC_XXXX", "DefaultCluster", "broker-a"} <= system and "ApiTopic" not in system
+
+    sent = await api.post("/clusters/local/topics/ApiTopic/messages", {"body": "hello", "keys": "k1 k2", "tags": "T"})
+    assert sent["status"] == "SEND_OK"
+    detail = await api.get("/clusters/local/topics/ApiTopic")
+    assert detail["queues"] == await admin.topic_stats("ApiTopic") and detail["messages"] == 1
+    assert detail["route"][0]["readQueues"] == 3
+
+    await api.call("DELETE", "/clusters/local/topics/ApiTopic")
+    assert "ApiTopic" not in await admin.topic_list()
+
+
+@pytest.mark.parametrize("body,raw,needle", [
+    (None, "not json", "JSON object"),
+    ([1, 2], None, "JSON object"),
+    ({}, None, "topic is required"),
+    ({"topic": "bad name!"}, None, "illegal characters"),
+    ({"topic": "T", "queues": 0}, None, "between 1 and 1024"),
+    ({"topic": "T", "queues": "many"}, None, "must be an integer"),
+    ({"topic": "T", "order": "yes"}, None, "true or false"),
+])
+async def test_bad_topic_requests_get_400_with_the_reason(api, body, raw, needle):
+    error = await api.call("POST", "/clusters/local/topics", body, raw=raw, status=400)
+    assert needle in error["error"]
+
+
+async def test_other_bad_inputs_get_400(api, admin, cluster):
+    await api.get("/clusters/local/topics?kind=weird", status=400)
+    assert "does not exist" in (await api.call("DELETE", "/clusters/local/topics/Nope", status=400))["error"]
+    await api.post("/clusters/local/topics/Nope/messages", {"body": "x"}, status=400)
+    await _topic_with_messages(cluster, admin, "Bad", 1)
+    await api.post("/clusters/local/topics/Bad/messages", {}, status=400)
+    await api.post("/clusters/local/groups/g/consume", {"enable": "yes"}, status=400)
+    await api.get("/clusters/local/groups/g/reset-preview?topic=Bad&to=yesterday", status=400)
+    await api.get("/clusters/local/messages/by-time?topic=Bad&begin=10&end=5", status=400)
+    await api.get("/clusters/local/messages/by-time?topic=Bad&end=5", status=400)
+    await api.get("/clusters/local/messages/by-time?topic=Bad&begin=0&end=5&cursor=%%%", status=400)
+    await api.get("/clusters/local/messages/by-time?topic=Bad&begin=0&end=5&limit=100000", status=400)
+    await api.get("/clusters/local/messages/by-key?topic=Bad", status=400)
+    await api.get("/clusters/local/messages/export?mode=key&topic=Bad&key=x&format=xml", status=400)
+    await api.get("/clusters/local/messages/export?mode=everything", status=400)
+    assert "name the topic" in (await api.get("/clusters/local/messages/by-id?id=NOT-AN-OFFSET-ID", status=400))["error"]
+    await api.post("/clusters/local/messages/resend-dlq", {}, status=400)
+
+
+async def test_group_lag_enable_and_an_offset_reset_that_does_what_its_preview_said(api, admin, cluster):
+    await _topic_with_messages(cluster, admin, "Lagging", 20, queues=2)
+    await admin.create_group("lagger")
+    async with PullConsumer("lagger", namesrv_addr=cluster.namesrv_addr) as consumer:
+        for q in range(2):
+            await consumer.commit(MessageQueue("Lagging", "broker-a", q), 4)
+    expected = (await admin.consume_stats("lagger")).total_lag()
+    listed = {g["group"]: g for g in (await api.get("/clusters/local/groups"))["groups"]}
+    assert listed["lagger"]["totalLag"] == expected == 12 and listed["lagger"]["consumeEnable"] is True
+    detail = await api.get("/clusters/local/groups/lagger")
+    assert detail["totalLag"] == expected and sum(q["lag"] for q in detail["queues"]) == expected
+    assert detail["clients"] == []
+
+    await api.post("/clusters/local/groups/lagger/consume", {"enable": False})
+    assert (await api.get("/clusters/local/groups/lagger"))["consumeEnable"] is False
+    alerts = (await api.get("/clusters/local/overview"))["alerts"]
+    assert [a["subject"] for a in alerts if a["kind"] == "group-disabled"] == ["lagger"]
+    await api.post("/clusters/local/groups/lagger/consume", {"enable": True})
+    assert (await admin.consume_stats("lagger")).consume_enable is True
+
+    # To the store time of a message in the middle: the preview says where each queue goes,
+    # the reset then moves them exactly there.
+    middle = (await admin.query_messages("Lagging", "lagging-9"))[0]
+    preview = await api.get(f"/clusters/local/groups/lagger/reset-preview?topic=Lagging&to={middle.store_timestamp}")
+    targets = {(q["brokerName"], q["queueId"]): q["target"] for q in preview["queues"]}
+    assert all(q["current"] == 4 for q in preview["queues"])
+    done = await api.post("/clusters/local/groups/lagger/reset", {"topic": "Lagging", "to": str(middle.store_timestamp)})
+    assert {(q["brokerName"], q["queueId"]): q["offset"] for q in done["queues"]} == targets
+    assert all(q["before"] == 4 for q in done["queues"])
+    after = await admin.consume_stats("lagger")
+    assert {(mq.broker_name, mq.queue_id): w.consumer_offset for mq, w in after.offset_table.items()} == targets
+
+    latest = await api.get("/clusters/local/groups/lagger/reset-preview?topic=Lagging&to=latest")
+    assert latest["toConsume"] == 0 and all(q["target"] == 10 for q in latest["queues"])
+
+
+async def test_time_range_pages_cover_every_message_once_and_export_matches(api, admin, cluster):
+    await _topic_with_messages(cluster, admin, "Paged", 23, queues=3)
+    seen, cursor, pages = [], None, 0
+    while True:
+        path = "/clusters/local/messages/by-time?topic=Paged&begin=0&end=4102444800000&limit=7"
+        page = await api.get(path + (f"&cursor={cursor}" if cursor else ""))
+        pages += 1
+        assert len(page["messages"]) <= 7 and page["estimatedTotal"] == 23
+        seen += [m["keys"][0] for m in page["messages"]]
+        cursor = page["next"]
+        if not cursor:
+            break
+    assert sorted(seen) == sorted(f"paged-{i}" for i in range(23)) and pages == 4
+    async with api.session.get(api.base + "/clusters/local/messages/export?mode=time&topic=Paged&begin=0"
+                                          "&end=4102444800000&format=jsonl") as response:
+        assert response.status == 200 and response.headers["X-FerryMQ-Expected"] == "23"
+        assert "attachment" in response.headers["Content-Disposition"]
+        lines = (await response.text()).splitlines()
+    assert sorted(json.loads(line)["keys"][0] for line in lines) == sorted(seen)
+    # A range that holds nothing: an empty page, no cursor.
+    empty = await api.get("/clusters/local/messages/by-time?topic=Paged&begin=0&end=1")
+    assert empty["messages"] == [] and empty["next"] is None
+
+
+async def test_find_by_key_and_id_show_properties_and_body(api, admin, cluster):
+    await admin.create_topic("Found", read_queues=1, write_queues=1)
+    await wait_until(lambda: _routed(admin, "Found"), 10, "a route for Found")
+    from ferrymq.client.producer import Producer
+    async with Producer("p", namesrv_addr=cluster.namesrv_addr) as producer:
+        m = Message("Found", bytes([0, 159, 146, 150]), properties={"color": "blue"})
+        m.keys = ["bin-1"]
+        sent = await producer.send(m)
+    found = (await api.get("/clusters/local/messages/by-key?topic=Found&key=bin-1"))["messages"]
+    assert len(found) == 1 and found[0]["bodyEncoding"] == "binary" and found[0]["body"] is None
+    assert found[0]["bodyBase64"] == "AJ+Slg==" and found[0]["properties"]["color"] == "blue"
+    by_offset_id = (await api.get(f"/clusters/local/messages/by-id?id={sent.offset_msg_id}"))["messages"][0]
+    by_client_id = (await api.get(f"/clusters/local/messages/by-id?id={sent.msg_id}&topic=Found"))["messages"][0]
+    assert by_offset_id["msgId"] == by_client_id["msgId"] == sent.msg_id
+    # Not a dead letter: no resend.
+    error = await api.post("/clusters/local/messages/resend-dlq", {"offsetMsgId": sent.offset_msg_id}, status=400)
+    assert "not a dead-letter" in error["error"]
+
+
+async def test_an_export_bigger_than_the_limit_is_refused_up_front(cluster, admin):
+    await _topic_with_messages(cluster, admin, "Big", 6)
+    server = await _console(cluster, max_export=5)
+    try:
+        async with aiohttp.ClientSession() as session:
+            api = Api(session, server.url + "/api")
+            error = await api.get("/clusters/local/messages/export?mode=time&topic=Big&begin=0&end=4102444800000",
+                                  status=400)
+    finally:
+        await server.stop()
+    assert "at most 5" in error["error"]
+
+
+async def test_a_read_only_console_refuses_every_write_and_still_reads(cluster, admin):
+    await _topic_with_messages(cluster, admin, "Kept", 1)
+    server = await _console(cluster, read_only=True)
+    try:
+        async with aiohttp.ClientSession() as session:
+            api = Api(session, server.url + "/api")
+            assert (await api.get("/config"))["readOnly"] is True
+            for method, path, body in [("POST", "/clusters/local/topics", {"topic": "New"}),
+                                       ("DELETE", "/clusters/local/topics/Kept", None),
+                                       ("POST", "/clusters/local/topics/Kept/messages", {"body": "x"}),
+                                       ("POST", "/clusters/local/groups/g/consume", {"enable": True}),
+                                       ("POST", "/clusters/local/groups/g/reset", {"topic": "Kept", "to": "earliest"}),
+                                       ("POST", "/clusters/local/messages/resend-dlq", {"offsetMsgId": "x"})]:
+                error = await api.call(method, path, body, status=403)
+                assert "read-only" in error["error"]
+            assert any(t["topic"] == "Kept" for t in (await api.get("/clusters/local/topics"))["topics"])
+    finally:
+        await server.stop()
+    assert "New" not in await admin.topic_list() and "Kept" in await admin.topic_list()
+
+
+async def test_the_overview_shows_the_broker_and_rates_from_its_counters(cluster, admin):
+    server = await _console(cluster, sample_seconds=0.2)
+    try:
+        async with aiohttp.ClientSession() as session:
+            api = Api(session, server.url + "/api")
+            overview = await api.get("/clusters/local/overview")
+            [broker] = overview["brokers"]
+            assert broker["address"] == cluster.broker_addr and broker["brokerId"] == 0
+            assert 0 < broker["diskRatio"] < 1 and broker["diskWarningRatio"] == 0.9
+            assert overview["alerts"] == []
+            await _topic_with_messages(cluster, admin, "Rated", 10)
+
+            async def rate_seen():
+                points = (await api.get("/clusters/local/overview"))["rates"]
+                return any(p[1] > 0 for p in points)
+            await wait_until(rate_seen, 10, "a sample with messages coming in")
+    finally:
+        await server.stop()
+
+
+async def test_a_broker_gone_from_the_name_server_raises_an_alert(cluster):
+    server = await _console(cluster)
+    try:
+        async with aiohttp.ClientSession() as session:
+            api = Api(session, server.url + "/api")
+            assert (await api.get("/clusters/local/overview"))["alerts"] == []
+            await cluster.broker.stop()  # unregisters
+            cluster.broker = None
+            await wait_until(lambda: server.sampler.overview(server.connections.get("local"), max_age=0), 5,
+                             "a fresh sample")
+            kinds = {a["kind"] for a in (await api.get("/clusters/local/overview"))["alerts"]}
+    finally:
+        await server.stop()
+    assert {"broker-unregistered", "no-broker"} <= kinds

@@ -1,0 +1,126 @@
+"""The console's pure parts: cluster options, the read-only default, alert derivation,
+topic kinds, search cursors and export lines."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+
+import pytest
+
+from ferrymq.console import message_export
+from ferrymq.console.alerts import BrokerState, derive_alerts
+from ferrymq.console.command import settings_from
+from ferrymq.console.http_errors import BadRequest, point_in_time
+from ferrymq.console.message_search import Cursor
+from ferrymq.console.settings import ClusterSpec, ConsoleSettings, SettingsError, parse_cluster
+from ferrymq.console.topic_kinds import group_is_system, topic_kind
+
+
+def test_cluster_option_parses_names_and_name_server_lists():
+    assert parse_cluster("prod=ns1:9876;ns2.example:9876") == ClusterSpec("prod", "ns1:9876;ns2.example:9876")
+    assert parse_cluster(" dev = 127.0.0.1:9876 ; ") == ClusterSpec("dev", "127.0.0.1:9876")
+
+
+@pytest.mark.parametrize("text,needle", [("prod", "name=host:port"), ("=ns:9876", "name=host:port"),
+                                         ("p rod=ns:9876", "cluster name"), ("prod=ns", "host:port"),
+                                         ("prod=ns:99999", "host:port")])
+def test_bad_cluster_options_say_what_is_wrong(text, needle):
+    with pytest.raises(SettingsError, match=needle):
+        parse_cluster(text)
+
+
+def test_settings_need_unique_cluster_names():
+    with pytest.raises(SettingsError, match="unique: a"):
+        ConsoleSettings([ClusterSpec("a", "x:1"), ClusterSpec("a", "y:1")])
+    with pytest.raises(SettingsError, match="at least one"):
+        ConsoleSettings([])
+
+
+def _args(**kw):
+    base = dict(clusters=[ClusterSpec("c", "127.0.0.1:9876")], host="127.0.0.1", port=0, read_only=None,
+                sample_seconds=10.0, history_minutes=15.0, max_export=10, access_key=None, tls=False,
+                tls_ca_file=None, tls_insecure=False)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_read_only_by_default_unless_only_on_loopback(monkeypatch):
+    monkeypatch.delenv("FERRYMQ_ACCESS_KEY", raising=False)
+    assert settings_from(_args(host="127.0.0.1")).read_only is False
+    assert settings_from(_args(host="0.0.0.0")).read_only is True
+    assert settings_from(_args(host="0.0.0.0", read_only=False)).read_only is False
+    assert settings_from(_args(host="::1", read_only=True)).read_only is True
+
+
+def test_credentials_and_tls_follow_the_clis_rules(monkeypatch):
+    monkeypatch.setenv("FERRYMQ_SECRET_KEY", "s3cret")
+    settings = settings_from(_args(access_key="console", tls=True))
+    config = settings.client_config("c")
+    assert config.credentials.access_key == "console" and config.tls is not None
+    assert config.namesrv_addr == "127.0.0.1:9876"
+    assert settings.client_config("c").instance_name != config.instance_name, "one client id per client"
+    monkeypatch.delenv("FERRYMQ_SECRET_KEY")
+    with pytest.raises(Exception, match="FERRYMQ_SECRET_KEY"):
+        settings_from(_args(access_key="console"))
+
+
+def test_alerts_derived_from_a_cluster_read():
+    healthy = BrokerState("C", "b", 0, "10.0.0.1:10911", disk_ratio=0.5, disk_warning_ratio=0.9)
+    assert derive_alerts(namesrv_error=None, brokers=[healthy], seen_before={"b"}, masters_by_name={"b": True},
+                         disabled_groups=[]) == []
+    full = BrokerState("C", "b", 0, "10.0.0.1:10911", disk_ratio=0.93, disk_warning_ratio=0.9)
+    silent = BrokerState("C", "c", 1, "10.0.0.2:10911", error="timeout")
+    alerts = derive_alerts(namesrv_error=None, brokers=[full, silent], seen_before={"b", "c", "gone"},
+                           masters_by_name={"b": True, "c": False}, disabled_groups=["slow"])
+    kinds = {(a.kind, a.subject) for a in alerts}
+    assert kinds == {("broker-unregistered", "gone"), ("no-master", "c"), ("disk-above-warning", "b (10.0.0.1:10911)"),
+                     ("broker-unreachable", "c (10.0.0.2:10911)"), ("group-disabled", "slow")}
+    assert "93%" in next(a.message for a in alerts if a.kind == "disk-above-warning")
+    [down] = derive_alerts(namesrv_error="connection refused", brokers=[], seen_before={"b"}, masters_by_name={},
+                           disabled_groups=[])
+    assert down.kind == "namesrv-unreachable" and down.severity == "critical"
+
+
+@pytest.mark.parametrize("topic,kind", [("Orders", "normal"), ("%RETRY%g", "retry"), ("%DLQ%g", "dlq"),
+                                        ("TBW102", "system"), ("RMQ_SYS_TRANS_HALF_TOPIC", "system"),
+                                        ("DefaultCluster_REPLY_TOPIC", "system"), ("DefaultCluster", "system")])
+def test_topic_kinds(topic, kind):
+    assert topic_kind(topic, {"DefaultCluster", "broker-a"}) == kind
+
+
+def test_system_groups():
+    assert group_is_system("TOOLS_CONSUMER") and group_is_system("CID_RMQ_SYS_TRANS") and not group_is_system("billing")
+
+
+def test_cursors_round_trip_and_refuse_forgeries():
+    assert Cursor.decode(Cursor(3, 17).encode()) == Cursor(3, 17)
+    assert Cursor.decode(None) == Cursor()
+    for bad in ("%%%", "eyJ4IjogMX0", Cursor(-1, 0).encode()):
+        with pytest.raises(BadRequest):
+            Cursor.decode(bad)
+
+
+def test_points_in_time():
+    assert point_in_time("1700000000000", "t") == 1700000000000
+    assert point_in_time("2024-06-01T12:00:00Z", "t") == point_in_time("2024-06-01T12:00:00", "t") == 1717243200000
+    with pytest.raises(BadRequest, match="ISO"):
+        point_in_time("yesterday", "t")
+
+
+def _message(**kw):
+    return {"topic": "T", "queueId": 1, "queueOffset": 2, "msgId": "M", "offsetMsgId": "O", "tags": None,
+            "keys": ["a", "b"], "storeTimestamp": 1717243200000, "bornTimestamp": 1717243200000, "reconsumeTimes": 0,
+            "bodySize": 5, "bodyEncoding": "utf-8", "body": 'a,"b"\nc', "bodyBase64": "", "properties": {"x": "1"}, **kw}
+
+
+def test_export_lines_round_trip_through_csv_and_json():
+    text = message_export.header("csv") + message_export.line("csv", _message())
+    [row] = list(csv.DictReader(io.StringIO(text)))
+    assert row["body"] == 'a,"b"\nc' and row["keys"] == "a b" and json.loads(row["properties"]) == {"x": "1"}
+    assert row["storeTime"] == "2024-06-01T12:00:00.000+00:00"
+    binary = list(csv.DictReader(io.StringIO(message_export.header("csv") + message_export.line(
+        "csv", _message(bodyEncoding="binary", body=None, bodyBase64="AJ8=")))))[0]
+    assert binary["bodyEncoding"] == "base64" and binary["body"] == "AJ8="
+    assert json.loads(message_export.line("jsonl", _message()))["body"] == 'a,"b"\nc'
