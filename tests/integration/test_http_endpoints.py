@@ -100,3 +100,37 @@ def test_broker_metrics_count_traffic_lag_and_groups(processes, tmp_path):
     assert 0 < m[("ferrymq_broker_store_disk_used_ratio", base)] < 1
     assert m[("ferrymq_broker_store_disk_warning_ratio", base)] == 0.9
     assert any(k[0] == "ferrymq_namesrv_topics" for k in m)  # standalone serves both components' metrics
+
+
+def test_wake_latency_of_held_pulls_is_exported_and_moves(processes, tmp_path):
+    ns_port, broker_port, http_port = free_port(), free_port(), free_port()
+    processes(["standalone", "--namesrv-port", str(ns_port), "--broker-port", str(broker_port),
+               "--http-port", str(http_port), "--data-dir", str(tmp_path / "s")], "standalone is ready")
+    ns = f"127.0.0.1:{ns_port}"
+    base = (("broker", "broker-a"), ("cluster", "DefaultCluster"))
+    count = ("ferrymq_broker_pull_wake_latency_seconds_count", base)
+    total = ("ferrymq_broker_pull_wake_latency_seconds_sum", base)
+    metrics = lambda: samples(get(http_port, "/metrics")[1])  # noqa: E731
+    before = metrics()
+    assert before[count] == 0 and before[total] == 0
+
+    async def woken_pulls(n: int) -> int:
+        async with Producer("p", namesrv_addr=ns) as producer, PullConsumer("waker", namesrv_addr=ns) as consumer:
+            mq = (await producer.send(Message("Woken", b"first"))).message_queue
+            offset = 1
+            for i in range(n):
+                pull = asyncio.ensure_future(consumer.pull(mq, offset, suspend=20.0))
+                # held, then woken by a send to its queue (not by a timer: answered well before 20 s)
+                await asyncio.to_thread(poll_until, "the pull held",
+                                        lambda: metrics()[("ferrymq_broker_held_pulls", base)] == 1, 20, 0.02)
+                await producer.send(Message("Woken", b"wake %d" % i), queue=mq)
+                result = await asyncio.wait_for(pull, 10)
+                assert [m.body for m in result.messages] == [b"wake %d" % i]
+                offset = result.next_begin_offset
+        return n
+
+    woken = asyncio.run(woken_pulls(3))
+    after = poll_until("three wakes observed", lambda: (m := metrics())[count] == woken and m, 20, 0.05)
+    assert 0 < after[total] < 3 * 10  # seconds: each wake took less than the pull's 10 s bound
+    buckets = {dict(k[1])["le"]: v for k, v in after.items() if k[0] == "ferrymq_broker_pull_wake_latency_seconds_bucket"}
+    assert buckets["+Inf"] == woken and buckets["0.001"] <= woken

@@ -92,14 +92,20 @@ class PullProcessor:
         if result.status in _FALL_BEHIND_KNOWN:
             self.protection.record(group, topic, queue_id, result.fall_behind_bytes)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & PullSysFlag.SUSPEND:
-            result = await self._hold(group, topic, queue_id, offset, max_nums, wanted, header.suspend_timeout_millis)
+            result, arrived_at = await self._hold(group, topic, queue_id, offset, max_nums, wanted,
+                                                  header.suspend_timeout_millis)
             code = response_code(result.status, offset)
             if result.status in _FALL_BEHIND_KNOWN:
                 self.protection.record(group, topic, queue_id, result.fall_behind_bytes)
+            response = self._respond(req, result, code, group, topic)
+            ctx.pull_waiters.answered(arrived_at)  # wake latency, observed once the response is written
+            return response
         return self._respond(req, result, code, group, topic)
 
     async def _hold(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
-                    wanted: MessageFilter, suspend_millis: int) -> GetResult:
+                    wanted: MessageFilter, suspend_millis: int) -> tuple[GetResult, float | None]:
+        """The answer's read, and when the arrival that woke the pull was announced (None if
+        none did: timeout, shutdown, a message stored before the pull was held)."""
         ctx = self.ctx
         if ctx.config.long_polling_enable:
             hold_seconds = suspend_millis / 1000
@@ -109,13 +115,13 @@ class PullProcessor:
         while True:
             # At most HOLD_RECHECK_SECONDS at a time, then read again (RocketMQ's hold service sweep).
             remaining = deadline - time.monotonic()
-            await ctx.pull_waiters.wait(topic, queue_id, offset, min(remaining, HOLD_RECHECK_SECONDS),
-                                        None if wanted.passes_all else wanted.wants)
+            arrived_at = await ctx.pull_waiters.wait(topic, queue_id, offset, min(remaining, HOLD_RECHECK_SECONDS),
+                                                     None if wanted.passes_all else wanted.wants)
             result = await ctx.store.get_messages(group, topic, queue_id, offset, max_nums, wanted.tags, wanted.record())
             if result.status is not GetStatus.OFFSET_OVERFLOW_ONE:
-                return result  # something to answer (found, filtered out, moved...)
+                return result, arrived_at  # something to answer (found, filtered out, moved...)
             if ctx.pull_waiters.closed or time.monotonic() >= deadline:
-                return result
+                return result, None
 
     def _respond(self, req: RemotingCommand, result: GetResult, code: int, group: str, topic: str) -> RemotingCommand:
         body = None
