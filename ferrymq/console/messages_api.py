@@ -51,7 +51,9 @@ class MessagesApi:
         page = await message_search.by_time(connection, required_text(q, "topic"), begin, end,
                                             limit=int_value(q, "limit", 50, low=1, high=MAX_PAGE),
                                             cursor=message_search.Cursor.decode(q.get("cursor")))
-        return web.json_response({"messages": [describe(m) for m in page.messages],
+        # A page reads queue after queue; it is shown in store-time order.
+        shown = sorted(page.messages, key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset))
+        return web.json_response({"messages": [describe(m) for m in shown],
                                   "next": page.next_cursor.encode() if page.next_cursor else None,
                                   "estimatedTotal": page.estimated_total})
 

@@ -39,19 +39,35 @@ async def ferry(tmp_path_factory, request):
         print(f"--- standalone log ({process.log_path}) ---\n{process.log()[-6000:]}")
 
 
+async def _console_process(ferry, tmp_path_factory, request, mode: str):
+    port = free_port()
+    log = tmp_path_factory.mktemp("console") / "console.log"
+    process = FerryProcess(["console", "--cluster", f"local={ferry.namesrv_addr}", "--port", str(port), mode,
+                            "--sample-seconds", "1"], "FerryMQ console is ready", log)
+    await asyncio.to_thread(process.start)
+    process.url = f"http://127.0.0.1:{port}"
+    return process
+
+
+async def _stop(process, request) -> None:
+    await asyncio.to_thread(process.stop)
+    if request.session.testsfailed:
+        print(f"--- console log ({process.log_path}) ---\n{process.log()[-6000:]}")
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def console(ferry, tmp_path_factory, request):
     """``ferrymq console`` for that cluster, writes allowed, sampling every second."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("console") / "console.log"
-    process = FerryProcess(["console", "--cluster", f"local={ferry.namesrv_addr}", "--port", str(port),
-                            "--no-read-only", "--sample-seconds", "1"], "FerryMQ console is ready", log)
-    await asyncio.to_thread(process.start)
-    process.url = f"http://127.0.0.1:{port}"
+    process = await _console_process(ferry, tmp_path_factory, request, "--no-read-only")
     yield process
-    await asyncio.to_thread(process.stop)
-    if request.session.testsfailed:
-        print(f"--- console log ({log}) ---\n{process.log()[-6000:]}")
+    await _stop(process, request)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def read_only_console(ferry, tmp_path_factory, request):
+    process = await _console_process(ferry, tmp_path_factory, request, "--read-only")
+    yield process
+    await _stop(process, request)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -100,10 +116,22 @@ class ConsolePage:
         assert not self.errors, "the page logged errors:\n" + "\n".join(self.errors)
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def console_page(browser, console):
+async def _page(browser, url: str):
     context = await browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
     page = await context.new_page()
     page.set_default_timeout(15_000)
-    yield ConsolePage(page, console.url)
+    return context, ConsolePage(page, url)
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def console_page(browser, console):
+    context, page = await _page(browser, console.url)
+    yield page
+    await context.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def read_only_page(browser, read_only_console):
+    context, page = await _page(browser, read_only_console.url)
+    yield page
     await context.close()

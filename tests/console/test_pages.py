@@ -4,6 +4,7 @@ pages is what the admin client then sees. Screenshots land in .cache/console-scr
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -45,7 +46,7 @@ async def seeded(ferry, admin):
 
 
 async def test_overview_shows_the_broker_its_rates_and_no_alert(console_page, seeded, ferry):
-    p = console_page
+    p, admin = console_page, seeded
     await p.open("overview")
     row = p.page.locator("[data-testid=brokers] tbody tr")
     await row.first.wait_for()
@@ -53,10 +54,62 @@ async def test_overview_shows_the_broker_its_rates_and_no_alert(console_page, se
     assert "broker-a" in text and ferry.broker_addr in text and "MASTER" in text
     assert "%" in text, "disk use is shown as a percentage"
     await p.page.locator("[data-testid=alerts]").filter(has_text="No alerts").wait_for()
-    # A sample a second: two of them draw the in/out chart.
-    await p.page.locator("svg.chart path.line.in").wait_for(state="attached")
     assert await p.page.locator("[data-testid=stat-topics]").inner_text() != "–"
+    # Traffic while the page watches: the console samples every second and the page redraws,
+    # until the chart's "in" line leaves the zero line.
+    await admin.create_topic("Traffic", read_queues=1, write_queues=1)
+    await wait_until(lambda: _routed(admin, "Traffic"), 10, "a route for Traffic")
+    async with Producer("traffic", namesrv_addr=ferry.namesrv_addr) as producer:
+        async def keep_sending():
+            while True:
+                await producer.send(Message("Traffic", b"tick"))
+                await asyncio.sleep(0.02)
+        sender = asyncio.ensure_future(keep_sending())
+        try:
+            await p.page.wait_for_function(
+                """() => { const line = document.querySelector("svg.chart path.line.in");
+                           return line && /,([0-9.]+)/g.test(line.getAttribute("d"))
+                                  && [...line.getAttribute("d").matchAll(/,([0-9.]+)/g)].some(m => Number(m[1]) < 180); }""",
+                timeout=20_000)
+        finally:
+            sender.cancel()
+    assert (await p.page.get_by_test_id("stat-in").inner_text()).endswith("msg/s")
     await p.screenshot("overview")
+    p.assert_no_errors()
+
+
+async def test_a_group_disabled_elsewhere_shows_an_alert_and_is_re_enabled_from_its_page(console_page, seeded):
+    p, admin = console_page, seeded
+    await admin.disable_group(GROUP)  # as broker protection does
+    try:
+        await p.open("overview")
+        await p.page.locator("[data-testid=alerts] li", has_text=f"group {GROUP} may not consume").wait_for()
+        await p.open(f"groups?cluster=local&group={GROUP}")
+        await p.page.get_by_test_id("consume-state").filter(has_text="disabled").wait_for()
+        await p.screenshot("group-disabled")
+        await p.page.get_by_test_id("enable-group").click()
+        await p.page.get_by_test_id("consume-state").filter(has_text="consuming").wait_for()
+        assert (await admin.consume_stats(GROUP)).consume_enable is True
+    finally:
+        await admin.enable_group(GROUP)
+    p.assert_no_errors()
+
+
+async def test_a_read_only_console_offers_no_write_action(read_only_page, seeded):
+    p = read_only_page
+    await p.open("topics?cluster=local&topic=Orders")
+    await p.page.get_by_test_id("queues").wait_for()
+    assert await p.page.locator("#mode").inner_text() == "read-only"
+    for testid in ("send-test", "delete-topic"):
+        assert await p.page.get_by_test_id(testid).is_disabled()
+    await p.open("topics")
+    assert await p.page.get_by_test_id("new-topic").is_disabled()
+    await p.open(f"groups?cluster=local&group={GROUP}")
+    assert await p.page.get_by_test_id("reset-apply").is_disabled()
+    # The preview still works: it changes nothing.
+    await p.page.get_by_test_id("reset-preview-button").click()
+    await p.page.get_by_test_id("reset-preview").wait_for()
+    await p.screenshot("read-only-group")
     p.assert_no_errors()
 
 

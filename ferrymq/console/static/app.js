@@ -55,6 +55,7 @@ async function start() {
   mode.title = state.config.readOnly ? "Write actions are off (--read-only)" : "Write actions are on";
   document.body.classList.toggle("read-only", state.config.readOnly);
   window.addEventListener("hashchange", show);
+  document.getElementById("refresh").addEventListener("click", show);
   await show();
 }
 

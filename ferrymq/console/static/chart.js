@@ -11,9 +11,9 @@ function svg(tag, attrs = {}, text) {
 
 // The axis top and its number of divisions: round numbers on every grid line.
 function niceScale(value) {
-  if (value <= 0) return [1, 4];
+  if (value <= 0) return [1, 5];
   const magnitude = 10 ** Math.floor(Math.log10(value));
-  for (const [step, divisions] of [[1, 4], [2, 4], [2.5, 5], [5, 5], [10, 5]]) {
+  for (const [step, divisions] of [[1, 5], [2, 4], [2.5, 5], [5, 5], [10, 5]]) {
     if (value <= step * magnitude) return [step * magnitude, divisions];
   }
   return [10 * magnitude, 5];
