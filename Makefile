@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test venv unit compat bench clean
+.PHONY: run test venv unit compat bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ unit: $(STAMP)
 ## bench: benchmarks, printing figures and the ratio against Apache RocketMQ
 bench: $(STAMP)
 	@$(PY) bench/run_all.py
+
+## bench-quick: the same benchmarks with small counts (a few minutes)
+bench-quick: $(STAMP)
+	@$(PY) bench/run_all.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,5 +1,9 @@
-"""``make bench``: the broker benchmark (FerryMQ against Apache RocketMQ 4.9.7), then the
-storage-layer benchmarks (throughput, SYNC_FLUSH group commit, recovery of a 1 GiB CommitLog). Arguments are passed to bench/broker_bench.py (e.g. ``--quick``).
+"""``make bench``: the broker benchmarks against Apache RocketMQ 4.9.7 (throughput and latency
+with ASYNC_FLUSH; sync128 with both brokers on SYNC_FLUSH; broker memory with 1 000 topics and
+10 000 held pulls; long-poll wake latency), then the storage-layer benchmarks (throughput,
+SYNC_FLUSH group commit, recovery of a 1 GiB CommitLog). Arguments are passed to
+bench/broker_bench.py (e.g. ``--quick``; the SYNC_FLUSH run gets them too, then its own
+``--flush SYNC_FLUSH --scenarios sync128``); ``--quick`` also shortens the others.
 
 Run: .venv/bin/python bench/run_all.py [--quick] [broker_bench options]
 """
@@ -31,6 +35,12 @@ def main() -> int:
     quick = "--quick" in args
     t0 = time.monotonic()
     rc = run("broker benchmark", [sys.executable, str(BENCH / "broker_bench.py"), *args], 900)
+    # issue 11's SYNC_FLUSH row: 128 producers, both brokers acknowledging after fsync (group commit)
+    rc |= run("broker benchmark, SYNC_FLUSH", [sys.executable, str(BENCH / "broker_bench.py"), *args,
+                                               "--flush", "SYNC_FLUSH", "--scenarios", "sync128"], 600)
+    quick_flag = ["--quick"] if quick else []
+    rc |= run("broker memory", [sys.executable, str(BENCH / "memory_bench.py"), *quick_flag], 900)
+    rc |= run("long-poll wake latency", [sys.executable, str(BENCH / "wake_latency.py"), *quick_flag], 600)
     store_args = ["--messages", "20000" if quick else "100000", "--sync-messages", "200" if quick else "2000"]
     rc |= run("store benchmark", [sys.executable, str(BENCH / "store_bench.py"), *store_args], 300)
     rc |= run("SYNC_FLUSH group commit", [sys.executable, str(BENCH / "store_group_commit.py"),
