@@ -1,0 +1,153 @@
+"""Replication across implementations (issue 13): Apache RocketMQ 4.9.7 and FerryMQ on the
+same HA wire protocol, each as the other's slave.
+
+Both masters run SYNC_MASTER, so every SEND_OK is a message the other implementation's slave
+acknowledged; the slave's CommitLog is then compared byte for byte with the master's. The
+Apache slave is also read by the official Java push consumer once the FerryMQ master is
+gone (the slave got the topic from the master through SlaveSynchronize); the FerryMQ slave's
+ConsumeQueues are checked against every acknowledged message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.producer import Producer, SendStatus
+from ferrymq.common.message import Message
+from ferrymq.common.message_id import decode_offset_msg_id
+from tests.integration.store_checks import check_consume_queues_agree, offline_store
+from tests.replication_support import SEGMENT, commit_log_range
+from tests.support import FerryProcess, free_port, poll_until, wait_until
+
+from .harness import ApacheRocketMQ, JavaClient, free_broker_port, remoting_request
+
+pytestmark = pytest.mark.compat
+
+COUNT = 2000
+GET_TOPIC_STATS_INFO = 202
+BROKER_NAME = "ha-compat"
+CLUSTER = "FerryCompatCluster"
+
+
+async def _create_topic(namesrv: str, topic: str) -> None:
+    async with AdminClient(namesrv_addr=namesrv) as admin:
+        async def master_known():
+            return BROKER_NAME in await admin.master_addrs(CLUSTER)
+        await wait_until(master_known, 60, "the master in the name server's cluster info")
+        await admin.create_topic(topic, read_queues=4, write_queues=4, cluster=CLUSTER)
+
+
+async def _send(namesrv: str, topic: str, count: int) -> list:
+    producer = Producer("ha-compat-producer", namesrv_addr=namesrv, send_timeout=15)
+    await producer.start()
+    results: list = [None] * count
+    indexes = iter(range(count))
+
+    async def worker():
+        for i in indexes:
+            results[i] = await producer.send(Message(topic, f"ha-{i}-".encode() + bytes(20 + i % 700),
+                                                     properties={"KEYS": f"ha-key-{i}"}))
+    try:
+        # A SYNC master answers SLAVE_NOT_AVAILABLE until the slave has connected: wait for that.
+        async def slave_acks():
+            return (await producer.send(Message(topic, b"probe"))).status is SendStatus.SEND_OK
+        await wait_until(slave_acks, 60, "the slave connected to the SYNC master", poll=0.5)
+        await asyncio.gather(*(worker() for _ in range(16)))
+    finally:
+        await producer.close()
+    return results
+
+
+def _end(results) -> int:
+    return max(decode_offset_msg_id(r.offset_msg_id)[2] for r in results) + 1
+
+
+def test_an_apache_slave_replicates_a_ferrymq_master(rocketmq_jars, java_client: JavaClient, tmp_path):
+    ferry_port = free_port()  # its +1 (HA) is free too
+    apache = ApacheRocketMQ(cluster_name=CLUSTER, broker_name=BROKER_NAME, broker_conf={
+        "brokerId": "1", "brokerRole": "SLAVE", "haMasterAddress": f"127.0.0.1:{ferry_port + 1}",
+        "slaveReadEnable": "true", "mappedFileSizeCommitLog": str(SEGMENT), "registerNameServerPeriod": "10000",
+    })
+    apache.start()
+    master = None
+    try:
+        master = FerryProcess(
+            ["broker", "--namesrv", apache.namesrv_addr, "--broker-port", str(ferry_port),
+             "--data-dir", str(tmp_path / "master"), "--set", f"brokerName={BROKER_NAME}",
+             "--set", f"brokerClusterName={CLUSTER}", "--set", "brokerRole=SYNC_MASTER",
+             "--set", f"mappedFileSizeCommitLog={SEGMENT}", "--set", "syncFlushTimeout=10000"],
+            "is ready on", tmp_path / "ferry-master.log").start()
+        topic = "FerryToApacheHA"
+        asyncio.run(_create_topic(apache.namesrv_addr, topic))
+        results = asyncio.run(_send(apache.namesrv_addr, topic, COUNT))
+        assert {r.status for r in results} == {SendStatus.SEND_OK}  # each acknowledged by the Apache slave
+        end = _end(results)
+        apache_store = apache.workdir / "store"
+        assert commit_log_range(apache_store, 0, end) == commit_log_range(tmp_path / "master", 0, end)
+
+        # The Apache slave serves the Java consumer with the FerryMQ master gone: it learns the
+        # topic from the master (SlaveSynchronize: GET_ALL_TOPIC_CONFIG, which FerryMQ answers).
+        def slave_knows_topic() -> bool:
+            header, _ = remoting_request(apache.broker_addr, GET_TOPIC_STATS_INFO, {"topic": topic})
+            return header.get("code") == 0
+        poll_until("the Apache slave synchronizing the topic from the FerryMQ master", slave_knows_topic, 60,
+                   interval=0.5)
+        assert master.stop() == 0
+        events = java_client.consume(apache.namesrv_addr, topic, expect_keys=[f"ha-key-{i}" for i in range(COUNT)],
+                                     timeout_ms=90000)
+        assert {e["key"] for e in events.of("received")} >= {f"ha-key-{i}" for i in range(COUNT)}
+    except BaseException:
+        apache.dump_logs()
+        if master is not None:
+            print(master.log()[-8000:])
+        raise
+    finally:
+        if master is not None:
+            master.stop()
+        apache.stop()
+
+
+def test_a_ferrymq_slave_replicates_an_apache_master(rocketmq_jars, tmp_path):
+    apache = ApacheRocketMQ(cluster_name=CLUSTER, broker_name=BROKER_NAME, broker_conf={
+        "brokerRole": "SYNC_MASTER", "mappedFileSizeCommitLog": str(SEGMENT), "syncFlushTimeout": "10000",
+    })
+    apache.start()
+    slave = None
+    slave_dir = tmp_path / "slave"
+    try:
+        # No haMasterAddress: the slave takes the Apache master's haServerAddr from the Apache
+        # name server's answer to its registration.
+        slave = FerryProcess(
+            ["broker", "--namesrv", apache.namesrv_addr, "--broker-port", str(free_broker_port()),
+             "--data-dir", str(slave_dir), "--set", f"brokerName={BROKER_NAME}",
+             "--set", f"brokerClusterName={CLUSTER}", "--set", "brokerRole=SLAVE", "--set", "brokerId=1",
+             "--set", f"mappedFileSizeCommitLog={SEGMENT}"],
+            "is ready on", tmp_path / "ferry-slave.log").start()
+        topic = "ApacheToFerryHA"
+        asyncio.run(_create_topic(apache.namesrv_addr, topic))
+        started = time.monotonic()
+        results = asyncio.run(_send(apache.namesrv_addr, topic, COUNT))
+        assert {r.status for r in results} == {SendStatus.SEND_OK}  # each acknowledged by the FerryMQ slave
+        print(f"{COUNT} sends to the Apache SYNC_MASTER with a FerryMQ slave in {time.monotonic() - started:.1f} s")
+        end = _end(results)
+        assert commit_log_range(slave_dir, 0, end) == commit_log_range(apache.workdir / "store", 0, end)
+
+        assert slave.stop() == 0
+        with offline_store(slave_dir, tmp_path / "slave-copy", [f"mappedFileSizeCommitLog={SEGMENT}"]) as store:
+            assert check_consume_queues_agree(store) >= COUNT
+            for r in results:
+                got = store.get_messages("g", topic, r.message_queue.queue_id, r.queue_offset, 1)
+                assert got.records, f"queue {r.message_queue.queue_id} offset {r.queue_offset} missing on the slave"
+    except BaseException:
+        apache.dump_logs()
+        if slave is not None:
+            print(slave.log()[-8000:])
+        raise
+    finally:
+        if slave is not None:
+            slave.stop()
+        apache.stop()
