@@ -8,6 +8,7 @@ import asyncio
 from aiohttp import web
 
 from ferrymq.client.admin import AdminClient
+from ferrymq.client.errors import MQClientError
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.console.connections import ClusterConnection, Connections
 from ferrymq.console.http_errors import BadRequest, json_body, point_in_time, required_text
@@ -57,15 +58,19 @@ class GroupsApi:
         limit = asyncio.Semaphore(PARALLEL_CALLS)
 
         async def summary(group: str, by_broker: dict) -> dict:
-            async with limit:
-                stats = await admin.consume_stats(group)
-                online = await admin.consumer_connections(group)
-            enabled = all(c.consume_enable for c in by_broker.values())
-            return {"group": group, "brokers": sorted(by_broker), "consumeEnable": enabled,
-                    "retryMaxTimes": max(c.retry_max_times for c in by_broker.values()),
-                    "totalLag": stats.total_lag(), "consumeTps": stats.consume_tps,
+            row = {"group": group, "brokers": sorted(by_broker),
+                   "consumeEnable": all(c.consume_enable for c in by_broker.values()),
+                   "retryMaxTimes": max(c.retry_max_times for c in by_broker.values()), "system": group_is_system(group),
+                   "totalLag": None, "consumeTps": None, "topics": [], "clients": None}
+            try:
+                async with limit:
+                    stats = await admin.consume_stats(group)
+                    online = await admin.consumer_connections(group)
+            except MQClientError as e:  # one group's trouble does not hide the others
+                return {**row, "error": str(e)}
+            return {**row, "totalLag": stats.total_lag(), "consumeTps": stats.consume_tps,
                     "topics": sorted({mq.topic for mq in stats.offset_table}),
-                    "clients": len(online.connection_set) if online else 0, "system": group_is_system(group)}
+                    "clients": len(online.connection_set) if online else 0}
 
         rows = await asyncio.gather(*(summary(g, b) for g, b in groups.items()))
         return web.json_response({"groups": list(rows)})

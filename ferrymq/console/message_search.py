@@ -7,6 +7,7 @@ route order, each from the first offset at or after ``begin`` up to the last at 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from ferrymq.console.connections import ClusterConnection
 from ferrymq.console.http_errors import BadRequest
 
 PULL_BATCH = 32
+PARALLEL_SEARCHES = 8  # time searches in flight at once, per request
 MAX_KEY_RESULTS = 2048  # per broker, the brokers' index query answers at most this many
 
 
@@ -78,16 +80,20 @@ async def queue_ranges(connection: ClusterConnection, topic: str, begin_ms: int,
     time search answers the nearest message, which may lie just outside: the range takes it
     in, and the exact filter on store time drops it."""
     pull = await connection.pull_consumer()
-    ranges = []
-    for mq in sorted(await pull.fetch_queues(topic)):
-        low, high = await pull.min_offset(mq), await pull.max_offset(mq)
+    limit = asyncio.Semaphore(PARALLEL_SEARCHES)
+
+    async def range_of(q: dict) -> QueueRange | None:
+        low, high = q["minOffset"], q["maxOffset"]
         if high <= low:
-            continue
-        first = max(low, await pull.search_offset(mq, begin_ms))
-        end = min(high, await pull.search_offset(mq, end_ms) + 1)
-        if end > first:
-            ranges.append(QueueRange(mq, first, end))
-    return ranges
+            return None
+        mq = MessageQueue(topic, q["brokerName"], q["queueId"])
+        async with limit:
+            first = max(low, await pull.search_offset(mq, begin_ms))
+            end = min(high, await pull.search_offset(mq, end_ms) + 1)
+        return QueueRange(mq, first, end) if end > first else None
+
+    found = await asyncio.gather(*(range_of(q) for q in await connection.admin.topic_stats(topic)))
+    return sorted((r for r in found if r is not None), key=lambda r: r.mq)
 
 
 async def by_time(connection: ClusterConnection, topic: str, begin_ms: int, end_ms: int, *, limit: int,

@@ -21,6 +21,7 @@ from ferrymq.console.connections import ClusterConnection, Connections
 log = logging.getLogger(__name__)
 
 FRESH_SECONDS = 1.0  # a page's request reuses a sample this young
+MIN_RATE_INTERVAL = 0.05  # seconds: two samples closer than this give no rate
 
 
 def _number(text: str | None, default: float = 0.0) -> float:
@@ -145,13 +146,15 @@ class OverviewSampler:
     def _rates(history: ClusterHistory, addr: str, totals: tuple[float, int, int],
                record: bool) -> tuple[float | None, float | None]:
         """Messages per second in and out since this broker's previous recorded sample (None
-        the first time, and after a restart reset its counters)."""
+        the first time, and after a restart reset its counters). No message goes uncounted:
+        a sample too close to the previous one to measure leaves the counters to the next."""
         previous = history.last_totals.get(addr)
-        if record or previous is None:
+        if previous is None or totals[1] < previous[1] or totals[2] < previous[2]:
             history.last_totals[addr] = totals
-        if previous is None:
             return None, None
         elapsed = totals[0] - previous[0]
-        if elapsed <= 0.2 or totals[1] < previous[1] or totals[2] < previous[2]:
+        if elapsed < MIN_RATE_INTERVAL:
             return None, None
+        if record:
+            history.last_totals[addr] = totals
         return (totals[1] - previous[1]) / elapsed, (totals[2] - previous[2]) / elapsed

@@ -9,7 +9,6 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
 import pytest_asyncio
 
 from tests.support import REPO, FerryProcess, StandaloneProcess, free_port, missing_prerequisite

@@ -124,3 +124,19 @@ def test_export_lines_round_trip_through_csv_and_json():
         "csv", _message(bodyEncoding="binary", body=None, bodyBase64="AJ8=")))))[0]
     assert binary["bodyEncoding"] == "base64" and binary["body"] == "AJ8="
     assert json.loads(message_export.line("jsonl", _message()))["body"] == 'a,"b"\nc'
+
+
+def test_rates_come_from_counter_differences_and_lose_no_message():
+    from collections import deque
+
+    from ferrymq.console.overview import ClusterHistory, OverviewSampler
+
+    history = ClusterHistory(deque())
+    rates = OverviewSampler._rates
+    assert rates(history, "b", (100.0, 0, 0), True) == (None, None)  # the first sample: nothing to compare
+    assert rates(history, "b", (100.01, 10, 0), True) == (None, None)  # too close to measure...
+    assert rates(history, "b", (102.0, 10, 4), True) == (5.0, 2.0)  # ...so the next one counts those 10
+    assert rates(history, "b", (103.0, 20, 4), False) == (10.0, 0.0)  # a page's look records nothing
+    assert rates(history, "b", (104.0, 30, 6), True) == (10.0, 1.0)
+    assert rates(history, "b", (105.0, 3, 0), True) == (None, None)  # the broker restarted: counters reset
+    assert rates(history, "b", (106.0, 5, 1), True) == (2.0, 1.0)

@@ -14,7 +14,7 @@ async function list(ctx) {
   const system = ctx.params.system === "1";
   const data = await api.get(`${api.cluster(ctx.cluster)}/groups${api.query({ system: system ? 1 : "" })}`);
   if (!ctx.current()) return;
-  const totalLag = data.groups.reduce((n, g) => n + g.totalLag, 0);
+  const totalLag = data.groups.reduce((n, g) => n + (g.totalLag ?? 0), 0);
   clear(ctx.root,
     h("div", { class: "page-head" }, h("h1", {}, "Consumer groups"),
       h("label", { class: "check" }, h("input", { type: "checkbox", checked: system,
@@ -23,7 +23,8 @@ async function list(ctx) {
       { label: "Group", value: g => h("a", { href: `#/groups?${new URLSearchParams({ cluster: ctx.cluster, group: g.group })}` }, g.group) },
       { label: "State", value: g => stateBadge(g.consumeEnable) },
       { label: "Clients online", value: g => g.clients, num: true },
-      { label: "Lag", value: g => h("span", { class: g.totalLag > 0 ? "lag" : null }, fmt.count(g.totalLag)), num: true, key: "lag" },
+      { label: "Lag", value: g => g.error ? h("span", { class: "bad-text", title: g.error }, "unreadable")
+          : h("span", { class: g.totalLag > 0 ? "lag" : null }, fmt.count(g.totalLag)), num: true, key: "lag" },
       { label: "Consume rate", value: g => fmt.rate(g.consumeTps), num: true },
       { label: "Topics", value: g => g.topics.filter(t => !t.startsWith("%RETRY%")).join(", ") || "–" },
       { label: "Brokers", value: g => g.brokers.join(", ") },
