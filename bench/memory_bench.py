@@ -398,8 +398,10 @@ def print_report(info: dict, results: dict, args, file=sys.stdout) -> None:
           f"{mib(held)} MiB -> {'met' if held is not None and held <= 200 * 1024 else 'NOT met'}"
           f" (peak VmHWM {mib(peak)} MiB)")
         if "topics" in f and "idle" in f and args.topics:
-            p(f"  FerryMQ per queue: {(f['topics']['VmRSS'] - f['idle']['VmRSS']) / (args.topics * args.queues):.2f} KiB "
-              f"(topics - idle); per held pull: "
+            nq = args.topics * args.queues
+            p(f"  FerryMQ per queue: {(f['topics']['VmRSS'] - f['idle']['VmRSS']) / nq:.2f} KiB configured (topics - idle), "
+              f"{(f['messages']['VmRSS'] - f['topics']['VmRSS']) / nq if 'messages' in f else 0:.2f} KiB more with "
+              f"its first message (messages - topics); per held pull: "
               f"{(f['held']['VmRSS'] - f['messages']['VmRSS']) / max(1, args.pulls) if 'held' in f else 0:.2f} KiB "
               f"(held - messages)")
     for name, r in results.items():
