@@ -14,6 +14,7 @@ from aiohttp import web
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.common.config_loader import ConfigError
 from ferrymq.console.connections import UnknownCluster
+from ferrymq.remoting.errors import RemotingError
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,11 @@ async def json_errors(request: web.Request, handler):
         return error_response(404, str(e))
     except MQBrokerError as e:
         return error_response(502, f"the cluster refused: {e.remark or e}")
-    except (MQClientError, ConfigError) as e:
+    except MQClientError as e:
+        if unreachable(e):
+            return error_response(502, f"the cluster cannot be reached: {e}")
+        return error_response(400, str(e))
+    except ConfigError as e:
         return error_response(400, str(e))
     except (asyncio.TimeoutError, TimeoutError) as e:
         return error_response(504, f"the cluster did not answer in time ({e or 'timeout'})")
@@ -57,6 +62,13 @@ async def json_errors(request: web.Request, handler):
     except Exception:
         log.exception("console request %s %s failed", request.method, request.path)
         return error_response(500, "internal error in the console (see its log)")
+
+
+def unreachable(e: MQClientError) -> bool:
+    """The client could not reach a name server or broker (rather than being refused, or
+    asked something impossible): the cluster's trouble, not the request's."""
+    cause = e.__cause__ or e.__context__
+    return isinstance(cause, (OSError, RemotingError, asyncio.TimeoutError)) or "reachable" in str(e)
 
 
 def read_only_guard(read_only: bool):

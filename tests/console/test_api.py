@@ -282,3 +282,19 @@ async def test_a_broker_gone_from_the_name_server_raises_an_alert(cluster):
     finally:
         await server.stop()
     assert {"broker-unregistered", "no-broker"} <= kinds
+
+
+async def test_a_cluster_that_cannot_be_reached_is_a_502_and_an_overview_alert():
+    from tests.support import free_port
+
+    server = ConsoleServer(ConsoleSettings([ClusterSpec("gone", f"127.0.0.1:{free_port()}")], port=0, read_only=False))
+    await server.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            api = Api(session, server.url + "/api")
+            error = await api.get("/clusters/gone/topics", status=502)
+            assert "cannot be reached" in error["error"]
+            overview = await api.get("/clusters/gone/overview")
+    finally:
+        await server.stop()
+    assert overview["brokers"] == [] and [a["kind"] for a in overview["alerts"]] == ["namesrv-unreachable"]
