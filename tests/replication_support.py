@@ -67,10 +67,14 @@ class BrokerPair:
         self.processes["namesrv"] = FerryProcess(["namesrv", "--port", str(self.namesrv_port)], "name server is ready",
                                                  self.tmp / f"namesrv-{time.time_ns()}.log").start()
 
+    http_ports: dict[str, int] = field(default_factory=dict)  # broker name -> its /metrics port, when asked for
+
     def _broker(self, name: str, port: int, data_dir: Path, settings: list[str]) -> FerryProcess:
         args = ["broker", "--namesrv", self.namesrv, "--broker-port", str(port), "--data-dir", str(data_dir),
                 "--set", "brokerName=ha-broker", "--set", "brokerClusterName=HACluster",
                 "--set", f"mappedFileSizeCommitLog={SEGMENT}"]
+        if name in self.http_ports:
+            args += ["--http-port", str(self.http_ports[name])]
         for s in [*self.settings, *settings]:
             args += ["--set", s]
         return FerryProcess(args, "is ready on", self.tmp / f"{name}-{time.time_ns()}.log")
@@ -105,7 +109,7 @@ class TcpProxy:
         self.port = 0
         self._open = asyncio.Event()
         self._open.set()
-        self._server: asyncio.base_events.Server | None = None
+        self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
         self._writers: list[asyncio.StreamWriter] = []
 

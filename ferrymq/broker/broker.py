@@ -19,6 +19,7 @@ from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.client_notifier import ClientNotifier
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.ha.metrics import ReplicationCollector
 from ferrymq.broker.ha.replication import Replication
 from ferrymq.broker.consumer_manager import ConsumerManager
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
@@ -108,6 +109,7 @@ class Broker:
         self.server.add_connection_listener(on_close=self.consumers.connection_closed)
         self.topics.on_change = self._on_topics_changed
         self.metrics_registry, self.flush_latency = broker_registry(self.ctx, lambda: len(self.server.connections))
+        self.metrics_registry.register(ReplicationCollector(config, self.replication))
         self.store_loaded = False
 
     @property

@@ -110,6 +110,8 @@ class BrokerConfig:
     ha_transfer_batch_size: int = 32 * 1024
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
     slave_synchronize_interval: int = 10_000  # ms between a slave's metadata syncs from its master
+    # Pulls whose backlog is out of memory are sent to a slave (broker/ha/reads.py).
+    slave_read_enable: bool = field(default=False, metadata=LIVE)
     # Request-reply: a reply (SEND_REPLY_MESSAGE) is pushed to the requester and also stored in
     # <cluster>_REPLY_TOPIC when this is on.
     store_reply_message_enable: bool = field(default=True, metadata=LIVE)

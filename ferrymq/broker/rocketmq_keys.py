@@ -23,7 +23,7 @@ BROKER_CONFIG = frozenset({
     "pullThreadPoolQueueCapacity", "putMessageFutureThreadPoolNums", "putThreadPoolQueueCapacity",
     "queryMessageThreadPoolNums", "queryThreadPoolQueueCapacity",
     "replyThreadPoolQueueCapacity", "rocketmqHome", "sendMessageThreadPoolNums",
-    "slaveReadEnable", "startAcceptSendRequestTimeStamp",
+    "startAcceptSendRequestTimeStamp",
     "traceTopicEnable", "transferMsgByHeap", "waitTimeMillsInHeartbeatQueue", "waitTimeMillsInPullQueue",
     "waitTimeMillsInTransactionQueue",
 })

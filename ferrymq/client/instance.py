@@ -19,6 +19,7 @@ from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import (
     DEFAULT_TOPIC,
     ConsumerData,
+    MASTER_ID,
     HeartbeatData,
     ProducerData,
     TopicRouteData,
@@ -188,6 +189,28 @@ class ClientInstance:
             producer_data_set=[ProducerData(g) for g in sorted(self.producer_groups)],
             consumer_data_set=list(self.consumer_data.values()),
         )
+
+    def find_broker_in_subscribe(self, broker_name: str, broker_id: int) -> tuple[str, bool] | None:
+        """Where to pull from (RocketMQ's findBrokerAddressInSubscribe, not only that broker):
+        ``broker_id``'s address in the group, else the next slave's, else any broker of the
+        group (the master first); with whether that broker is a slave. None if none is known."""
+        addrs = self.broker_addrs.get(broker_name) or {}
+        chosen = broker_id if broker_id in addrs else None
+        if chosen is None and broker_id != MASTER_ID and broker_id + 1 in addrs:
+            chosen = broker_id + 1
+        if chosen is None and addrs:
+            chosen = min(addrs)
+        return None if chosen is None else (addrs[chosen], chosen != MASTER_ID)
+
+    async def find_subscribe_addr(self, broker_name: str, broker_id: int, topic: str) -> tuple[str, bool]:
+        """:meth:`find_broker_in_subscribe`, reading the topic's route again when nothing is known."""
+        found = self.find_broker_in_subscribe(broker_name, broker_id)
+        if found is None:
+            await self.fetch_route(topic)
+            found = self.find_broker_in_subscribe(broker_name, broker_id)
+        if found is None:
+            raise MQClientError(f"broker {broker_name} is not in any known route")
+        return found
 
     def broker_addresses(self) -> set[str]:
         """Every broker address of every route this client knows."""

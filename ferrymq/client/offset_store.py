@@ -20,7 +20,7 @@ from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
 from ferrymq.common.json_config_file import JsonConfigFile
 from ferrymq.common.consumer_protocol import ResetOffsetBody
-from ferrymq.common.protocol import MessageQueue
+from ferrymq.common.protocol import MASTER_ID, MessageQueue
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 
@@ -84,7 +84,9 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         return offset
 
     async def _fetch(self, mq: MessageQueue) -> int:
-        addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
+        # Read from the master, or a slave (which copies the master's offsets) when the master
+        # is not in the route; offsets are only ever written to the master (``_send``).
+        addr, _ = await self.instance.find_subscribe_addr(mq.broker_name, MASTER_ID, mq.topic)
         response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
             "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id}))
         if response.code != ResponseCode.SUCCESS:

@@ -5,6 +5,7 @@ min/max offsets (RocketMQ's PullAPIWrapper.processPullResult)."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 from dataclasses import dataclass, field
@@ -12,10 +13,10 @@ from dataclasses import dataclass, field
 from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.instance import ClientInstance
 from ferrymq.common.message import MessageExt, Prop, decode_records, inflate_in_place
-from ferrymq.common.protocol import MessageQueue, SubscriptionData
+from ferrymq.common.protocol import MASTER_ID, MessageQueue, SubscriptionData
 from ferrymq.remoting.codes import RequestCode, ResponseCode, SerializeType
 from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.request_headers import PullMessageHeader
+from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +47,27 @@ class PullResult:
 
 
 class PullService:
+    """Pulls go to the broker of the group that the last answer for that queue suggested
+    (suggestWhichBrokerId: a master sends a slow reader to a slave, a slave with reads off
+    sends it back to the master), or to any broker of the group when that one is not in the
+    route (the master is down: the slave serves). A pull to a slave never commits an offset."""
+
     def __init__(self, instance: ClientInstance, serialize_type: SerializeType = SerializeType.JSON) -> None:
         self.instance = instance
         self.serialize_type = serialize_type
+        self._suggested: dict[MessageQueue, int] = {}  # broker id to pull each queue from next
 
     async def pull(self, mq: MessageQueue, header: PullMessageHeader, sub: SubscriptionData,
                    timeout: float) -> PullResult:
         """One pull. An answer that is no pull status (NO_PERMISSION, FLOW_CONTROL, a missing
         subscription...) raises MQBrokerError with its code."""
+        addr, slave = await self.instance.find_subscribe_addr(mq.broker_name, self._suggested.get(mq, MASTER_ID),
+                                                              mq.topic)
+        if slave and header.sys_flag & PullSysFlag.COMMIT_OFFSET:
+            header = dataclasses.replace(header, sys_flag=header.sys_flag & ~PullSysFlag.COMMIT_OFFSET)
         request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields(), serialize_type=self.serialize_type)
-        addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
         response = await self.instance.invoke_broker(addr, request, timeout)
+        self._suggested[mq] = response.get_int("suggestWhichBrokerId", MASTER_ID) if response.ext_fields else MASTER_ID
         status = _STATUS_BY_CODE.get(response.code)
         if status is None:
             raise MQBrokerError(response.code, response.remark)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
+import urllib.request
 
 import pytest
 
@@ -20,6 +22,7 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.errors import MQClientError
 from ferrymq.client.producer import Producer, SendStatus
 from ferrymq.client.pull_consumer import PullConsumer
+from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common import rocketmq_json
 from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
@@ -27,9 +30,10 @@ from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from tests.consumer_support import Recorder
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from tests.replication_support import SEGMENT, BrokerPair, TcpProxy, commit_log_range
-from tests.support import wait_until
+from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +60,12 @@ def pair(tmp_path):
 
 async def create_topic(namesrv: str, cluster: str = "HACluster") -> None:
     async with AdminClient(namesrv_addr=namesrv) as admin:
-        await wait_until(lambda: admin.master_addrs(cluster), 20, "the master registered")
+        async def master_registered():
+            try:
+                return await admin.master_addrs(cluster)
+            except MQClientError:  # the cluster is not known yet
+                return None
+        await wait_until(master_registered, 20, "the master registered")
         await admin.create_topic(TOPIC, read_queues=4, write_queues=4, cluster=cluster)
 
 
@@ -197,6 +206,97 @@ def test_a_slave_copies_its_masters_topics_groups_and_offsets(pair):
             await client.close()
 
     asyncio.run(scenario())
+
+
+async def consumer_offsets(addr: str, group: str) -> dict[int, int]:
+    client = RemotingClient()
+    try:
+        out = {}
+        for q in range(4):
+            answer = await client.invoke(addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
+                "consumerGroup": group, "topic": TOPIC, "queueId": q}), 5)
+            out[q] = answer.get_long("offset", -1) if answer.code == ResponseCode.SUCCESS else -1
+        return out
+    finally:
+        await client.close()
+
+
+def test_a_consumer_keeps_consuming_from_the_slave_when_the_master_is_killed(pair):
+    """kill -9 the master: the route lists only the slave; a FerryMQ push consumer reads its
+    offsets there (copied from the master) and consumes the replicated backlog from it,
+    without committing offsets through it."""
+    p = pair("ASYNC_MASTER", ["slaveSynchronizeInterval=500"])
+    p.start_master()
+    p.start_slave()
+    slave = f"127.0.0.1:{p.slave_port}"
+
+    async def scenario():
+        await create_topic(p.namesrv)
+        producer = Producer("ha-producer", namesrv_addr=p.namesrv)
+        await producer.start()
+        rec = Recorder()
+
+        def consumer() -> PushConsumer:
+            return (PushConsumer("ha-readers", namesrv_addr=p.namesrv).subscribe(TOPIC)
+                    .register_message_listener_concurrently(rec.listener("reader")))
+        try:
+            c = consumer()
+            await c.start()
+            first = {f"first-{i}" for i in range(200)}
+            await send_all(producer, 200, "first", concurrency=8)
+            await wait_until(lambda: first <= rec.keys(), 30, "the first messages consumed from the master")
+            await c.shutdown()  # its offsets are on the master ...
+            backlog = await send_all(producer, 300, "backlog", concurrency=8)
+        finally:
+            await producer.close()
+        master_offsets = await consumer_offsets(f"127.0.0.1:{p.master_port}", "ha-readers")
+        assert sum(master_offsets.values()) == 200
+        await wait_until(lambda: slave_caught_up(p, acked_end(backlog)), 20, "the backlog on the slave")
+        async def offsets_copied():  # ... and copied to the slave
+            return await consumer_offsets(slave, "ha-readers") == master_offsets
+        await wait_until(offsets_copied, 20, "the group's offsets on the slave")
+
+        p.processes["master"].kill()
+        c = consumer()
+        await c.start()
+        try:
+            await wait_until(lambda: {f"backlog-{i}" for i in range(300)} <= rec.keys(), 60,
+                             "the backlog consumed from the slave")
+            assert not first & {e.key for e in rec.events[200:]}, "offsets read from the slave: no rewind"
+            assert await consumer_offsets(slave, "ha-readers") == master_offsets  # nothing committed there
+        finally:
+            await c.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_metrics_show_each_brokers_role_and_replication_lag(pair):
+    p = pair("SYNC_MASTER")
+    p.http_ports = {"master": free_port(), "slave": free_port()}
+    p.start_master()
+    p.start_slave()
+
+    def scrape(name: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{p.http_ports[name]}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    async def scenario():
+        await create_topic(p.namesrv)
+        producer = Producer("ha-producer", namesrv_addr=p.namesrv)
+        await producer.start()
+        try:
+            await wait_until(lambda: _send_ok(producer), 30, "the slave replicating")
+        finally:
+            await producer.close()
+
+    asyncio.run(scenario())
+    master, slave = scrape("master"), scrape("slave")
+    assert re.search(r'ferrymq_broker_role\{[^}]*role="SYNC_MASTER"\} 1\.0', master)
+    assert re.search(r'ferrymq_broker_role\{[^}]*role="SLAVE"\} 1\.0', slave)
+    assert re.search(r"ferrymq_broker_replication_slaves\{[^}]*\} 1\.0", master)
+    assert re.search(r'ferrymq_broker_replication_slave_lag_bytes\{[^}]*slave="127\.0\.0\.1:\d+"\} 0\.0', master)
+    assert re.search(r"ferrymq_broker_replication_connected\{[^}]*\} 1\.0", slave)
+    assert re.search(r"ferrymq_broker_replication_lag_bytes\{[^}]*\} 0\.0", slave)
 
 
 @pytest.mark.parametrize("role", ["SYNC_MASTER", "ASYNC_MASTER"])

@@ -21,6 +21,7 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.ha.frames import OFFSET_REPORT, HAFrameError, decode_offset_report, encode_transfer
@@ -51,12 +52,12 @@ class SlaveState:
 
 
 class HAMaster:
-    def __init__(self, store: AsyncMessageStore, settings: HAMasterSettings, sync_timeout_ms) -> None:
+    def __init__(self, store: AsyncMessageStore, settings: HAMasterSettings, sync_timeout_ms: Callable[[], int]) -> None:
         """``sync_timeout_ms``: a callable giving syncFlushTimeout now (it may change live)."""
         self.store = store
         self.settings = settings
         self._sync_timeout_ms = sync_timeout_ms
-        self._server: asyncio.base_events.Server | None = None
+        self._server: asyncio.AbstractServer | None = None
         self._tasks = TaskSet("HA master", log)
         self._connections: dict[int, tuple[SlaveState, asyncio.Event]] = {}
         self._ids = itertools.count()
@@ -161,6 +162,9 @@ class HAMaster:
                     log.error("slave %s: replication failed", state.address, exc_info=error)
         finally:
             self._connections.pop(key, None)
+            if not self._connections:  # waits that timed out are dropped here, not only by later acks
+                self._waiters = [w for w in self._waiters if not w[2].done()]
+                heapq.heapify(self._waiters)
             for task in (reading, sending):
                 task.cancel()
             await asyncio.gather(reading, sending, return_exceptions=True)
@@ -191,6 +195,10 @@ class HAMaster:
         if requested == 0:  # a new slave starts at the master's last CommitLog file
             head = store.max_phy_offset
             requested = head - head % settings.commit_log_file_size
+        if requested > store.max_phy_offset:
+            log.warning("slave %s asks for offset %d, beyond this master's CommitLog end %d: it gets data once "
+                        "the master's log reaches it (was the master's store replaced?)", state.address, requested,
+                        store.max_phy_offset)
         state.next_transfer_offset = offset = requested
         log.info("slave %s: transferring the CommitLog from offset %d", state.address, offset)
         heartbeat = settings.heartbeat_interval_ms / 1000

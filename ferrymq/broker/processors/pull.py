@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.ha.reads import suggest_which_broker
 from ferrymq.broker.message_filter import FilterRefused, MessageFilter, message_filter
 from ferrymq.broker.protection import ConsumeProtection
 from ferrymq.common.consumer_protocol import build_subscription
@@ -97,10 +98,11 @@ class PullProcessor:
             code = response_code(result.status, offset)
             if result.status in _FALL_BEHIND_KNOWN:
                 self.protection.record(group, topic, queue_id, result.fall_behind_bytes)
-            response = self._respond(req, result, code, group, topic)
+            response = self._respond(req, result, code, group, topic,
+                                     suggest_which_broker(ctx.config, group_config, result))
             ctx.pull_waiters.answered(arrived_at)  # wake latency, observed once the response is written
             return response
-        return self._respond(req, result, code, group, topic)
+        return self._respond(req, result, code, group, topic, suggest_which_broker(ctx.config, group_config, result))
 
     async def _hold(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
                     wanted: MessageFilter, suspend_millis: int) -> tuple[GetResult, float | None]:
@@ -123,12 +125,13 @@ class PullProcessor:
             if ctx.pull_waiters.closed or time.monotonic() >= deadline:
                 return result, None
 
-    def _respond(self, req: RemotingCommand, result: GetResult, code: int, group: str, topic: str) -> RemotingCommand:
+    def _respond(self, req: RemotingCommand, result: GetResult, code: int, group: str, topic: str,
+                 suggest: int) -> RemotingCommand:
         body = None
         if code == ResponseCode.SUCCESS:
             body = b"".join(result.records)
             self.ctx.stats.record_get(topic, len(result.records), len(body))
         return req.response(code, remark=result.status.name, body=body, ext_fields={
-            "suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset,
+            "suggestWhichBrokerId": suggest, "nextBeginOffset": result.next_begin_offset,
             "minOffset": result.min_offset, "maxOffset": result.max_offset,
         })

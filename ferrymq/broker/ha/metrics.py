@@ -1,0 +1,51 @@
+"""Replication metrics, read from the live replication state at scrape time: the broker's
+role; on a master the connected slaves and each one's lag in bytes (CommitLog head minus
+what the slave acknowledged); on a slave whether it is connected and its lag behind the
+master's offset as the last transfer or heartbeat showed it."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.ha.replication import Replication
+
+_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+
+class ReplicationCollector(Collector):
+    def __init__(self, config: BrokerConfig, replication: Replication) -> None:
+        self.config = config
+        self.replication = replication
+
+    def collect(self) -> Iterator:
+        base, labels = ["cluster", "broker"], [self.config.broker_cluster_name, self.config.broker_name]
+        status = self.replication.status()
+        role = GaugeMetricFamily("ferrymq_broker_role", "1 for the broker's replication role (brokerRole)",
+                                 labels=base + ["role"])
+        for name in _ROLES:
+            role.add_metric(labels + [name], 1 if status["role"] == name else 0)
+        yield role
+        if "slaves" in status:
+            slaves = GaugeMetricFamily("ferrymq_broker_replication_slaves", "Slaves connected to this master",
+                                       labels=base)
+            slaves.add_metric(labels, len(status["slaves"]))
+            yield slaves
+            lag = GaugeMetricFamily("ferrymq_broker_replication_slave_lag_bytes",
+                                    "CommitLog bytes a connected slave has not acknowledged yet", labels=base + ["slave"])
+            for slave in status["slaves"]:
+                lag.add_metric(labels + [slave["address"]], slave["lagBytes"])
+            yield lag
+        else:
+            connected = GaugeMetricFamily("ferrymq_broker_replication_connected",
+                                          "1 while this slave is connected to its master", labels=base)
+            connected.add_metric(labels, 1 if status["connected"] else 0)
+            yield connected
+            behind = GaugeMetricFamily("ferrymq_broker_replication_lag_bytes",
+                                       "Bytes of the master's CommitLog this slave has not written yet (as of the "
+                                       "master's last transfer or heartbeat)", labels=base)
+            behind.add_metric(labels, max(0, status["masterOffset"] - status["maxPhyOffset"]))
+            yield behind
