@@ -298,3 +298,34 @@ async def test_a_cluster_that_cannot_be_reached_is_a_502_and_an_overview_alert()
     finally:
         await server.stop()
     assert overview["brokers"] == [] and [a["kind"] for a in overview["alerts"]] == ["namesrv-unreachable"]
+
+
+async def test_with_acl_the_console_signs_as_its_account(tmp_path):
+    """Brokers with aclEnable: the console's account (as the CLI takes it) signs every call;
+    without one, the brokers' refusal reaches the page as a 502 that says why."""
+    from ferrymq.acl.signature import Credentials
+    from ferrymq.client.config import ClientConfig
+    from tests.support import InProcessCluster
+
+    acl_file = tmp_path / "plain_acl.yml"
+    acl_file.write_text("accounts:\n  - accessKey: console01\n    secretKey: console-secret\n    admin: true\n")
+    cluster = InProcessCluster(tmp_path / "store", settings={"aclEnable": "true", "aclFile": str(acl_file)})
+    await cluster.start()
+    signed = ConsoleServer(ConsoleSettings(
+        [ClusterSpec("local", cluster.namesrv_addr)],
+        {"local": ClientConfig(credentials=Credentials("console01", "console-secret"))}, port=0, read_only=False))
+    unsigned = ConsoleServer(ConsoleSettings([ClusterSpec("local", cluster.namesrv_addr)],
+                                             {"local": ClientConfig(credentials=None)}, port=0, read_only=False))
+    await signed.start()
+    await unsigned.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            created = await Api(session, signed.url + "/api").post("/clusters/local/topics", {"topic": "Signed"})
+            assert created["brokers"] == [cluster.broker_addr]
+            refused = await Api(session, unsigned.url + "/api").post("/clusters/local/topics", {"topic": "Unsigned"},
+                                                                      status=502)
+    finally:
+        await unsigned.stop()
+        await signed.stop()
+        await cluster.stop()
+    assert "refused" in refused["error"]

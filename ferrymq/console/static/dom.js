@@ -90,3 +90,8 @@ export function field(label, input, hint) {
 export function spinner(text = "Loading…") {
   return h("p", { class: "loading" }, h("span", { class: "spin", "aria-hidden": "true" }), text);
 }
+
+// The JSON behind a page, for scripts (what the CLI's --json gives).
+export function jsonLink(path) {
+  return h("a", { class: "json-link", href: path, target: "_blank", rel: "noopener", title: "this page's data as JSON (the console's API)" }, "{ } JSON");
+}

@@ -2,7 +2,7 @@
 // and per-queue lag; re-enabling a group protection disabled; offset resets with a preview.
 
 import * as api from "../api.js";
-import { busy, card, clear, dialog, field, h, spinner, table, toast } from "../dom.js";
+import { busy, card, clear, dialog, field, h, jsonLink, spinner, table, toast } from "../dom.js";
 import * as fmt from "../format.js";
 
 function stateBadge(enabled) {
@@ -17,6 +17,7 @@ async function list(ctx) {
   const totalLag = data.groups.reduce((n, g) => n + (g.totalLag ?? 0), 0);
   clear(ctx.root,
     h("div", { class: "page-head" }, h("h1", {}, "Consumer groups"),
+      jsonLink(`${api.cluster(ctx.cluster)}/groups${api.query({ system: system ? 1 : "" })}`),
       h("label", { class: "check" }, h("input", { type: "checkbox", checked: system,
         onchange: e => ctx.navigate("groups", { system: e.target.checked ? "1" : "" }) }), " show system groups")),
     card(null, table([
@@ -91,7 +92,7 @@ async function detail(ctx, group) {
   clear(ctx.root,
     h("div", { class: "page-head" },
       h("a", { href: `#/groups?${new URLSearchParams({ cluster: ctx.cluster })}`, class: "back" }, "← Consumer groups"),
-      h("h1", {}, group, " ", stateBadge(data.consumeEnable))),
+      h("h1", {}, group, " ", stateBadge(data.consumeEnable)), jsonLink(base)),
     disabled ? h("div", { class: "callout bad", role: "alert" },
       h("p", {}, h("strong", {}, "Consumption is disabled. "), "Its pulls are refused: broker protection turned it off when the group fell too far behind (consumerFallbehindThreshold), or someone disabled it."),
       h("button", { class: "primary", disabled: ctx.readOnly, "data-testid": "enable-group", onclick: e => busy(e.currentTarget, async () => {

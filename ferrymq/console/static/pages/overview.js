@@ -3,7 +3,7 @@
 
 import * as api from "../api.js";
 import { rateChart } from "../chart.js";
-import { card, clear, h, spinner, table } from "../dom.js";
+import { card, clear, h, jsonLink, spinner, table } from "../dom.js";
 import * as fmt from "../format.js";
 
 function stat(label, value, testid) {
@@ -43,7 +43,8 @@ function draw(root, data, ctx) {
   clear(root,
     h("div", { class: "page-head" },
       h("h1", {}, "Overview"),
-      h("span", { class: "muted" }, `${data.cluster} · name servers ${data.namesrv} · updated ${fmt.time(data.time)}`)),
+      h("span", { class: "muted" }, `${data.cluster} · name servers ${data.namesrv} · updated ${fmt.time(data.time)}`),
+      jsonLink(`${api.cluster(ctx.cluster)}/overview`)),
     h("div", { class: "stats" },
       stat("brokers (masters)", `${data.brokers.length} (${masters})`, "stat-brokers"),
       stat("topics", fmt.count(data.topics), "stat-topics"),

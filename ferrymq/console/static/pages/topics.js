@@ -2,7 +2,7 @@
 // delete (confirmed by typing the name) and a test message.
 
 import * as api from "../api.js";
-import { busy, card, clear, dialog, field, h, spinner, table, toast } from "../dom.js";
+import { busy, card, clear, dialog, field, h, jsonLink, spinner, table, toast } from "../dom.js";
 import * as fmt from "../format.js";
 
 const KINDS = [["normal", "Normal"], ["retry", "Retry"], ["dlq", "Dead letter"], ["system", "System"], ["", "All"]];
@@ -53,7 +53,7 @@ async function list(ctx) {
   filter.addEventListener("input", redraw);
   redraw();
   clear(ctx.root,
-    h("div", { class: "page-head" }, h("h1", {}, "Topics"),
+    h("div", { class: "page-head" }, h("h1", {}, "Topics"), jsonLink(`${api.cluster(ctx.cluster)}/topics${api.query({ kind })}`),
       writeButton(ctx, "+ New topic", { class: "primary", "data-testid": "new-topic" }, async e => {
         await busy(e.currentTarget, async () => {
           const name = await saveTopic(ctx, {}, true);
@@ -95,6 +95,7 @@ async function detail(ctx, topic) {
       h("a", { href: `#/topics?${new URLSearchParams({ cluster: ctx.cluster })}`, class: "back" }, "← Topics"),
       h("h1", {}, topic, " ", h("span", { class: `kind ${data.kind}` }, data.kind)),
       h("div", { class: "actions" },
+        jsonLink(base),
         h("a", { class: "button secondary", href: `#/messages?${new URLSearchParams({ cluster: ctx.cluster, mode: "time", topic })}` }, "Browse messages"),
         writeButton(ctx, "Send test message", { class: "secondary", "data-testid": "send-test" }, e => busy(e.currentTarget, async () => {
           const form = await dialog(`Send a test message to ${topic}`, h("div", { class: "form-grid" },
