@@ -23,7 +23,7 @@ from ferrymq.client.producer import Producer, SendStatus
 from ferrymq.common.message import Message
 from ferrymq.common.message_id import decode_offset_msg_id
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
-from tests.replication_support import SEGMENT, commit_log_range
+from tests.replication_support import SEGMENT, BrokerPair, commit_log_range
 from tests.support import FerryProcess, free_port, poll_until, wait_until
 
 from .harness import ApacheRocketMQ, JavaClient, free_broker_port, remoting_request
@@ -157,3 +157,52 @@ def test_a_ferrymq_slave_replicates_an_apache_master(rocketmq_jars, tmp_path):
         if slave is not None:
             slave.stop()
         apache.stop()
+
+
+def test_the_java_push_consumer_reads_a_ferrymq_slave_after_its_master_is_killed(rocketmq_jars, java_client: JavaClient,
+                                                                                  tmp_path):
+    """kill -9 a FerryMQ master: the official Java push consumer finds only the FerryMQ slave in
+    the route and consumes everything the master had acknowledged from it."""
+    pair = BrokerPair(tmp_path, "SYNC_MASTER", ["slaveSynchronizeInterval=500"])
+    try:
+        pair.start_namesrv()
+        pair.start_master()
+        pair.start_slave()
+        topic = "FerryHAJavaReader"
+        cluster = "HACluster"
+
+        async def produce() -> list:
+            async with AdminClient(namesrv_addr=pair.namesrv) as admin:
+                async def master_known():
+                    try:
+                        return await admin.master_addrs(cluster)
+                    except MQClientError:
+                        return None
+                await wait_until(master_known, 30, "the master registered")
+                await admin.create_topic(topic, read_queues=4, write_queues=4, cluster=cluster)
+            producer = Producer("ha-java-producer", namesrv_addr=pair.namesrv)
+            await producer.start()
+            try:
+                async def slave_acks():
+                    return (await producer.send(Message(topic, b"probe", properties={"KEYS": "probe"}))).status \
+                        is SendStatus.SEND_OK
+                await wait_until(slave_acks, 30, "the slave connected", poll=0.2)
+                return [await producer.send(Message(topic, f"m{i}".encode(), properties={"KEYS": f"java-ha-{i}"}))
+                        for i in range(300)]
+            finally:
+                await producer.close()
+
+        results = asyncio.run(produce())
+        assert {r.status for r in results} == {SendStatus.SEND_OK}
+        slave = f"127.0.0.1:{pair.slave_port}"
+        poll_until("the slave's copy of the topic config",
+                   lambda: remoting_request(slave, GET_TOPIC_STATS_INFO, {"topic": topic})[0].get("code") == 0, 30)
+        pair.processes["master"].kill()
+        events = java_client.consume(pair.namesrv, topic, expect_keys=[f"java-ha-{i}" for i in range(300)],
+                                     timeout_ms=60000)
+        assert {e["key"] for e in events.of("received")} >= {f"java-ha-{i}" for i in range(300)}
+    except BaseException:
+        print(pair.logs())
+        raise
+    finally:
+        pair.stop_all()
