@@ -39,7 +39,7 @@ QUEUES = 8
 async def store_level(root: str, flush: str, producers: int, seconds: float, body: bytes) -> dict:
     store = AsyncMessageStore(MessageStore(StoreConfig(root, flush_disk_type=flush, max_hash_slot_num=500_000,
                                                        max_index_num=2_000_000), store_host=("10.0.0.1", 10911)))
-    await store.load()
+    await store.load(("10.0.0.1", 10911))  # the store host stamped into records
     latencies: list[float] = []
     deadline = time.monotonic() + seconds
 
@@ -58,7 +58,7 @@ async def store_level(root: str, flush: str, producers: int, seconds: float, bod
     started = time.monotonic()
     await asyncio.gather(*(producer(n) for n in range(producers)))
     elapsed = time.monotonic() - started
-    stats = store.store.group_commit.stats if store.store.group_commit else None
+    stats = store.sync_store.group_commit.stats if store.sync_store.group_commit else None
     await store.shutdown()
     return _row(len(latencies), elapsed, latencies, stats.fsyncs if stats else None)
 
