@@ -203,9 +203,14 @@ class HAMaster:
         log.info("slave %s: transferring the CommitLog from offset %d", state.address, offset)
         heartbeat = settings.heartbeat_interval_ms / 1000
         last_write = time.monotonic()
+        warned = False
         while True:
             wake.clear()  # before reading: data stored after this read sets it again
             data = await store.transfer_data(offset, settings.transfer_batch_size)
+            if not data and offset < store.min_phy_offset and not warned:
+                warned = True
+                log.warning("slave %s needs offset %d, which retention deleted (the CommitLog starts at %d): it "
+                            "cannot catch up from this master", state.address, offset, store.min_phy_offset)
             if data:
                 writer.write(encode_transfer(offset, data))
                 await writer.drain()
