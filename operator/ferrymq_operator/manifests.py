@@ -17,6 +17,7 @@ from ferrymq_operator.constants import (
     ANN_CONFIG_HASH,
     BROKER_NAMESRV_FETCH_MS,
     BROKER_PORT,
+    HA_PORT,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
     LABEL_MANAGED_BY,
@@ -25,7 +26,7 @@ from ferrymq_operator.constants import (
     NAMESRV_PORT,
     RUN_AS_USER,
 )
-from ferrymq_operator.model import BrokerCluster
+from ferrymq_operator.model import MAX_SLAVES_PER_GROUP, BrokerCluster
 
 STORE_MOUNT = "/data"
 CONF_MOUNT = "/etc/ferrymq"
@@ -67,6 +68,8 @@ def broker_conf(cluster: BrokerCluster) -> dict[str, str]:
         "storePathRootDir": f"{STORE_MOUNT}/store",
         "disableConsumeIfConsumerReadSlowly": str(cluster.disable_consume_if_slow).lower(),
         "consumerFallbehindThreshold": str(cluster.consumer_fallbehind_threshold),
+        **({"brokerRole": cluster.replication.broker_role, "haListenPort": str(HA_PORT)}
+           if cluster.replication.slaves_per_group else {}),
         **_security_conf(cluster),
         **cluster.config,
     }
@@ -154,6 +157,18 @@ _POD_ENV = [
     {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
     {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
 ]
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"  # set on StatefulSet pods by Kubernetes >= 1.28
+# A slave pod's ordinal names its group: slave i of set k follows the master <broker>-broker-i.
+_POD_INDEX_ENV = {"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{POD_INDEX_LABEL}']"}}}
+
+
+def broker_components(cluster: BrokerCluster) -> list[str]:
+    """The component label of every broker StatefulSet: masters, then each slave set."""
+    return ["broker", *(slave_component(k) for k in cluster.replication.slave_sets)]
+
+
+def slave_component(k: int) -> str:
+    return f"broker-s{k}"
 
 
 def namesrv_statefulset(cluster: BrokerCluster) -> dict:
@@ -194,10 +209,16 @@ def namesrv_statefulset(cluster: BrokerCluster) -> dict:
     }
 
 
-def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> dict:
-    """``replicas`` overrides spec.replicas while a scale-down waits for brokers to drain."""
+def _broker_set(cluster: BrokerCluster, name: str, headless: str, component: str, replicas: int,
+                identity: list[str]) -> dict:
+    """A StatefulSet of broker pods; ``identity``: the ``--set`` arguments that make each pod
+    the broker it is (brokerName, and for a slave brokerId and brokerRole)."""
     n, storage, http_port = cluster.names, cluster.storage, cluster.http_port
     security_volumes, security_mounts = _security_volumes(cluster)
+    replicated = cluster.replication.slaves_per_group > 0
+    ports = [{"name": "broker", "containerPort": BROKER_PORT}, {"name": "http", "containerPort": http_port}]
+    if replicated:
+        ports.append({"name": "ha", "containerPort": HA_PORT})
     container = {
         "name": "broker", "image": cluster.image, "imagePullPolicy": cluster.image_pull_policy,
         "args": ["broker", "--host", "0.0.0.0", "--broker-port", str(BROKER_PORT), "--http-port", str(http_port),
@@ -207,11 +228,11 @@ def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> d
                  "--set", "fetchNamesrvAddrByAddressServer=true",
                  "--set", f"rmqAddressServerDomain={n.address_service_domain}:{ADDRESS_SERVICE_PORT}",
                  "--set", f"fetchNameSrvAddrInterval={BROKER_NAMESRV_FETCH_MS}",
+                 *identity,
                  # Kubernetes expands $(VAR) from env: each pod advertises its own stable DNS name.
-                 "--set", "brokerName=$(POD_NAME)",
-                 "--set", f"brokerIP1=$(POD_NAME).{n.broker_headless}.$(POD_NAMESPACE).svc"],
-        "ports": [{"name": "broker", "containerPort": BROKER_PORT}, {"name": "http", "containerPort": http_port}],
-        "env": list(_POD_ENV),
+                 "--set", f"brokerIP1=$(POD_NAME).{headless}.$(POD_NAMESPACE).svc"],
+        "ports": ports,
+        "env": [*_POD_ENV, *([_POD_INDEX_ENV] if component != "broker" else [])],
         "resources": cluster.resources,
         "securityContext": _security_context(),
         "volumeMounts": [{"name": "data", "mountPath": STORE_MOUNT}, {"name": "config", "mountPath": CONF_MOUNT, "readOnly": True},
@@ -221,28 +242,65 @@ def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> d
     claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage.size}}}
     if storage.storage_class:
         claim_spec["storageClassName"] = storage.storage_class
+    pod_spec = {"securityContext": _pod_security_context(), "automountServiceAccountToken": False,
+                "enableServiceLinks": False, "terminationGracePeriodSeconds": 60, "containers": [container],
+                "volumes": [{"name": "config", "configMap": {"name": n.config_map}},
+                            {"name": "tmp", "emptyDir": {}}, *security_volumes]}
+    if replicated:
+        pod_spec["affinity"] = _group_anti_affinity(cluster)
     return {
-        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(cluster, n.broker_sts, "broker"),
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(cluster, name, component),
         "spec": {
-            "replicas": cluster.replicas if replicas is None else replicas, "serviceName": n.broker_headless,
+            "replicas": replicas, "serviceName": headless,
             "podManagementPolicy": "OrderedReady",
             # The operator restarts stale pods itself, one at a time and health-gated.
             "updateStrategy": {"type": "OnDelete"},
             # PVCs outlive the Broker unless the person asked otherwise; never on scale-down.
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete" if storage.delete_claim else "Retain",
                                                      "whenScaled": "Retain"},
-            "selector": {"matchLabels": selector_labels(cluster, "broker")},
+            "selector": {"matchLabels": selector_labels(cluster, component)},
             "template": {
-                "metadata": {"labels": labels(cluster, "broker"), "annotations": {ANN_CONFIG_HASH: config_hash(cluster)}},
-                "spec": {"securityContext": _pod_security_context(), "automountServiceAccountToken": False,
-                         "enableServiceLinks": False, "terminationGracePeriodSeconds": 60, "containers": [container],
-                         "volumes": [{"name": "config", "configMap": {"name": n.config_map}},
-                                     {"name": "tmp", "emptyDir": {}}, *security_volumes]},
+                "metadata": {"labels": labels(cluster, component), "annotations": {ANN_CONFIG_HASH: config_hash(cluster)}},
+                "spec": pod_spec,
             },
-            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector_labels(cluster, "broker")},
+            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector_labels(cluster, component)},
                                       "spec": claim_spec}],
         },
     }
+
+
+def _group_anti_affinity(cluster: BrokerCluster) -> dict:
+    """Keep a group's master and slaves (same pod index, any broker set) on different nodes,
+    and zones when nodes are labelled with one. Preferred, not required: a one-node cluster
+    still runs every pod, only without the protection."""
+    def term(topology_key: str) -> dict:
+        return {"labelSelector": {"matchLabels": {LABEL_NAME: "ferrymq", LABEL_INSTANCE: cluster.name},
+                                  "matchExpressions": [{"key": LABEL_COMPONENT, "operator": "In",
+                                                        "values": ["broker", *(slave_component(k) for k in
+                                                                               range(1, MAX_SLAVES_PER_GROUP + 1))]}]},
+                "matchLabelKeys": [POD_INDEX_LABEL], "topologyKey": topology_key}
+    return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": term("kubernetes.io/hostname")},
+        {"weight": 50, "podAffinityTerm": term("topology.kubernetes.io/zone")},
+    ]}}
+
+
+def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> dict:
+    """The masters (brokerId 0): pod i is broker group ``<broker>-broker-i``. ``replicas``
+    overrides spec.replicas while a scale-down waits for brokers to drain."""
+    n = cluster.names
+    return _broker_set(cluster, n.broker_sts, n.broker_headless, "broker",
+                       cluster.replicas if replicas is None else replicas, ["--set", "brokerName=$(POD_NAME)"])
+
+
+def slave_statefulset(cluster: BrokerCluster, k: int, replicas: int | None = None) -> dict:
+    """Slave set ``k``: its pod i is brokerId ``k`` of group ``<broker>-broker-i``; it finds its
+    master's HA address through the name servers, as a RocketMQ slave does."""
+    n = cluster.names
+    return _broker_set(cluster, n.slave_sts(k), n.slave_headless(k), slave_component(k),
+                       cluster.replicas if replicas is None else replicas,
+                       ["--set", f"brokerName={n.broker_sts}-$(POD_INDEX)", "--set", f"brokerId={k}",
+                        "--set", "brokerRole=SLAVE"])
 
 
 # ---------------------------------------------------------------------------- services, PDBs
@@ -279,9 +337,14 @@ def broker_headless_service(cluster: BrokerCluster) -> dict:
                     [{"name": "broker", "port": BROKER_PORT, "targetPort": "broker"}], headless=True)
 
 
+def slave_headless_service(cluster: BrokerCluster, k: int) -> dict:
+    return _service(cluster, cluster.names.slave_headless(k), slave_component(k),
+                    [{"name": "broker", "port": BROKER_PORT, "targetPort": "broker"}], headless=True)
+
+
 def pod_disruption_budget(cluster: BrokerCluster, component: str) -> dict:
     n = cluster.names
-    name = n.broker_sts if component == "broker" else n.namesrv
+    name = {"broker": n.broker_sts, "namesrv": n.namesrv}.get(component) or f"{n.broker}-{component}"
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(cluster, name, component),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(cluster, component)}}}
 
@@ -300,6 +363,21 @@ def certificate(cluster: BrokerCluster) -> dict:
 
 def all_objects(cluster: BrokerCluster, broker_replicas: int | None = None) -> list[dict]:
     """Everything a Broker owns, in the order to apply it (config before its readers)."""
+    slaves = cluster.replication.slave_sets
     return [config_map(cluster), namesrv_headless_service(cluster), namesrv_service(cluster), address_service(cluster),
-            broker_headless_service(cluster), namesrv_statefulset(cluster), broker_statefulset(cluster, broker_replicas),
-            pod_disruption_budget(cluster, "namesrv"), pod_disruption_budget(cluster, "broker")]
+            broker_headless_service(cluster), *(slave_headless_service(cluster, k) for k in slaves),
+            namesrv_statefulset(cluster), broker_statefulset(cluster, broker_replicas),
+            *(slave_statefulset(cluster, k, broker_replicas) for k in slaves),
+            pod_disruption_budget(cluster, "namesrv"), pod_disruption_budget(cluster, "broker"),
+            *(pod_disruption_budget(cluster, slave_component(k)) for k in slaves)]
+
+
+def retired_slave_objects(cluster: BrokerCluster) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, name) of slave sets a smaller ``slavesPerGroup`` no longer wants
+    (their PVCs stay, as on any scale-down)."""
+    n = cluster.names
+    out = []
+    for k in range(cluster.replication.slaves_per_group + 1, MAX_SLAVES_PER_GROUP + 1):
+        out += [("apps/v1", "StatefulSet", n.slave_sts(k)), ("policy/v1", "PodDisruptionBudget", n.slave_sts(k)),
+                ("v1", "Service", n.slave_headless(k))]
+    return out

@@ -70,6 +70,18 @@ class BrokerNames:
         """Pod name; also the RocketMQ brokerName of that pod (stable across restarts)."""
         return f"{self.broker_sts}-{ordinal}"
 
+    # Replication: slave set k (1, 2) holds brokerId k of every broker group; its pod with
+    # ordinal i is a slave of broker_pod(i) (the group's brokerName).
+
+    def slave_sts(self, k: int) -> str:  # StatefulSet and PDB
+        return f"{self.broker}-broker-s{k}"
+
+    def slave_headless(self, k: int) -> str:
+        return f"{self.broker}-broker-s{k}-headless"
+
+    def slave_pod(self, k: int, ordinal: int) -> str:
+        return f"{self.slave_sts(k)}-{ordinal}"
+
     def namesrv_pod_host(self, ordinal: int) -> str:
         return f"{self.namesrv}-{ordinal}.{self.namesrv_headless}.{self.namespace}.svc"
 
@@ -83,6 +95,25 @@ class Storage:
     size: str = "10Gi"
     delete_claim: bool = False  # delete the PVCs with the Broker
     storage_class: str | None = None
+
+
+MAX_SLAVES_PER_GROUP = 2
+
+
+@dataclass(frozen=True)
+class Replication:
+    """spec.replication: RocketMQ 4.x master-slave groups."""
+
+    slaves_per_group: int = 0  # 0: masters only
+    mode: str = "Async"  # Async: ASYNC_MASTER; Sync: SYNC_MASTER (a send waits for a slave)
+
+    @property
+    def broker_role(self) -> str:
+        return "SYNC_MASTER" if self.mode == "Sync" else "ASYNC_MASTER"
+
+    @property
+    def slave_sets(self) -> range:
+        return range(1, self.slaves_per_group + 1)
 
 
 @dataclass(frozen=True)
@@ -107,6 +138,7 @@ class BrokerCluster:
     tls_secret: str | None = None  # spec.tls.secretName: tls.crt/tls.key for both ports
     tls_issuer: tuple[str, str] | None = None  # spec.tls.issuerRef (name, kind): cert-manager writes tls_secret
     tls_mode: str = "enforcing"
+    replication: Replication = field(default_factory=Replication)
     annotations: dict[str, str] = field(default_factory=dict)
     deleting: bool = False  # metadata.deletionTimestamp is set
     api_version: str = API_VERSION
@@ -121,6 +153,7 @@ class BrokerCluster:
         ns = spec.get("nameServer") or {}
         protection = spec.get("protection") or {}
         tls = spec.get("tls") or {}
+        replication = spec.get("replication") or {}
         return cls(
             names=BrokerNames(meta["name"], meta.get("namespace") or "default"),
             uid=meta.get("uid"), generation=meta.get("generation"),
@@ -139,6 +172,8 @@ class BrokerCluster:
             tls_issuer=((tls["issuerRef"]["name"], tls["issuerRef"].get("kind") or "Issuer")
                         if tls.get("issuerRef") else None),
             tls_mode=tls.get("mode") or "enforcing",
+            replication=Replication(slaves_per_group=int(replication.get("slavesPerGroup", 0)),
+                                    mode=replication.get("mode") or "Async"),
             annotations=dict(meta.get("annotations") or {}), deleting=bool(meta.get("deletionTimestamp")),
             api_version=obj.get("apiVersion", API_VERSION), kind=obj.get("kind", "Broker"),
         )

@@ -55,13 +55,24 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
         conds.append(await _tls_condition(cluster))
     for obj in manifests.all_objects(cluster, broker_replicas=plan.replicas):
         await kube.apply(obj)
+    for api_version, kind, name in manifests.retired_slave_objects(cluster):
+        if await kube.get(api_version, kind, ns, name) is not None:
+            log.info("slavesPerGroup lowered: deleting %s %s/%s (its claims are kept)", kind, ns, name)
+            await kube.delete(api_version, kind, ns, name)
 
-    # Health-gated restarts of pods whose config hash is stale (the StatefulSet is OnDelete).
+    # Health-gated restarts of pods whose config hash is stale (the StatefulSets are OnDelete);
+    # with replication, slaves before masters.
     desired_hash = manifests.config_hash(cluster)
     selector = manifests.selector_string(cluster, "broker")
     pods = await kube.list_("v1", "Pod", ns, selector)
-    restart = rollout.plan_restart(pods, desired_hash, plan.replicas)
-    draining = await _controlled_restart(cluster, pods, restart.delete_next, settings)
+    slave_pods = [p for k in cluster.replication.slave_sets
+                  for p in await kube.list_("v1", "Pod", ns, manifests.selector_string(cluster, manifests.slave_component(k)))]
+    if cluster.replication.slaves_per_group:
+        restart = rollout.plan_replicated_restart(pods, slave_pods, desired_hash, plan.replicas,
+                                                  cluster.replication.slaves_per_group)
+    else:
+        restart = rollout.plan_restart(pods, desired_hash, plan.replicas)
+    draining = await _controlled_restart(cluster, pods + slave_pods, restart.delete_next, settings)
     if restart.stale:
         waiting = draining or restart.waiting_reason
         conds.append(Condition("Restarting", True, "ConfigChanged",
@@ -74,13 +85,18 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
     ns_sts = await kube.get("apps/v1", "StatefulSet", ns, n.namesrv) or {}
     ready = (sts.get("status") or {}).get("readyReplicas", 0) or 0
     ns_ready = (ns_sts.get("status") or {}).get("readyReplicas", 0) or 0
+    slaves_ready = sum(rollout.pod_ready(p) for p in slave_pods)
     ready_cond, phase = status.broker_readiness(cluster.namesrv_replicas, plan.replicas, ready, ns_ready,
-                                                bool(restart.stale), bool(plan.blocked))
+                                                bool(restart.stale), bool(plan.blocked),
+                                                plan.replicas * cluster.replication.slaves_per_group, slaves_ready)
     conds.insert(0, ready_cond)
-    status.finish(body, patch, conds, {
-        "phase": phase, "replicas": plan.replicas, "readyReplicas": ready, "selector": selector,
-        "nameServers": cluster.namesrv_addresses, "configHash": desired_hash,
-    })
+    extra = {"phase": phase, "replicas": plan.replicas, "readyReplicas": ready, "selector": selector,
+             "nameServers": cluster.namesrv_addresses, "configHash": desired_hash, "replication": None}
+    if cluster.replication.slaves_per_group:
+        extra["replication"] = status.replication_groups(
+            cluster.replication.mode, cluster.replication.slaves_per_group, plan.replicas, n.broker_pod, n.slave_pod,
+            pods + slave_pods)
+    status.finish(body, patch, conds, extra)
 
 
 async def _controlled_restart(cluster: BrokerCluster, pods: list[dict], next_pod: str | None,
@@ -90,8 +106,10 @@ async def _controlled_restart(cluster: BrokerCluster, pods: list[dict], next_pod
     ns = cluster.namespace
     kept = rollout.drained_but_kept(pods, next_pod)
     now = time.time()
-    step = rollout.restart_step(next(p for p in pods if p["metadata"]["name"] == next_pod), now,
-                                settings.restart_drain_seconds) if next_pod else None
+    pod = next((p for p in pods if p["metadata"]["name"] == next_pod), None)
+    # A slave takes no sends: nothing to drain before restarting it.
+    drain_seconds = 0 if pod is not None and rollout.is_slave_pod(pod) else settings.restart_drain_seconds
+    step = rollout.restart_step(pod, now, drain_seconds) if pod is not None else None
     if step and step.action == "drain":
         recent = rollout.settling(pods, now, settings.restart_drain_seconds)
         if recent:

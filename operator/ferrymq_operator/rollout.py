@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ferrymq_operator.constants import ANN_CONFIG_HASH, ANN_DRAIN_STARTED
+from ferrymq_operator.constants import ANN_CONFIG_HASH, ANN_DRAIN_STARTED, LABEL_COMPONENT
 
 
 def pod_ready(pod: dict) -> bool:
@@ -44,6 +44,32 @@ def plan_restart(pods: list[dict], desired_hash: str, replicas: int) -> RestartP
     if len(pods) < replicas:
         return RestartPlan(names, None, f"waiting for {replicas - len(pods)} pod(s) to be created")
     return RestartPlan(names, names[0])
+
+
+def plan_replicated_restart(masters: list[dict], slaves: list[dict], desired_hash: str, replicas: int,
+                            slave_sets: int) -> RestartPlan:
+    """``plan_restart`` for master-slave groups: every broker pod (masters and slaves) exists and
+    is Ready before any is restarted; stale slaves go first (they take no sends: no drain), a
+    master only once every slave runs the current configuration and is Ready again, so a
+    group never loses both copies at once and a restarted master finds its slaves there."""
+    slave_plan = plan_restart(slaves, desired_hash, replicas * slave_sets)
+    master_plan = plan_restart(masters, desired_hash, replicas)
+    stale = slave_plan.stale + master_plan.stale
+    if not stale:
+        return RestartPlan([], None)
+    not_ready = sorted(p["metadata"]["name"] for p in masters + slaves if not pod_ready(p))
+    if not_ready:
+        return RestartPlan(stale, None, f"waiting for {', '.join(not_ready)} to be Ready")
+    missing = replicas * (1 + slave_sets) - len(masters) - len(slaves)
+    if missing > 0:
+        return RestartPlan(stale, None, f"waiting for {missing} pod(s) to be created")
+    if slave_plan.stale:
+        return RestartPlan(stale, slave_plan.delete_next, slave_plan.waiting_reason)
+    return RestartPlan(stale, master_plan.delete_next, master_plan.waiting_reason)
+
+
+def is_slave_pod(pod: dict) -> bool:
+    return ((pod["metadata"].get("labels") or {}).get(LABEL_COMPONENT) or "broker") != "broker"
 
 
 @dataclass(frozen=True)

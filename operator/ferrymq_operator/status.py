@@ -13,6 +13,7 @@ import kopf
 from ferrymq_operator import conditions
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_MANAGED, ANN_PAUSE
+from ferrymq_operator.rollout import pod_ready
 
 # Condition types whose transitions become Events (the group's ConsumeDisabled/FallingBehind
 # transitions get more specific Events from the policy decision instead).
@@ -66,10 +67,31 @@ def not_ready(reason: str, message: str) -> Condition:
 
 
 def broker_readiness(namesrv_replicas: int, replicas: int, ready: int, ns_ready: int, restarting: bool,
-                     scale_blocked: bool) -> tuple[Condition, str]:
-    """The Broker's Ready condition and phase from its StatefulSets' ready counts."""
+                     scale_blocked: bool, slaves: int = 0, slaves_ready: int = 0) -> tuple[Condition, str]:
+    """The Broker's Ready condition and phase from its StatefulSets' ready counts (``slaves``:
+    slave pods wanted over all groups)."""
     counts = f"{ready}/{replicas} brokers and {ns_ready}/{namesrv_replicas} name servers ready"
-    if ready >= replicas and ns_ready >= namesrv_replicas:
+    if slaves:
+        counts = f"{ready}/{replicas} brokers, {slaves_ready}/{slaves} slaves and {ns_ready}/{namesrv_replicas} name servers ready"
+    if ready >= replicas and ns_ready >= namesrv_replicas and slaves_ready >= slaves:
         phase = "Restarting" if restarting else ("ScaleDownBlocked" if scale_blocked else "Ready")
         return Condition("Ready", True, "AllReplicasReady", counts), phase
     return Condition("Ready", False, "ReplicasNotReady", counts), ("Restarting" if restarting else "Pending")
+
+
+def replication_groups(mode: str, slaves_per_group: int, replicas: int, master_pod, slave_pod,
+                       pods: list[dict]) -> dict:
+    """status.replication: each broker group's master and slaves (pod names, whether Ready)."""
+    by_name = {p["metadata"]["name"]: p for p in pods}
+
+    def member(name: str, broker_id: int) -> dict:
+        pod = by_name.get(name)
+        return {"pod": name, "brokerId": broker_id, "ready": bool(pod and pod_ready(pod))}
+
+    groups = []
+    for i in range(replicas):
+        master = member(master_pod(i), 0)
+        slaves = [member(slave_pod(k, i), k) for k in range(1, slaves_per_group + 1)]
+        groups.append({"brokerName": master_pod(i), "master": master, "slaves": slaves,
+                       "slavesReady": sum(s["ready"] for s in slaves)})
+    return {"mode": mode, "slavesPerGroup": slaves_per_group, "groups": groups}

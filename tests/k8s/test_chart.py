@@ -80,7 +80,10 @@ def test_chart_rbac_is_least_privilege(control_plane, helm_release):
     assert can("create", "statefulsets.apps") and can("delete", "pods") and can("create", "events")
     # blockOwnerDeletion on owned objects (OwnerReferencesPermissionEnforcement is on in the control plane)
     assert can("update", "brokers.ferrymq.io/finalizers") and can("update", "consumergroups.ferrymq.io/finalizers")
-    assert not can("delete", "statefulsets.apps"), "owned objects go away through garbage collection"
+    # Owned objects go away through garbage collection with their Broker; the one exception is
+    # a slave set (StatefulSet, Service, PDB) a lowered spec.replication.slavesPerGroup retires.
+    assert can("delete", "statefulsets.apps") and can("delete", "poddisruptionbudgets.policy")
+    assert not can("deletecollection", "statefulsets.apps") and not can("delete", "deployments.apps")
     assert not can("delete", "persistentvolumeclaims")
     # Users: credentials and the brokers' ACL in Secrets it creates; it never deletes one (owned
     # Secrets go with their User or Broker) and never watches them.

@@ -60,3 +60,72 @@ def test_namesrv_and_broker_commands_become_ready(tmp_path):
             proc.stop()
     finally:
         namesrv.stop()
+
+
+def test_master_and_slave_pod_commands_replicate(tmp_path):
+    """spec.replication's pods as processes: the slave (brokerName from its pod index, brokerId
+    1, SLAVE) finds its master's HA address through the name server and copies what is sent."""
+    import asyncio
+
+    from ferrymq.client.admin import AdminClient
+    from ferrymq.client.producer import Producer
+    from ferrymq.common.message import Message
+
+    broker = BrokerCluster.from_resource({"metadata": {"name": "demo", "namespace": "prod"},
+                                          "spec": {"replicas": 1, "httpPort": 18080,
+                                                   "replication": {"slavesPerGroup": 1, "mode": "Sync"}}})
+    ns_port, ns_http = free_port(), free_port()
+    ns_container = manifests.namesrv_statefulset(broker)["spec"]["template"]["spec"]["containers"][0]
+    ns_args = localise(ns_container["args"], {}, {9876: ns_port, 18080: ns_http},
+                       {"0.0.0.0": "127.0.0.1", "demo-namesrv-headless.prod.svc": "localhost"})
+    namesrv = FerryProcess(ns_args, "name server is ready", tmp_path / "namesrv.log").start()
+    procs = []
+    try:
+        for sts, pod, index in ((manifests.broker_statefulset(broker), "demo-broker-0", "0"),
+                                (manifests.slave_statefulset(broker, 1), "demo-broker-s1-0", "0")):
+            port, ha, http = free_port(), free_port(), free_port()
+            store = tmp_path / pod / "store"
+            conf = tmp_path / pod / "broker.conf"
+            conf.parent.mkdir()
+            conf.write_text(manifests.config_map(broker)["data"]["broker.conf"]
+                            .replace("/data/store", str(store)).replace("haListenPort=10912", f"haListenPort={ha}"))
+            container = sts["spec"]["template"]["spec"]["containers"][0]
+            args = localise(container["args"], {"POD_NAME": pod, "POD_NAMESPACE": "prod", "POD_INDEX": index},
+                            {10911: port, 18080: http},
+                            {"0.0.0.0": "127.0.0.1", "demo-nsaddr.prod.svc:8080": f"localhost:{ns_http}",
+                             "/etc/ferrymq/broker.conf": str(conf), "/data/store": str(store),
+                             f"{pod}.{sts['spec']['serviceName']}.prod.svc": "localhost"})
+            procs.append(FerryProcess(args, "is ready", tmp_path / f"{pod}.log").start())
+
+        async def scenario():
+            namesrv_addr = f"127.0.0.1:{ns_port}"
+            async with AdminClient(namesrv_addr=namesrv_addr) as admin:
+                async def both_registered():
+                    group = (await admin.cluster_info()).broker_addr_table.get("demo-broker-0")
+                    return group is not None and set(group.broker_addrs) >= {0, 1}
+                await asyncio.wait_for(_until(both_registered), 60)
+                master = (await admin.cluster_info()).broker_addr_table["demo-broker-0"].broker_addrs[0]
+                await admin.create_topic("Replicated", read_queues=2, write_queues=2, broker_addr=master)
+            async with Producer("pods", namesrv_addr=namesrv_addr) as producer:
+                for i in range(20):  # SYNC_MASTER: each answered once the slave has it
+                    assert (await producer.send(Message("Replicated", b"m%d" % i))).status.name == "SEND_OK"
+        asyncio.run(scenario())
+        slave_store = tmp_path / "demo-broker-s1-0" / "store" / "commitlog"
+        master_store = tmp_path / "demo-broker-0" / "store" / "commitlog"
+        poll_until("the slave's CommitLog equals the master's",
+                   lambda: _commitlog(slave_store) == _commitlog(master_store) != b"", 30, diagnostics=procs[1].log)
+    finally:
+        for p in reversed(procs):
+            p.stop()
+        namesrv.stop()
+
+
+async def _until(pred, interval=0.2):
+    import asyncio
+    while not await pred():
+        await asyncio.sleep(interval)
+
+
+def _commitlog(directory) -> bytes:
+    files = sorted(directory.iterdir()) if directory.exists() else []
+    return b"".join(f.read_bytes().rstrip(b"\0") for f in files)

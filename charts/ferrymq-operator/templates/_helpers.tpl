@@ -53,12 +53,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [cert-manager.io]
   resources: [certificates]
   verbs: [get, create, patch]
+# delete: the slave sets (StatefulSet, headless Service, PDB) a lowered
+# spec.replication.slavesPerGroup no longer wants.
 - apiGroups: [apps]
   resources: [statefulsets]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, create, patch]
+  verbs: [get, create, patch, delete]
 {{- if .Values.rbac.sparkJobs }}
 - apiGroups: [""]
   resources: [configmaps]
@@ -93,7 +95,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, create, patch]
+  verbs: [get, create, patch, delete]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
