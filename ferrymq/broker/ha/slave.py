@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 MAX_TRANSFER_BODY = 4 * 1024 * 1024  # the Java slave's read buffer: no master sends more at once
 _RETRY_MIN_S, _RETRY_MAX_S = 0.2, 5.0
 _CONNECT_TIMEOUT_S = 5.0
+# What ends a session and is retried: the network, the master's frames, data that does not continue the log.
+_SESSION_ERRORS = (OSError, asyncio.IncompleteReadError, HAFrameError, ReplicaDataError, TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,8 @@ class HASlave:
             self._address_changed.set()
 
     async def run(self) -> None:
-        """Replicate until cancelled."""
-        retry = _RETRY_MIN_S
+        """Replicate until cancelled; a new master address ends the current connection."""
+        retry, failing = _RETRY_MIN_S, False
         while True:
             self._address_changed.clear()
             address = self.master_address
@@ -62,14 +64,28 @@ class HASlave:
                 await self._address_changed.wait()
                 continue
             started = time.monotonic()
+            session = asyncio.ensure_future(self._session(address))
+            changed = asyncio.ensure_future(self._address_changed.wait())
             try:
-                await self._session(address)
-            except (OSError, asyncio.IncompleteReadError, HAFrameError, ReplicaDataError, TimeoutError) as exc:
-                log.warning("replication from %s stopped: %s", address, exc or type(exc).__name__)
+                await asyncio.wait((session, changed), return_when=asyncio.FIRST_COMPLETED)
             finally:
+                changed.cancel()
+                if not session.done():  # the master moved (or we are being stopped)
+                    session.cancel()
+                await asyncio.gather(session, changed, return_exceptions=True)
                 self.connected = False
+            error = None if session.cancelled() else session.exception()
+            if error is not None and not isinstance(error, _SESSION_ERRORS):
+                raise error
+            if error is not None:
+                # Once per streak of failures (a master down for minutes is one line, not hundreds).
+                log.log(logging.DEBUG if failing else logging.WARNING, "replication from %s stopped: %s", address,
+                        error or type(error).__name__)
+                failing = True
             if time.monotonic() - started > 10:
-                retry = _RETRY_MIN_S  # it ran a while: a fresh failure, not a flapping one
+                retry, failing = _RETRY_MIN_S, False  # it ran a while: a fresh failure, not a flapping one
+            if self._address_changed.is_set():
+                continue
             try:
                 await asyncio.wait_for(self._address_changed.wait(), retry)
             except asyncio.TimeoutError:
