@@ -48,7 +48,7 @@ from ferrymq.remoting.command import RemotingCommand  # noqa: E402
 from ferrymq.remoting.connection import Connection  # noqa: E402
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag, SendMessageHeader  # noqa: E402
 from tests.support import FerryProcess, free_port  # noqa: E402
-from broker_bench import (ApacheBroker, log, machine_info, own_cpu_seconds,  # noqa: E402
+from broker_bench import (APACHE_BROKER_JVM, ApacheBroker, log, machine_info, own_cpu_seconds,  # noqa: E402
                           system_busy_seconds)
 
 PHASES = ("idle", "topics", "messages", "held", "answered")
@@ -350,7 +350,7 @@ def print_report(info: dict, results: dict, args, file=sys.stdout) -> None:
     p(f"{args.topics} topics x {args.queues} queues = {args.topics * args.queues} queues, {args.pulls} held pulls over "
       f"{args.connections} connections (suspend {SUSPEND_MS // 1000} s), 1 KiB messages, ASYNC_FLUSH, 127.0.0.1")
     p("FerryMQ: `ferrymq broker` process alone (name server in its own process); "
-      f"Apache: broker JVM {' '.join(a for a in __import__('broker_bench').APACHE_BROKER_JVM if a.startswith('-Xm'))}")
+      f"Apache: broker JVM {' '.join(a for a in APACHE_BROKER_JVM if a.startswith('-Xm'))}")
     p(f"load average before the run: {info.get('loadavg_before')}   CPU used by other processes during the run: "
       f"{info.get('other_cpu_cores', 0):.2f} cores on average"
       + ("   WARNING: the machine was not idle (RSS is hardly affected, times are)"
