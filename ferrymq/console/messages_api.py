@@ -116,8 +116,8 @@ async def resend_to_group(connection: ClusterConnection, dead) -> dict:
     admin = connection.admin
     if target not in await admin.topic_list():
         await admin.create_topic(target, read_queues=1, write_queues=1)
+    # RETRY_TOPIC (the original topic) stays: the group's consumers see the message there.
     properties = {k: v for k, v in dead.properties.items() if k not in _TRANSIENT}
-    properties.setdefault(Prop.RETRY_TOPIC, properties.get(Prop.RETRY_TOPIC) or dead.topic)
     copy = Message(target, body_of(dead), flag=dead.flag, properties=properties)
     result = await (await connection.producer()).send(copy)
     return {"group": group, "topic": target, "originalTopic": properties.get(Prop.RETRY_TOPIC), **result.to_dict()}
