@@ -100,6 +100,9 @@ class ConsolePage:
         self.errors: list[str] = []
         page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
         page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        # Every asset comes from the console itself: no CDN, no other origin.
+        page.on("request", lambda r: None if r.url.startswith((base_url, "data:", "blob:"))
+                else self.errors.append(f"request to another origin: {r.url}"))
 
     async def open(self, route: str) -> None:
         await self.page.goto(f"{self.base_url}/#/{route}")

@@ -329,3 +329,35 @@ async def test_with_acl_the_console_signs_as_its_account(tmp_path):
         await signed.stop()
         await cluster.stop()
     assert "refused" in refused["error"]
+
+
+async def test_the_pages_and_their_assets_are_served_by_the_console_itself(api):
+    """index.html, its modules and stylesheet: served here with the right types, nothing
+    loaded from elsewhere (a Content-Security-Policy of 'self' says so to the browser too)."""
+    import re
+
+    base = api.base[: -len("/api")]
+    async with api.session.get(base + "/") as response:
+        assert response.status == 200 and response.content_type == "text/html"
+        assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+        html = await response.text()
+    pending = set(re.findall(r'(?:src|href)="(/static/[^"]+)"', html))
+    seen = set()
+    while pending:
+        path = pending.pop()
+        seen.add(path)
+        async with api.session.get(base + path) as response:
+            assert response.status == 200, path
+            text = await response.text()
+        kind = path.rsplit(".", 1)[1]
+        assert response.content_type in {"js": ("text/javascript", "application/javascript"), "css": ("text/css",),
+                                         "svg": ("image/svg+xml",)}[kind], path
+        assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", text), f"{path} names another origin"
+        if kind == "js":  # the modules it imports
+            for module in re.findall(r'from "(\.{1,2}/[^"]+)"', text):
+                target = "/".join(path.split("/")[:-1] + [module]).replace("/./", "/")
+                while "/../" in target:
+                    target = re.sub(r"/[^/]+/\.\./", "/", target, count=1)
+                if target not in seen:
+                    pending.add(target)
+    assert {"/static/app.js", "/static/pages/messages.js", "/static/chart.js", "/static/style.css"} <= seen
