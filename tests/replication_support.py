@@ -58,9 +58,11 @@ class BrokerPair:
     def master_dir(self) -> Path:
         return self.tmp / "master"
 
+    slave_dir_override: Path | None = None  # e.g. on a small file system
+
     @property
     def slave_dir(self) -> Path:
-        return self.tmp / "slave"
+        return self.slave_dir_override or self.tmp / "slave"
 
     def start_namesrv(self) -> None:
         self.namesrv_port = self.namesrv_port or free_port()

@@ -5,16 +5,20 @@ RocketMQ 4.x HA protocol.
 What users rely on: with SYNC_MASTER every acknowledged message is on the slave, byte for
 byte; a slave refuses sends; the master keeps serving when the replication link is cut
 (FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE under SYNC_MASTER, SEND_OK under ASYNC_MASTER) and
-the slave catches up once it is back, also after being killed in the middle of a transfer.
+the slave catches up once it is back, also after being killed in the middle of a transfer or
+after its disk was full; the slave gets its master's metadata; with the master killed, a
+consumer keeps consuming from the slave; /metrics shows roles and lag.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +37,8 @@ from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import Recorder
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from tests.replication_support import SEGMENT, BrokerPair, TcpProxy, commit_log_range
-from tests.support import free_port, wait_until
+from tests.store.small_fs import SmallFsUnavailable, small_filesystem
+from tests.support import free_port, missing_prerequisite, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -392,3 +397,67 @@ def test_a_slave_killed_mid_transfer_catches_up_after_restart(pair):
         assert commit_log_range(p.slave_dir, 0, end) == commit_log_range(p.master_dir, 0, end)
 
     asyncio.run(scenario())
+
+
+def _fill_completely(path: Path) -> Path:
+    """Write a filler file until the file system says ENOSPC."""
+    filler = path / "filler"
+    with open(filler, "ab") as f:
+        try:
+            while True:
+                f.write(b"\xff" * 65536)
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    return filler
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    try:
+        with small_filesystem(tmp_path, 24) as (path, _):
+            yield path
+    except SmallFsUnavailable as e:
+        missing_prerequisite(f"no small file system for the slave disk-full test: {e}")
+
+
+def test_a_slave_whose_disk_is_full_catches_up_once_space_is_freed(pair, small_fs):
+    """The slave's store on a small file system filled up: the SYNC master keeps storing and
+    answers FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE; with space again the slave retries,
+    catches up byte for byte, and sends are acknowledged as before."""
+    mount = small_fs
+    p = pair("SYNC_MASTER", ["syncFlushTimeout=1000", "mappedFileSizeConsumeQueue=4000", "maxHashSlotNum=64",
+                             "maxIndexNum=2000", "cleanFileForciblyEnable=false"])
+    p.slave_dir_override = mount / "slave"
+    try:
+        p.start_master()
+        p.start_slave()
+
+        async def scenario():
+            await create_topic(p.namesrv)
+            producer = Producer("ha-producer", namesrv_addr=p.namesrv, send_timeout=10, retry_times=0)
+            await producer.start()
+            try:
+                await wait_until(lambda: _send_ok(producer), 30, "the slave replicating")
+                before = await send_all(producer, 100, "before", concurrency=8)
+                assert {r.status for r in before} == {SendStatus.SEND_OK}
+
+                filler = await asyncio.to_thread(_fill_completely, mount)
+                during = [await producer.send(Message(TOPIC, bytes(16 * 1024), properties={"KEYS": f"full-{i}"}))
+                          for i in range(6)]
+                statuses = {r.status for r in during}
+                assert SendStatus.SEND_OK not in statuses
+                assert statuses <= {SendStatus.FLUSH_SLAVE_TIMEOUT, SendStatus.SLAVE_NOT_AVAILABLE}
+                end = acked_end(during)  # stored on the master all the same
+                assert not await slave_caught_up(p, end)
+
+                filler.unlink()
+                await wait_until(lambda: slave_caught_up(p, end), 30, "the slave catching up with space again")
+                await wait_until(lambda: _send_ok(producer), 20, "SYNC sends acknowledged again")
+            finally:
+                await producer.close()
+
+        asyncio.run(scenario())
+        assert "No space left on device" in p.processes["slave"].log()
+    finally:
+        p.stop_all()  # before the file system goes away
