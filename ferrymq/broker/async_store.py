@@ -160,15 +160,16 @@ class _WriterThread:
             for completions, future, fn, args, kwargs in jobs:
                 self._running_since = time.monotonic()
                 self._enqueued_at.popleft()
+                result = error = None
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:  # delivered to the awaiting coroutine
-                    completions.complete(future, error=exc)
-                else:
-                    completions.complete(future, result)
-                finally:
-                    self._running_since = None
-                    self._finished += 1
+                    error = exc
+                # Counted as finished before its caller hears of it: the caller's next put must
+                # find the thread idle (and may then run on the loop).
+                self._running_since = None
+                self._finished += 1
+                completions.complete(future, result, error)
 
 
 class AsyncMessageStore:
@@ -184,6 +185,8 @@ class AsyncMessageStore:
         self._append_on_loop = append_on_loop
         self._slow_append_s = slow_append_ms / 1000
         self._offloaded_until = 0.0  # monotonic time until which appends go to the writer thread
+        self.appends_on_loop = 0  # puts appended on the event loop so far
+        self.appends_in_thread = 0  # puts handed to the writer thread (slow disk, a new queue, or configured)
         self._completions: _LoopCompletions | None = None
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
         # fsync gets its own thread: a slow disk delays durability, never the next append.
@@ -206,13 +209,17 @@ class AsyncMessageStore:
         self._writer.submit(completions, future, fn, args, kwargs)
         return await future
 
-    async def _append(self, fn: Callable[..., T], *args, **kwargs) -> T:
-        """A put: on the loop while appends are fast and the writer thread is idle, else queued."""
-        if not self._append_on_loop or not self._writer.idle:
-            return await self._write(fn, *args, **kwargs)
+    async def _append(self, topic: str, queue_id: int, fn: Callable[..., T], *args, **kwargs) -> T:
+        """A put to one queue: on the loop while appends are fast and the writer thread is idle,
+        else queued. A queue's first put goes to the thread too: it creates the queue's
+        directory and files, file-system work rather than a copy (8 000 new queues at once held
+        the loop for seconds: bench/RESULTS.md, broker memory)."""
         started = time.monotonic()
-        if started < self._offloaded_until:
+        if (not self._append_on_loop or not self._writer.idle or started < self._offloaded_until
+                or not self.sync_store.has_queue(topic, queue_id)):
+            self.appends_in_thread += 1
             return await self._write(fn, *args, **kwargs)
+        self.appends_on_loop += 1
         result = fn(*args, **kwargs)
         took = time.monotonic() - started
         if took > self._slow_append_s:
@@ -236,15 +243,17 @@ class AsyncMessageStore:
 
     async def put_message(self, msg: MessageExt, *, wait: bool = True) -> AppendResult:
         """Store one message; answer per the flush policy (``wait``: the message's WAIT flag)."""
-        result = await self._append(self.sync_store.put_message, msg, wait_flush=False)
+        result = await self._append(msg.topic, msg.queue_id, self.sync_store.put_message, msg, wait_flush=False)
         self._announce(msg.topic, msg.queue_id, result, (msg,))
         replica = self._replica_wait(result, wait and msg.wait_store_msg_ok)
         return await self._replicated(await self._flushed(result, wait and msg.wait_store_msg_ok), replica)
 
     async def put_messages(self, msgs: list[MessageExt], *, wait: bool = True) -> AppendResult:
-        result = await self._append(self.sync_store.put_messages, msgs, wait_flush=False)
-        if msgs:
-            self._announce(msgs[0].topic, msgs[0].queue_id, result, msgs)
+        if not msgs:
+            return self.sync_store.put_messages(msgs)  # refused: an empty batch
+        result = await self._append(msgs[0].topic, msgs[0].queue_id, self.sync_store.put_messages, msgs,
+                                    wait_flush=False)
+        self._announce(msgs[0].topic, msgs[0].queue_id, result, msgs)
         wait = wait and all(m.wait_store_msg_ok for m in msgs)
         replica = self._replica_wait(result, wait)
         return await self._replicated(await self._flushed(result, wait), replica)

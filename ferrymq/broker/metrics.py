@@ -55,6 +55,11 @@ class BrokerCollector(Collector):
                      base, labels, b.store_config.disk_space_warning_level_ratio / 100)
         backlog = store.write_backlog()
         yield _gauge("store_write_backlog", "Writes queued for the store or running", base, labels, backlog.pending)
+        appends = CounterMetricFamily("ferrymq_broker_store_appends", "Puts appended, by where: on the event loop "
+                                      "or in the store's writer thread", labels=base + ["where"])
+        appends.add_metric(labels + ["loop"], store.appends_on_loop)
+        appends.add_metric(labels + ["thread"], store.appends_in_thread)
+        yield appends
         yield _gauge("store_appends_offloaded", "1 while appends run in the writer thread (after a slow append), "
                      "0 while they run on the event loop", base, labels, int(store.appends_offloaded))
         busy = CounterMetricFamily("ferrymq_broker_sends_refused_busy",

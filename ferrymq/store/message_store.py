@@ -376,6 +376,10 @@ class MessageStore:
             max_bytes, max_count = cfg.max_transfer_bytes_on_message_in_memory, cfg.max_transfer_count_on_message_in_memory
         return total + size > max_bytes or count >= max_count
 
+    def has_queue(self, topic: str, queue_id: int) -> bool:
+        """Whether the queue has its ConsumeQueue already (its first put creates files)."""
+        return (topic, queue_id) in self.queues
+
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get(topic, queue_id)
         return cq.max_offset if cq else 0

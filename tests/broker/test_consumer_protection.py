@@ -84,8 +84,12 @@ async def test_slow_group_is_disabled_then_resumes_where_it_stopped_when_re_enab
         stats = await admin.consume_stats("slow-group", topic="ProtectT")
         assert stats.consume_enable is False
         assert stats.total_lag() > 0 and len(stats.offset_table) == 2
-        saved = json.loads((tmp_path / "store" / "config" / "subscriptionGroup.json").read_text())
-        assert saved["subscriptionGroupTable"]["slow-group"]["consumeEnable"] is False, "persisted"
+        saved_file = tmp_path / "store" / "config" / "subscriptionGroup.json"
+
+        def saved_disabled() -> bool:  # written by the protection pass right after it disabled the group
+            saved = json.loads(saved_file.read_text()) if saved_file.exists() else {}
+            return (saved.get("subscriptionGroupTable") or {}).get("slow-group", {}).get("consumeEnable") is False
+        await wait_until(saved_disabled, 20, "the disabled group persisted")
 
         stopped_at = len(rec.events)
         assert stopped_at < 420, "disabled before it caught up"

@@ -137,10 +137,22 @@ async def test_sends_that_waited_too_long_for_the_loop_are_refused(cluster):
     await assert_acknowledged_stored_once(cluster, answers)
 
 
+async def test_a_queues_first_put_goes_to_the_writer_thread_later_ones_stay_on_the_loop(cluster):
+    cluster.broker.config.wait_time_mills_in_send_queue = 60_000  # a busy machine must not refuse these
+    store = cluster.broker.store
+    on_loop, in_thread = store.appends_on_loop, store.appends_in_thread
+    first = await flood(cluster, 1, b"a")
+    assert {a.code for a in first} == {ResponseCode.SUCCESS}, [a.remark for a in first]  # queue 0 is new
+    assert (store.appends_on_loop, store.appends_in_thread) == (on_loop, in_thread + 1)
+    assert {a.code for a in await flood(cluster, 1, b"b")} == {ResponseCode.SUCCESS}  # queue 0 again
+    assert (store.appends_on_loop, store.appends_in_thread) == (on_loop + 1, in_thread + 1)
+
+
 async def test_a_slow_append_moves_appends_to_the_writer_thread(tmp_path):
     # slowAppendMills=0: any append counts as slow (a disk that stalls every write).
-    async with cluster_with_topic(tmp_path / "store", "Flood", 4, {"slowAppendMills": "0"}) as cluster:
+    async with cluster_with_topic(tmp_path / "store", "Flood", 4, {"slowAppendMills": "0", "waitTimeMillsInSendQueue": "60000"}) as cluster:
         store = cluster.broker.store
+        await flood(cluster, 4, b"r")  # the queues' first puts (in the writer thread: new queues)
         assert not store.appends_offloaded
         answers = await flood(cluster, 1, b"s" * 1024)
         assert {a.code for a in answers} == {ResponseCode.SUCCESS}

@@ -90,6 +90,10 @@ def test_broker_metrics_count_traffic_lag_and_groups(processes, tmp_path):
     assert m[("ferrymq_broker_held_pulls", base)] == 0
     assert m[("ferrymq_broker_store_commitlog_segments", base)] == 1
     assert m[("ferrymq_broker_store_commitlog_bytes", base)] > 1000
+    # Every put counted once, by where it was appended (a queue's first put in the writer thread).
+    appends = {w: m[("ferrymq_broker_store_appends_total", base + (("where", w),))] for w in ("loop", "thread")}
+    assert appends["thread"] >= 1 and appends["loop"] + appends["thread"] >= 10
+    assert m[("ferrymq_broker_store_appends_offloaded", base)] == 0
     # A connection counts while it is open, and no longer once closed.
     connections = lambda: samples(get(http_port, "/metrics")[1])[("ferrymq_broker_connections", base)]  # noqa: E731
     before = connections()
