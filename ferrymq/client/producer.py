@@ -2,6 +2,9 @@
 
 Queue selection is round-robin over the topic's writable queues; a failed attempt is
 retried on the next queue, preferably on another broker (RocketMQ's retryTimesWhenSendFailed).
+A send to a queue the caller chose is retried only when its broker answered SYSTEM_BUSY
+(admission control: nothing was stored), after a short backoff, as RocketMQ 5's clients
+back off on TOO_MANY_REQUESTS.
 Each message gets a client-generated UNIQ_KEY, the id users see as ``msg_id``.
 """
 
@@ -31,6 +34,8 @@ from ferrymq.remoting.request_headers import SendMessageHeader
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+BUSY_BACKOFF = 0.05  # s before a pinned send retries a busy broker; doubles per attempt
+
 # Codes after which a sync send tries another queue (RocketMQ's retryResponseCodes).
 # SYSTEM_BUSY too: a broker shedding load is avoided for a while and another one tried.
 RETRY_CODES = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
@@ -257,10 +262,9 @@ class Producer:
                                make_request: Callable[[MessageQueue], RemotingCommand], timeout: float | None,
                                msg_id: str) -> SendResult:
         deadline = time.monotonic() + (timeout or self.send_timeout)
-        attempts = 1 if queue else 1 + self.retry_times
         last_broker: str | None = None
         last_error: Exception | None = None
-        for _ in range(attempts):
+        for attempt in range(1 + self.retry_times):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -277,11 +281,17 @@ class Producer:
                 if last_broker is not None:
                     self.faults.record(last_broker, 0.0, failed=True)
                     self.instance.schedule_route_refresh(topic)
+                if queue is not None:
+                    break
                 continue
             if response.code in RETRY_CODES:
                 last_error = MQBrokerError(response.code, response.remark)
+                if queue is not None and response.code != ResponseCode.SYSTEM_BUSY:
+                    break
                 if response.code == ResponseCode.SYSTEM_BUSY:
                     self.faults.record(mq.broker_name, 0.0, failed=True)
+                    if queue is not None:  # the same broker again: give it a moment
+                        await asyncio.sleep(min(BUSY_BACKOFF * 2 ** attempt, max(0.0, deadline - time.monotonic())))
                 if response.code == ResponseCode.NO_PERMISSION:
                     # A read-only (draining) broker: its route has changed, learn it now.
                     self.instance.schedule_route_refresh(topic)

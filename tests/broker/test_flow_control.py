@@ -18,6 +18,7 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.errors import MQClientError
 from ferrymq.client.producer import Producer, SendStatus
 from ferrymq.common.message import Message, encode_properties
+from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting import connection as connection_module
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
@@ -201,6 +202,19 @@ async def test_the_producer_avoids_a_busy_broker(cluster, tmp_path):
         assert cluster.broker.stats.sends_refused_busy >= 1
     finally:
         await second.stop()
+
+
+async def test_a_send_to_a_chosen_queue_retries_a_busy_broker_after_a_backoff(cluster):
+    cluster.broker.config.send_thread_pool_queue_capacity = 0  # sheds every send for now
+    async with Producer("pinned", namesrv_addr=cluster.namesrv_addr, retry_times=6) as producer:
+        queue = MessageQueue("Flood", cluster.broker.config.broker_name, 1)
+        send = asyncio.ensure_future(producer.send(keyed(1), queue=queue, timeout=20))
+        await wait_until(lambda: cluster.broker.stats.sends_refused_busy >= 1, 10, "the first attempt refused")
+        assert not send.done()  # backing off, not failed
+        cluster.broker.config.send_thread_pool_queue_capacity = 10_000
+        result = await send
+    assert result.status is SendStatus.SEND_OK and result.message_queue == queue
+    assert [m.keys for m in await read_all(cluster.namesrv_addr, "Flood")] == [["k1"]]  # stored once
 
 
 async def test_idle_connections_are_closed_and_busy_ones_kept():
