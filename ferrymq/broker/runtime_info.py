@@ -31,6 +31,7 @@ async def runtime_info(ctx: BrokerContext) -> dict[str, str]:
         "earliestMessageTimeStamp": str(await store.earliest_message_time()),
         "commitLogDiskRatio": f"{await disk_ratio(ctx.store_config.store_path_root_dir):.4f}",
         "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0", "dispatchBehindBytes": "0",
+        "ferrymqHeldPulls": str(ctx.pull_waiters.held),  # long-polling pulls waiting for a message now
     }
 
 

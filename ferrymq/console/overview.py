@@ -118,6 +118,7 @@ class OverviewSampler:
                             "inRate": broker_in if broker_in is not None else _number(runtime.get("putTps")),
                             "outRate": broker_out if broker_out is not None else _number(runtime.get("getTransferedTps")),
                             "messagesIn": totals[1], "messagesOut": totals[2],
+                            "heldPulls": int(_number(runtime.get("ferrymqHeldPulls"))),
                             "uptimeMs": max(0, now_ms - boot) if boot else None})
                     rows.append(row)
                     states.append(state)

@@ -4,6 +4,7 @@ it gets when a request cannot be served."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import aiohttp
@@ -257,7 +258,14 @@ async def test_the_overview_shows_the_broker_and_rates_from_its_counters(cluster
             [broker] = overview["brokers"]
             assert broker["address"] == cluster.broker_addr and broker["brokerId"] == 0
             assert 0 < broker["diskRatio"] < 1 and broker["diskWarningRatio"] == 0.9
-            assert overview["alerts"] == []
+            assert overview["alerts"] == [] and broker["heldPulls"] == 0
+            await admin.create_topic("Held", read_queues=1, write_queues=1, broker_addr=cluster.broker_addr)
+            held = asyncio.ensure_future(_held_pull(cluster.broker_addr, "Held"))
+
+            async def pull_held():
+                return (await api.get("/clusters/local/overview"))["brokers"][0]["heldPulls"] == 1
+            await wait_until(pull_held, 10, "the held pull counted")
+            held.cancel()
             await _topic_with_messages(cluster, admin, "Rated", 10)
 
             async def rate_seen():
@@ -361,3 +369,18 @@ async def test_the_pages_and_their_assets_are_served_by_the_console_itself(api):
                 if target not in seen:
                     pending.add(target)
     assert {"/static/app.js", "/static/pages/messages.js", "/static/chart.js", "/static/style.css"} <= seen
+
+
+async def _held_pull(addr: str, topic: str) -> None:
+    """A long-polling pull on an empty queue: the broker holds it (up to 30 s)."""
+    from ferrymq.remoting.client import RemotingClient
+    from ferrymq.remoting.codes import RequestCode
+    from ferrymq.remoting.command import RemotingCommand
+
+    client = RemotingClient()
+    try:
+        await client.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+            "consumerGroup": "holder", "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": 1, "sysFlag": 6,
+            "commitOffset": 0, "suspendTimeoutMillis": 30000, "subscription": "*", "subVersion": 0}), 40)
+    finally:
+        await client.close()

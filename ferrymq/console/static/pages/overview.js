@@ -37,6 +37,7 @@ function draw(root, data, ctx) {
     { label: "In", value: b => fmt.rate(b.inRate), num: true },
     { label: "Out", value: b => fmt.rate(b.outRate), num: true },
     { label: "Messages in", value: b => fmt.count(b.messagesIn), num: true, title: "since the broker started" },
+    { label: "Held pulls", value: b => fmt.count(b.heldPulls), num: true, title: "long-polling pulls waiting for a message" },
     { label: "Up", value: b => b.error ? h("span", { class: "bad-text" }, "not answering") : fmt.duration(b.uptimeMs), num: true },
   ], data.brokers, { empty: "No broker is registered with the name servers.", testid: "brokers" });
 
