@@ -152,6 +152,50 @@ def proc_cpu_seconds(pid: int | None) -> float:
 # Brokers
 
 
+class OutsideLoad:
+    """The run's wall time and what else the machine did meanwhile: everything else competes
+    for the same 2 cores, so every report says how much there was."""
+
+    def __init__(self, info: dict) -> None:
+        self.info = info
+        info["loadavg_before"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        self._busy0, self._own0, self._t0 = system_busy_seconds(), own_cpu_seconds(), time.monotonic()
+
+    def finish(self) -> None:
+        info = self.info
+        info["elapsedS"] = round(time.monotonic() - self._t0, 1)
+        other = (system_busy_seconds() - self._busy0) - (own_cpu_seconds() - self._own0)
+        info["other_cpu_cores"] = round(max(0.0, other) / max(info["elapsedS"], 1e-9), 2)
+
+
+async def apache_available(without: str) -> bool:
+    """Whether the Apache RocketMQ jars are there (fetched once); if not, says what runs ``without`` them."""
+    try:
+        from tests.compat.harness import CompatUnavailable, ensure_compat_classes
+
+        await asyncio.to_thread(ensure_compat_classes)
+        return True
+    except CompatUnavailable as e:
+        log(f"Apache RocketMQ jars unavailable ({e.reason}): {without}")
+        return False
+
+
+def print_problems(p, results: dict) -> None:
+    """Each broker's warning and error log lines, if any."""
+    for name, r in results.items():
+        if r.get("problems"):
+            p("")
+            p(f"{name} broker log: {len(r['problems'])} warning/error lines, first ones:")
+            for line in r["problems"][:10]:
+                p(f"  {line[:200]}")
+
+
+def write_json(path: str | None, info: dict, args, results: dict) -> None:
+    if path:
+        Path(path).write_text(json.dumps({"machine": info, "args": vars(args), "results": results}, indent=2))
+        print(f"results written to {path}")
+
+
 class FerryBroker:
     name = "FerryMQ"
 
@@ -609,12 +653,8 @@ def print_report(info: dict, results: dict, args, scenarios: list[str], clients:
                   f"{_ratio(f['msgsPerSec'], a['msgsPerSec']):>7} "
                   f"{_num(f['p50Ms'], '.2f') + '/' + _num(a['p50Ms'], '.2f'):>15} "
                   f"{_num(f['p99Ms'], '.2f') + '/' + _num(a['p99Ms'], '.2f'):>15}")
-    for name, r in results.items():
-        if r.get("problems"):
-            p("")
-            p(f"{name} broker log: {len(r['problems'])} warning/error lines, first ones:")
-            for line in r["problems"][:10]:
-                p(f"  {line[:200]}")
+    print_problems(p, results)
+    for r in results.values():
         if r.get("profile"):
             p("")
             p(r["profile"])
@@ -626,19 +666,12 @@ async def amain(args) -> int:
     for s in scenarios:
         if not SCENARIO_RE.fullmatch(s):
             raise SystemExit(f"unknown scenario {s}: syncN, batchK or pull (default {','.join(SCENARIOS)})")
-    if "java" in clients or args.only != "ferrymq":
-        try:
-            from tests.compat.harness import CompatUnavailable, ensure_compat_classes
-
-            await asyncio.to_thread(ensure_compat_classes)
-        except CompatUnavailable as e:
-            log(f"Apache RocketMQ jars unavailable ({e.reason}): FerryMQ with the Python client only")
-            clients = [c for c in clients if c != "java"]
-            args.only = "ferrymq"
+    if ("java" in clients or args.only != "ferrymq") and \
+            not await apache_available("FerryMQ with the Python client only"):
+        clients = [c for c in clients if c != "java"]
+        args.only = "ferrymq"
     info = machine_info()
-    info["loadavg_before"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    busy0, own0 = system_busy_seconds(), own_cpu_seconds()
-    t0 = time.monotonic()
+    load = OutsideLoad(info)
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="ferrymq-bench-") as tmp:
         workdir = Path(tmp)
@@ -650,15 +683,10 @@ async def amain(args) -> int:
         for kind in kinds:
             broker = kind(workdir, args.flush)
             results[broker.name] = await bench_broker(broker, args, scenarios, clients, workdir)
-    info["elapsedS"] = round(time.monotonic() - t0, 1)
-    # Everything else on the machine competes for the same 2 cores: say how much there was.
-    other = (system_busy_seconds() - busy0) - (own_cpu_seconds() - own0)
-    info["other_cpu_cores"] = round(max(0.0, other) / max(info["elapsedS"], 1e-9), 2)
+    load.finish()
     print_report(info, results, args, scenarios, clients)
     print(f"\nbenchmark run time: {info['elapsedS']:.0f} s")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"machine": info, "args": vars(args), "results": results}, indent=2))
-        print(f"results written to {args.json}")
+    write_json(args.json, info, args, results)
     failed = any("failed" in c for r in results.values() for c in r["clients"].values())
     return 1 if failed else 0
 

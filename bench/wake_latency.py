@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -49,8 +47,8 @@ from ferrymq.remoting.command import RemotingCommand  # noqa: E402
 from ferrymq.remoting.connection import Connection  # noqa: E402
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag, SendMessageHeader  # noqa: E402
 from tests.support import free_port  # noqa: E402
-from broker_bench import (ApacheBroker, FerryBroker, log, machine_info, own_cpu_seconds, percentile,  # noqa: E402
-                          system_busy_seconds)
+from broker_bench import (ApacheBroker, FerryBroker, OutsideLoad, apache_available, log,  # noqa: E402
+                          machine_info, percentile, print_problems, write_json)
 
 TOPIC = "WakeBench"
 GROUP = "wake_bench_group"
@@ -274,41 +272,24 @@ def print_report(info: dict, results: dict, args, file=sys.stdout) -> None:
         ok50 = bs["p50Ms"] is not None and bs["p50Ms"] <= 1.0
         ok99 = bs["p99Ms"] is not None and bs["p99Ms"] <= 5.0
         p(f"  target (issue 11): p50 <= 1 ms {'met' if ok50 else 'NOT met'}, p99 <= 5 ms {'met' if ok99 else 'NOT met'}")
-    for name, r in results.items():
-        if r.get("problems"):
-            p("")
-            p(f"{name} broker log: {len(r['problems'])} warning/error lines, first ones:")
-            for line in r["problems"][:10]:
-                p(f"  {line[:200]}")
+    print_problems(p, results)
 
 
 async def amain(args) -> int:
     kinds = {"ferrymq": [FerryWithMetrics], "apache": [ApacheWithAddr]}.get(args.only, [FerryWithMetrics, ApacheWithAddr])
-    if ApacheWithAddr in kinds:
-        try:
-            from tests.compat.harness import CompatUnavailable, ensure_compat_classes
-
-            await asyncio.to_thread(ensure_compat_classes)
-        except CompatUnavailable as e:
-            log(f"Apache RocketMQ jars unavailable ({e.reason}): FerryMQ only")
-            kinds = [FerryWithMetrics]
+    if ApacheWithAddr in kinds and not await apache_available("FerryMQ only"):
+        kinds = [FerryWithMetrics]
     info = machine_info()
-    info["loadavg_before"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    busy0, own0 = system_busy_seconds(), own_cpu_seconds()
-    t0 = time.monotonic()
+    load = OutsideLoad(info)
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="ferrymq-wakebench-") as tmp:
         for kind in kinds:
             broker = kind(Path(tmp), "ASYNC_FLUSH")
             results[broker.name] = await bench_broker(broker, args)
-    info["elapsedS"] = round(time.monotonic() - t0, 1)
-    other = (system_busy_seconds() - busy0) - (own_cpu_seconds() - own0)
-    info["other_cpu_cores"] = round(max(0.0, other) / max(info["elapsedS"], 1e-9), 2)
+    load.finish()
     print_report(info, results, args)
     print(f"\nwake latency benchmark run time: {info['elapsedS']:.0f} s")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"machine": info, "args": vars(args), "results": results}, indent=2))
-        print(f"results written to {args.json}")
+    write_json(args.json, info, args, results)
     return 1 if any(r.get("failed") for r in results.values()) else 0
 
 
