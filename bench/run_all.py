@@ -1,7 +1,7 @@
 """``make bench``: the broker benchmarks against Apache RocketMQ 4.9.7 (throughput and latency
-with ASYNC_FLUSH; sync128 with both brokers on SYNC_FLUSH; broker memory with 1 000 topics and
-10 000 held pulls; long-poll wake latency), then the storage-layer benchmarks (throughput,
-SYNC_FLUSH group commit, recovery of a 1 GiB CommitLog). Arguments are passed to
+with ASYNC_FLUSH; sync128 with both brokers on SYNC_FLUSH; master + slave pairs as
+ASYNC_MASTER and SYNC_MASTER; broker memory with 1 000 topics and 10 000 held pulls; long-poll
+wake latency), then the storage-layer benchmarks (throughput, SYNC_FLUSH group commit, recovery of a 1 GiB CommitLog). Arguments are passed to
 bench/broker_bench.py (e.g. ``--quick``; the SYNC_FLUSH run gets them too, then its own
 ``--flush SYNC_FLUSH --scenarios sync128``); ``--quick`` also shortens the others.
 
@@ -39,6 +39,8 @@ def main() -> int:
     rc |= run("broker benchmark, SYNC_FLUSH", [sys.executable, str(BENCH / "broker_bench.py"), *args,
                                                "--flush", "SYNC_FLUSH", "--scenarios", "sync128"], 600)
     quick_flag = ["--quick"] if quick else []
+    # issue 13's row: master + slave, ASYNC_MASTER beside SYNC_MASTER, FerryMQ's pair against Apache's
+    rc |= run("replication (master + slave)", [sys.executable, str(BENCH / "replication_bench.py"), *quick_flag], 1200)
     rc |= run("broker memory", [sys.executable, str(BENCH / "memory_bench.py"), *quick_flag], 900)
     rc |= run("long-poll wake latency", [sys.executable, str(BENCH / "wake_latency.py"), *quick_flag], 600)
     store_args = ["--messages", "20000" if quick else "100000", "--sync-messages", "200" if quick else "2000"]
