@@ -585,7 +585,7 @@ async def amain(args) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small counts and time bounds (about 3 minutes)")
+    parser.add_argument("--quick", action="store_true", help="small counts and time bounds (under 2 minutes)")
     parser.add_argument("--messages", type=int, default=None, help="messages per scenario (default 50000; quick 3000)")
     parser.add_argument("--seconds", type=float, default=None, help="time bound per scenario (default 15; quick 4)")
     parser.add_argument("--warmup", type=int, default=None,
