@@ -582,7 +582,7 @@ def helm(*args: str) -> str:
 #    acknowledged message while its master is down
 
 SEND_COUNT = """
-    import asyncio, json, sys
+    import asyncio, json, sys, time
     from ferrymq.client.producer import Producer
     from ferrymq.common.message import Message
 
@@ -590,6 +590,13 @@ SEND_COUNT = """
 
     async def main():
         async with Producer(f"load-{topic}", namesrv_addr=namesrv, send_timeout=10.0) as p:
+            # A SYNC_MASTER answers SLAVE_NOT_AVAILABLE until its slave has connected (the slave
+            # retries every <= 5 s once its master is up): wait for that, at most 120 s.
+            deadline = time.monotonic() + 120
+            while (await p.send(Message(topic, b"probe"))).status.name != "SEND_OK":
+                if time.monotonic() > deadline:
+                    raise SystemExit("the slave never connected")
+                await asyncio.sleep(1)
             for i in range(count):
                 r = await p.send(Message(topic, f"r{i}".encode()))
                 print(json.dumps({"msgId": r.msg_id, "status": r.status.name, "broker": r.message_queue.broker_name}),

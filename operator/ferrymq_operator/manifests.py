@@ -294,13 +294,16 @@ def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> d
 
 
 def slave_statefulset(cluster: BrokerCluster, k: int, replicas: int | None = None) -> dict:
-    """Slave set ``k``: its pod i is brokerId ``k`` of group ``<broker>-broker-i``; it finds its
-    master's HA address through the name servers, as a RocketMQ slave does."""
+    """Slave set ``k``: its pod i is brokerId ``k`` of group ``<broker>-broker-i``. Its master's HA
+    address is the master pod's stable DNS name, given outright: learning it from a name server's
+    registration answer (as a RocketMQ slave may) waits up to a registration period when the
+    slave registered before its master, and a SYNC_MASTER answers SLAVE_NOT_AVAILABLE meanwhile."""
     n = cluster.names
+    master = f"{n.broker_sts}-$(POD_INDEX).{n.broker_headless}.$(POD_NAMESPACE).svc:{HA_PORT}"
     return _broker_set(cluster, n.slave_sts(k), n.slave_headless(k), slave_component(k),
                        cluster.replicas if replicas is None else replicas,
                        ["--set", f"brokerName={n.broker_sts}-$(POD_INDEX)", "--set", f"brokerId={k}",
-                        "--set", "brokerRole=SLAVE"])
+                        "--set", "brokerRole=SLAVE", "--set", f"haMasterAddress={master}"])
 
 
 # ---------------------------------------------------------------------------- services, PDBs

@@ -98,7 +98,7 @@ async def reconcile_user(body, patch: kopf.Patch, settings: OperatorSettings) ->
                          "" if cluster.acl_enabled else f"Broker {cluster.name} has spec.acl.enabled=false: "
                                                         "the account exists but nothing asks for it")
     credentials = Credentials(user.access_key, secret_key)
-    refusing = await _brokers_refusing(cluster, credentials, settings) if cluster.acl_enabled else {}
+    refusing = await brokers_not_accepting(cluster, credentials, settings) if cluster.acl_enabled else {}
     if refusing:
         # Brokers read the ACL from the mounted Secret, which the kubelet refreshes within about
         # a minute: Ready only once every broker accepts the account with its current secret.
@@ -111,15 +111,19 @@ async def reconcile_user(body, patch: kopf.Patch, settings: OperatorSettings) ->
                   extra)
 
 
-async def _brokers_refusing(cluster: BrokerCluster, credentials: Credentials,
-                            settings: OperatorSettings) -> dict[str, str]:
+async def brokers_not_accepting(cluster: BrokerCluster, credentials: Credentials,
+                                settings: OperatorSettings) -> dict[str, str]:
+    """Which of ``cluster``'s brokers do not accept ``credentials`` yet (name -> why); empty
+    once every registered broker does, and there is at least one when the Broker wants any."""
     try:
         async with admin_client(settings, cluster) as admin:
             addrs = await broker_admin.brokers(admin, cluster.name)
     except MQClientError as e:
         return {"name servers": str(e)}
     if not addrs:
-        return {}  # no broker registered yet: each loads the whole file when it starts
+        # A broker that has not registered yet may still be running with the file it loaded
+        # before this account was in it (seen on kind: Ready, then "No acl config"): wait.
+        return {"brokers": "none registered with the name servers yet"} if cluster.replicas else {}
     return await broker_admin.brokers_refusing(namesrv_addr(settings, cluster), settings.admin_timeout, credentials,
                                                client_tls(cluster), addrs)
 

@@ -64,7 +64,8 @@ def test_namesrv_and_broker_commands_become_ready(tmp_path):
 
 def test_master_and_slave_pod_commands_replicate(tmp_path):
     """spec.replication's pods as processes: the slave (brokerName from its pod index, brokerId
-    1, SLAVE) finds its master's HA address through the name server and copies what is sent."""
+    1, SLAVE) reaches its master's HA port by the master pod's DNS name and copies what is sent;
+    the slave starts first, as it may in a cluster."""
     import asyncio
 
     from ferrymq.client.admin import AdminClient
@@ -81,9 +82,11 @@ def test_master_and_slave_pod_commands_replicate(tmp_path):
     namesrv = FerryProcess(ns_args, "name server is ready", tmp_path / "namesrv.log").start()
     procs = []
     try:
-        for sts, pod, index in ((manifests.broker_statefulset(broker), "demo-broker-0", "0"),
-                                (manifests.slave_statefulset(broker, 1), "demo-broker-s1-0", "0")):
-            port, ha, http = free_port(), free_port(), free_port()
+        master_ha = free_port()
+        for sts, pod, index in ((manifests.slave_statefulset(broker, 1), "demo-broker-s1-0", "0"),
+                                (manifests.broker_statefulset(broker), "demo-broker-0", "0")):
+            port, http = free_port(), free_port()
+            ha = master_ha if pod == "demo-broker-0" else free_port()
             store = tmp_path / pod / "store"
             conf = tmp_path / pod / "broker.conf"
             conf.parent.mkdir()
@@ -91,10 +94,11 @@ def test_master_and_slave_pod_commands_replicate(tmp_path):
                             .replace("/data/store", str(store)).replace("haListenPort=10912", f"haListenPort={ha}"))
             container = sts["spec"]["template"]["spec"]["containers"][0]
             args = localise(container["args"], {"POD_NAME": pod, "POD_NAMESPACE": "prod", "POD_INDEX": index},
-                            {10911: port, 18080: http},
+                            {10911: port, 18080: http, 10912: master_ha},
                             {"0.0.0.0": "127.0.0.1", "demo-nsaddr.prod.svc:8080": f"localhost:{ns_http}",
                              "/etc/ferrymq/broker.conf": str(conf), "/data/store": str(store),
-                             f"{pod}.{sts['spec']['serviceName']}.prod.svc": "localhost"})
+                             f"{pod}.{sts['spec']['serviceName']}.prod.svc": "localhost",
+                             "demo-broker-0.demo-broker-headless.prod.svc": "localhost"})
             procs.append(FerryProcess(args, "is ready", tmp_path / f"{pod}.log").start())
 
         async def scenario():
@@ -107,13 +111,17 @@ def test_master_and_slave_pod_commands_replicate(tmp_path):
                 master = (await admin.cluster_info()).broker_addr_table["demo-broker-0"].broker_addrs[0]
                 await admin.create_topic("Replicated", read_queues=2, write_queues=2, broker_addr=master)
             async with Producer("pods", namesrv_addr=namesrv_addr) as producer:
+                # SLAVE_NOT_AVAILABLE until the slave has connected (it retries every <= 5 s, as RocketMQ's)
+                async def slave_connected():
+                    return (await producer.send(Message("Replicated", b"probe"))).status.name == "SEND_OK"
+                await asyncio.wait_for(_until(slave_connected), 30)
                 for i in range(20):  # SYNC_MASTER: each answered once the slave has it
                     assert (await producer.send(Message("Replicated", b"m%d" % i))).status.name == "SEND_OK"
         asyncio.run(scenario())
         slave_store = tmp_path / "demo-broker-s1-0" / "store" / "commitlog"
         master_store = tmp_path / "demo-broker-0" / "store" / "commitlog"
         poll_until("the slave's CommitLog equals the master's",
-                   lambda: _commitlog(slave_store) == _commitlog(master_store) != b"", 30, diagnostics=procs[1].log)
+                   lambda: _commitlog(slave_store) == _commitlog(master_store) != b"", 30, diagnostics=procs[0].log)
     finally:
         for p in reversed(procs):
             p.stop()

@@ -46,7 +46,8 @@ def test_a_slave_pod_is_broker_id_k_of_the_group_named_by_its_ordinal():
     slave = manifests.slave_statefulset(c, 2)
     args = args_of(slave)
     assert {"brokerName=demo-broker-$(POD_INDEX)", "brokerId=2", "brokerRole=SLAVE",
-            "brokerIP1=$(POD_NAME).demo-broker-s2-headless.$(POD_NAMESPACE).svc"} <= set(args)
+            "brokerIP1=$(POD_NAME).demo-broker-s2-headless.$(POD_NAMESPACE).svc",
+            "haMasterAddress=demo-broker-$(POD_INDEX).demo-broker-headless.$(POD_NAMESPACE).svc:10912"} <= set(args)
     env = {e["name"]: e for e in slave["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
     assert "brokerName=$(POD_NAME)" in args_of(manifests.broker_statefulset(c))

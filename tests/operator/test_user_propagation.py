@@ -9,7 +9,11 @@ import textwrap
 from ferrymq.acl.signature import Credentials
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.config import ClientConfig
+from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 from ferrymq_operator import broker_admin
+from ferrymq_operator.model import BrokerCluster
+from ferrymq_operator.reconcile_user import brokers_not_accepting
+from ferrymq_operator.settings import OperatorSettings
 from tests.support import InProcessCluster
 
 OPERATOR = Credentials("ferrymq-operator", "operator-secret")
@@ -68,3 +72,21 @@ async def test_a_user_counts_as_loaded_only_once_the_broker_accepts_its_current_
 async def test_an_unreachable_broker_is_not_taken_as_accepting():
     answer = await broker_admin.brokers_refusing("127.0.0.1:1", 1.0, USER, None, {"broker-a": "127.0.0.1:1"})
     assert list(answer) == ["broker-a"]
+
+
+async def test_a_user_is_not_ready_while_no_broker_has_registered_yet():
+    """A broker that has started but not registered may run with the file it loaded before the
+    account was in it (seen on kind): no registered broker is no proof, unless none is wanted."""
+    namesrv = NameServer(NamesrvConfig(listen_port=0))
+    await namesrv.start()
+    try:
+        settings = OperatorSettings(namesrv_overrides={"*": namesrv.address})
+
+        def broker(replicas: int) -> BrokerCluster:
+            return BrokerCluster.from_resource({"metadata": {"name": "secure", "namespace": "ns"},
+                                                "spec": {"replicas": replicas}})
+        assert await brokers_not_accepting(broker(1), USER, settings) == {
+            "brokers": "none registered with the name servers yet"}
+        assert await brokers_not_accepting(broker(0), USER, settings) == {}
+    finally:
+        await namesrv.stop()
