@@ -12,7 +12,7 @@ from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
 from ferrymq.client.pull_service import PullResult, PullService, PullStatus
 from ferrymq.common.consumer_protocol import subscription_of
-from ferrymq.common.protocol import MessageQueue
+from ferrymq.common.protocol import MASTER_ID, MessageQueue
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
@@ -51,6 +51,17 @@ class PullConsumer:
     async def _broker(self, mq: MessageQueue) -> str:
         return await self.instance.find_broker_addr(mq.broker_name, mq.topic)
 
+    async def _reader(self, mq: MessageQueue) -> str:
+        """A broker that can answer a read about ``mq``: the group's master, or one of its slaves
+        while the master is missing from the route (a slave's queues are copies of the master's)."""
+        found = self.instance.find_broker_in_subscribe(mq.broker_name, MASTER_ID)
+        if found is None:
+            await self.instance.fetch_route(mq.topic)
+            found = self.instance.find_broker_in_subscribe(mq.broker_name, MASTER_ID)
+        if found is None:
+            raise MQClientError(f"broker {mq.broker_name} is not in any known route")
+        return found[0]
+
     async def pull(self, mq: MessageQueue, offset: int, *, expression: str = "*", max_nums: int = 32,
                    suspend: float = 0.0, commit_offset: int | None = None, sql: str | None = None) -> PullResult:
         """Pull up to ``max_nums`` messages from ``offset``; hold up to ``suspend`` seconds if none.
@@ -71,14 +82,18 @@ class PullConsumer:
 
     # ------------------------------------------------------------------ offsets
 
-    async def _offset_call(self, code: int, mq: MessageQueue, extra: dict | None = None) -> RemotingCommand:
+    async def _offset_call(self, code: int, mq: MessageQueue, extra: dict | None = None, *,
+                           read: bool = True) -> RemotingCommand:
+        """A queue-offset request: reads go to the master or, without one, a slave; writes
+        (``read=False``) only ever to the master."""
         fields = {"topic": mq.topic, "queueId": mq.queue_id, **(extra or {})}
-        return await self.instance.invoke_broker(await self._broker(mq), RemotingCommand.request(code, fields))
+        addr = await self._reader(mq) if read else await self._broker(mq)
+        return await self.instance.invoke_broker(addr, RemotingCommand.request(code, fields))
 
     async def commit(self, mq: MessageQueue, offset: int) -> None:
         """Store ``offset`` (the next offset to consume) as the group's position in ``mq``."""
         response = await self._offset_call(RequestCode.UPDATE_CONSUMER_OFFSET, mq,
-                                           {"consumerGroup": self.group, "commitOffset": offset})
+                                           {"consumerGroup": self.group, "commitOffset": offset}, read=False)
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark)
 

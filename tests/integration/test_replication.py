@@ -266,6 +266,15 @@ def test_a_consumer_keeps_consuming_from_the_slave_when_the_master_is_killed(pai
         await wait_until(offsets_copied, 20, "the group's offsets on the slave")
 
         p.processes["master"].kill()
+        # A pull consumer's queue-offset reads are answered by the slave now (its queues are copies)
+        async with PullConsumer("ha-offsets", namesrv_addr=p.namesrv) as reader:
+            async def master_gone():
+                queues = await reader.fetch_queues(TOPIC)
+                return bool(queues) and reader.instance.broker_addr(queues[0].broker_name) is None
+            await wait_until(master_gone, 30, "the master gone from the route")
+            queues = await reader.fetch_queues(TOPIC)
+            assert sum([await reader.max_offset(mq) for mq in queues]) == 500
+            assert [await reader.min_offset(mq) for mq in queues] == [0] * len(queues)
         seen_before = len(rec.events)
         c = consumer()
         await c.start()
