@@ -605,6 +605,28 @@ SEND_COUNT = """
 """
 
 
+SLAVE_KNOWS_TOPIC = """
+    import asyncio, sys, time
+    from ferrymq.client.admin import AdminClient
+
+    namesrv, group, topic = sys.argv[1], sys.argv[2], sys.argv[3]
+
+    async def main():
+        # A slave copies its master's topic config every 10 s once a name server told it the
+        # master's address (RocketMQ's SlaveSynchronize): wait until it has this topic.
+        deadline = time.monotonic() + 180
+        async with AdminClient(namesrv_addr=namesrv) as admin:
+            while time.monotonic() < deadline:
+                slave = (await admin.cluster_info()).broker_addr_table[group].broker_addrs.get(1)
+                if slave and topic in await admin.topic_configs(slave):
+                    print('{"synced": true}')
+                    return
+                await asyncio.sleep(2)
+        raise SystemExit("the slave never got the topic's config")
+    asyncio.run(main())
+"""
+
+
 def test_a_replicated_group_serves_reads_from_its_slave_while_its_master_is_down(ns, tools):
     ha = "replicated"
     apply(ns, {"apiVersion": API, "kind": "Broker", "metadata": {"name": ha},
@@ -621,6 +643,8 @@ def test_a_replicated_group_serves_reads_from_its_slave_while_its_master_is_down
     sent = run_python(ns, SEND_COUNT, nsrv, "replicated-orders", "200")
     # SYNC_MASTER: SEND_OK only once the slave has the message (else FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE)
     assert len(sent) == 200 and {s["status"] for s in sent} == {"SEND_OK"}, {s["status"] for s in sent}
+
+    assert run_python(ns, SLAVE_KNOWS_TOPIC, nsrv, f"{ha}-broker-0", "replicated-orders") == [{"synced": True}]
 
     # The master goes away and stays away: reconciliation paused, its StatefulSet scaled to 0.
     kubectl("annotate", "broker", ha, "-n", ns, "ferrymq.io/pause-reconciliation=true")
