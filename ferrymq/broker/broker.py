@@ -19,6 +19,7 @@ from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.client_notifier import ClientNotifier
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.ha.lag import ReplicationLag
 from ferrymq.broker.ha.metrics import ReplicationCollector
 from ferrymq.broker.ha.replication import Replication
 from ferrymq.broker.consumer_manager import ConsumerManager
@@ -102,6 +103,7 @@ class Broker:
         self.namesrv_client = RemotingClient(tls=client_tls.context() if client_tls else None)
         self.replication = Replication(config, store_config, self.store, self.namesrv_client, self.topics,
                                        self.offsets, self.groups, self.schedule, self._persist_tables)
+        self.replication_lag = ReplicationLag(self.store, self.replication)
         self.stopping = False
         self.registered = asyncio.Event()
         self._register_wanted = asyncio.Event()
@@ -109,7 +111,7 @@ class Broker:
         self.server.add_connection_listener(on_close=self.consumers.connection_closed)
         self.topics.on_change = self._on_topics_changed
         self.metrics_registry, self.flush_latency = broker_registry(self.ctx, lambda: len(self.server.connections))
-        self.metrics_registry.register(ReplicationCollector(config, self.replication))
+        self.metrics_registry.register(ReplicationCollector(config, self.replication_lag))
         self.store_loaded = False
 
     @property
@@ -152,7 +154,7 @@ class Broker:
             self.server.register(code, handler)
         for code, handler in AclAdminProcessors(self.acl, self.config, lambda: self.address).handlers().items():
             self.server.register(code, handler)
-        self.server.register_default(AdminProcessor(ctx, self.config_updated))
+        self.server.register_default(AdminProcessor(ctx, self.config_updated, self.replication_lag.status))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -164,6 +166,7 @@ class Broker:
         await asyncio.to_thread(self._load_config_tables)
         await self.store.load(await self._resolve_store_host())
         self.store_loaded = True
+        self.replication_lag.loaded()
         self._repair_topics_from_store()
         await self.server.start()
         if self.vip_server is not None:

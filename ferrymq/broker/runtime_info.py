@@ -1,9 +1,11 @@
 """What the broker reports about itself: GET_BROKER_RUNTIME_INFO's table (mqadmin
-brokerStatus) and the per-group lag the metrics and the operator read."""
+brokerStatus), with its replication entries, and the per-group lag the metrics and the
+operator read."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import time
 
@@ -14,8 +16,9 @@ from ferrymq.broker.context import BrokerContext
 from ferrymq.remoting.codes import CURRENT_VERSION
 
 
-async def runtime_info(ctx: BrokerContext) -> dict[str, str]:
-    """RocketMQ's runtime-info keys (the ones mqadmin brokerStatus and the console read)."""
+async def runtime_info(ctx: BrokerContext, replication: dict | None = None) -> dict[str, str]:
+    """RocketMQ's runtime-info keys (the ones mqadmin brokerStatus and the console read);
+    ``replication``: the replication status (ha/lag.py) to report as ``replication_entries``."""
     store, stats = ctx.store, ctx.stats
     put_tps, get_tps = stats.rates()
     now = int(time.time() * 1000)
@@ -32,7 +35,28 @@ async def runtime_info(ctx: BrokerContext) -> dict[str, str]:
         "commitLogDiskRatio": f"{await disk_ratio(ctx.store_config.store_path_root_dir):.4f}",
         "sendThreadPoolQueueSize": "0", "pullThreadPoolQueueSize": "0", "dispatchBehindBytes": "0",
         "ferrymqHeldPulls": str(ctx.pull_waiters.held),  # long-polling pulls waiting for a message now
+        **(replication_entries(replication) if replication is not None else {}),
     }
+
+
+def replication_entries(status: dict) -> dict[str, str]:
+    """Runtime-info entries for replication. ``slaveFallBehindMuch`` (a master) is RocketMQ's
+    name for its CommitLog head minus the highest offset any slave acknowledged (its
+    DefaultMessageStore.slaveFallBehindMuch). The ``ferrymqHa*`` keys are FerryMQ's own:
+    ``ferrymqHaRole`` (brokerRole); on a master ``ferrymqHaSlaves``, a JSON list with one
+    {"address", "ackedOffset", "lagBytes", "lagSeconds"} per connected slave (address: where
+    the master sees it connect from); on a slave ``ferrymqHaMasterAddress``,
+    ``ferrymqHaConnected`` and ``ferrymqHaLagBytes`` (behind the master's last transfer)."""
+    out = {"ferrymqHaRole": status["role"]}
+    if "slaves" in status:
+        out["ferrymqHaSlaves"] = json.dumps(status["slaves"], separators=(",", ":"))
+        if "ackedByAnySlave" in status:
+            out["slaveFallBehindMuch"] = str(max(0, status["maxPhyOffset"] - status["ackedByAnySlave"]))
+    else:
+        out["ferrymqHaMasterAddress"] = status.get("masterAddress") or ""
+        out["ferrymqHaConnected"] = "true" if status.get("connected") else "false"
+        out["ferrymqHaLagBytes"] = str(max(0, status.get("masterOffset", 0) - status["maxPhyOffset"]))
+    return out
 
 
 def uptime_text(ms: int) -> str:

@@ -4,6 +4,7 @@ getBrokerConfig/updateBrokerConfig do."""
 from __future__ import annotations
 
 import argparse
+import json
 
 from ferrymq.cli.client_commands import add_namesrv, client_config
 from ferrymq.cli.output import emit_json, table
@@ -28,14 +29,47 @@ async def run_cluster_list(args: argparse.Namespace) -> int:
                                  "putTps": float(runtime.get("putTps", "0").split()[0] or 0),
                                  "getTps": float(runtime.get("getTransferedTps", "0").split()[0] or 0),
                                  "messagesInToday": int(runtime.get("msgPutTotalTodayNow", 0) or 0),
-                                 "diskRatio": float(runtime.get("commitLogDiskRatio", 0) or 0)})
+                                 "diskRatio": float(runtime.get("commitLogDiskRatio", 0) or 0),
+                                 "replication": replication_of(runtime)})
     if args.json:
         emit_json({"brokers": rows})
     else:
-        print(table(["cluster", "broker", "id", "address", "version", "in/s", "out/s", "in today", "disk"],
+        print(table(["cluster", "broker", "id", "address", "version", "in/s", "out/s", "in today", "disk", "replication"],
                     [[r["cluster"], r["brokerName"], r["brokerId"], r["address"], r["version"], f"{r['putTps']:.1f}",
-                      f"{r['getTps']:.1f}", r["messagesInToday"], f"{r['diskRatio']:.0%}"] for r in rows]))
+                      f"{r['getTps']:.1f}", r["messagesInToday"], f"{r['diskRatio']:.0%}",
+                      replication_text(r["replication"])] for r in rows]))
     return 0
+
+
+def replication_of(runtime: dict[str, str]) -> dict | None:
+    """A broker's replication as its runtime info tells it (ferrymqHa* keys; None from a broker
+    without them, e.g. Apache RocketMQ): a master's connected slaves with their lag in bytes and
+    seconds, or a slave's link to its master."""
+    role = runtime.get("ferrymqHaRole")
+    if not role:
+        return None
+    if "ferrymqHaSlaves" in runtime:
+        try:
+            slaves = json.loads(runtime["ferrymqHaSlaves"])
+        except ValueError:
+            slaves = []
+        return {"role": role, "slaves": [{"address": s.get("address"), "lagBytes": s.get("lagBytes"),
+                                          "lagSeconds": s.get("lagSeconds")} for s in slaves]}
+    return {"role": role, "connected": runtime.get("ferrymqHaConnected") == "true",
+            "masterAddress": runtime.get("ferrymqHaMasterAddress") or None}
+
+
+def replication_text(replication: dict | None) -> str:
+    """One cell: a master's slaves and the furthest one's lag, or a slave's link."""
+    if replication is None:
+        return "-"
+    if "slaves" not in replication:
+        return "slave, " + ("connected" if replication["connected"] else "NOT connected")
+    slaves = replication["slaves"]
+    if not slaves:
+        return "no slave connected" if replication["role"] == "SYNC_MASTER" else "-"
+    worst = max(slaves, key=lambda s: (s["lagBytes"] or 0, s["lagSeconds"] or 0))
+    return f"{len(slaves)} slave(s), lag {worst['lagBytes']} B / {worst['lagSeconds']:.1f} s"
 
 
 async def run_broker_status(args: argparse.Namespace) -> int:
@@ -71,7 +105,7 @@ async def run_broker_config_set(args: argparse.Namespace) -> int:
 
 def register_admin(admin: argparse._SubParsersAction) -> None:
     cluster = admin.add_parser("cluster", help="clusters").add_subparsers(dest="action", required=True)
-    p = cluster.add_parser("list", help="brokers of every cluster with their traffic (mqadmin clusterList)")
+    p = cluster.add_parser("list", help="brokers of every cluster with their traffic and replication lag (mqadmin clusterList)")
     add_namesrv(p)
     p.set_defaults(run=run_cluster_list)
 

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 import random
 import re
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -530,3 +533,84 @@ def test_random_kill_9_of_master_or_slave_under_sync_load_loses_nothing_acknowle
         assert len(record) == size and decode_record(record)[0].body == body, f"acknowledged message at {phys} lost"
         assert commit_log_range(p.slave_dir, phys, phys + size) == record
     print(f"{KILLS} kills, {len(acked)} acknowledged messages all on master and slave")
+
+
+def test_lag_in_bytes_and_seconds_grows_while_the_link_is_cut_and_returns_to_zero(pair):
+    """What an operator reads of a slave that falls behind: the master's runtime info
+    (GET_BROKER_RUNTIME_INFO, ferrymqHaSlaves and RocketMQ's slaveFallBehindMuch), its
+    /metrics and ``ferrymq admin cluster list`` show the slave's lag in bytes and in seconds
+    while the replication link is cut, the seconds growing; once restored, back to 0."""
+    # A long housekeeping interval keeps the silent slave's connection (and so its lag) listed.
+    p = pair("ASYNC_MASTER", ["haHousekeepingInterval=120000", "haSendHeartbeatInterval=1000"])
+    p.http_ports = {"master": free_port()}
+    p.start_master()
+    master_addr = f"127.0.0.1:{p.master_port}"
+
+    def scrape_lag_seconds() -> list[float]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{p.http_ports['master']}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return [float(v) for v in re.findall(r"ferrymq_broker_replication_slave_lag_seconds\{[^}]*\} (\S+)", text)]
+
+    def cluster_list() -> dict:
+        done = subprocess.run([sys.executable, "-m", "ferrymq.cli.main", "admin", "cluster", "list", "--json",
+                               "-n", p.namesrv], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return {b["brokerId"]: b for b in json.loads(done.stdout)["brokers"]}
+
+    async def scenario():
+        proxy = await TcpProxy(p.master_ha).start()
+        admin = AdminClient(namesrv_addr=p.namesrv)
+        producer = Producer("ha-producer", namesrv_addr=p.namesrv, send_timeout=10, retry_times=0)
+        try:
+            await asyncio.to_thread(p.start_slave, f"haMasterAddress={proxy.address}")
+            await create_topic(p.namesrv)
+            await producer.start()
+
+            async def slaves() -> list[dict]:
+                return json.loads((await admin.broker_runtime_info(master_addr))["ferrymqHaSlaves"])
+
+            async def level() -> bool:
+                listed = await slaves()
+                return len(listed) == 1 and listed[0]["lagBytes"] == 0 and listed[0]["lagSeconds"] == 0
+
+            assert (await send_all(producer, 100, "before", concurrency=8))[-1].status is SendStatus.SEND_OK
+            await wait_until(level, 30, "the slave level with its master")
+            info = await admin.broker_runtime_info(master_addr)
+            assert info["ferrymqHaRole"] == "ASYNC_MASTER" and info["slaveFallBehindMuch"] == "0"
+
+            proxy.cut()
+            cut_at = time.monotonic()
+            during = await send_all(producer, 50, "during", concurrency=4)
+            assert {r.status for r in during} == {SendStatus.SEND_OK}
+            head = int((await admin.broker_runtime_info(master_addr))["commitLogMaxOffset"])
+            first = (await slaves())[0]
+            assert first["lagBytes"] == head - first["ackedOffset"] >= 50 * 40  # at least the bodies sent
+            assert first["lagSeconds"] > 0
+
+            async def seconds_grew() -> bool:
+                return (await slaves())[0]["lagSeconds"] >= first["lagSeconds"] + 1
+
+            await wait_until(seconds_grew, 10, "the lag in seconds to grow while the link is cut")
+            later = (await slaves())[0]
+            assert later["lagBytes"] == first["lagBytes"]  # nothing more arrived, nothing acknowledged
+            assert later["lagSeconds"] <= time.monotonic() - cut_at + 0.5  # not older than the cut
+            info = await admin.broker_runtime_info(master_addr)
+            assert int(info["slaveFallBehindMuch"]) == first["lagBytes"]
+            assert max(await asyncio.to_thread(scrape_lag_seconds)) >= 1
+            shown = (await asyncio.to_thread(cluster_list))[0]["replication"]
+            assert shown["role"] == "ASYNC_MASTER" and shown["slaves"][0]["lagBytes"] == first["lagBytes"]
+            assert shown["slaves"][0]["lagSeconds"] >= 1
+
+            proxy.restore()
+            await wait_until(level, 30, "the slave level again once the link is back")
+            assert await asyncio.to_thread(scrape_lag_seconds) == [0.0]
+            assert (await admin.broker_runtime_info(master_addr))["slaveFallBehindMuch"] == "0"
+            listed = await asyncio.to_thread(cluster_list)
+            assert listed[0]["replication"]["slaves"][0]["lagBytes"] == 0
+            assert listed[1]["replication"] == {"role": "SLAVE", "connected": True, "masterAddress": proxy.address}
+        finally:
+            await producer.close()
+            await admin.close()
+            await proxy.stop()
+
+    asyncio.run(scenario())

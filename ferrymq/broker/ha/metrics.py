@@ -1,6 +1,7 @@
 """Replication metrics, read from the live replication state at scrape time: the broker's
 role; on a master the connected slaves and each one's lag in bytes (CommitLog head minus
-what the slave acknowledged); on a slave whether it is connected and its lag behind the
+what the slave acknowledged) and in seconds (since the master first had a byte the slave
+has not acknowledged, ha/lag.py); on a slave whether it is connected and its lag behind the
 master's offset as the last transfer or heartbeat showed it."""
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ferrymq.broker.config import BrokerConfig
-from ferrymq.broker.ha.replication import Replication
+from ferrymq.broker.ha.lag import ReplicationLag
 
 _ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
 
 class ReplicationCollector(Collector):
-    def __init__(self, config: BrokerConfig, replication: Replication) -> None:
+    def __init__(self, config: BrokerConfig, replication: ReplicationLag) -> None:
         self.config = config
         self.replication = replication
 
@@ -39,6 +40,12 @@ class ReplicationCollector(Collector):
             for slave in status["slaves"]:
                 lag.add_metric(labels + [slave["address"]], slave["lagBytes"])
             yield lag
+            seconds = GaugeMetricFamily("ferrymq_broker_replication_slave_lag_seconds",
+                                        "Seconds since this master first had CommitLog data a connected slave has not "
+                                        "acknowledged yet (0 when the slave has everything)", labels=base + ["slave"])
+            for slave in status["slaves"]:
+                seconds.add_metric(labels + [slave["address"]], slave["lagSeconds"])
+            yield seconds
         else:
             connected = GaugeMetricFamily("ferrymq_broker_replication_connected",
                                           "1 while this slave is connected to its master", labels=base)

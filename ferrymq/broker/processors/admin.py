@@ -25,9 +25,11 @@ Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
 
 
 class AdminProcessor:
-    def __init__(self, ctx: BrokerContext, on_config_updated: Callable[[set[str]], None]) -> None:
+    def __init__(self, ctx: BrokerContext, on_config_updated: Callable[[set[str]], None],
+                 replication_status: Callable[[], dict] | None = None) -> None:
         self.ctx = ctx
         self.on_config_updated = on_config_updated  # keys UPDATE_BROKER_CONFIG changed
+        self.replication_status = replication_status  # role and slaves' lag, for the runtime info
         self.handlers: dict[int, Handler] = {
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_topic,
             RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
@@ -115,4 +117,5 @@ class AdminProcessor:
         return req.response()
 
     async def get_runtime_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return req.response(body=KVTable(await runtime_info(self.ctx)).to_json())
+        replication = self.replication_status() if self.replication_status is not None else None
+        return req.response(body=KVTable(await runtime_info(self.ctx, replication)).to_json())
