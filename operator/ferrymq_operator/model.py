@@ -106,6 +106,9 @@ class Replication:
 
     slaves_per_group: int = 0  # 0: masters only
     mode: str = "Async"  # Async: ASYNC_MASTER; Sync: SYNC_MASTER (a send waits for a slave)
+    # A slave at most this many CommitLog bytes behind its master is in sync: only then may
+    # the master be restarted (rollout.plan_replicated_restart).
+    max_restart_lag_bytes: int = 1024 * 1024
 
     @property
     def broker_role(self) -> str:
@@ -173,7 +176,8 @@ class BrokerCluster:
                         if tls.get("issuerRef") else None),
             tls_mode=tls.get("mode") or "enforcing",
             replication=Replication(slaves_per_group=int(replication.get("slavesPerGroup", 0)),
-                                    mode=replication.get("mode") or "Async"),
+                                    mode=replication.get("mode") or "Async",
+                                    max_restart_lag_bytes=to_bytes(replication.get("maxRestartLagBytes", "1Mi"))),
             annotations=dict(meta.get("annotations") or {}), deleting=bool(meta.get("deletionTimestamp")),
             api_version=obj.get("apiVersion", API_VERSION), kind=obj.get("kind", "Broker"),
         )
