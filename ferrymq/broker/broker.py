@@ -32,11 +32,14 @@ from ferrymq.broker.processors.admin import AdminProcessor
 from ferrymq.broker.processors.client_manage import ClientManageProcessors
 from ferrymq.broker.processors.consumer_admin import ConsumerAdminProcessors
 from ferrymq.broker.processors.offsets import OffsetProcessors
+from ferrymq.broker.processors.pop import PopProcessors
 from ferrymq.broker.processors.pull import PullProcessor
 from ferrymq.broker.processors.query import QueryProcessors
 from ferrymq.broker.processors.reply import ReplyProcessor
 from ferrymq.broker.processors.send import SendProcessor
 from ferrymq.broker.processors.transaction import EndTransactionProcessor
+from ferrymq.broker.pop.metrics import PopCollector
+from ferrymq.broker.pop.service import PopService
 from ferrymq.broker.protection import ConsumeProtection
 from ferrymq.broker.retry import RetryService
 from ferrymq.broker.schedule import ScheduleMessageService
@@ -90,6 +93,9 @@ class Broker:
         self.schedule = ScheduleMessageService(self.ctx, config_dir)
         self.store.arrival_listeners.append(self.schedule.on_arrival)
         self.retry = RetryService(self.ctx, self.schedule)
+        # POP consumption (RocketMQ 5 ReceiveMessage/Ack): its journal beside the store
+        self.pop = PopService(self.ctx, self.retry, Path(store_config.store_path_root_dir) / "pop")
+        self.store.arrival_listeners.append(self.pop.on_arrival)
         self.transactions = TransactionService(self.ctx, self.schedule.level_count)
         self.protection = ConsumeProtection(config, self.groups)
         self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker",
@@ -111,6 +117,7 @@ class Broker:
         self.server.add_connection_listener(on_close=self.consumers.connection_closed)
         self.topics.on_change = self._on_topics_changed
         self.metrics_registry, self.flush_latency = broker_registry(self.ctx, lambda: len(self.server.connections))
+        self.metrics_registry.register(PopCollector(config, self.pop))
         self.metrics_registry.register(ReplicationCollector(config, self.replication_lag))
         self.store_loaded = False
 
@@ -132,7 +139,10 @@ class Broker:
             self.server.register(code, reply)
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             self.server.register(code, send)
-        self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection))
+        self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection,
+                                                                     self.pop.classic_pull_refusal))
+        for code, handler in PopProcessors(self.pop, self.config.enable_property_filter).handlers().items():
+            self.server.register(code, handler)
         offsets = OffsetProcessors(self.store, self.offsets)
         cm = ClientManageProcessors(self.consumers, self.groups, self.topics, self.config.enable_property_filter)
         for code, handler in {
@@ -168,6 +178,8 @@ class Broker:
         self.store_loaded = True
         self.replication_lag.loaded()
         self._repair_topics_from_store()
+        await self.pop.load()  # POP state from its journal, checked against the loaded store
+        self.pop.start()
         await self.server.start()
         if self.vip_server is not None:
             try:
@@ -228,6 +240,7 @@ class Broker:
             return
         self.stopping = True
         self.pull_waiters.close()
+        self.pop.release_held()
         await self._unregister_from_namesrvs()
         await self._tasks.close()
         await self.replication.stop()
@@ -235,6 +248,7 @@ class Broker:
         if self.vip_server is not None:
             await self.vip_server.stop()
         await self.namesrv_client.close()
+        await self.pop.close()
         await self._persist_tables()
         await self.store.shutdown()
         log.info("broker %s stopped cleanly", self.config.broker_name)

@@ -227,6 +227,7 @@ class SubscriptionGroupConfig(JsonModel):
     broker_id: int = MASTER_ID
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False  # RocketMQ 5: a FIFO group (POP delivers a queue's messages in order)
 
 
 @dataclass

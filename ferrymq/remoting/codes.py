@@ -135,6 +135,10 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
+    # RocketMQ 5 POP consumption (broker/pop)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
 
 
 class ResponseCode(IntEnum):
@@ -175,5 +179,8 @@ class ResponseCode(IntEnum):
     NO_MESSAGE = 208
     UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
     DELETE_ACL_CONFIG_FAILED = 210
+    # RocketMQ 5 reuses 209/210 for POP long polling (aliases here: IntEnum keeps the first name)
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215

@@ -9,6 +9,7 @@ is then answered from a fresh read (PULL_NOT_FOUND when nothing came).
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.ha.reads import suggest_which_broker
@@ -42,9 +43,12 @@ _FALL_BEHIND_KNOWN = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.O
 
 
 class PullProcessor:
-    def __init__(self, ctx: BrokerContext, protection: ConsumeProtection) -> None:
+    def __init__(self, ctx: BrokerContext, protection: ConsumeProtection,
+                 pop_refusal: Callable[[str, str], str | None] | None = None) -> None:
         self.ctx = ctx
         self.protection = protection
+        # broker/pop: the remark to refuse a classic pull with while the group POP-consumes the topic
+        self.pop_refusal = pop_refusal
 
     async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         ctx = self.ctx
@@ -69,6 +73,11 @@ class PullProcessor:
             return req.response(ResponseCode.SYSTEM_ERROR,
                                 remark=f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                                        f"[{topic_config.read_queue_nums}] consumer:[{conn.remote_address[0]}]")
+
+        if self.pop_refusal is not None:
+            remark = self.pop_refusal(group, topic)
+            if remark is not None:
+                return req.response(ResponseCode.NO_PERMISSION, remark=remark)
 
         if sys_flag & PullSysFlag.SUBSCRIPTION:
             sub = build_subscription(topic, header.subscription, header.expression_type)

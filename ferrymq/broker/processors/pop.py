@@ -1,0 +1,114 @@
+"""POP_MESSAGE (200050), ACK_MESSAGE (200051), CHANGE_MESSAGE_INVISIBLETIME (200053): the
+remoting face of broker/pop.
+
+Header fields are RocketMQ 5's (PopMessageRequestHeader: consumerGroup, topic, queueId,
+maxMsgNums, invisibleTime, pollTime, bornTime, initMode, expType, exp, order;
+AckMessageRequestHeader / ChangeInvisibleTimeRequestHeader: consumerGroup, topic, queueId,
+extraInfo, offset, invisibleTime). The receipt handle is ours (broker/pop/receipt.py): each
+returned record carries it in its ``POP_CK`` property and its reconsume times are the delivery
+attempt - 1; acks and changes carry it back in ``extraInfo``. Apache's remoting POP clients build
+their extraInfo from RocketMQ's own checkpoint fields instead, which are not served here.
+
+Answers: messages SUCCESS (body: the records); nothing within pollTime PULL_NOT_FOUND; long-polling
+slots full POLLING_FULL (209); refused with the service's code and remark. A handle that is not
+one of ours MESSAGE_ILLEGAL; an out-of-date one NO_MESSAGE (208).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ferrymq.broker.message_filter import FilterRefused, message_filter
+from ferrymq.broker.pop.service import AckStatus, InitMode, PopService, PopStatus
+from ferrymq.common.consumer_protocol import build_subscription
+from ferrymq.common.message import encode_record
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
+
+POP_CK = "POP_CK"  # MessageConst.PROPERTY_POP_CK
+
+
+class PopProcessors:
+    def __init__(self, pop: PopService, enable_property_filter: bool) -> None:
+        self.pop = pop
+        self.enable_property_filter = enable_property_filter
+
+    def handlers(self) -> dict:
+        return {RequestCode.POP_MESSAGE: self.pop_message, RequestCode.ACK_MESSAGE: self.ack_message,
+                RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible_time}
+
+    async def pop_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group = req.get_str("consumerGroup", required=True)
+        topic = req.get_str("topic", required=True)
+        queue_id = req.get_int("queueId", -1)
+        max_nums = req.get_int("maxMsgNums", required=True)
+        invisible_ms = req.get_long("invisibleTime", required=True)
+        poll_ms = req.get_long("pollTime", 0)
+        init = req.get_int("initMode", 0)
+        if init not in (InitMode.MIN, InitMode.MAX):
+            return req.response(ResponseCode.SYSTEM_ERROR, f"initMode {init} unknown: 0 (MIN) or 1 (MAX)")
+        exp_type = (req.get_str("expType") or "TAG").upper()
+        if exp_type not in ("TAG", "SQL92"):
+            return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"unknown expression type {exp_type}")
+        try:
+            wanted = message_filter(build_subscription(topic, req.get_str("exp") or "*", exp_type),
+                                    self.enable_property_filter)
+        except FilterRefused as refused:
+            return req.response(refused.code, refused.remark)
+        result = await self.pop.receive(group=group, topic=topic, queue_id=queue_id, max_messages=max_nums,
+                                        invisible_ms=invisible_ms, poll_ms=poll_ms,
+                                        message_filter=None if wanted.passes_all else wanted,
+                                        fifo=req.get_bool("order"), client_id=_client(conn),
+                                        init_mode=InitMode(init))
+        fields = {"popTime": int(time.time() * 1000), "invisibleTime": invisible_ms, "reviveQid": 0}
+        if result.status is PopStatus.REFUSED:
+            return req.response(result.refused_code or ResponseCode.SYSTEM_ERROR, result.remark)
+        if result.status is PopStatus.POLLING_FULL:
+            return req.response(ResponseCode.POLLING_FULL, result.remark or "polling full")
+        if not result.messages:
+            return req.response(ResponseCode.PULL_NOT_FOUND, "no new message", ext_fields={**fields, "restNum": 0})
+        records = []
+        for popped in result.messages:
+            msg = popped.message
+            msg.properties[POP_CK] = popped.receipt_handle
+            records.append(bytes(encode_record(msg)))
+        return req.response(ResponseCode.SUCCESS, None, body=b"".join(records), ext_fields={**fields, "restNum": 0})
+
+    async def ack_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group = req.get_str("consumerGroup", required=True)
+        topic = req.get_str("topic", required=True)
+        handle = req.get_str("extraInfo", required=True)
+        status = await self.pop.ack(group=group, topic=topic, receipt_handle=handle)
+        return _ack_response(req, status)
+
+    async def change_invisible_time(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group = req.get_str("consumerGroup", required=True)
+        topic = req.get_str("topic", required=True)
+        handle = req.get_str("extraInfo", required=True)
+        invisible_ms = req.get_long("invisibleTime", required=True)
+        try:
+            status, new_handle = await self.pop.change_invisible(group=group, topic=topic, receipt_handle=handle,
+                                                                 invisible_ms=invisible_ms)
+        except ValueError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if status is not AckStatus.OK:
+            return _ack_response(req, status)
+        return req.response(ResponseCode.SUCCESS, None, ext_fields={
+            "popTime": int(time.time() * 1000), "invisibleTime": invisible_ms, "reviveQid": 0,
+            "extraInfo": new_handle})
+
+
+def _ack_response(req: RemotingCommand, status: AckStatus) -> RemotingCommand:
+    if status is AckStatus.OK:
+        return req.response(ResponseCode.SUCCESS, None)
+    if status is AckStatus.EXPIRED:
+        return req.response(ResponseCode.NO_MESSAGE, "receipt handle out of date: the message was delivered again "
+                                                     "or its invisible time changed since")
+    return req.response(ResponseCode.MESSAGE_ILLEGAL, "invalid receipt handle (extraInfo): not one this broker "
+                                                      "issued for this consumer group and topic")
+
+
+def _client(conn: Connection) -> str:
+    host, port = conn.remote_address[:2]
+    return f"{host}:{port}"
