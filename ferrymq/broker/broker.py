@@ -48,6 +48,7 @@ from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.broker.transactions import TransactionService
 from ferrymq.common.address_lookup import changed_namesrv_addr
+from ferrymq.grpc.wiring import check_grpc, grpc_endpoint
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
@@ -110,6 +111,9 @@ class Broker:
         self.replication = Replication(config, store_config, self.store, self.namesrv_client, self.topics,
                                        self.offsets, self.groups, self.schedule, self._persist_tables)
         self.replication_lag = ReplicationLag(self.store, self.replication)
+        # RocketMQ 5 clients (ferrymq/grpc): checked before anything starts, created in start()
+        self.grpc_enabled = check_grpc(config)
+        self.grpc = None
         self.stopping = False
         self.registered = asyncio.Event()
         self._register_wanted = asyncio.Event()
@@ -132,7 +136,7 @@ class Broker:
 
     def _register_processors(self) -> None:
         ctx = self.ctx
-        send = SendProcessor(ctx, self.schedule, self.transactions)
+        self.send_processor = send = SendProcessor(ctx, self.schedule, self.transactions)
         self.server.register(RequestCode.END_TRANSACTION, EndTransactionProcessor(self.transactions))
         reply = ReplyProcessor(ctx)
         for code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):
@@ -188,6 +192,12 @@ class Broker:
                 log.warning("VIP port %d unavailable (%s): clients with vipChannelEnabled cannot reach this broker",
                             self.vip_server.port, e)
                 self.vip_server = None
+        if self.grpc_enabled:
+            self.grpc = grpc_endpoint(config=self.config, store_config=self.store_config, topics=self.topics,
+                                      groups=self.groups, send=self.send_processor, transactions=self.transactions,
+                                      retry=self.retry, pop=self.pop,
+                                      namesrv_client=self.namesrv_client, remoting_address=lambda: self.address)
+            await self.grpc.start()
         log.info("broker %s (%s) listening on %s:%d, advertised as %s, store %s",
                  self.config.broker_name, self.config.broker_cluster_name, self.config.listen_host,
                  self.server.port, self.address, self.store_config.store_path_root_dir)
@@ -244,6 +254,8 @@ class Broker:
         await self._unregister_from_namesrvs()
         await self._tasks.close()
         await self.replication.stop()
+        if self.grpc is not None:
+            await self.grpc.stop()
         await self.server.stop()
         if self.vip_server is not None:
             await self.vip_server.stop()

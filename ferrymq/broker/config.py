@@ -78,6 +78,9 @@ class BrokerConfig:
     transaction_check_max: int = field(default=15, metadata=LIVE)
     transaction_check_interval: int = 60_000
     reject_transaction_message: bool = field(default=False, metadata=LIVE)
+    # RocketMQ 5 clients (ferrymq/grpc, the grpc extra): the gRPC port, -1 off, 0 any free port
+    # (Apache's proxy uses 8081). Asked for without the extra installed, the broker refuses to start.
+    grpc_listen_port: int = -1
     # Without namesrvAddr: ask the address service (http://<domain>[:8080]/rocketmq/<subgroup>)
     # at start and every fetch_name_srv_addr_interval ms, as RocketMQ's broker does.
     fetch_namesrv_addr_by_address_server: bool = False
@@ -145,6 +148,7 @@ class BrokerConfig:
                      "ha_slave_fallbehind_max", "slave_synchronize_interval"):
             check_range(self, name, 1)
         check_range(self, "listen_port", 0, 65535)
+        check_range(self, "grpc_listen_port", -1, 65535)
         check_range(self, "default_topic_queue_nums", 1, 1024)
         for name in ("register_name_server_period", "register_broker_timeout_mills", "short_polling_time_mills",
                      "flush_consumer_offset_interval", "channel_expired_timeout", "consumer_fallbehind_threshold",

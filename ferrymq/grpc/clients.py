@@ -1,0 +1,48 @@
+"""The v2 clients this broker has heard from (Heartbeat, Telemetry, NotifyClientTermination):
+client id, kind, group, language and when last seen. Expired after ``channelExpiredTimeout``
+without a heartbeat, as remoting clients are."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GrpcClient:
+    client_id: str
+    client_type: str = ""
+    group: str = ""
+    language: str = ""
+    remote: str = ""
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+class GrpcClients:
+    def __init__(self) -> None:
+        self.table: dict[str, GrpcClient] = {}
+
+    def seen(self, client_id: str, *, client_type: str = "", group: str = "", language: str = "",
+             remote: str = "") -> GrpcClient:
+        client = self.table.get(client_id)
+        if client is None:
+            client = self.table[client_id] = GrpcClient(client_id)
+        client.client_type = client_type or client.client_type
+        client.group = group or client.group
+        client.language = language or client.language
+        client.remote = remote or client.remote
+        client.last_seen = time.monotonic()
+        return client
+
+    def gone(self, client_id: str) -> None:
+        self.table.pop(client_id, None)
+
+    def expire(self, max_idle_s: float) -> list[str]:
+        now = time.monotonic()
+        stale = [cid for cid, c in self.table.items() if now - c.last_seen > max_idle_s]
+        for cid in stale:
+            del self.table[cid]
+        return stale
+
+    def of_group(self, group: str) -> list[GrpcClient]:
+        return [c for c in self.table.values() if c.group == group]

@@ -1,0 +1,219 @@
+"""Messages between the v2 protocol and FerryMQ's store model.
+
+Sending: a gRPC ``Message`` becomes a remoting SEND_MESSAGE_V2 request (so the broker's one
+send path applies every check), after its body digest and encoding are honoured and its type
+checked against what it carries. Receiving: a stored ``MessageExt`` becomes a gRPC ``Message``
+with a body digest, its receipt handle and delivery attempt.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import time
+import zlib
+from dataclasses import dataclass
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from ferrymq.common.message import MessageExt, Prop, decompress_body, encode_properties
+from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX
+from ferrymq.grpc.protocol import Code, pb
+from ferrymq.remoting.request_headers import SendMessageHeader
+
+SHARDING_KEY = "__SHARDINGKEY"  # RocketMQ 5's message group property (MessageConst.PROPERTY_SHARDING_KEY)
+TRACE_CONTEXT = "TRACE_CONTEXT"
+BORN_HOST = "__BORNHOST"
+# Properties the broker or the protocol sets: a client may not send them as user properties,
+# and they are not shown back as user properties.
+SYSTEM_PROPERTIES = frozenset(
+    v for k, v in vars(Prop).items() if k.isupper() and isinstance(v, str)) | {SHARDING_KEY, TRACE_CONTEXT, BORN_HOST}
+# The producer group a gRPC transactional message is stored under (v2 producers have none):
+# END_TRANSACTION's half-message check compares it.
+GRPC_PRODUCER_GROUP = "FERRYMQ_GRPC_PRODUCER"
+
+
+class MessageRefused(Exception):
+    """A message the broker will not take: ``code`` is the v2 status code for the client."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class OutgoingSend:
+    """One gRPC message ready for the send path."""
+
+    header: SendMessageHeader
+    body: bytes
+    message_id: str
+    message_type: int
+
+
+def timestamp_ms(ts: Timestamp) -> int:
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
+def to_timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def duration_ms(d: Duration) -> int:
+    return d.seconds * 1000 + d.nanos // 1_000_000
+
+
+def to_duration(ms: int) -> Duration:
+    return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def _digest(kind: int, body: bytes) -> str:
+    if kind == pb.DigestType.CRC32:
+        return format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+    if kind == pb.DigestType.MD5:
+        return hashlib.md5(body).hexdigest().upper()
+    if kind == pb.DigestType.SHA1:
+        return hashlib.sha1(body).hexdigest().upper()
+    raise MessageRefused(Code.BAD_REQUEST, f"unsupported body digest type {kind}")
+
+
+def check_body(message: pb.Message) -> bytes:
+    """The body as stored: digest checked against what was sent, GZIP undone."""
+    system = message.system_properties
+    body = message.body
+    if system.HasField("body_digest") and system.body_digest.type != pb.DigestType.DIGEST_TYPE_UNSPECIFIED:
+        expected = system.body_digest.checksum
+        actual = _digest(system.body_digest.type, body)
+        # CRC32 hex: Python pads to 8 digits, Java does not; digests compare without case
+        if expected.upper().lstrip("0") != actual.lstrip("0"):
+            raise MessageRefused(Code.MESSAGE_CORRUPTED,
+                                 f"body digest mismatch: {pb.DigestType.Name(system.body_digest.type)} "
+                                 f"{expected} sent, {actual} computed")
+    if system.body_encoding == pb.Encoding.GZIP:
+        try:
+            body = gzip.decompress(body)
+        except (OSError, EOFError) as exc:
+            raise MessageRefused(Code.MESSAGE_CORRUPTED, f"body marked GZIP does not decompress: {exc}") from None
+    elif system.body_encoding not in (pb.Encoding.ENCODING_UNSPECIFIED, pb.Encoding.IDENTITY):
+        raise MessageRefused(Code.BAD_REQUEST, f"unsupported body encoding {system.body_encoding}")
+    if not body:
+        raise MessageRefused(Code.MESSAGE_BODY_EMPTY, "message body is empty")
+    return body
+
+
+def delay_level_for(delay_ms: int, levels_ms: list[int]) -> int:
+    """The first delay level at least ``delay_ms`` long (FerryMQ delays by RocketMQ 4's levels:
+    a message is never delivered before its delivery time, at most one level step after)."""
+    for level, level_ms in enumerate(levels_ms, start=1):
+        if level_ms >= delay_ms:
+            return level
+    raise MessageRefused(Code.ILLEGAL_DELIVERY_TIME,
+                         f"delivery time {delay_ms} ms ahead is beyond the longest delay level ({levels_ms[-1]} ms)")
+
+
+def message_type_of(message: pb.Message) -> int:
+    """The type the message's content implies (what it carries), checked against what it says."""
+    system = message.system_properties
+    carried = pb.MessageType.NORMAL
+    if system.message_group:
+        carried = pb.MessageType.FIFO
+    if system.HasField("delivery_timestamp"):
+        if carried == pb.MessageType.FIFO:
+            raise MessageRefused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                 "a message cannot have both a message group and a delivery timestamp")
+        carried = pb.MessageType.DELAY
+    declared = system.message_type
+    if declared == pb.MessageType.TRANSACTION:
+        if carried != pb.MessageType.NORMAL:
+            raise MessageRefused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                 "a transactional message cannot have a message group or a delivery timestamp")
+        return declared
+    if declared not in (pb.MessageType.MESSAGE_TYPE_UNSPECIFIED, carried):
+        raise MessageRefused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                             f"message type {pb.MessageType.Name(declared)} conflicts with its properties "
+                             f"({pb.MessageType.Name(carried)})")
+    return carried
+
+
+def outgoing(message: pb.Message, *, queue_id: int, levels_ms: list[int], now_ms: int | None = None) -> OutgoingSend:
+    """A v2 message as the send path's request; MessageRefused when it cannot be."""
+    if message.topic.resource_namespace:
+        raise MessageRefused(Code.BAD_REQUEST, "resource namespaces are not supported by FerryMQ")
+    system = message.system_properties
+    message_type = message_type_of(message)
+    body = check_body(message)
+    props: dict[str, str] = {}
+    for key, value in message.user_properties.items():
+        if not key or key in SYSTEM_PROPERTIES:
+            raise MessageRefused(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved or empty")
+        props[key] = value
+    if system.tag:
+        if "||" in system.tag:
+            raise MessageRefused(Code.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} may not contain '||'")
+        props[Prop.TAGS] = system.tag
+    if system.keys:
+        props[Prop.KEYS] = " ".join(system.keys)
+    message_id = system.message_id
+    if not message_id:
+        raise MessageRefused(Code.ILLEGAL_MESSAGE_ID, "message id is missing")
+    props[Prop.UNIQ_KEY] = message_id
+    if system.born_host:
+        props[BORN_HOST] = system.born_host
+    if system.trace_context:
+        props[TRACE_CONTEXT] = system.trace_context
+    if message_type == pb.MessageType.FIFO:
+        props[SHARDING_KEY] = system.message_group
+    elif message_type == pb.MessageType.DELAY:
+        delay_ms = timestamp_ms(system.delivery_timestamp) - (now_ms if now_ms is not None else int(time.time() * 1000))
+        if delay_ms > 0:
+            props[Prop.DELAY] = str(delay_level_for(delay_ms, levels_ms))
+    elif message_type == pb.MessageType.TRANSACTION:
+        props[Prop.TRAN_MSG] = "true"
+        props[Prop.PGROUP] = GRPC_PRODUCER_GROUP
+        if system.HasField("orphaned_transaction_recovery_duration"):
+            seconds = max(1, duration_ms(system.orphaned_transaction_recovery_duration) // 1000)
+            props[Prop.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(seconds)
+    born_ms = timestamp_ms(system.born_timestamp) if system.HasField("born_timestamp") else 0
+    header = SendMessageHeader(producer_group=GRPC_PRODUCER_GROUP, topic=message.topic.name, queue_id=queue_id,
+                               born_timestamp=born_ms, properties=encode_properties(props))
+    return OutgoingSend(header, body, message_id, message_type)
+
+
+def _stored_type(msg: MessageExt) -> int:
+    if msg.properties.get(SHARDING_KEY):
+        return pb.MessageType.FIFO
+    if msg.properties.get(Prop.TRAN_MSG, "").lower() == "true":
+        return pb.MessageType.TRANSACTION
+    if msg.delay_level > 0 or msg.properties.get(Prop.REAL_TOPIC):
+        return pb.MessageType.DELAY
+    return pb.MessageType.NORMAL
+
+
+def incoming(msg: MessageExt, *, topic: str, receipt_handle: str, delivery_attempt: int,
+             invisible_ms: int) -> pb.Message:
+    """A stored message as a consumer receives it (the body uncompressed, digest CRC32)."""
+    body = decompress_body(msg)
+    props = msg.properties
+    system = pb.SystemProperties(
+        message_id=msg.client_msg_id, body_encoding=pb.Encoding.IDENTITY,
+        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=format(zlib.crc32(body) & 0xFFFFFFFF, "08X")),
+        message_type=_stored_type(msg),
+        born_timestamp=to_timestamp(msg.born_timestamp), born_host=props.get(BORN_HOST) or msg.born_host[0],
+        store_timestamp=to_timestamp(msg.store_timestamp), store_host=f"{msg.store_host[0]}:{msg.store_host[1]}",
+        receipt_handle=receipt_handle, queue_id=msg.queue_id, queue_offset=msg.queue_offset,
+        invisible_duration=to_duration(invisible_ms), delivery_attempt=delivery_attempt)
+    if props.get(Prop.TAGS):
+        system.tag = props[Prop.TAGS]
+    if msg.keys:
+        system.keys.extend(msg.keys)
+    if props.get(SHARDING_KEY):
+        system.message_group = props[SHARDING_KEY]
+    if props.get(TRACE_CONTEXT):
+        system.trace_context = props[TRACE_CONTEXT]
+    user = {k: v for k, v in props.items() if k not in SYSTEM_PROPERTIES and not k.startswith("__")}
+    real_topic = topic
+    if real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        real_topic = props.get(Prop.RETRY_TOPIC, real_topic)
+    return pb.Message(topic=pb.Resource(name=real_topic), user_properties=user, system_properties=system, body=body)

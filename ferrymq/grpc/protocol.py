@@ -1,0 +1,20 @@
+"""The generated apache/rocketmq-apis v2 classes, taken from the official Python client's
+package (``rocketmq-python-client``, pip extra ``ferrymq[grpc]``): no copy of the ``.proto``
+files or of generated code lives in this repository. Import this only once
+:func:`ferrymq.grpc.availability.missing` said None."""
+
+from __future__ import annotations
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as rpc
+
+Code = pb.Code
+
+
+def status(code: int = pb.Code.OK, message: str = "") -> pb.Status:
+    """The ``Status`` every response carries: errors travel here, never as gRPC errors."""
+    return pb.Status(code=code, message=message or pb.Code.Name(code))
+
+
+__all__ = ["Code", "pb", "rpc", "spb", "status"]

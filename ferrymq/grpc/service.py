@@ -1,0 +1,397 @@
+"""``apache.rocketmq.v2.MessagingService`` on FerryMQ's broker.
+
+Producer calls go through the broker's own send processor (one path: topic checks, flow
+control, sizes, delay levels, transactions); consumer calls go to the broker's POP service.
+Every answer carries its outcome in ``Status`` (OK 20000, BAD_REQUEST 400xx, FORBIDDEN,
+NOT_FOUND 404xx, TOO_MANY_REQUESTS 42900, ...); a gRPC error status is never used for a
+refusal. Calls FerryMQ does not serve (PullMessage, offsets, RecallMessage, lite topics)
+answer NOT_IMPLEMENTED or UNSUPPORTED in their Status.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+
+import grpc
+
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.message_filter import FilterRefused, message_filter
+from ferrymq.broker.retry import RetryService, SendBackRequest
+from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
+from ferrymq.broker.topic_config_manager import TopicConfigManager
+from ferrymq.broker.transactions import EndTransaction, TransactionService
+from ferrymq.common.consumer_protocol import build_subscription
+from ferrymq.common.message import SysFlag
+from ferrymq.common.message_id import decode_offset_msg_id
+from ferrymq.common.protocol import BrokerData, QueueData, TopicRouteData
+from ferrymq.common.validators import validate_topic
+from ferrymq.grpc.clients import GrpcClients
+from ferrymq.grpc.messages import GRPC_PRODUCER_GROUP, MessageRefused, duration_ms, incoming, outgoing, to_timestamp
+from ferrymq.grpc.protocol import Code, pb, rpc, spb, status
+from ferrymq.grpc.routes import RouteDirectory, RouteUnavailable, assignments, message_queues
+from ferrymq.grpc.settings import LONG_POLLING_TIMEOUT_MS, RECEIVE_BATCH_SIZE, server_settings
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.store.config import StoreConfig
+
+log = logging.getLogger(__name__)
+
+SendHandler = Callable[[RemotingCommand, Any], Awaitable[RemotingCommand]]
+MIN_INVISIBLE_MS = 1_000
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+DEFAULT_INVISIBLE_MS = 60_000  # auto_renew receives (PushConsumer) without their own duration
+MAX_BATCH = 32
+DELIVERED_REMEMBERED = 50_000  # receipt handle -> CommitLog offset, for ForwardMessageToDeadLetterQueue
+
+# remoting answer of the send path -> v2 status code
+SEND_CODES = {
+    ResponseCode.SUCCESS: Code.OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
+    ResponseCode.MESSAGE_ILLEGAL: Code.MESSAGE_BODY_TOO_LARGE,
+    ResponseCode.SYSTEM_BUSY: Code.TOO_MANY_REQUESTS,
+    ResponseCode.SERVICE_NOT_AVAILABLE: Code.INTERNAL_SERVER_ERROR,
+    ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+    ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
+    ResponseCode.SYSTEM_ERROR: Code.INTERNAL_SERVER_ERROR,
+}
+
+
+class PopLike(Protocol):
+    """What this service uses of ferrymq.broker.pop.service.PopService."""
+
+    async def receive(self, **kwargs: Any) -> Any: ...
+    async def ack(self, **kwargs: Any) -> Any: ...
+    async def change_invisible(self, **kwargs: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Peer:
+    """The remote end of a gRPC call, as the send path reads a connection's peer."""
+
+    remote_address: tuple[str, int]
+    attributes: dict
+
+    @classmethod
+    def of(cls, context: grpc.aio.ServicerContext) -> "Peer":
+        peer = context.peer() or ""  # "ipv4:127.0.0.1:5555", "ipv6:[::1]:5555"
+        _, _, rest = peer.partition(":")
+        host, _, port = rest.rpartition(":")
+        return cls((host.strip("[]") or "0.0.0.0", int(port) if port.isdigit() else 0), {})
+
+
+def metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+class MessagingService(rpc.MessagingServiceServicer):
+    def __init__(self, *, config: BrokerConfig, store_config: StoreConfig, topics: TopicConfigManager,
+                 groups: SubscriptionGroupManager, send: SendHandler, transactions: TransactionService,
+                 retry: RetryService, pop: PopLike | None, directory: RouteDirectory, clients: GrpcClients,
+                 is_fifo_group: Callable[[str], bool]) -> None:
+        self.config = config
+        self.store_config = store_config
+        self.topics = topics
+        self.groups = groups
+        self.send = send
+        self.transactions = transactions
+        self.retry = retry
+        self.pop = pop
+        self.directory = directory
+        self.clients = clients
+        self.is_fifo_group = is_fifo_group
+        self.levels_ms = store_config.delay_level_millis()
+        self._delivered: OrderedDict[str, int] = OrderedDict()
+
+    # ------------------------------------------------------------------ routes
+
+    async def _route(self, topic: str):
+        route = await self.directory.route(topic)
+        if route is None and self.config.auto_create_topic_enable and validate_topic(topic) is None:
+            # As a 4.x producer's first send does: create the topic here from TBW102, then route to it.
+            if self.topics.create_in_send(topic, "TBW102", self.config.default_topic_queue_nums) is not None:
+                tc = self.topics.get(topic)
+                route = TopicRouteData(
+                    queue_datas=[QueueData(self.config.broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm)],
+                    broker_datas=[BrokerData(self.config.broker_cluster_name, self.config.broker_name,
+                                             {0: self.directory.own_remoting_address()})])
+        return route
+
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context) -> spb.QueryRouteResponse:
+        topic = request.topic.name
+        try:
+            route = await self._route(topic)
+        except RouteUnavailable as exc:
+            return spb.QueryRouteResponse(status=status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        if route is None:
+            return spb.QueryRouteResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        queues = message_queues(topic, route, await self.directory.brokers(route))
+        if not queues:
+            return spb.QueryRouteResponse(status=status(Code.TOPIC_NOT_FOUND,
+                                                        f"no broker serving gRPC has topic {topic}"))
+        return spb.QueryRouteResponse(status=status(), message_queues=queues)
+
+    async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context) -> spb.QueryAssignmentResponse:
+        topic, group = request.topic.name, request.group.name
+        try:
+            route = await self._route(topic)
+        except RouteUnavailable as exc:
+            return spb.QueryAssignmentResponse(status=status(Code.INTERNAL_SERVER_ERROR, str(exc)))
+        if route is None:
+            return spb.QueryAssignmentResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        found = assignments(topic, route, await self.directory.brokers(route), self.is_fifo_group(group))
+        return spb.QueryAssignmentResponse(status=status(), assignments=found)
+
+    # ------------------------------------------------------------------ clients
+
+    def _client(self, context, client_type: str = "", group: str = "") -> str:
+        md = metadata(context)
+        client_id = md.get("x-mq-client-id", "")
+        if client_id:
+            self.clients.seen(client_id, client_type=client_type, group=group, language=md.get("x-mq-language", ""),
+                              remote=context.peer() or "")
+        return client_id
+
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context) -> spb.HeartbeatResponse:
+        if not metadata(context).get("x-mq-client-id"):
+            return spb.HeartbeatResponse(status=status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id header is missing"))
+        self._client(context, pb.ClientType.Name(request.client_type), request.group.name)
+        return spb.HeartbeatResponse(status=status())
+
+    async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
+                                      context) -> spb.NotifyClientTerminationResponse:
+        client_id = metadata(context).get("x-mq-client-id", "")
+        self.clients.gone(client_id)
+        return spb.NotifyClientTerminationResponse(status=status())
+
+    async def Telemetry(self, request_iterator, context) -> AsyncIterator[spb.TelemetryCommand]:
+        async for command in request_iterator:
+            kind = command.WhichOneof("command")
+            if kind == "settings":
+                settings = command.settings
+                group = settings.subscription.group.name if settings.HasField("subscription") else ""
+                self._client(context, pb.ClientType.Name(settings.client_type), group)
+                group_config = self.groups.get(group) if group else None
+                yield spb.TelemetryCommand(status=status(), settings=server_settings(
+                    settings, max_body_size=self.store_config.max_message_size, levels_ms=self.levels_ms,
+                    retry_max_times=group_config.retry_max_times if group_config else 16,
+                    fifo=bool(group) and self.is_fifo_group(group)))
+            elif kind in ("thread_stack_trace", "verify_message_result"):
+                log.debug("telemetry: %s from %s (never asked for)", kind, context.peer())
+            else:
+                yield spb.TelemetryCommand(status=status(Code.NOT_IMPLEMENTED,
+                                                         f"telemetry command {kind} is not served by FerryMQ"))
+
+    # ------------------------------------------------------------------ producer
+
+    def _queue_for(self, message: pb.Message) -> int:
+        group = message.system_properties.message_group
+        if not group:
+            return -1
+        tc = self.topics.get(message.topic.name)
+        # a message group always lands on one queue of this broker (FIFO within the group)
+        return zlib.crc32(group.encode()) % max(1, tc.write_queue_nums if tc else 1)
+
+    async def _send_one(self, message: pb.Message, peer: Peer) -> spb.SendResultEntry:
+        try:
+            out = outgoing(message, queue_id=self._queue_for(message), levels_ms=self.levels_ms)
+        except MessageRefused as exc:
+            return spb.SendResultEntry(status=status(exc.code, exc.message))
+        request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, out.header.to_fields(v2=True), out.body)
+        request.received_at = time.monotonic()
+        response = await self.send(request, peer)
+        code = SEND_CODES.get(response.code, Code.INTERNAL_ERROR)
+        if response.code == ResponseCode.MESSAGE_ILLEGAL and "propert" in (response.remark or "").lower():
+            code = Code.MESSAGE_PROPERTIES_TOO_LARGE
+        if code != Code.OK:
+            return spb.SendResultEntry(status=status(code, response.remark or ""))
+        offset = int(response.ext_fields.get("queueOffset", "0") or 0)
+        transaction_id = ""
+        if out.message_type == pb.MessageType.TRANSACTION:
+            # what EndTransaction needs to find the half message: its CommitLog and queue offsets
+            _, _, commit_log_offset = decode_offset_msg_id(response.ext_fields.get("msgId", ""))
+            transaction_id = f"{commit_log_offset:x}.{offset:x}.{out.message_id}"
+        return spb.SendResultEntry(status=status(), message_id=out.message_id, transaction_id=transaction_id,
+                                   offset=offset)
+
+    async def SendMessage(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
+        if not request.messages:
+            return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no message to send"))
+        if len({m.topic.name for m in request.messages}) > 1:
+            return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "messages of one request must share a topic"))
+        peer = Peer.of(context)
+        entries = [await self._send_one(m, peer) for m in request.messages]
+        failed = next((e.status for e in entries if e.status.code != Code.OK), None)
+        return spb.SendMessageResponse(status=failed or status(), entries=entries)
+
+    async def EndTransaction(self, request: spb.EndTransactionRequest, context) -> spb.EndTransactionResponse:
+        try:
+            commit_log_hex, queue_hex, _ = request.transaction_id.split(".", 2)
+            commit_log_offset, queue_offset = int(commit_log_hex, 16), int(queue_hex, 16)
+        except ValueError:
+            return spb.EndTransactionResponse(status=status(Code.INVALID_TRANSACTION_ID,
+                                                            f"transaction id {request.transaction_id!r} is not one "
+                                                            "this broker issued"))
+        kind = {pb.TransactionResolution.COMMIT: SysFlag.TRANSACTION_COMMIT_TYPE,
+                pb.TransactionResolution.ROLLBACK: SysFlag.TRANSACTION_ROLLBACK_TYPE}.get(
+            request.resolution, SysFlag.TRANSACTION_NOT_TYPE)
+        code, remark = await self.transactions.end(EndTransaction(
+            producer_group=GRPC_PRODUCER_GROUP, tran_state_table_offset=queue_offset,
+            commit_log_offset=commit_log_offset, commit_or_rollback=kind,
+            from_transaction_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
+            msg_id=request.message_id, transaction_id=request.transaction_id))
+        if code != ResponseCode.SUCCESS:
+            return spb.EndTransactionResponse(status=status(Code.INVALID_TRANSACTION_ID
+                                                            if "prepared" in (remark or "") or "wrong" in (remark or "")
+                                                            else Code.INTERNAL_SERVER_ERROR, remark or ""))
+        return spb.EndTransactionResponse(status=status())
+
+    # ------------------------------------------------------------------ consumer
+
+    def _remember(self, receipt_handle: str, commit_log_offset: int) -> None:
+        self._delivered[receipt_handle] = commit_log_offset
+        while len(self._delivered) > DELIVERED_REMEMBERED:
+            self._delivered.popitem(last=False)
+
+    async def ReceiveMessage(self, request: spb.ReceiveMessageRequest, context) -> AsyncIterator[spb.ReceiveMessageResponse]:
+        if self.pop is None:
+            yield spb.ReceiveMessageResponse(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
+            return
+        group, topic = request.group.name, request.message_queue.topic.name
+        if not group:
+            yield spb.ReceiveMessageResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP, "consumer group is missing"))
+            return
+        expression = request.filter_expression
+        kind = "SQL92" if expression.type == pb.FilterType.SQL else "TAG"
+        try:
+            mfilter = message_filter(build_subscription(topic, expression.expression or "*", kind),
+                                     self.config.enable_property_filter)
+        except FilterRefused as exc:
+            yield spb.ReceiveMessageResponse(status=status(Code.ILLEGAL_FILTER_EXPRESSION, exc.remark))
+            return
+        if request.HasField("invisible_duration"):
+            invisible_ms = duration_ms(request.invisible_duration)
+        else:
+            invisible_ms = DEFAULT_INVISIBLE_MS if request.auto_renew else 0
+        if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+            yield spb.ReceiveMessageResponse(status=status(
+                Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is outside "
+                                             f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms"))
+            return
+        poll_ms = (duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout")
+                   else LONG_POLLING_TIMEOUT_MS)
+        remaining = context.time_remaining()
+        if remaining is not None:  # answer before the client's deadline, with time to deliver
+            poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 2_000))
+        fifo = self.is_fifo_group(group)
+        queue_id = request.message_queue.id if fifo and request.message_queue.id >= 0 else -1
+        batch = min(request.batch_size or RECEIVE_BATCH_SIZE, MAX_BATCH)
+        client_id = self._client(context, group=group)
+        result = await self.pop.receive(group=group, topic=topic, queue_id=queue_id, max_messages=batch,
+                                        invisible_ms=invisible_ms, poll_ms=poll_ms, message_filter=mfilter,
+                                        fifo=fifo, client_id=client_id)
+        name = result.status.name
+        if name == "FOUND" and result.messages:
+            yield spb.ReceiveMessageResponse(status=status())
+            yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
+            for popped in result.messages:
+                self._remember(popped.receipt_handle, popped.message.commit_log_offset)
+                yield spb.ReceiveMessageResponse(message=incoming(
+                    popped.message, topic=topic, receipt_handle=popped.receipt_handle,
+                    delivery_attempt=popped.delivery_attempt, invisible_ms=invisible_ms))
+        elif name in ("FOUND", "NO_NEW_MSG"):
+            yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, result.remark or "no new message"))
+        elif name == "POLLING_FULL":
+            yield spb.ReceiveMessageResponse(status=status(Code.TOO_MANY_REQUESTS, result.remark or "polling full"))
+        else:
+            yield spb.ReceiveMessageResponse(status=status(Code.FORBIDDEN, result.remark or "receive refused"))
+
+    def _ack_status(self, ack_status: Any, what: str) -> pb.Status:
+        name = ack_status.name
+        if name == "OK":
+            return status()
+        if name == "EXPIRED":
+            return status(Code.INVALID_RECEIPT_HANDLE, f"receipt handle expired: the message was delivered again ({what})")
+        return status(Code.INVALID_RECEIPT_HANDLE, f"invalid receipt handle ({what})")
+
+    async def AckMessage(self, request: spb.AckMessageRequest, context) -> spb.AckMessageResponse:
+        if self.pop is None:
+            return spb.AckMessageResponse(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
+        if not request.entries:
+            return spb.AckMessageResponse(status=status(Code.BAD_REQUEST, "no entry to acknowledge"))
+        group, topic = request.group.name, request.topic.name
+        results = []
+        for entry in request.entries:
+            outcome = await self.pop.ack(group=group, topic=topic, receipt_handle=entry.receipt_handle)
+            results.append(spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                                                     status=self._ack_status(outcome, entry.message_id)))
+            if outcome.name == "OK":
+                self._delivered.pop(entry.receipt_handle, None)
+        codes = {r.status.code for r in results}
+        overall = results[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS, "entries differ")
+        return spb.AckMessageResponse(status=overall, entries=results)
+
+    async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
+                                      context) -> spb.ChangeInvisibleDurationResponse:
+        if self.pop is None:
+            return spb.ChangeInvisibleDurationResponse(status=status(Code.NOT_IMPLEMENTED,
+                                                                     "POP consumption is not available"))
+        invisible_ms = duration_ms(request.invisible_duration)
+        if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
+            return spb.ChangeInvisibleDurationResponse(status=status(Code.ILLEGAL_INVISIBLE_TIME,
+                                                                     f"invisible duration {invisible_ms} ms"))
+        outcome, handle = await self.pop.change_invisible(group=request.group.name, topic=request.topic.name,
+                                                          receipt_handle=request.receipt_handle,
+                                                          invisible_ms=invisible_ms)
+        if outcome.name != "OK" or not handle:
+            return spb.ChangeInvisibleDurationResponse(status=self._ack_status(outcome, request.message_id))
+        offset = self._delivered.pop(request.receipt_handle, None)
+        if offset is not None:
+            self._remember(handle, offset)
+        return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
+
+    async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
+                                              context) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        reply = spb.ForwardMessageToDeadLetterQueueResponse
+        if self.pop is None:
+            return reply(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
+        offset = self._delivered.get(request.receipt_handle)
+        if offset is None:
+            return reply(status=status(Code.INVALID_RECEIPT_HANDLE, "receipt handle unknown here (not delivered "
+                                                                    "by this broker since it started)"))
+        group, topic = request.group.name, request.topic.name
+        sent = await self.retry.send_back(SendBackRequest(group=group, offset=offset, delay_level=-1,
+                                                          max_reconsume_times=None))
+        if sent.code != ResponseCode.SUCCESS:
+            return reply(status=status(Code.INTERNAL_SERVER_ERROR, sent.remark or "storing the dead letter failed"))
+        outcome = await self.pop.ack(group=group, topic=topic, receipt_handle=request.receipt_handle)
+        self._delivered.pop(request.receipt_handle, None)
+        if outcome.name != "OK":
+            log.info("dead-lettered %s of %s, but its ack answered %s", request.message_id, group, outcome.name)
+        return reply(status=status())
+
+    # ------------------------------------------------------------------ not served
+
+    async def PullMessage(self, request, context):
+        yield spb.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED, "PullMessage is not served by FerryMQ"))
+
+    async def UpdateOffset(self, request, context):
+        return spb.UpdateOffsetResponse(status=status(Code.NOT_IMPLEMENTED, "UpdateOffset is not served by FerryMQ"))
+
+    async def GetOffset(self, request, context):
+        return spb.GetOffsetResponse(status=status(Code.NOT_IMPLEMENTED, "GetOffset is not served by FerryMQ"))
+
+    async def QueryOffset(self, request, context):
+        return spb.QueryOffsetResponse(status=status(Code.NOT_IMPLEMENTED, "QueryOffset is not served by FerryMQ"))
+
+    async def RecallMessage(self, request, context):
+        return spb.RecallMessageResponse(status=status(Code.NOT_IMPLEMENTED, "RecallMessage is not served by FerryMQ"))
+
+    async def SyncLiteSubscription(self, request, context):
+        return spb.SyncLiteSubscriptionResponse(status=status(Code.UNSUPPORTED, "lite topics are not served by FerryMQ"))

@@ -1,0 +1,60 @@
+"""Whether and how a broker serves gRPC (``grpcListenPort``: -1 off, 0 a free port, else that
+port). Imports the gRPC modules only when gRPC is on, so a broker without the ``grpc`` extra
+starts (gRPC off, one log line) and one asked for gRPC without it refuses to start."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from ferrymq.common.config_loader import ConfigError
+from ferrymq.grpc.availability import missing
+
+if TYPE_CHECKING:
+    from ferrymq.broker.config import BrokerConfig
+    from ferrymq.broker.retry import RetryService
+    from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
+    from ferrymq.broker.topic_config_manager import TopicConfigManager
+    from ferrymq.broker.transactions import TransactionService
+    from ferrymq.grpc.endpoint import GrpcEndpoint
+    from ferrymq.remoting.client import RemotingClient
+    from ferrymq.store.config import StoreConfig
+
+log = logging.getLogger(__name__)
+
+
+def check_grpc(config: "BrokerConfig") -> bool:
+    """Whether gRPC is on; ConfigError when it is asked for but cannot run here."""
+    why = missing()
+    if config.grpc_listen_port < 0:
+        log.info("gRPC endpoint off (grpcListenPort=-1)%s", f"; it would also need: {why}" if why else "")
+        return False
+    if why:
+        raise ConfigError(f"grpcListenPort={config.grpc_listen_port} asks for the gRPC endpoint, but {why}")
+    return True
+
+
+def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics: "TopicConfigManager",
+                  groups: "SubscriptionGroupManager", send: Callable, transactions: "TransactionService",
+                  retry: "RetryService", pop: Any, namesrv_client: "RemotingClient",
+                  remoting_address: Callable[[], str]) -> "GrpcEndpoint":
+    from ferrymq.grpc.clients import GrpcClients
+    from ferrymq.grpc.endpoint import GrpcEndpoint
+    from ferrymq.grpc.routes import RouteDirectory
+    from ferrymq.grpc.service import MessagingService
+
+    endpoint: GrpcEndpoint | None = None
+    directory = RouteDirectory(namesrv_client, config.namesrv_addresses, remoting_address,
+                               lambda: (config.advertised_host(), endpoint.port if endpoint else config.grpc_listen_port))
+    clients = GrpcClients()
+
+    def is_fifo_group(group: str) -> bool:
+        return bool(getattr(groups.get(group), "consume_message_orderly", False))
+
+    service = MessagingService(config=config, store_config=store_config, topics=topics, groups=groups, send=send,
+                               transactions=transactions, retry=retry, pop=pop, directory=directory, clients=clients,
+                               is_fifo_group=is_fifo_group)
+    endpoint = GrpcEndpoint(service, directory, clients, host=config.listen_host, port=config.grpc_listen_port,
+                            max_message_bytes=config.max_frame_size,
+                            client_expiry_ms=lambda: config.channel_expired_timeout)
+    return endpoint
