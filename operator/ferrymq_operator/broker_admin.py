@@ -2,12 +2,15 @@
 
 This module is a port, not a second admin client: it opens an ``AdminClient`` against the
 name servers of one Broker resource and turns its answers into the small shapes the pure
-decision functions take (``topics.ObservedTopic``, consumeEnable per broker, lag).
+decision functions take (``topics.ObservedTopic``, consumeEnable per broker, lag, the
+replication lag of each master's slaves).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 from dataclasses import dataclass
 
 from ferrymq.acl.signature import Credentials
@@ -141,3 +144,47 @@ async def backlog(admin: AdminClient, cluster: str, broker_names: list[str]) -> 
             if q.broker in out:
                 out[q.broker] += q.messages
     return out
+
+
+# ---------------------------------------------------------------------------- replication
+
+@dataclass(frozen=True)
+class SlaveLag:
+    """One slave connected to a master, as the master's runtime info reports it."""
+
+    address: str      # host:port the master sees the slave connect from
+    bytes: int        # the master's CommitLog bytes the slave has not acknowledged
+    seconds: float    # since the master first had a byte the slave has not acknowledged
+
+
+async def slave_lags(admin: AdminClient, master_addr: str) -> list[SlaveLag]:
+    """The slaves connected to the master at ``master_addr`` with their lag (runtime info key
+    ferrymqHaSlaves); [] from a broker that reports none. Raises MQClientError when the master
+    cannot be asked."""
+    raw = (await admin.broker_runtime_info(master_addr)).get("ferrymqHaSlaves")
+    if not raw:
+        return []
+    try:
+        slaves = json.loads(raw)
+        return [SlaveLag(str(s["address"]), int(s["lagBytes"]), float(s.get("lagSeconds", 0.0))) for s in slaves]
+    except (ValueError, KeyError, TypeError) as e:
+        raise MQClientError(f"{master_addr} reported ferrymqHaSlaves the operator cannot read: {e}") from e
+
+
+async def replication_lags(admin: AdminClient, cluster: str, broker_names: list[str]) -> dict[str, list[SlaveLag] | None]:
+    """brokerName -> the lag of each slave connected to its master, None for a group whose
+    master is not registered or cannot be asked (lag unknown, not an error)."""
+    try:
+        addrs = await brokers(admin, cluster)
+    except MQClientError:
+        return {name: None for name in broker_names}
+
+    async def one(name: str) -> list[SlaveLag] | None:
+        if name not in addrs:
+            return None
+        try:
+            return await slave_lags(admin, addrs[name])
+        except MQClientError:
+            return None
+
+    return dict(zip(broker_names, await asyncio.gather(*(one(name) for name in broker_names))))

@@ -1,5 +1,6 @@
 """Reconcile a Broker: its objects applied, scale-down gated on drained brokers, stale pods
-restarted one at a time (writes drained first), status from what actually runs."""
+restarted one at a time (writes drained first; with replication slaves first, and a master
+only once its slaves caught up), status from what actually runs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 
 import kopf
 
-from ferrymq_operator import broker_admin, kube, manifests, rollout, status
+from ferrymq_operator import broker_admin, kube, manifests, replication_lag, rollout, status
 from ferrymq_operator.cluster_access import admin_client
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_DRAIN_STARTED
@@ -67,9 +68,14 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
     pods = await kube.list_("v1", "Pod", ns, selector)
     slave_pods = [p for k in cluster.replication.slave_sets
                   for p in await kube.list_("v1", "Pod", ns, manifests.selector_string(cluster, manifests.slave_component(k)))]
+    lags = None
     if cluster.replication.slaves_per_group:
+        lags = await _replication_lags(cluster, settings, plan.replicas, pods + slave_pods)
+        max_lag = cluster.replication.max_restart_lag_bytes
         restart = rollout.plan_replicated_restart(pods, slave_pods, desired_hash, plan.replicas,
-                                                  cluster.replication.slaves_per_group)
+                                                  cluster.replication.slaves_per_group,
+                                                  {g.master: g.behind(max_lag) for g in lags}, max_lag)
+        conds.append(status.master_restart_condition(restart))
     else:
         restart = rollout.plan_restart(pods, desired_hash, plan.replicas)
     draining = await _controlled_restart(cluster, pods + slave_pods, restart.delete_next, settings)
@@ -95,8 +101,23 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
     if cluster.replication.slaves_per_group:
         extra["replication"] = status.replication_groups(
             cluster.replication.mode, cluster.replication.slaves_per_group, plan.replicas, n.broker_pod, n.slave_pod,
-            pods + slave_pods)
+            pods + slave_pods, lags, cluster.replication.max_restart_lag_bytes)
     status.finish(body, patch, conds, extra)
+
+
+async def _replication_lags(cluster: BrokerCluster, settings: OperatorSettings, replicas: int,
+                            pods: list[dict]) -> list[replication_lag.GroupLag]:
+    """Each group's slave lag as its master reports it; unknown where it cannot be asked."""
+    n = cluster.names
+    names = [n.broker_pod(i) for i in range(replicas)]
+    try:
+        async with admin_client(settings, cluster) as admin:
+            reported = await broker_admin.replication_lags(admin, n.broker, names)
+    except Exception as e:  # noqa: BLE001 - the lag is then unknown, which holds back master restarts
+        log.info("replication lag of %s unknown: %s", cluster.name, e)
+        reported = {}
+    return replication_lag.group_lags(replicas, cluster.replication.slaves_per_group, n.broker_pod, n.slave_pod,
+                                      pods, reported)
 
 
 async def _controlled_restart(cluster: BrokerCluster, pods: list[dict], next_pod: str | None,

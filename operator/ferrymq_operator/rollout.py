@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Mapping
 
 from ferrymq_operator.constants import ANN_CONFIG_HASH, ANN_DRAIN_STARTED, LABEL_COMPONENT
 
@@ -27,6 +28,7 @@ class RestartPlan:
     stale: list[str]              # pods whose config hash differs from the desired one
     delete_next: str | None       # the one pod to delete now, if it is safe
     waiting_reason: str = ""      # why nothing is deleted although pods are stale
+    lag_blocked: str = ""         # SlaveBehind / SlaveLagUnknown: a master waits for its slaves
 
 
 def plan_restart(pods: list[dict], desired_hash: str, replicas: int) -> RestartPlan:
@@ -47,11 +49,15 @@ def plan_restart(pods: list[dict], desired_hash: str, replicas: int) -> RestartP
 
 
 def plan_replicated_restart(masters: list[dict], slaves: list[dict], desired_hash: str, replicas: int,
-                            slave_sets: int) -> RestartPlan:
+                            slave_sets: int, behind: Mapping[str, Mapping[str, int | None]],
+                            max_lag_bytes: int) -> RestartPlan:
     """``plan_restart`` for master-slave groups: every broker pod (masters and slaves) exists and
     is Ready before any is restarted; stale slaves go first (they take no sends: no drain), a
     master only once every slave runs the current configuration and is Ready again, so a
-    group never loses both copies at once and a restarted master finds its slaves there."""
+    group never loses both copies at once and a restarted master finds its slaves there.
+    And never a master whose slaves are behind: ``behind`` maps a master pod to its slave pods
+    not known to be within ``max_lag_bytes`` of it (bytes behind, None when unknown: not
+    connected, or the master could not be asked); a stale master with an empty entry may go."""
     slave_plan = plan_restart(slaves, desired_hash, replicas * slave_sets)
     master_plan = plan_restart(masters, desired_hash, replicas)
     stale = slave_plan.stale + master_plan.stale
@@ -65,7 +71,18 @@ def plan_replicated_restart(masters: list[dict], slaves: list[dict], desired_has
         return RestartPlan(stale, None, f"waiting for {missing} pod(s) to be created")
     if slave_plan.stale:
         return RestartPlan(stale, slave_plan.delete_next, slave_plan.waiting_reason)
-    return RestartPlan(stale, master_plan.delete_next, master_plan.waiting_reason)
+    for master in master_plan.stale:  # highest ordinal first, skipping groups still catching up
+        if not behind.get(master):
+            return RestartPlan(stale, master)
+    first = master_plan.stale[0]
+    lagging = behind[first]
+    unknown = sorted(pod for pod, lag in lagging.items() if lag is None)
+    detail = "; ".join([f"{pod} is {lag} bytes behind" for pod, lag in sorted(lagging.items()) if lag is not None]
+                       + ([f"the lag of {', '.join(unknown)} is unknown (not connected to {first}, or {first} "
+                           f"cannot be asked)"] if unknown else []))
+    return RestartPlan(stale, None, f"restart of master {first} waits for its slaves to catch up to within "
+                                    f"{max_lag_bytes} bytes: {detail}",
+                       "SlaveLagUnknown" if len(unknown) == len(lagging) else "SlaveBehind")
 
 
 def is_slave_pod(pod: dict) -> bool:

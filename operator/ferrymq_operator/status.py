@@ -13,11 +13,13 @@ import kopf
 from ferrymq_operator import conditions
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_MANAGED, ANN_PAUSE
-from ferrymq_operator.rollout import pod_ready
+from ferrymq_operator.replication_lag import GroupLag
+from ferrymq_operator.rollout import RestartPlan, pod_ready
 
 # Condition types whose transitions become Events (the group's ConsumeDisabled/FallingBehind
 # transitions get more specific Events from the policy decision instead).
-EVENT_TYPES = {"Ready", "ScaleDownBlocked", "UnsupportedChange", "Restarting", "ReconciliationPaused"}
+EVENT_TYPES = {"Ready", "ScaleDownBlocked", "UnsupportedChange", "Restarting", "ReconciliationPaused",
+               "MasterRestartBlocked"}
 WARNING_WHEN_TRUE = {"ScaleDownBlocked", "UnsupportedChange"}
 
 
@@ -80,9 +82,12 @@ def broker_readiness(namesrv_replicas: int, replicas: int, ready: int, ns_ready:
 
 
 def replication_groups(mode: str, slaves_per_group: int, replicas: int, master_pod, slave_pod,
-                       pods: list[dict]) -> dict:
-    """status.replication: each broker group's master and slaves (pod names, whether Ready)."""
+                       pods: list[dict], lags: list[GroupLag] | None = None, max_lag_bytes: int = 0) -> dict:
+    """status.replication: each broker group's master and slaves (pod names, whether Ready) and,
+    with ``lags``, each slave's ``lagBytes`` and ``lagSeconds`` as its master reports them (absent
+    while unknown) and the group's ``inSync``: every slave known to be within ``max_lag_bytes``."""
     by_name = {p["metadata"]["name"]: p for p in pods}
+    lag_of = {lag.master: lag for lag in lags or []}
 
     def member(name: str, broker_id: int) -> dict:
         pod = by_name.get(name)
@@ -92,6 +97,23 @@ def replication_groups(mode: str, slaves_per_group: int, replicas: int, master_p
     for i in range(replicas):
         master = member(master_pod(i), 0)
         slaves = [member(slave_pod(k, i), k) for k in range(1, slaves_per_group + 1)]
-        groups.append({"brokerName": master_pod(i), "master": master, "slaves": slaves,
-                       "slavesReady": sum(s["ready"] for s in slaves)})
+        group = {"brokerName": master_pod(i), "master": master, "slaves": slaves,
+                 "slavesReady": sum(s["ready"] for s in slaves)}
+        if lags is not None:
+            lag = lag_of.get(master_pod(i))
+            for s in slaves:
+                known = lag.slaves.get(s["pod"]) if lag is not None else None
+                if known is not None:
+                    s.update(lagBytes=known.bytes, lagSeconds=known.seconds)
+            group["inSync"] = lag is not None and lag.in_sync(max_lag_bytes)
+        groups.append(group)
     return {"mode": mode, "slavesPerGroup": slaves_per_group, "groups": groups}
+
+
+def master_restart_condition(plan: RestartPlan) -> Condition:
+    """MasterRestartBlocked: a stale master's restart waits until its slaves catch up (reason
+    SlaveBehind, or SlaveLagUnknown when the master cannot tell), as Strimzi holds back a
+    broker roll that would leave partitions under-replicated."""
+    if plan.lag_blocked:
+        return Condition("MasterRestartBlocked", True, plan.lag_blocked, plan.waiting_reason)
+    return Condition("MasterRestartBlocked", False, "NotBlocked", "")

@@ -101,18 +101,21 @@ def pod(name, component, hash_, ready=True):
             "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 
+LEVEL = {"demo-broker-0": {}, "demo-broker-1": {}}  # every slave caught up (test_replication_lag.py: when not)
+
+
 def test_slaves_restart_before_masters_and_masters_only_when_every_slave_is_back():
     masters = [pod("demo-broker-0", "broker", "old"), pod("demo-broker-1", "broker", "old")]
     slaves = [pod("demo-broker-s1-0", "broker-s1", "old"), pod("demo-broker-s1-1", "broker-s1", "new")]
-    plan = rollout.plan_replicated_restart(masters, slaves, "new", 2, 1)
+    plan = rollout.plan_replicated_restart(masters, slaves, "new", 2, 1, LEVEL, 0)
     assert plan.delete_next == "demo-broker-s1-0" and rollout.is_slave_pod(slaves[0])
     slaves[0] = pod("demo-broker-s1-0", "broker-s1", "new", ready=False)  # restarted, not Ready yet
-    plan = rollout.plan_replicated_restart(masters, slaves, "new", 2, 1)
+    plan = rollout.plan_replicated_restart(masters, slaves, "new", 2, 1, LEVEL, 0)
     assert plan.delete_next is None and "demo-broker-s1-0" in plan.waiting_reason
     slaves[0] = pod("demo-broker-s1-0", "broker-s1", "new")
-    plan = rollout.plan_replicated_restart(masters, slaves, "new", 2, 1)
+    plan = rollout.plan_replicated_restart(masters, slaves, "new", 2, 1, LEVEL, 0)
     assert plan.delete_next == "demo-broker-1" and not rollout.is_slave_pod(masters[1])
-    assert rollout.plan_replicated_restart(masters, slaves[:1], "new", 2, 1).delete_next is None  # a slave missing
+    assert rollout.plan_replicated_restart(masters, slaves[:1], "new", 2, 1, LEVEL, 0).delete_next is None  # a slave missing
 
 
 def test_status_lists_each_groups_master_and_slaves():
