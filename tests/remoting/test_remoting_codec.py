@@ -349,7 +349,11 @@ def test_codes() -> None:
     assert (RequestCode.SEND_BATCH_MESSAGE, RequestCode.QUERY_DATA_VERSION, RequestCode.DELETE_EXPIRED_COMMITLOG) == (
         320, 322, 329,
     )  # fmt: skip
-    assert len(RequestCode) == 96  # every code of wire facts section 2
+    assert len(RequestCode) == 99  # every code of wire facts section 2, and RocketMQ 5's POP codes
+    assert (RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME) == (
+        200050, 200051, 200053,
+    )  # fmt: skip
+    assert ResponseCode.POLLING_FULL == 209 and ResponseCode.POLLING_TIMEOUT == 210  # aliases in RocketMQ 5
     assert [int(c) for c in list(ResponseCode)[:5]] == [0, 1, 2, 3, 4]
     assert ResponseCode.FLOW_CONTROL == 215 and ResponseCode.TRANSACTION_STATE_UNKNOW == 202
     assert len(ResponseCode) == 37
