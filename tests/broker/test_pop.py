@@ -315,3 +315,30 @@ async def test_acks_and_in_flight_messages_survive_a_restart(cluster):
     back = await receive_all(pop, "rs-g", "PopRestart", 7)
     assert sorted(keys_of(back)) == sorted(unacked | {"new-0", "new-1"})
     assert all(p.delivery_attempt == (1 if p.message.keys[0].startswith("new") else 2) for p in back)
+
+
+async def test_concurrent_receivers_share_the_messages_without_duplicates(cluster):
+    ns, pop = cluster.namesrv_addr, cluster.broker.pop
+    await create_topic(ns, "PopShare", 4)
+    await produce(ns, "PopShare", 300)
+    seen: list[str] = []
+    per_worker: list[int] = [0] * 6
+
+    async def worker(n: int) -> None:
+        while len(seen) < 300:
+            r = await pop.receive(group="share-g", topic="PopShare", max_messages=7, invisible_ms=60_000, poll_ms=500)
+            for p in r.messages:
+                seen.append(p.message.keys[0])
+                per_worker[n] += 1
+                assert await pop.ack(group="share-g", topic="PopShare", receipt_handle=p.receipt_handle) is AckStatus.OK
+            if not r.messages and len(seen) >= 300:
+                return
+
+    await asyncio.wait_for(asyncio.gather(*(worker(i) for i in range(6))), 60)
+    assert len(seen) == 300 and len(set(seen)) == 300, "each message delivered once"
+    assert sum(1 for n in per_worker if n) >= 2, f"receivers shared the work: {per_worker}"
+    text = generate_latest(cluster.broker.metrics_registry).decode()
+    assert _metric(text, "ferrymq_broker_pop_messages_received_total") == 300
+    assert _metric(text, "ferrymq_broker_pop_acks_total") == 300
+    assert 'ferrymq_broker_pop_in_flight_messages{broker="broker-a",cluster="DefaultCluster",group="share-g",' \
+           'state="invisible",topic="PopShare"} 0.0' in text

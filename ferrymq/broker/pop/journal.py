@@ -63,6 +63,8 @@ class PopJournal:
         self.compact_bytes = compact_bytes
         self.size = 0  # bytes in the file now (loop's view: written batches only)
         self.fsyncs = 0
+        self.compactions = 0
+        self._snapshot_size = 0
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="pop-journal")
         self._fd: int | None = None
         self._pending: list[bytes] = []
@@ -88,6 +90,7 @@ class PopJournal:
     async def open(self, snapshot: list[Record]) -> None:
         """Start appending, to a file that holds ``snapshot`` (the replayed state, compacted)."""
         payload = b"".join(map(encode, snapshot))
+        self._snapshot_size = len(payload)
         await asyncio.get_running_loop().run_in_executor(self._executor, self._write_batch, payload, True)
         self.size = len(payload)
 
@@ -106,12 +109,17 @@ class PopJournal:
         """Replace what is queued by ``snapshot`` (which already reflects it) and start the next
         batch as a fresh file."""
         self._pending = [b"".join(map(encode, snapshot))]
+        self._snapshot_size = len(self._pending[0])
         self._rewrite = True
+        self.compactions += 1
 
     async def _flush(self) -> None:
         loop = asyncio.get_running_loop()
         while self._pending:
-            if not self._rewrite and self.snapshot is not None and self.size > self.compact_bytes:
+            # compact once the file is well past what a snapshot of the live state takes (a large
+            # in-flight set alone must not make every batch a compaction)
+            if (not self._rewrite and self.snapshot is not None
+                    and self.size > max(self.compact_bytes, 4 * self._snapshot_size)):
                 self.request_compaction(self.snapshot())
             batch, waiters, rewrite = b"".join(self._pending), self._waiters, self._rewrite
             self._pending, self._waiters, self._rewrite = [], [], False
