@@ -8,8 +8,10 @@ plain ``make test`` these tests are skipped with one line saying so.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from ferrymq.client.admin import AdminClient
 from tests.k8s.controlplane import BUILD_SCRIPT, REPO, ControlPlane, bin_dir, missing_binaries
 from tests.support import poll_until
 from tests.support import FerryProcess, free_port, missing_prerequisite
@@ -90,6 +93,37 @@ def ferry_cluster(tmp_path_factory):
     yield Cluster
     for p in reversed(procs):
         p.stop()
+
+
+@pytest.fixture
+def ferry_slaves(ferry_cluster, tmp_path):
+    """A real slave (brokerId 1) of each real broker, for tests whose fake slave pods must
+    replicate: the operator reads each slave's lag from its master before it restarts the
+    master. brokerName -> the slave's process; stopped (and resumed first if a test paused it)
+    at the end, so the brokers are masters alone again for the next test."""
+    slaves = {}
+    for i in range(2):
+        name = f"{CLUSTER}-broker-{i}"
+        slaves[name] = FerryProcess(
+            ["broker", "--host", "127.0.0.1", "--namesrv", ferry_cluster.namesrv_addr, "--broker-port", str(free_port()),
+             "--data-dir", str(tmp_path / f"slave-{i}"), "--set", f"brokerClusterName={CLUSTER}",
+             "--set", f"brokerName={name}", "--set", "brokerId=1", "--set", "brokerRole=SLAVE",
+             "--set", "mappedFileSizeCommitLog=4194304"], "is ready", tmp_path / f"slave-{i}.log").start()
+
+    async def every_master_has_its_slave() -> bool:
+        async with AdminClient(namesrv_addr=ferry_cluster.namesrv_addr) as admin:
+            addrs = await admin.master_addrs(CLUSTER)
+            infos = [await admin.broker_runtime_info(addrs[name]) for name in slaves]
+        return all(json.loads(info.get("ferrymqHaSlaves") or "[]") for info in infos)
+
+    try:
+        poll_until("each real broker replicating to its slave", lambda: asyncio.run(every_master_has_its_slave()), 60)
+        yield slaves
+    finally:
+        for p in slaves.values():
+            if p.proc and p.proc.poll() is None:
+                os.kill(p.proc.pid, signal.SIGCONT)
+            p.stop()
 
 
 @pytest.fixture(scope="session")

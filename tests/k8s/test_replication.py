@@ -1,6 +1,7 @@
 """spec.replication on a real API server: master and slave StatefulSets with their own claims,
-status per broker group, a config change restarting slaves before masters, fewer slaves
-retiring a set, and failover refused as not implemented."""
+status per broker group, a config change restarting slaves before masters (real slave
+processes replicate for the fake slave pods: a master restarts only once its slave is in
+sync), fewer slaves retiring a set, and failover refused as not implemented."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def ready(pod: dict) -> bool:
         c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
 
 
-def test_slaves_per_group_runs_a_slave_set_and_reports_each_group(control_plane, operator_logs, namespace):
+def test_slaves_per_group_runs_a_slave_set_and_reports_each_group(control_plane, operator_logs, namespace, ferry_slaves):
     cp, ns = control_plane, namespace
     cp.apply(broker_cr(replicas=2, replication={"slavesPerGroup": 1, "mode": "Sync"}), ns)
     broker = wait_status(cp, "broker", CLUSTER, ns, lambda o: o.get("status", {}).get("phase") == "Ready"
@@ -34,7 +35,11 @@ def test_slaves_per_group_runs_a_slave_set_and_reports_each_group(control_plane,
     groups = broker["status"]["replication"]["groups"]
     assert [g["brokerName"] for g in groups] == [f"{CLUSTER}-broker-0", f"{CLUSTER}-broker-1"]
     assert groups[1]["master"] == {"pod": f"{CLUSTER}-broker-1", "brokerId": 0, "ready": True}
-    assert groups[1]["slaves"] == [{"pod": f"{CLUSTER}-broker-s1-1", "brokerId": 1, "ready": True}]
+    (slave,) = groups[1]["slaves"]
+    assert {k: slave[k] for k in ("pod", "brokerId", "ready")} == {"pod": f"{CLUSTER}-broker-s1-1", "brokerId": 1,
+                                                                   "ready": True}
+    # the real slave standing in for the pod replicates: its master reports it level
+    assert slave.get("lagBytes") == 0 and groups[1]["inSync"] is True
     assert "2/2 slaves" in condition(broker, "Ready")["message"]
     slave_sts = cp.get("statefulset", f"{CLUSTER}-broker-s1", ns)
     assert slave_sts["metadata"]["ownerReferences"][0]["uid"] == broker["metadata"]["uid"]
