@@ -152,6 +152,9 @@ class PopService:
             for e in st.inflight.values():
                 heapq.heappush(self._revive_heap, (e.deadline_ms, e.seq, key, e.offset))
             self._commit_offset(key, st)
+        # Handles issued before a crash whose records never reached the disk must not match a
+        # delivery made now: seqs continue from the clock (microseconds), above any issued before.
+        self._seq = max(self._seq, time.time_ns() // 1000)
         await self.journal.open(self._snapshot())
         self._loaded = True
         inflight = sum(len(s.inflight) for s in self._queues.values())
