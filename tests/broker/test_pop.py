@@ -342,3 +342,33 @@ async def test_concurrent_receivers_share_the_messages_without_duplicates(cluste
     assert _metric(text, "ferrymq_broker_pop_acks_total") == 300
     assert 'ferrymq_broker_pop_in_flight_messages{broker="broker-a",cluster="DefaultCluster",group="share-g",' \
            'state="invisible",topic="PopShare"} 0.0' in text
+
+
+async def test_fifo_queue_moves_on_after_its_head_message_is_dead_lettered(cluster):
+    ns, pop = cluster.namesrv_addr, cluster.broker.pop
+    await create_topic(ns, "PopFifoDead", 1)
+    await set_group(ns, "fifo-dead-g", consume_message_orderly=True, retry_max_times=1)
+    await produce(ns, "PopFifoDead", 2)
+    seen = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "k-1" not in seen:
+        r = await pop.receive(group="fifo-dead-g", topic="PopFifoDead", max_messages=1, invisible_ms=300,
+                              poll_ms=2000)
+        seen += [f"{p.message.keys[0]}#{p.delivery_attempt}" if p.message.keys[0] == "k-0" else p.message.keys[0]
+                 for p in r.messages]
+    assert seen == ["k-0#1", "k-0#2", "k-1"], "k-0 twice (1 + retryMaxTimes), then the DLQ, then the next in order"
+    await wait_until(lambda: cluster.broker.pop.counters.dead_lettered == 1, 10, "k-0 dead-lettered")
+
+
+async def test_shutdown_answers_held_receives(cluster):
+    ns, pop = cluster.namesrv_addr, cluster.broker.pop
+    await create_topic(ns, "PopStop", 1)
+    held = asyncio.create_task(pop.receive(group="stop-g", topic="PopStop", max_messages=1, invisible_ms=1000,
+                                           poll_ms=60_000))
+    await wait_until(lambda: pop.waiting == 1, 5, "the receive held")
+    started = time.monotonic()
+    await cluster.restart_broker()
+    r = await asyncio.wait_for(held, 10)
+    assert r.status is PopStatus.NO_NEW_MSG and time.monotonic() - started < 10
+    r = await pop.receive(group="stop-g", topic="PopStop", max_messages=1, invisible_ms=1000, poll_ms=0)
+    assert r.status is PopStatus.REFUSED and "not running" in r.remark, "the stopped broker's service refuses"
