@@ -100,6 +100,10 @@ async def test_pop_ack_and_change_over_remoting(cluster):
         assert r.code == ResponseCode.SYSTEM_ERROR and "invisibleTime" in r.remark
         r = await pop(client, addr, "rg", "NoSuchTopic")
         assert r.code == ResponseCode.TOPIC_NOT_EXIST
+        # RocketMQ 5's other POP codes are not served: refused, not dropped
+        for code in (200052, 200149, 200150, 200151):  # PEEK_MESSAGE, NOTIFICATION, POLLING_INFO, BATCH_ACK_MESSAGE
+            r = await client.invoke(addr, RemotingCommand.request(code, {"consumerGroup": "rg", "topic": "RPop"}))
+            assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, code
         # an ACK_MESSAGE without extraInfo names the missing field
         r = await client.invoke(addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, {
             "consumerGroup": "rg", "topic": "RPop", "queueId": 0, "offset": 0}))

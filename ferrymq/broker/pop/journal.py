@@ -18,6 +18,17 @@ answers as soon as its record is queued (losing it in a power cut only means its
 are received again, as attempt 1). Compaction: at load, and whenever the file outgrows
 ``compact_bytes``, the live state is written as a fresh file (tmp, fsync, rename, directory
 fsync) and appending continues there.
+
+Why a journal of its own and not records in the CommitLog (RocketMQ writes checkpoint and ack
+records to an internal revive topic): an ack answered OK must survive a crash, so it needs an
+fsync; in the CommitLog that fsync would come from the store's flush policy (ASYNC_FLUSH by
+default, a timed flush), or force one on every send. Here acks get group-committed fsyncs of
+their own and sends are untouched. Replay is bounded by the live state (the file is compacted),
+where a revive topic must be scanned from its checkpoint and its records merged, and stays
+until CommitLog retention. And no internal topic shows up in routes, admin tools or lag. The
+cost: the journal is not replicated to slaves. After a failover a POP group resumes from its
+consume offset (its first unacknowledged message, which the consumer offset table carries to
+slaves): at-least-once, messages acked past that offset are delivered again.
 """
 
 from __future__ import annotations
