@@ -9,6 +9,8 @@ is what the journal and the store kept.
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import time
 
 import pytest
@@ -25,7 +27,7 @@ from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue, SubscriptionGroupConfig, dlq_topic
 from ferrymq.remoting.codes import ResponseCode
 from tests.consumer_support import Recorder, create_topic, produce, read_all
-from tests.support import InProcessCluster, wait_until
+from tests.support import REPO, InProcessCluster, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -372,3 +374,33 @@ async def test_shutdown_answers_held_receives(cluster):
     assert r.status is PopStatus.NO_NEW_MSG and time.monotonic() - started < 10
     r = await pop.receive(group="stop-g", topic="PopStop", max_messages=1, invisible_ms=1000, poll_ms=0)
     assert r.status is PopStatus.REFUSED and "not running" in r.remark, "the stopped broker's service refuses"
+
+
+async def group_progress(ns: str, group: str) -> dict:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "ferrymq.cli.main", "admin", "group", "progress",
+                                                group, "-n", ns, "--json", cwd=REPO, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+async def test_admin_group_progress_shows_a_pop_groups_lag(cluster):
+    ns, pop = cluster.namesrv_addr, cluster.broker.pop
+    await create_topic(ns, "PopProgress", 1)
+    await produce(ns, "PopProgress", 6)
+    got = (await pop.receive(group="prog-g", topic="PopProgress", max_messages=6, invisible_ms=60_000,
+                             poll_ms=0)).messages
+    assert [p.message.queue_offset for p in got] == list(range(6))
+    assert (await group_progress(ns, "prog-g"))["totalLag"] == 6, "received is not consumed"
+
+    async def ack(i: int) -> None:
+        assert await pop.ack(group="prog-g", topic="PopProgress", receipt_handle=got[i].receipt_handle) is AckStatus.OK
+
+    for i in (0, 1, 2, 4):
+        await ack(i)
+    [queue] = (await group_progress(ns, "prog-g"))["queues"]
+    assert (queue["consumerOffset"], queue["lag"]) == (3, 3), "the offset stops at the first unacked message (3)"
+    await ack(3)
+    [queue] = (await group_progress(ns, "prog-g"))["queues"]
+    assert (queue["consumerOffset"], queue["lag"]) == (5, 1)
