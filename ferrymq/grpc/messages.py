@@ -193,12 +193,14 @@ def _stored_type(msg: MessageExt) -> int:
 
 def incoming(msg: MessageExt, *, topic: str, receipt_handle: str, delivery_attempt: int,
              invisible_ms: int) -> pb.Message:
-    """A stored message as a consumer receives it (the body uncompressed, digest CRC32)."""
+    """A stored message as a consumer receives it (the body uncompressed, with its MD5 digest)."""
     body = decompress_body(msg)
     props = msg.properties
     system = pb.SystemProperties(
         message_id=msg.client_msg_id, body_encoding=pb.Encoding.IDENTITY,
-        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=format(zlib.crc32(body) & 0xFFFFFFFF, "08X")),
+        # MD5, upper-case hex: every official client compares it the same way (their CRC32
+        # strings differ: Java does not pad to 8 digits, Python does)
+        body_digest=pb.Digest(type=pb.DigestType.MD5, checksum=_digest(pb.DigestType.MD5, body)),
         message_type=_stored_type(msg),
         born_timestamp=to_timestamp(msg.born_timestamp), born_host=props.get(BORN_HOST) or msg.born_host[0],
         store_timestamp=to_timestamp(msg.store_timestamp), store_host=f"{msg.store_host[0]}:{msg.store_host[1]}",

@@ -61,6 +61,14 @@ SEND_CODES = {
     ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
     ResponseCode.SYSTEM_ERROR: Code.INTERNAL_SERVER_ERROR,
 }
+# a refused receive: the POP service's remoting code -> v2 status code
+REFUSED_CODES = {
+    ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,
+    ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
+    ResponseCode.SERVICE_NOT_AVAILABLE: Code.INTERNAL_SERVER_ERROR,
+    ResponseCode.SYSTEM_ERROR: Code.BAD_REQUEST,
+}
 
 
 class PopLike(Protocol):
@@ -310,7 +318,8 @@ class MessagingService(rpc.MessagingServiceServicer):
         elif name == "POLLING_FULL":
             yield spb.ReceiveMessageResponse(status=status(Code.TOO_MANY_REQUESTS, result.remark or "polling full"))
         else:
-            yield spb.ReceiveMessageResponse(status=status(Code.FORBIDDEN, result.remark or "receive refused"))
+            code = REFUSED_CODES.get(getattr(result, "refused_code", 0), Code.FORBIDDEN)
+            yield spb.ReceiveMessageResponse(status=status(code, result.remark or "receive refused"))
 
     def _ack_status(self, ack_status: Any, what: str) -> pb.Status:
         name = ack_status.name

@@ -1,0 +1,148 @@
+"""The official RocketMQ 5 Java client (``rocketmq-client-java`` from Maven Central, gRPC),
+unchanged, against ``ferrymq standalone`` with its gRPC endpoint: Producer (normal, FIFO with
+message groups, delay), SimpleConsumer and PushConsumer; acks stop redelivery, an unacked
+message comes back after its invisible duration; 4.x remoting and 5.x gRPC clients on one
+topic see the same messages."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import defaultdict
+
+import pytest
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.producer import Producer
+from ferrymq.client.pull_consumer import PullConsumer
+from ferrymq.common.message import Message
+
+from .grpc_harness import ensure_java5_classes, grpc_standalone, require, run_grpc_java
+
+pytestmark = pytest.mark.compat
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    require(ensure_java5_classes)
+    server, endpoint = grpc_standalone(tmp_path_factory.mktemp("grpc-java") / "store")
+    try:
+        yield server, endpoint
+    finally:
+        code = server.stop()
+        assert code == 0, f"standalone did not shut down cleanly ({code}):\n{server.log()}"
+
+
+def names(prefix: str) -> tuple[str, str]:
+    suffix = uuid.uuid4().hex[:8]
+    return f"{prefix}_{suffix}", f"G{prefix}_{suffix}"
+
+
+def received(events) -> list[dict]:
+    return events.of("received")
+
+
+def test_producer_and_simple_consumer_every_message_once(broker):
+    _, endpoint = broker
+    topic, group = names("J5Simple")
+    sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=30)
+    ids = {e["key"]: e["id"] for e in sent.of("sent")}
+    assert len(ids) == 30
+    got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=30, timeoutMs=40000)
+    by_key = {e["key"]: e for e in received(got)}
+    assert set(by_key) == set(ids), "every message received"
+    assert len(received(got)) == 30, "and each once"
+    for key, e in by_key.items():
+        assert e["id"] == ids[key] and e["body"] == f"body-{key}" and e["tag"] == "TagA" and e["attempt"] == 1
+    # acknowledged: nothing comes again, not even after the invisible duration the receive used
+    again = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=1, timeoutMs=17000,
+                          check=False)
+    assert received(again) == []
+
+
+def test_fifo_messages_arrive_in_order_within_their_message_group(broker):
+    server, endpoint = broker
+    topic, group = names("J5Fifo")
+
+    async def fifo_group() -> None:
+        async with AdminClient(namesrv_addr=server.namesrv_addr) as admin:
+            await admin.create_group(group, consume_message_orderly=True)
+
+    asyncio.run(fifo_group())
+    sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=24, kind="fifo", groups=3)
+    assert len(sent.of("sent")) == 24
+    got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=24, timeoutMs=60000)
+    per_group = defaultdict(list)
+    for e in received(got):
+        per_group[e["group"]].append(int(e["seq"]))
+    assert set(per_group) == {"g0", "g1", "g2"}
+    for g, seqs in per_group.items():
+        assert seqs == sorted(seqs) and len(seqs) == 8, f"message group {g} out of order: {seqs}"
+
+
+def test_delay_message_is_not_delivered_before_its_delivery_time(broker):
+    _, endpoint = broker
+    topic, group = names("J5Delay")
+    sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=3, kind="delay", delayMs=3000)
+    sent_at = {e["key"]: e["at"] for e in sent.of("sent")}
+    got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=3, timeoutMs=40000)
+    assert {e["key"] for e in received(got)} == set(sent_at)
+    for e in received(got):
+        assert e["at"] >= sent_at[e["key"]] + 3000, f"{e['key']} delivered before its delivery time"
+
+
+def test_unacked_message_comes_back_after_its_invisible_duration(broker):
+    _, endpoint = broker
+    topic, group = names("J5Invisible")
+    run_grpc_java("produce", endpoints=endpoint, topic=topic, count=1)
+    first = received(run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=1,
+                                   invisibleMs=2000, ack="false", timeoutMs=30000))
+    assert len(first) == 1 and first[0]["attempt"] == 1
+    second = received(run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=1,
+                                    timeoutMs=30000))
+    assert len(second) == 1
+    assert second[0]["id"] == first[0]["id"] and second[0]["attempt"] == 2
+    # "at" is when the client had it: the invisible time started a little earlier, at the broker
+    assert second[0]["at"] >= first[0]["at"] + 2000 - 250, "visible again before its invisible duration ended"
+
+
+def test_push_consumer_receives_every_message_and_acks_stop_redelivery(broker):
+    _, endpoint = broker
+    topic, group = names("J5Push")
+    sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=20)
+    got = run_grpc_java("push", endpoints=endpoint, topic=topic, group=group, expect=20, timeoutMs=40000,
+                        lingerMs=3000, timeout=150)
+    done = got.of("done")[0]
+    assert {e["key"] for e in received(got)} == {e["key"] for e in sent.of("sent")}
+    assert done["received"] == 20 and done["deliveries"] == 20, "each message consumed once"
+
+
+def test_remoting_producer_and_grpc_consumer_see_the_same_messages(broker):
+    server, endpoint = broker
+    topic, group = names("J5Mixed")
+
+    async def produce_4x() -> dict[str, str]:
+        out = {}
+        async with Producer("mixed-4x-producer", namesrv_addr=server.namesrv_addr) as producer:
+            for i in range(10):
+                m = Message(topic, f"body-r{i}".encode())
+                m.tags, m.keys = "TagA", [f"r{i}"]
+                r = await producer.send(m)
+                out[f"r{i}"] = r.msg_id
+        return out
+
+    remoting_ids = asyncio.run(produce_4x())
+    grpc_sent = {e["key"]: e["id"] for e in run_grpc_java("produce", endpoints=endpoint, topic=topic, count=10,
+                                                          prefix="g").of("sent")}
+    got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=20, timeoutMs=40000)
+    assert {e["key"]: e["id"] for e in received(got)} == {**remoting_ids, **grpc_sent}
+
+    async def pull_4x() -> dict[str, str]:
+        seen = {}
+        async with PullConsumer(f"{group}_4x", namesrv_addr=server.namesrv_addr) as consumer:
+            for mq in await consumer.fetch_queues(topic):
+                for m in (await consumer.pull(mq, 0, max_nums=32)).messages:
+                    seen[m.keys[0]] = m.client_msg_id
+        return seen
+
+    assert asyncio.run(pull_4x()) == {**remoting_ids, **grpc_sent}
