@@ -404,3 +404,29 @@ async def test_admin_group_progress_shows_a_pop_groups_lag(cluster):
     await ack(3)
     [queue] = (await group_progress(ns, "prog-g"))["queues"]
     assert (queue["consumerOffset"], queue["lag"]) == (5, 1)
+
+
+async def test_a_group_that_consumed_classically_continues_from_its_offset(cluster):
+    ns, pop = cluster.namesrv_addr, cluster.broker.pop
+    await create_topic(ns, "PopSwitch", 1)
+    await produce(ns, "PopSwitch", 5)
+    async with PullConsumer("switch-g", namesrv_addr=ns) as pc:
+        [mq] = await pc.fetch_queues("PopSwitch")
+        await pc.commit(mq, 3)  # consumed 0..2 classically
+    r = await pop.receive(group="switch-g", topic="PopSwitch", max_messages=32, invisible_ms=60_000, poll_ms=0)
+    assert keys_of(r.messages) == ["k-3", "k-4"]
+
+
+async def test_long_polling_slots_full(cluster):
+    ns, pop = cluster.namesrv_addr, cluster.broker.pop
+    await create_topic(ns, "PopFull", 1)
+    pop.max_polling = 1
+    held = asyncio.create_task(pop.receive(group="full-g", topic="PopFull", max_messages=1, invisible_ms=1000,
+                                           poll_ms=30_000))
+    await wait_until(lambda: pop.waiting == 1, 5, "the first receive held")
+    r = await pop.receive(group="full-g", topic="PopFull", max_messages=1, invisible_ms=1000, poll_ms=5_000)
+    assert r.status is PopStatus.POLLING_FULL and "already held" in r.remark
+    r = await pop.receive(group="full-g", topic="PopFull", max_messages=1, invisible_ms=1000, poll_ms=0)
+    assert r.status is PopStatus.NO_NEW_MSG, "a receive that does not wait is answered as usual"
+    await produce(ns, "PopFull", 1)
+    assert (await held).status is PopStatus.FOUND

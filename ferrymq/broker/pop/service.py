@@ -140,6 +140,11 @@ class PopService:
         """Rebuild every queue's state from the journal (after the store has loaded), and
         start a compacted journal."""
         records = await self.journal.load()
+        if self.ctx.config.is_slave and records:
+            # Never authoritative on a slave (its master served POP meanwhile): once promoted, it
+            # starts from the consumer offsets its master synced to it.
+            log.info("pop: a slave keeps no POP state; %d journal records of an earlier role dropped", len(records))
+            records = []
         for record in records:
             self._apply(record)
         for key, st in list(self._queues.items()):
@@ -318,9 +323,11 @@ class PopService:
                 break
             queue_id = queue_ids[(start + i) % len(queue_ids)]
             key = (group, topic, queue_id)
-            st = self._state(key, init_mode)
+            st = self._queues.get(key) or await self._new_state(key, init_mode)
             if st.lock.locked():
                 continue  # another receive is reading this queue
+            if st.next_offset >= self.ctx.store.max_offset(topic, queue_id) and not st.inflight:
+                continue  # nothing to read nor to redeliver: no trip to the store's threads
             async with st.lock:
                 out += await self._collect_queue(key, st, n - len(out), invisible_ms, message_filter, fifo,
                                                  max_attempts)
@@ -328,19 +335,25 @@ class PopService:
             self._wake(topic)  # a full batch may have left more: let other held receives look
         return out
 
-    def _state(self, key: QueueKey, init_mode: InitMode = InitMode.MIN) -> QueueState:
-        st = self._queues.get(key)
-        if st is None:
-            group, topic, queue_id = key
-            committed = self.ctx.offsets.query(group, topic, queue_id)
-            if committed >= 0:
-                start = committed  # e.g. a group that consumed classically before
-            elif init_mode is InitMode.MAX:
-                start = self.ctx.store.max_offset(topic, queue_id)
-            else:
-                start = self.ctx.store.min_offset(topic, queue_id)
-            st = self._queues[key] = QueueState(start)
-        return st
+    async def _new_state(self, key: QueueKey, init_mode: InitMode) -> QueueState:
+        """The state of a queue the group never POP-consumed: from its committed offset if it
+        has one (a group that consumed classically before), else per ``init_mode``. MAX is
+        RocketMQ's: the queue's end, except that a queue whose first message is still stored and
+        near the CommitLog's head (in memory) is read from its start."""
+        group, topic, queue_id = key
+        committed = self.ctx.offsets.query(group, topic, queue_id)
+        store = self.ctx.store
+        if committed >= 0:
+            start = committed
+        elif init_mode is InitMode.MAX:
+            start = store.max_offset(topic, queue_id)
+            if start > 0 and store.min_offset(topic, queue_id) == 0:
+                first = await store.commit_log_offset(topic, queue_id, 0)
+                if first >= 0 and store.is_in_memory(first):
+                    start = 0
+        else:
+            start = store.min_offset(topic, queue_id)
+        return self._queues.setdefault(key, QueueState(start))  # another receive may have made it meanwhile
 
     async def _collect_queue(self, key: QueueKey, st: QueueState, n: int, invisible_ms: int,
                              message_filter: MessageFilter | None, fifo: bool,
