@@ -46,13 +46,16 @@ def replication_entries(status: dict) -> dict[str, str]:
     ``ferrymqHaRole`` (brokerRole); on a master ``ferrymqHaSlaves``, a JSON list with one
     {"address", "ackedOffset", "lagBytes", "lagSeconds"} per connected slave (address: where
     the master sees it connect from); on a slave ``ferrymqHaMasterAddress``,
-    ``ferrymqHaConnected`` and ``ferrymqHaLagBytes`` (behind the master's last transfer)."""
+    ``ferrymqHaConnected`` and ``ferrymqHaLagBytes`` (behind the master's last transfer); with
+    failover ``ferrymqHaEpoch``."""
     out = {"ferrymqHaRole": status["role"]}
+    if "epoch" in status:
+        out["ferrymqHaEpoch"] = str(status["epoch"])
     if "slaves" in status:
         out["ferrymqHaSlaves"] = json.dumps(status["slaves"], separators=(",", ":"))
         if "ackedByAnySlave" in status:
             out["slaveFallBehindMuch"] = str(max(0, status["maxPhyOffset"] - status["ackedByAnySlave"]))
-    else:
+    if "connected" in status:  # a slave (with failover a broker may also keep its idle master side)
         out["ferrymqHaMasterAddress"] = status.get("masterAddress") or ""
         out["ferrymqHaConnected"] = "true" if status.get("connected") else "false"
         out["ferrymqHaLagBytes"] = str(max(0, status.get("masterOffset", 0) - status["maxPhyOffset"]))

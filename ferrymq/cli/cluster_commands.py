@@ -48,15 +48,16 @@ def replication_of(runtime: dict[str, str]) -> dict | None:
     role = runtime.get("ferrymqHaRole")
     if not role:
         return None
-    if "ferrymqHaSlaves" in runtime:
-        try:
-            slaves = json.loads(runtime["ferrymqHaSlaves"])
-        except ValueError:
-            slaves = []
-        return {"role": role, "slaves": [{"address": s.get("address"), "lagBytes": s.get("lagBytes"),
-                                          "lagSeconds": s.get("lagSeconds")} for s in slaves]}
-    return {"role": role, "connected": runtime.get("ferrymqHaConnected") == "true",
-            "masterAddress": runtime.get("ferrymqHaMasterAddress") or None}
+    epoch = {"epoch": int(runtime["ferrymqHaEpoch"])} if runtime.get("ferrymqHaEpoch", "").isdigit() else {}
+    if role == "SLAVE":
+        return {"role": role, "connected": runtime.get("ferrymqHaConnected") == "true",
+                "masterAddress": runtime.get("ferrymqHaMasterAddress") or None, **epoch}
+    try:
+        slaves = json.loads(runtime.get("ferrymqHaSlaves") or "[]")
+    except ValueError:
+        slaves = []
+    return {"role": role, "slaves": [{"address": s.get("address"), "lagBytes": s.get("lagBytes"),
+                                      "lagSeconds": s.get("lagSeconds")} for s in slaves], **epoch}
 
 
 def replication_text(replication: dict | None) -> str:

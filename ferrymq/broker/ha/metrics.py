@@ -2,7 +2,7 @@
 role; on a master the connected slaves and each one's lag in bytes (CommitLog head minus
 what the slave acknowledged) and in seconds (since the master first had a byte the slave
 has not acknowledged, ha/lag.py); on a slave whether it is connected and its lag behind the
-master's offset as the last transfer or heartbeat showed it."""
+master's offset as the last transfer or heartbeat showed it; with failover, the epoch."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class ReplicationCollector(Collector):
             for slave in status["slaves"]:
                 seconds.add_metric(labels + [slave["address"]], slave["lagSeconds"])
             yield seconds
-        else:
+        if "connected" in status:  # a slave (with failover a broker may also keep its idle master side)
             connected = GaugeMetricFamily("ferrymq_broker_replication_connected",
                                           "1 while this slave is connected to its master", labels=base)
             connected.add_metric(labels, 1 if status["connected"] else 0)
@@ -56,3 +56,9 @@ class ReplicationCollector(Collector):
                                        "master's last transfer or heartbeat)", labels=base)
             behind.add_metric(labels, max(0, status["masterOffset"] - status["maxPhyOffset"]))
             yield behind
+        if "epoch" in status:
+            epoch = GaugeMetricFamily("ferrymq_broker_replication_epoch",
+                                      "The replication epoch this broker is in (failover bumps it at each promotion)",
+                                      labels=base)
+            epoch.add_metric(labels, status["epoch"])
+            yield epoch
