@@ -1,12 +1,16 @@
 """The master's head timeline behind a slave's lag in seconds (ha/lag.py): how long ago the
 master first had a byte the slave has not acknowledged, 0 when it has everything, never
-younger than the truth once the timeline is full and has coarsened."""
+younger than the truth once the timeline is full and has coarsened; and the runtime-info
+entries that carry the lag to admin tools and the operator."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from ferrymq.broker.ha.lag import HeadTimeline
+from ferrymq.broker.runtime_info import replication_entries
 
 
 def test_lag_is_the_age_of_the_first_byte_the_slave_lacks():
@@ -55,3 +59,21 @@ def test_points_every_slave_is_past_are_forgotten_but_the_newest_stays():
 def test_a_timeline_too_small_to_hold_a_gap_is_refused():
     with pytest.raises(ValueError, match="at least 2 points"):
         HeadTimeline(max_points=1)
+
+
+def test_runtime_info_carries_each_slaves_lag_and_rocketmqs_slave_fall_behind_much():
+    master = {"role": "SYNC_MASTER", "maxPhyOffset": 5000, "ackedByAnySlave": 4000,
+              "slaves": [{"address": "10.0.0.2:4000", "ackedOffset": 4000, "lagBytes": 1000, "lagSeconds": 1.5}]}
+    entries = replication_entries(master)
+    assert entries["ferrymqHaRole"] == "SYNC_MASTER" and entries["slaveFallBehindMuch"] == "1000"
+    assert json.loads(entries["ferrymqHaSlaves"]) == master["slaves"]
+    assert "ferrymqHaConnected" not in entries and "ferrymqHaEpoch" not in entries
+    slave = {"role": "SLAVE", "maxPhyOffset": 900, "masterAddress": "10.0.0.1:10912", "connected": True,
+             "confirmedOffset": 900, "masterOffset": 1000}
+    assert replication_entries(slave) == {"ferrymqHaRole": "SLAVE", "ferrymqHaMasterAddress": "10.0.0.1:10912",
+                                          "ferrymqHaConnected": "true", "ferrymqHaLagBytes": "100"}
+    # failover: a demoted master keeps its (idle) master side; both sides and the epoch are shown
+    demoted = {**slave, "epoch": 3, "slaves": []}
+    entries = replication_entries(demoted)
+    assert entries["ferrymqHaEpoch"] == "3" and entries["ferrymqHaSlaves"] == "[]"
+    assert entries["ferrymqHaConnected"] == "true"
