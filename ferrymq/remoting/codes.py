@@ -168,6 +168,7 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     FILTER_DATA_NOT_EXIST = 27
     FILTER_DATA_NOT_LATEST = 28
+    INVALID_PARAMETER = 29  # RocketMQ 5 (POP: maxMsgNums over 32, an illegal queueId)
     TRANSACTION_SHOULD_COMMIT = 200
     TRANSACTION_SHOULD_ROLLBACK = 201
     TRANSACTION_STATE_UNKNOW = 202  # sic, as spelled in Java

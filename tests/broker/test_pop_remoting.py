@@ -41,7 +41,7 @@ async def pop_until(client, addr, group, topic, want: int, timeout: float = 30.0
     deadline = time.monotonic() + timeout
     while len(got) < want and time.monotonic() < deadline:
         r = await pop(client, addr, group, topic, poll_ms=2000, **kw)
-        assert r.code in (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND), (r.code, r.remark)
+        assert r.code in (ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT), (r.code, r.remark)
         if r.code == ResponseCode.SUCCESS:
             got += decode_records(r.body)
     return got
@@ -86,16 +86,16 @@ async def test_pop_ack_and_change_over_remoting(cluster):
         assert bad.code == ResponseCode.MESSAGE_ILLEGAL and "invalid receipt handle" in bad.remark
 
         nothing = await pop(client, addr, "rg", "RPop", poll_ms=300)
-        assert nothing.code == ResponseCode.PULL_NOT_FOUND
+        assert nothing.code == ResponseCode.POLLING_TIMEOUT
         # refused, each with its reason
         r = await pop(client, addr, "rg", "RPop", invisible_ms=0)
-        assert r.code != ResponseCode.SUCCESS and "invisible time 0 ms out of range" in r.remark
+        assert r.code == ResponseCode.INVALID_PARAMETER and "invisible time 0 ms out of range" in r.remark
         r = await pop(client, addr, "rg", "RPop", max_nums=100)
-        assert r.code != ResponseCode.SUCCESS and "max messages 100 out of range" in r.remark
+        assert r.code == ResponseCode.INVALID_PARAMETER and "max messages 100 out of range" in r.remark
         r = await pop(client, addr, "rg", "RPop", expType="XPATH")
         assert r.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
         r = await pop(client, addr, "rg", "RPop", initMode=7)
-        assert r.code == ResponseCode.SYSTEM_ERROR and "initMode 7" in r.remark
+        assert r.code == ResponseCode.INVALID_PARAMETER and "initMode 7" in r.remark
         r = await pop(client, addr, "rg", "RPop", invisibleTime=None)
         assert r.code == ResponseCode.SYSTEM_ERROR and "invisibleTime" in r.remark
         r = await pop(client, addr, "rg", "NoSuchTopic")
@@ -122,7 +122,7 @@ async def test_tag_filter_over_remoting(cluster):
         got = await pop_until(client, addr, "tag-g", "RPopTags", 2, exp="TagB")
         assert sorted(m.keys[0] for m in got) == ["b-0", "b-1"]
         r = await pop(client, addr, "tag-g", "RPopTags", exp="TagB", poll_ms=200)
-        assert r.code == ResponseCode.PULL_NOT_FOUND
+        assert r.code == ResponseCode.POLLING_TIMEOUT
     finally:
         await client.close()
 
@@ -158,7 +158,7 @@ async def test_no_acked_message_redelivered_every_unacked_one_redelivered_across
         assert sorted(m.keys[0] for m in back) == sorted(unacked), "exactly the unacked ones, once each"
         assert all(m.reconsume_times == 1 for m in back)
         late = await pop(client, addr, "crash-g", "RPopCrash", poll_ms=1500)
-        assert late.code == ResponseCode.PULL_NOT_FOUND, "no acked message comes again"
+        assert late.code == ResponseCode.POLLING_TIMEOUT, "no acked message comes again"
     finally:
         await client.close()
         server.kill()

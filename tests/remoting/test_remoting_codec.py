@@ -356,6 +356,6 @@ def test_codes() -> None:
     assert ResponseCode.POLLING_FULL == 209 and ResponseCode.POLLING_TIMEOUT == 210  # aliases in RocketMQ 5
     assert [int(c) for c in list(ResponseCode)[:5]] == [0, 1, 2, 3, 4]
     assert ResponseCode.FLOW_CONTROL == 215 and ResponseCode.TRANSACTION_STATE_UNKNOW == 202
-    assert len(ResponseCode) == 37
+    assert len(ResponseCode) == 38 and ResponseCode.INVALID_PARAMETER == 29
     assert LanguageCode.PYTHON == 3 and LanguageCode.RUST == 12 and len(LanguageCode) == 13
     assert DEFAULT_MAX_FRAME == 16 * 1024 * 1024

@@ -280,12 +280,12 @@ class PopService:
         if not self._loaded or self._closed:
             return refused(ResponseCode.SERVICE_NOT_AVAILABLE, "the broker's POP service is not running")
         if not 1 <= max_messages <= MAX_BATCH:
-            return refused(ResponseCode.SYSTEM_ERROR, f"max messages {max_messages} out of range: 1..{MAX_BATCH}")
+            return refused(ResponseCode.INVALID_PARAMETER, f"max messages {max_messages} out of range: 1..{MAX_BATCH}")
         if not 0 < invisible_ms <= MAX_INVISIBLE_MS:
-            return refused(ResponseCode.SYSTEM_ERROR,
+            return refused(ResponseCode.INVALID_PARAMETER,
                            f"invisible time {invisible_ms} ms out of range: 1..{MAX_INVISIBLE_MS} ms")
         if not 0 <= poll_ms <= MAX_POLL_MS:
-            return refused(ResponseCode.SYSTEM_ERROR, f"poll time {poll_ms} ms out of range: 0..{MAX_POLL_MS} ms")
+            return refused(ResponseCode.INVALID_PARAMETER, f"poll time {poll_ms} ms out of range: 0..{MAX_POLL_MS} ms")
         if ctx.config.is_slave:
             return refused(ResponseCode.NO_PERMISSION,
                            f"the broker[{ctx.config.broker_name}] is a slave: POP consumption is served by its master")
@@ -302,7 +302,7 @@ class PopService:
         if not Perm.readable(topic_config.perm):
             return refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
         if queue_id != -1 and not 0 <= queue_id < topic_config.read_queue_nums:
-            return refused(ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+            return refused(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                                                       f"topicConfig.readQueueNums:[{topic_config.read_queue_nums}]")
         classic = self.classic_consumers(group, topic)
         if classic:

@@ -9,9 +9,11 @@ returned record carries it in its ``POP_CK`` property and its reconsume times ar
 attempt - 1; acks and changes carry it back in ``extraInfo``. Apache's remoting POP clients build
 their extraInfo from RocketMQ's own checkpoint fields instead, which are not served here.
 
-Answers: messages SUCCESS (body: the records); nothing within pollTime PULL_NOT_FOUND; long-polling
-slots full POLLING_FULL (209); refused with the service's code and remark. A handle that is not
-one of ours MESSAGE_ILLEGAL; an out-of-date one NO_MESSAGE (208).
+Answers, as RocketMQ 5's broker: messages SUCCESS (body: the records); nothing within pollTime
+POLLING_TIMEOUT (210); long-polling slots full POLLING_FULL (209); maxMsgNums over 32 or an
+illegal queueId (and here also an invisible or poll time out of range) INVALID_PARAMETER (29);
+otherwise refused with the service's code and remark. A handle that is not one of ours
+MESSAGE_ILLEGAL; an out-of-date one NO_MESSAGE (208).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class PopProcessors:
         poll_ms = req.get_long("pollTime", 0)
         init = req.get_int("initMode", 0)
         if init not in (InitMode.MIN, InitMode.MAX):
-            return req.response(ResponseCode.SYSTEM_ERROR, f"initMode {init} unknown: 0 (MIN) or 1 (MAX)")
+            return req.response(ResponseCode.INVALID_PARAMETER, f"initMode {init} unknown: 0 (MIN) or 1 (MAX)")
         exp_type = (req.get_str("expType") or "TAG").upper()
         if exp_type not in ("TAG", "SQL92"):
             return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"unknown expression type {exp_type}")
@@ -67,7 +69,7 @@ class PopProcessors:
         if result.status is PopStatus.POLLING_FULL:
             return req.response(ResponseCode.POLLING_FULL, result.remark or "polling full")
         if not result.messages:
-            return req.response(ResponseCode.PULL_NOT_FOUND, "no new message", ext_fields={**fields, "restNum": 0})
+            return req.response(ResponseCode.POLLING_TIMEOUT, "NO_MESSAGE_IN_QUEUE", ext_fields={**fields, "restNum": 0})
         records = []
         for popped in result.messages:
             msg = popped.message
