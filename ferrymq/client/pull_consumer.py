@@ -63,9 +63,12 @@ class PullConsumer:
         return found[0]
 
     async def pull(self, mq: MessageQueue, offset: int, *, expression: str = "*", max_nums: int = 32,
-                   suspend: float = 0.0, commit_offset: int | None = None, sql: str | None = None) -> PullResult:
+                   suspend: float = 0.0, commit_offset: int | None = None, sql: str | None = None,
+                   raw: bool = False) -> PullResult:
         """Pull up to ``max_nums`` messages from ``offset``; hold up to ``suspend`` seconds if none.
-        ``sql``: a SQL92 selector on message properties instead of the tag ``expression``."""
+        ``sql``: a SQL92 selector on message properties instead of the tag ``expression``.
+        ``raw``: the result carries the records' bytes (``body``) instead of messages; only for
+        subscriptions the broker filters completely (``*`` or SQL92), as tags are re-checked here."""
         try:
             sub = subscription_of(mq.topic, expression, sql)
         except ValueError as e:
@@ -78,7 +81,9 @@ class PullConsumer:
         header = PullMessageHeader(self.group, mq.topic, mq.queue_id, offset, max_nums, flags,
                                    commit_offset if commit_offset is not None else 0, int(suspend * 1000),
                                    subscription=sub.sub_string, expression_type=sub.expression_type)
-        return await self._pulls.pull(mq, header, sub, self.config.api_timeout + suspend)
+        if raw and sub.tags_set:
+            raise MQClientError("a raw pull needs expression '*' or a SQL92 selector: tag filters are finished by the client")
+        return await self._pulls.pull(mq, header, sub, self.config.api_timeout + suspend, raw=raw)
 
     # ------------------------------------------------------------------ offsets
 

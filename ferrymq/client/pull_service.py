@@ -44,6 +44,7 @@ class PullResult:
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
     remark: str | None = None
+    body: bytes = b""  # the records as the broker sent them, for a raw pull (messages stay empty)
 
 
 class PullService:
@@ -58,9 +59,10 @@ class PullService:
         self._suggested: dict[MessageQueue, int] = {}  # broker id to pull each queue from next
 
     async def pull(self, mq: MessageQueue, header: PullMessageHeader, sub: SubscriptionData,
-                   timeout: float) -> PullResult:
+                   timeout: float, *, raw: bool = False) -> PullResult:
         """One pull. An answer that is no pull status (NO_PERMISSION, FLOW_CONTROL, a missing
-        subscription...) raises MQBrokerError with its code."""
+        subscription...) raises MQBrokerError with its code. ``raw``: hand back the records'
+        bytes undecoded (a columnar reader decodes them itself; no client-side tag check)."""
         addr, slave = await self.instance.find_subscribe_addr(mq.broker_name, self._suggested.get(mq, MASTER_ID),
                                                               mq.topic)
         if slave and header.sys_flag & PullSysFlag.COMMIT_OFFSET:
@@ -73,7 +75,9 @@ class PullService:
             raise MQBrokerError(response.code, response.remark)
         result = PullResult(status, response.get_long("nextBeginOffset", header.queue_offset),
                             response.get_long("minOffset", 0), response.get_long("maxOffset", 0), remark=response.remark)
-        if status is PullStatus.FOUND and response.body:
+        if status is PullStatus.FOUND and response.body and raw:
+            result.body = response.body
+        elif status is PullStatus.FOUND and response.body:
             result.messages = accept(decode_records(response.body), sub, result.min_offset, result.max_offset)
         return result
 

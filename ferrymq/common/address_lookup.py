@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import aiohttp
-
 log = logging.getLogger(__name__)
 
 DEFAULT_DOMAIN = "jmenv.tbsite.net"  # RocketMQ's default rocketmq.namesrv.domain
@@ -25,6 +23,10 @@ def address_server_url(domain: str = DEFAULT_DOMAIN, subgroup: str = DEFAULT_SUB
 
 async def fetch_namesrv_addr(url: str, timeout: float = TIMEOUT) -> str | None:
     """The name-server list the service gives now; None (logged) when it gives none."""
+    # Imported here: most clients never use an address service, and aiohttp is a tenth of a
+    # second of import for every process that loads the client (each Spark Python worker).
+    import aiohttp
+
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
             async with session.get(url) as response:

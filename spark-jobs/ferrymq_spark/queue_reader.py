@@ -16,7 +16,6 @@ from typing import Iterator
 import pyarrow as pa
 
 from ferrymq.client.pull_consumer import PullConsumer, PullStatus
-from ferrymq.common.message import MessageExt
 from ferrymq.common.protocol import MessageQueue
 
 from ferrymq_spark.blocking_client import BlockingConsumer
@@ -43,19 +42,20 @@ def data_loss(fail: bool, message: str) -> None:
 @dataclass
 class Chunk:
     start: int
-    messages: list[MessageExt] = field(default_factory=list)
+    # raw pull bodies, each with the queue offsets it answers: [first, end)
+    bodies: list[tuple[bytes, int, int]] = field(default_factory=list)
     removed_until: int | None = None  # the queue's minimum, when offsets from start on were removed
     problems: list[str] = field(default_factory=list)  # other offsets that are not on the broker
 
 
 async def fetch_chunk(mq: MessageQueue, start: int, end: int, max_nums: int, consumer: PullConsumer) -> Chunk:
-    """Every message of [start, end), pulling again when a pull returns fewer (byte limits)."""
+    """Every record of [start, end), undecoded, pulling again when a pull returns fewer (byte limits)."""
     chunk, offset = Chunk(start), start
     while offset < end:
-        result = await consumer.pull(mq, offset, max_nums=min(max_nums, end - offset))
+        result = await consumer.pull(mq, offset, max_nums=min(max_nums, end - offset), raw=True)
         status, nxt = result.status, result.next_begin_offset
         if status is PullStatus.FOUND and nxt > offset:
-            chunk.messages += [m for m in result.messages if offset <= m.queue_offset < end]
+            chunk.bodies.append((result.body, offset, min(nxt, end)))
             offset = nxt
         elif status is PullStatus.NO_MATCHED_MSG and nxt > offset:
             offset = nxt  # removed records skipped by the broker
@@ -89,8 +89,8 @@ def read_range(client: BlockingConsumer, r: OffsetRange, pull: PullSettings, fai
             skip_to = max(skip_to, chunk.removed_until)
         for problem in chunk.problems:
             data_loss(fail_on_data_loss, f"{label}: {problem}")
-        for m in chunk.messages:
-            builder.add(m)
+        for body, first, last in chunk.bodies:
+            builder.add_records(body, first, last)
         if len(builder) >= pull.rows_per_batch:
             yield builder.flush()
     if len(builder):
