@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 
 import pytest
 
@@ -17,7 +18,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import create_topic, produce
-from tests.support import InProcessCluster, StandaloneProcess
+from tests.support import InProcessCluster, StandaloneProcess, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +130,8 @@ async def test_tag_filter_over_remoting(cluster):
 
 @pytest.mark.parametrize("how", ["sigterm", "kill-9"])
 async def test_no_acked_message_redelivered_every_unacked_one_redelivered_across_restart(tmp_path, how):
-    server = StandaloneProcess(tmp_path / "store").start()
+    http = free_port()
+    server = StandaloneProcess(tmp_path / "store", http_port=http).start()
     client = RemotingClient()
     try:
         ns, addr = server.namesrv_addr, server.broker_addr
@@ -146,6 +148,10 @@ async def test_no_acked_message_redelivered_every_unacked_one_redelivered_across
             assert (await ack(client, addr, "crash-g", "RPopCrash", m.properties["POP_CK"])).code == ResponseCode.SUCCESS
             acked.add(m.keys[0])
         unacked = {m.keys[0] for m in got} - acked
+        metrics = (await asyncio.to_thread(urllib.request.urlopen, f"http://127.0.0.1:{http}/metrics", None, 10)).read()
+        assert _metric(metrics.decode(), "ferrymq_broker_pop_acks_total") == len(acked)
+        assert _metric(metrics.decode(), "ferrymq_broker_pop_in_flight_messages",
+                       'group="crash-g",state="invisible"') == len(unacked)
         await client.close()
         if how == "kill-9":
             server.kill()
@@ -162,3 +168,11 @@ async def test_no_acked_message_redelivered_every_unacked_one_redelivered_across
     finally:
         await client.close()
         server.kill()
+
+
+def _metric(text: str, name: str, having: str = "") -> float:
+    """The value of the first sample of ``name`` whose line holds each comma-separated label of ``having``."""
+    for line in text.splitlines():
+        if line.split("{")[0].split(" ")[0] == name and all(part in line for part in having.split(",") if part):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} {having} not in /metrics")
