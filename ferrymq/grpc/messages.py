@@ -53,7 +53,15 @@ class OutgoingSend:
     message_type: int
 
 
+# rocketmq-python-client 5.1.x writes a delivery time given in epoch milliseconds (as its docs
+# ask) into Timestamp.seconds unchanged. No real time has that many seconds (year 5138+), so a
+# value past this is read as milliseconds: the official Python client's delays work unchanged.
+_SECONDS_THAT_ARE_MILLIS = 10**11
+
+
 def timestamp_ms(ts: Timestamp) -> int:
+    if ts.seconds >= _SECONDS_THAT_ARE_MILLIS:
+        return ts.seconds
     return ts.seconds * 1000 + ts.nanos // 1_000_000
 
 

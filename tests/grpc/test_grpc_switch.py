@@ -1,0 +1,64 @@
+"""gRPC on and off: off unless ``grpcListenPort`` asks for it; a broker without the ``grpc``
+extra still starts (gRPC off, one line saying so) and refuses to start when gRPC is asked for.
+The missing package is a real import failure in a real ``ferrymq`` process (its
+``rocketmq`` module made unimportable before the CLI runs)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from tests.support import REPO, InProcessCluster, free_port
+
+pytestmark = pytest.mark.integration
+
+# `ferrymq ...` with the rocketmq-python-client package unimportable
+WITHOUT_PACKAGE = ("import sys; sys.modules['rocketmq'] = None; "
+                   "from ferrymq.cli.main import main; sys.exit(main())")
+
+
+def ferrymq_without_package(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", WITHOUT_PACKAGE, "--log-level", "info", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+async def test_grpc_is_off_unless_asked_for(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="ferrymq.grpc")
+    c = await InProcessCluster(tmp_path).start()
+    try:
+        assert c.broker.grpc is None
+        assert "gRPC endpoint off (grpcListenPort=-1)" in caplog.text
+    finally:
+        await c.stop()
+
+
+def test_asked_for_without_the_package_the_broker_refuses_to_start(tmp_path):
+    result = ferrymq_without_package("broker", "--namesrv", "127.0.0.1:1", "--broker-port", str(free_port()),
+                                     "--data-dir", str(tmp_path), "--set", f"grpcListenPort={free_port()}",
+                                     timeout=60)
+    assert result.returncode != 0
+    assert "grpcListenPort=" in result.stderr and "pip install 'ferrymq[grpc]'" in result.stderr, result.stderr
+    assert not (tmp_path / "commitlog").exists(), "refused before the store was touched"
+
+
+def test_without_the_package_the_broker_starts_with_grpc_off(tmp_path):
+    # standalone serves until a signal; --demo is not used: a timeout ends it once ready
+    proc = subprocess.Popen([sys.executable, "-c", WITHOUT_PACKAGE, "--log-level", "info", "standalone",
+                             "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
+                             "--data-dir", str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "FerryMQ standalone is ready" in line:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    text = "".join(lines)
+    assert "FerryMQ standalone is ready" in text, text
+    assert "gRPC endpoint off (grpcListenPort=-1); it would also need:" in text, text
