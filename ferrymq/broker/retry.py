@@ -32,6 +32,7 @@ class SendBackRequest:
     offset: int  # physical CommitLog offset of the consumed message
     delay_level: int  # 0: broker picks 3 + reconsumeTimes; < 0: straight to the DLQ
     max_reconsume_times: int | None  # None: the group's retryMaxTimes
+    reconsume_times: int | None = None  # consumed how often already; None: as the stored message says (POP: attempts - 1)
 
 
 @dataclass
@@ -65,26 +66,27 @@ class RetryService:
         original = decode_record(record)[0]
 
         max_times = req.max_reconsume_times if req.max_reconsume_times is not None else group_config.retry_max_times
+        times = req.reconsume_times if req.reconsume_times is not None else original.reconsume_times
         props = dict(original.properties)
         props.setdefault(Prop.RETRY_TOPIC, original.topic)
         props.setdefault(Prop.ORIGIN_MESSAGE_ID, original.client_msg_id)
         props.pop(Prop.DELAY, None)
         copy = MessageExt(topic="", body=original.body, flag=original.flag, properties=props, sys_flag=original.sys_flag,
                           born_timestamp=original.born_timestamp, born_host=original.born_host,
-                          store_host=ctx.store_host, reconsume_times=original.reconsume_times + 1)
-        if original.reconsume_times >= max_times or req.delay_level < 0:
+                          store_host=ctx.store_host, reconsume_times=times + 1)
+        if times >= max_times or req.delay_level < 0:
             copy.topic = dlq_topic(req.group)
             copy.queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
             ctx.topics.ensure(copy.topic, DLQ_NUMS_PER_GROUP, Perm.READ_WRITE)
             log.info("message %s of group %s failed %d times (max %d): stored in %s", copy.properties[Prop.ORIGIN_MESSAGE_ID],
-                     req.group, original.reconsume_times + 1, max_times, copy.topic)
+                     req.group, times + 1, max_times, copy.topic)
         else:
             copy.topic = retry_topic(req.group)
             config = ctx.topics.ensure(copy.topic, group_config.retry_queue_nums, Perm.READ_WRITE)
             if not Perm.writeable(config.perm):
                 return SendBackResult(ResponseCode.NO_PERMISSION, f"the topic[{copy.topic}] sending message is forbidden")
             copy.queue_id = random.randrange(max(1, config.write_queue_nums))
-            copy.delay_level = req.delay_level or 3 + original.reconsume_times
+            copy.delay_level = req.delay_level or 3 + times
         target = copy.topic
         if copy.delay_level > 0:
             divert_to_schedule(copy, self.schedule.level_count)

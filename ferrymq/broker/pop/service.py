@@ -538,7 +538,8 @@ class PopService:
 
     async def _dead_letter(self, key: QueueKey, st: QueueState, e: InFlight) -> None:
         group, topic, queue_id = key
-        result = await self.retry.send_back(SendBackRequest(group, e.commit_log_offset, -1, None))
+        result = await self.retry.send_back(SendBackRequest(group, e.commit_log_offset, -1, None,
+                                                            reconsume_times=e.attempt - 1))
         if result.code != ResponseCode.SUCCESS:
             log.warning("pop: moving %s/%d@%d of group %s to its DLQ failed (%s); trying again later", topic,
                         queue_id, e.offset, group, result.remark)
