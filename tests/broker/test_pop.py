@@ -430,3 +430,18 @@ async def test_long_polling_slots_full(cluster):
     assert r.status is PopStatus.NO_NEW_MSG, "a receive that does not wait is answered as usual"
     await produce(ns, "PopFull", 1)
     assert (await held).status is PopStatus.FOUND
+
+
+async def test_deadline_heap_does_not_keep_acked_messages(cluster, monkeypatch):
+    from ferrymq.broker.pop import service
+    monkeypatch.setattr(service, "REVIVE_HEAP_REBUILD", 64)
+    ns, pop = cluster.namesrv_addr, cluster.broker.pop
+    await create_topic(ns, "PopHeap", 2)
+    await produce(ns, "PopHeap", 400)
+    got = await receive_all(pop, "heap-g", "PopHeap", 400, invisible_ms=3_600_000)  # an hour: no deadline passes
+    for p in got[:390]:
+        assert await pop.ack(group="heap-g", topic="PopHeap", receipt_handle=p.receipt_handle) is AckStatus.OK
+    await produce(ns, "PopHeap", 100, prefix="more")
+    more = await receive_all(pop, "heap-g", "PopHeap", 100, invisible_ms=3_600_000)
+    assert len(more) == 100
+    assert pop.scheduled_deadlines < 250, "rebuilt from the live entries (110), not one entry per delivery (500)"

@@ -58,6 +58,7 @@ MAX_INVISIBLE_MS = 12 * 3600 * 1000  # RocketMQ 5's longest invisible duration
 MAX_POLL_MS = 5 * 60 * 1000
 POP_ACTIVE_SECONDS = 30.0  # a group that received within this is a POP consumer of the topic
 DLQ_RETRY_MS = 5000  # a failed move to the DLQ is tried again this much later
+REVIVE_HEAP_REBUILD = 65536  # check the deadline heap for stale entries every this many pushes past this size
 CLASSIC_CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
 
 
@@ -155,7 +156,7 @@ class PopService:
             for offset in [o for o in st.inflight if o >= max_offset]:
                 del st.inflight[offset]
             for e in st.inflight.values():
-                heapq.heappush(self._revive_heap, (e.deadline_ms, e.seq, key, e.offset))
+                self._schedule_revive(key, e)
             self._commit_offset(key, st)
         # Handles issued before a crash whose records never reached the disk must not match a
         # delivery made now: seqs continue from the clock (microseconds), above any issued before.
@@ -416,7 +417,7 @@ class PopService:
             e = InFlight(msg.queue_offset, msg.commit_log_offset, attempt, self._seq, deadline)
             st.inflight[e.offset] = e
             claimed.append(e)
-            heapq.heappush(self._revive_heap, (deadline, e.seq, key, e.offset))
+            self._schedule_revive(key, e)
             msg.reconsume_times = attempt - 1
             handle = receipt.Receipt(queue_id, e.offset, e.commit_log_offset, attempt, e.seq, deadline,
                                      self.ctx.config.broker_name).encode(group, topic)
@@ -465,7 +466,7 @@ class PopService:
         key, st, e = found
         self._seq += 1
         e.seq, e.deadline_ms = self._seq, now_ms() + invisible_ms
-        heapq.heappush(self._revive_heap, (e.deadline_ms, e.seq, key, e.offset))
+        self._schedule_revive(key, e)
         self._revive_changed.set()
         self.counters.changed += 1
         handle = receipt.Receipt(key[2], e.offset, e.commit_log_offset, e.attempt, e.seq, e.deadline_ms,
@@ -536,6 +537,23 @@ class PopService:
             except TimeoutError:
                 pass
 
+    @property
+    def scheduled_deadlines(self) -> int:
+        """Deadlines the revive task holds (live ones and not yet discarded stale ones)."""
+        return len(self._revive_heap)
+
+    def _schedule_revive(self, key: QueueKey, e: InFlight) -> None:
+        """Look at ``e`` again at its deadline. Entries of acked messages or of replaced handles
+        stay in the heap until then; when they outnumber the live ones (long invisible times),
+        the heap is rebuilt from the live entries."""
+        heap = self._revive_heap
+        heapq.heappush(heap, (e.deadline_ms, e.seq, key, e.offset))
+        if len(heap) > REVIVE_HEAP_REBUILD and len(heap) % REVIVE_HEAP_REBUILD == 0:
+            live = [(x.deadline_ms, x.seq, k, x.offset) for k, st in self._queues.items() for x in st.inflight.values()]
+            if 2 * len(live) < len(heap):
+                heapq.heapify(live)
+                self._revive_heap = live
+
     async def _dead_letter(self, key: QueueKey, st: QueueState, e: InFlight) -> None:
         group, topic, queue_id = key
         result = await self.retry.send_back(SendBackRequest(group, e.commit_log_offset, -1, None,
@@ -544,7 +562,7 @@ class PopService:
             log.warning("pop: moving %s/%d@%d of group %s to its DLQ failed (%s); trying again later", topic,
                         queue_id, e.offset, group, result.remark)
             e.deadline_ms = now_ms() + DLQ_RETRY_MS
-            heapq.heappush(self._revive_heap, (e.deadline_ms, e.seq, key, e.offset))
+            self._schedule_revive(key, e)
             return
         log.info("pop: message %s/%d@%d of group %s was delivered %d times without an ack: moved to %s",
                  topic, queue_id, e.offset, group, e.attempt, result.topic)
