@@ -124,6 +124,7 @@ class PopService:
         self.max_polling = max_polling
         self.counters = PopCounters()
         self._queues: dict[QueueKey, QueueState] = {}
+        self._by_group_topic: dict[tuple[str, str], list[QueueState]] = defaultdict(list)  # the same states, indexed
         self._seq = 0
         self._revive_heap: list[tuple[int, int, QueueKey, int]] = []  # deadline, seq, queue, offset
         self._revive_changed = asyncio.Event()
@@ -193,7 +194,7 @@ class PopService:
         if kind == "P":
             st = self._queues.get(key)
             if st is None:
-                st = self._queues[key] = QueueState(int(record["n"]))
+                st = self._add_state(key, QueueState(int(record["n"])))
             st.next_offset = max(st.next_offset, int(record["n"]))
             for values in record.get("m", ()):
                 e = InFlight.from_list(values)
@@ -354,7 +355,12 @@ class PopService:
                     start = 0
         else:
             start = store.min_offset(topic, queue_id)
-        return self._queues.setdefault(key, QueueState(start))  # another receive may have made it meanwhile
+        return self._queues.get(key) or self._add_state(key, QueueState(start))  # another receive may have made it
+
+    def _add_state(self, key: QueueKey, st: QueueState) -> QueueState:
+        self._queues[key] = st
+        self._by_group_topic[(key[0], key[1])].append(st)
+        return st
 
     async def _collect_queue(self, key: QueueKey, st: QueueState, n: int, invisible_ms: int,
                              message_filter: MessageFilter | None, fifo: bool,
@@ -603,7 +609,7 @@ class PopService:
         if last is not None and time.monotonic() - last < POP_ACTIVE_SECONDS:
             return True
         now = now_ms()
-        return any(st.blocked(now) for (g, t, _), st in self._queues.items() if g == group and t == topic)
+        return any(st.blocked(now) for st in self._by_group_topic.get(key, ()))
 
     def classic_pull_refusal(self, group: str, topic: str) -> str | None:
         """The remark to refuse a classic pull of ``topic`` by ``group`` with, or None to serve it."""
