@@ -387,6 +387,11 @@ class AsyncMessageStore:
         still queued); returns the offset to ask the master for."""
         return await self._write(appender.reset)
 
+    async def truncate(self, offset: int) -> int:
+        """Drop the CommitLog from ``offset`` on (and the queue entries pointing there), in the
+        writer thread after any write still queued; returns the CommitLog's new end."""
+        return await self._write(self.sync_store.truncate, offset)
+
     async def _in_flusher(self, fn: Callable[..., T], *args) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._flusher, functools.partial(fn, *args))
 

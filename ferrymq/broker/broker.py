@@ -117,6 +117,12 @@ class Broker:
         self.stopping = False
         self.registered = asyncio.Event()
         self._register_wanted = asyncio.Event()
+        self.demoted = asyncio.Event()  # controller mode: replaced as master, the process should stop
+        self._master_services = False
+        if self.replication.failover is not None:
+            self.replication.failover.on_lead = self._start_master_services
+            self.replication.failover.on_role_change = self._register_wanted.set
+            self.replication.failover.on_demoted = lambda _reason: self.demoted.set()
         self._register_processors()
         self.server.add_connection_listener(on_close=self.consumers.connection_closed)
         self.topics.on_change = self._on_topics_changed
@@ -205,8 +211,7 @@ class Broker:
         self._tasks.every(10, self._expire_clients, "client-expiry")
         await self.replication.start()
         if not self.config.is_slave:  # a slave's store takes only its master's data
-            self.schedule.start()
-            self.spawn(self.transactions.run(), "transaction-check")
+            self._start_master_services()
         self.spawn(self._protection_loop(), "broker-protection")
         if not self.store_config.sync_flush:
             self._tasks.every(self.store_config.flush_interval_commit_log / 1000, self._flush_commit_log,
@@ -222,6 +227,14 @@ class Broker:
             self.spawn(self._registration_loop(), "namesrv-registration")
         else:
             log.warning("no name server address (namesrvAddr); clients can reach this broker only directly")
+
+    def _start_master_services(self) -> None:
+        """Delay levels and transaction checks put messages: a master's work (once a slave is
+        promoted, in controller mode)."""
+        if not self._master_services:
+            self._master_services = True
+            self.schedule.start()
+            self.spawn(self.transactions.run(), "transaction-check")
 
     def _load_config_tables(self) -> None:
         self.topics.load()
@@ -312,6 +325,7 @@ class Broker:
         retry = 0.5
         while True:
             self._register_wanted.clear()
+            await self.replication.registrable.wait()  # controller mode: once the controller gave a role
             ok = await self.register_with_namesrvs()
             # Until some name server has us, retry soon (doubling): a broker that started
             # before its name servers should become reachable seconds after they do.

@@ -81,6 +81,10 @@ class BrokerConfig:
     # RocketMQ 5 clients (ferrymq/grpc, the grpc extra): the gRPC port, -1 off, 0 any free port
     # (Apache's proxy uses 8081). Asked for without the extra installed, the broker refuses to start.
     grpc_listen_port: int = -1
+    # permissive: TLS and plaintext on the gRPC port (Java/Go/C# clients default to TLS, Python and
+    # Node to plaintext); disabled: plaintext only; enforcing: TLS only. The certificate is
+    # tlsServerCertPath/KeyPath's, or a self-signed one made at start.
+    grpc_tls_mode: str = "permissive"
     # Without namesrvAddr: ask the address service (http://<domain>[:8080]/rocketmq/<subgroup>)
     # at start and every fetch_name_srv_addr_interval ms, as RocketMQ's broker does.
     fetch_namesrv_addr_by_address_server: bool = False
@@ -113,6 +117,12 @@ class BrokerConfig:
     ha_transfer_batch_size: int = 32 * 1024
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
     slave_synchronize_interval: int = 10_000  # ms between a slave's metadata syncs from its master
+    # Failover (broker/ha/failover.py): the controller at controller_addr decides which broker of
+    # the group is master; brokerRole then says how a master acknowledges (ASYNC_MASTER or
+    # SYNC_MASTER) and brokerId is the broker's identity in its group (0 starts as master).
+    enable_controller_mode: bool = False
+    controller_addr: str = ""
+    controller_heartbeat_interval: int = 1_000  # ms
     # Pulls whose backlog is out of memory are sent to a slave (broker/ha/reads.py).
     slave_read_enable: bool = field(default=False, metadata=LIVE)
     # Request-reply: a reply (SEND_REPLY_MESSAGE) is pushed to the requester and also stored in
@@ -145,10 +155,12 @@ class BrokerConfig:
             raise ValueError(f"brokerRole must be one of {', '.join(_ROLES)}, got {self.broker_role!r}")
         check_range(self, "ha_listen_port", -1, 65535)
         for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
-                     "ha_slave_fallbehind_max", "slave_synchronize_interval"):
+                     "ha_slave_fallbehind_max", "slave_synchronize_interval", "controller_heartbeat_interval"):
             check_range(self, name, 1)
         check_range(self, "listen_port", 0, 65535)
         check_range(self, "grpc_listen_port", -1, 65535)
+        if self.grpc_tls_mode not in ("permissive", "disabled", "enforcing"):
+            raise ValueError(f"grpcTlsMode must be permissive, disabled or enforcing, got {self.grpc_tls_mode!r}")
         check_range(self, "default_topic_queue_nums", 1, 1024)
         for name in ("register_name_server_period", "register_broker_timeout_mills", "short_polling_time_mills",
                      "flush_consumer_offset_interval", "channel_expired_timeout", "consumer_fallbehind_threshold",
@@ -189,6 +201,13 @@ class BrokerConfig:
 
     def role_error(self) -> str | None:
         """Why brokerRole and brokerId do not go together (RocketMQ refuses to start then)."""
+        if self.enable_controller_mode:
+            if not self.controller_addr:
+                return "enableControllerMode=true needs controllerAddr (host:port of the FerryMQ controller)"
+            if self.is_slave:
+                return (f"with enableControllerMode the controller picks the master: brokerRole says how a master "
+                        f"acknowledges ({ASYNC_MASTER} or {SYNC_MASTER}), not {SLAVE}")
+            return None
         if self.is_slave and self.broker_id <= 0:
             return f"brokerId of a slave (brokerRole={SLAVE}) must be > 0, got {self.broker_id}"
         return None
@@ -234,7 +253,8 @@ def build_broker_settings(*sources: dict[str, str]):
             raise ConfigError(reason)
     if broker.role_error():
         raise ConfigError(broker.role_error())
-    if not broker.is_slave and broker.broker_id != 0:  # as RocketMQ's BrokerStartup: a master is broker 0
+    if not broker.is_slave and broker.broker_id != 0 and not broker.enable_controller_mode:
+        # as RocketMQ's BrokerStartup: a master is broker 0 (the controller's groups keep their ids)
         log.warning("brokerId=%d ignored: a %s is brokerId 0", broker.broker_id, broker.broker_role)
         broker.broker_id = 0
     return broker, store, ignored

@@ -13,6 +13,7 @@ from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import load_broker_settings
 from ferrymq.common.config_loader import apply_settings
 from ferrymq.common.http_endpoints import HttpEndpoints
+from ferrymq.controller.controller import Controller, ControllerConfig
 from ferrymq.namesrv.address_server import ADDRESS_ROUTE, NamesrvAddressBook, NamesrvAddressServer
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 
@@ -157,10 +158,36 @@ async def run_broker(args: argparse.Namespace) -> int:
     try:
         await broker.start()
         print(f"FerryMQ broker {broker.config.broker_name} is ready on {broker.address}", flush=True)
-        await stop.wait()
+        await until(broker.demoted, stop.wait())  # controller mode: replaced as master, restart to rejoin
+        if broker.demoted.is_set():
+            print("replaced as master by the controller: stopping (a restart rejoins as a slave)", flush=True)
+            return 3
     finally:
         await stop_http(http)
         await broker.stop()
+    return 0
+
+
+async def run_controller(args: argparse.Namespace) -> int:
+    stop = stop_on_signals()
+    try:
+        config = ControllerConfig(listen_host=args.host, listen_port=args.port, data_dir=args.data_dir,
+                                  failover_timeout=args.failover_timeout,
+                                  enable_elect_unclean_master=args.elect_unclean_master)
+    except ValueError as e:
+        raise SystemExit(f"ferrymq controller: {e}") from None
+    controller = Controller(config)
+    try:
+        await controller.start()
+    except ValueError as e:  # a damaged state file: never start without the epochs
+        raise SystemExit(f"ferrymq controller: {e}") from None
+    http = await start_http(args, controller) if args.http_port is not None else None
+    print(f"FerryMQ controller is ready on {controller.address}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await stop_http(http)
+        await controller.stop()
     return 0
 
 
@@ -197,6 +224,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--namesrv-file", default=None, help="a file of name servers (one a line), re-read every round")
     p.add_argument("--probe-interval", type=float, default=5.0, help="seconds between liveness rounds (default 5)")
     p.set_defaults(run=run_nsaddr)
+
+    p = sub.add_parser("controller", help="run the failover controller of master-slave broker groups "
+                                          "(brokers with enableControllerMode)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=9878, help="controller port (default 9878)")
+    p.add_argument("--data-dir", default=".controller", help="where the epoch history is kept (default ./.controller)")
+    p.add_argument("--failover-timeout", type=int, default=10_000, metavar="MS",
+                   help="promote a slave once a master is silent this long (default 10000 ms)")
+    p.add_argument("--elect-unclean-master", action="store_true",
+                   help="with no slave holding all the master acknowledged, promote the best one anyway (loses "
+                        "those messages)")
+    p.add_argument("--http-port", type=int, default=None, help="serve /healthz and /readyz on this port")
+    p.set_defaults(run=run_controller)
 
     p = sub.add_parser("broker", help="run a broker that registers with name servers")
     add_server_arguments(p, namesrv=False, broker=True)

@@ -71,6 +71,18 @@ class StoreCheckpoint:
             self.physic_flushed_offset = offset
             self._write()
 
+    def rewind(self, offset: int, store_timestamp: int) -> None:
+        """The CommitLog was truncated at ``offset``, its last record now stored at
+        ``store_timestamp``: nothing newer may count as flushed or dispatched any more (records
+        copied in after a truncation can carry older store times than the ones dropped)."""
+        with self._lock:
+            self.physic_flushed_offset = min(self.physic_flushed_offset, offset)
+            self.physic_msg_timestamp = min(self.physic_msg_timestamp, store_timestamp)
+            self.logics_msg_timestamp = min(self.logics_msg_timestamp, store_timestamp)
+            self.index_msg_timestamp = min(self.index_msg_timestamp, store_timestamp)
+            self._write()
+            fdatasync(self._fd)
+
     def _write(self) -> None:
         os.pwrite(self._fd, _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp,
                                          self.index_msg_timestamp, self.physic_flushed_offset), 0)

@@ -386,6 +386,26 @@ class CommitLog:
         self._flushed_offset = report.end
         return report
 
+    def truncate(self, offset: int) -> RecoveryReport:
+        """Drop every record at and after ``offset`` (a record boundary) and fsync what is
+        left of its file; the head becomes the end of the last record before it (found by
+        walking that file as recovery does). For a broker rejoining its group as a slave."""
+        with self.lock:
+            if self.closed:
+                raise ValueError("the CommitLog is closed")
+            if offset >= self._head[0]:
+                return RecoveryReport(self._head[0], self._head[1], self._head[0])
+            offset = max(offset, self.min_offset)
+            self._files.truncate_dirty(offset)
+            segs = self._files.segments
+            holder = self._files.find(max(offset - 1, self.min_offset))
+            start_index = segs.index(holder) if holder in segs else max(0, len(segs) - 1)
+            report = self.recover(start_index=start_index, check_crc=False)
+            for seg in segs[start_index:]:
+                seg.flushed_position = 0
+                seg.flush()
+            return report
+
     def sync_from(self, offset: int) -> None:
         """fsync every segment from the one holding ``offset``: after a process crash the data
         recovery accepted may still sit dirty in the page cache, and the checkpoint is about

@@ -245,6 +245,23 @@ class MessageStore:
         """A slave's writer of the bytes its master sends."""
         return ReplicaAppender(self.commit_log, self.dispatcher)
 
+    def truncate(self, offset: int) -> int:
+        """Drop every record at and after ``offset`` from the CommitLog, and their ConsumeQueue
+        and IndexFile entries the way recovery drops a torn tail (StoreRecovery.trim_to);
+        returns the CommitLog's new end. A broker rejoining its group as a slave truncates
+        back to the start of the first epoch it does not share with the new master."""
+        self._check_running()
+        report = self.commit_log.truncate(offset)
+        recovery = StoreRecovery(self.commit_log, self.queues, self.dispatcher, self.checkpoint, self.flusher,
+                                 check_crc=False, abort_path=self.dir_lock.abort_path)
+        with self.commit_log.lock:  # no put or replicated write sees queues half trimmed
+            recovery.trim_to(report.end)
+            self.commit_log.queue_offsets = self.queues.max_offsets()
+            self.dispatcher.last_dispatched_ts = report.last_store_timestamp
+        self.checkpoint.rewind(report.end, report.last_store_timestamp)
+        self.flusher.flush_consume_queues()
+        return report.end
+
     def transfer_data(self, offset: int, limit: int) -> bytes | None:
         """A master: up to ``limit`` CommitLog bytes from ``offset`` for a slave (within one file)."""
         return read_for_transfer(self.commit_log, offset, limit)

@@ -67,10 +67,7 @@ class StoreRecovery:
             redispatch = _Redispatch(self)
             report = cl.recover(start_index=start_index, check_crc=self.check_crc, on_record=redispatch)
         end = report.end
-        for cq in self.queues:
-            cq.truncate_beyond(end)  # entries for records the CommitLog no longer has
-        if index is not None:
-            index.truncate_beyond(end, lambda phys: max(0, cl.store_timestamp(phys)))
+        self.trim_to(end)
         if redispatch is None:
             # After a clean exit the queues are complete; only a lost ConsumeQueue or IndexFile
             # directory needs records dispatched again.
@@ -91,8 +88,6 @@ class StoreRecovery:
             cq.correct_min_offset(cl.min_offset)
         cl.queue_offsets = self.queues.max_offsets()
         self.dispatcher.last_dispatched_ts = report.last_store_timestamp
-        if checkpoint.physic_flushed_offset > end:
-            checkpoint.reset_flushed_offset(end)
         if not clean:
             # What a crashed process wrote may not be on disk yet: make it so before taking new
             # writes, so the checkpoint (and every later flushed offset) tells the truth.
@@ -100,6 +95,19 @@ class StoreRecovery:
             checkpoint.commit_log_flushed(end, report.last_store_timestamp)
             self.flusher.flush_consume_queues()
         return report
+
+    def trim_to(self, end: int) -> None:
+        """ConsumeQueues, IndexFiles and the checkpoint forget every record at or past ``end``
+        (the CommitLog's end): after a recovery walk, and after a truncation of the CommitLog
+        (a broker rejoining its group as a slave drops what it wrote after the epoch it shares
+        with the new master, MessageStore.truncate)."""
+        cl, index = self.commit_log, self.index
+        for cq in self.queues:
+            cq.truncate_beyond(end)  # entries for records the CommitLog no longer has
+        if index is not None:
+            index.truncate_beyond(end, lambda phys: max(0, cl.store_timestamp(phys)))
+        if self.checkpoint.physic_flushed_offset > end:
+            self.checkpoint.reset_flushed_offset(end)
 
     def _last_entry_end(self) -> int:
         """End of the newest record a ConsumeQueue points at, if that record is intact; else 0."""

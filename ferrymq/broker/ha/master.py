@@ -62,6 +62,7 @@ class HAMaster:
         self._connections: dict[int, tuple[SlaveState, asyncio.Event]] = {}
         self._ids = itertools.count()
         self.acked_offset = 0  # the highest offset any slave acknowledged (push2SlaveMaxOffset)
+        self.acknowledged_end = 0  # SYNC_MASTER: end of the last put answered PUT_OK (a successor must hold it)
         self._waiters: list[tuple[int, int, asyncio.Future]] = []  # heap of (end offset, seq, future)
         self._seq = itertools.count()
         self.port = settings.port
@@ -115,6 +116,7 @@ class HAMaster:
             future.set_result(PutStatus.SLAVE_NOT_AVAILABLE)
         elif self.acked_offset >= end:
             future.set_result(PutStatus.PUT_OK)
+            self.acknowledged_end = max(self.acknowledged_end, end)
         else:
             heapq.heappush(self._waiters, (end, next(self._seq), future))
             timer = loop.call_later(max(0, self._sync_timeout_ms()) / 1000, _settle, future,
@@ -128,7 +130,10 @@ class HAMaster:
         self.acked_offset = offset
         waiters = self._waiters
         while waiters and waiters[0][0] <= offset:
-            _settle(heapq.heappop(waiters)[2], PutStatus.PUT_OK)
+            end, _, future = heapq.heappop(waiters)
+            if not future.done():
+                future.set_result(PutStatus.PUT_OK)
+                self.acknowledged_end = max(self.acknowledged_end, end)
         while waiters and waiters[0][2].done():  # timed out: drop them from the front
             heapq.heappop(waiters)
 

@@ -5,12 +5,15 @@ it owns (store, tables, remoting client) and tells it what name servers answered
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Awaitable, Callable
 
 from ferrymq.broker.async_store import AsyncMessageStore
-from ferrymq.broker.config import SYNC_MASTER, BrokerConfig
+from ferrymq.broker.config import SLAVE, SYNC_MASTER, BrokerConfig
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
+from ferrymq.broker.ha.epochs import EpochFile
+from ferrymq.broker.ha.failover import FailoverAgent
 from ferrymq.broker.ha.master import HAMaster, HAMasterSettings, SlaveState
 from ferrymq.broker.ha.slave import HASlave, HASlaveSettings
 from ferrymq.broker.ha.slave_sync import SlaveSynchronize
@@ -26,6 +29,7 @@ from ferrymq.store.config import StoreConfig
 log = logging.getLogger(__name__)
 
 SLAVE_REFUSAL = "the broker is a slave (brokerRole=SLAVE): messages are put to its master"
+WAITING_REFUSAL = "the broker waits for the controller to say whether it is master (enableControllerMode)"
 
 
 class Replication:
@@ -36,28 +40,52 @@ class Replication:
         if config.role_error():
             raise ValueError(config.role_error())
         self.config = config
+        self.store_config = store_config
         self.store = store
+        self._client = client
+        self._tables = (topics, offsets, groups, schedule, persist)
         self._tasks = TaskSet("replication", log)
+        self._slave_tasks: TaskSet | None = None
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
         self.sync: SlaveSynchronize | None = None
-        if config.is_slave:
+        # Controller mode: how this broker acts as master, whatever it is now (config.broker_role
+        # and config.broker_id follow the role the controller gives it: SLAVE and its own id, or
+        # the master role and id 0); registration waits until the controller has answered.
+        self.master_role = config.broker_role
+        self.registrable = asyncio.Event()
+        self.failover: FailoverAgent | None = None
+        if config.enable_controller_mode:
+            config.broker_role = SLAVE
+            store.sync_store.refuse_puts = WAITING_REFUSAL
+            self.failover = FailoverAgent(config, self, store, EpochFile(store_config.store_path_root_dir), client)
+        elif config.is_slave:
+            self.registrable.set()
             # The store takes data only from the master (RocketMQ's store refuses puts on a slave).
             store.sync_store.refuse_puts = SLAVE_REFUSAL
-            self.slave = HASlave(store, store.sync_store.replica_appender(),
-                                 HASlaveSettings(config.ha_send_heartbeat_interval, config.ha_housekeeping_interval),
-                                 config.ha_master_address)
-            self.sync = SlaveSynchronize(client, topics, offsets, groups, schedule, persist)
+            self._make_slave(config.ha_master_address)
         else:
-            port = config.ha_listen_port
-            if port < 0:
-                port = config.listen_port + 1
-            self.master = HAMaster(store, HAMasterSettings(
-                config.listen_host, port, config.ha_transfer_batch_size, config.ha_send_heartbeat_interval,
-                config.ha_housekeeping_interval, config.ha_slave_fallbehind_max,
-                store_config.mapped_file_size_commit_log), lambda: store_config.sync_flush_timeout)
-            if config.broker_role == SYNC_MASTER:
-                store.replication_wait = self.master.replication_wait
+            self.registrable.set()
+            self._make_master()
+
+    def _make_master(self) -> None:
+        config, store = self.config, self.store
+        port = config.ha_listen_port
+        if port < 0:
+            port = config.listen_port + 1
+        self.master = HAMaster(store, HAMasterSettings(
+            config.listen_host, port, config.ha_transfer_batch_size, config.ha_send_heartbeat_interval,
+            config.ha_housekeeping_interval, config.ha_slave_fallbehind_max,
+            self.store_config.mapped_file_size_commit_log), lambda: self.store_config.sync_flush_timeout)
+        if self.master_role == SYNC_MASTER:
+            store.replication_wait = self.master.replication_wait
+
+    def _make_slave(self, master_address: str | None) -> None:
+        config, store = self.config, self.store
+        self.slave = HASlave(store, store.sync_store.replica_appender(),
+                             HASlaveSettings(config.ha_send_heartbeat_interval, config.ha_housekeeping_interval),
+                             master_address)
+        self.sync = SlaveSynchronize(self._client, *self._tables)
 
     @property
     def ha_port(self) -> int:
@@ -70,20 +98,79 @@ class Replication:
         if self.master is not None:
             await self.master.start(any_port_if_taken=self.config.ha_listen_port < 0)
         if self.slave is not None:
-            self._tasks.spawn(self.slave.run(), "ha-slave")
-            self._tasks.every(self.config.slave_synchronize_interval / 1000, self.sync.sync_all, "slave-synchronize",
-                              quiet=(RemotingError, OSError))
+            self._start_slave_tasks()
             log.info("broker %s is a slave (brokerId %d) of %s", self.config.broker_name, self.config.broker_id,
                      self.config.ha_master_address or "the master the name server names")
+        if self.failover is not None:
+            self._tasks.spawn(self.failover.run(), "failover-agent")
+
+    def _start_slave_tasks(self) -> None:
+        self._slave_tasks = TaskSet("replication slave", log)
+        self._slave_tasks.spawn(self.slave.run(), "ha-slave")
+        self._slave_tasks.every(self.config.slave_synchronize_interval / 1000, self.sync.sync_all,
+                                "slave-synchronize", quiet=(RemotingError, OSError))
 
     async def stop(self) -> None:
         await self._tasks.close()
+        await self.stop_slave()
         if self.master is not None:
             await self.master.stop()
 
-    def registered(self, answer: RemotingCommand) -> None:
-        """A name server's REGISTER_BROKER answer: a slave learns its master's addresses there."""
+    # ------------------------------------------------------------------ role changes (controller mode)
+
+    async def stop_slave(self) -> None:
+        """Stop copying from the master (and its metadata); nothing more is written to the store by it."""
+        if self._slave_tasks is not None:
+            await self._slave_tasks.close()
+            self._slave_tasks = None
+        self.slave = self.sync = None
+
+    async def follow(self, master_ha_addr: str, master_addr: str, slave_id: int) -> None:
+        """Act as a slave copying from the master at ``master_ha_addr`` (HA) / ``master_addr``,
+        registered with the name servers as brokerId ``slave_id``."""
+        self.config.broker_role = SLAVE
+        self.config.broker_id = slave_id
+        self.store.sync_store.refuse_puts = SLAVE_REFUSAL
         if self.slave is None:
+            self._make_slave(master_ha_addr)
+            self._start_slave_tasks()
+            log.info("broker %s (id %d) follows master %s (HA %s)", self.config.broker_name, self.config.broker_id,
+                     master_addr, master_ha_addr)
+        self.slave.update_master_address(master_ha_addr)
+        self.sync.master_addr = master_addr
+        self.registrable.set()
+
+    async def lead(self) -> None:
+        """Act as the group's master (brokerId 0): serve slaves, take puts."""
+        await self.stop_slave()
+        if self.master is None:
+            self._make_master()
+            await self.master.start(any_port_if_taken=self.config.ha_listen_port < 0)
+        self.config.broker_role = self.master_role
+        self.config.broker_id = 0
+        self.store.sync_store.refuse_puts = None
+        self.registrable.set()
+
+    def fence(self, reason: str) -> None:
+        """Refuse puts (and stop registering) until ``unfence``: another broker may be master now."""
+        self.store.sync_store.refuse_puts = reason
+        self.registrable.clear()
+
+    def unfence(self) -> None:
+        self.store.sync_store.refuse_puts = None
+        self.registrable.set()
+
+    def confirmed_offset(self) -> int:
+        """A master: the offset a successor must hold so that nothing acknowledged is lost (SYNC:
+        the end of the last put answered PUT_OK; ASYNC: what its best slave acknowledged)."""
+        if self.master is None:
+            return 0
+        return self.master.acknowledged_end if self.master_role == SYNC_MASTER else self.master.acked_offset
+
+    def registered(self, answer: RemotingCommand) -> None:
+        """A name server's REGISTER_BROKER answer: a slave learns its master's addresses there
+        (in controller mode from the controller instead)."""
+        if self.slave is None or self.failover is not None:
             return
         master_addr = answer.get_str("masterAddr") if answer.ext_fields else None
         ha_addr = answer.get_str("haServerAddr") if answer.ext_fields else None
@@ -96,6 +183,8 @@ class Replication:
         """Role and, per slave, acknowledged offset and lag in bytes (metrics, admin)."""
         head = self.store.max_phy_offset
         out: dict = {"role": self.config.broker_role, "maxPhyOffset": head}
+        if self.failover is not None:
+            out["epoch"] = self.failover.epoch
         if self.master is not None:
             out["slaves"] = [_slave_status(s, head) for s in self.master.slaves]
         if self.slave is not None:

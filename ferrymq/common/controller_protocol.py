@@ -1,0 +1,30 @@
+"""The FerryMQ controller's remoting requests (failover, issue 13). FerryMQ's own protocol on
+RocketMQ's remoting frames, not RocketMQ 5's controller wire: codes and field names below are
+ours. Brokers (``ferrymq.broker.ha.failover``) send them; ``ferrymq.controller`` answers.
+
+CONTROLLER_HEARTBEAT (every ``controllerHeartbeatInterval``), ext fields:
+  clusterName, brokerName, brokerId (the broker's own id from its config, its identity),
+  brokerAddr, haServerAddr, epoch (the last epoch in its epoch file), maxOffset (CommitLog
+  end), confirmedOffset (a master: the offset a successor must hold so no acknowledged message
+  is lost; SYNC_MASTER: the end of the last message acknowledged SEND_OK), acting (its role
+  now: MASTER, SLAVE or NONE).
+  Answer (SUCCESS), ext fields: role (MASTER, SLAVE or WAIT), epoch, epochStartOffset,
+  masterId, masterAddr, masterHaAddr, truncateOffset (-1: keep everything), promote (true:
+  become master of the new ``epoch`` and report where it starts), failoverTimeout (ms).
+
+CONTROLLER_PROMOTED: brokerName, brokerId, epoch, startOffset (the CommitLog end where the new
+  master's epoch begins, read after it stopped copying from the old master). SUCCESS once
+  recorded (fsynced); anything else: the promotion is off.
+
+CONTROLLER_GET_STATE: no fields; the body is JSON, per broker group its epoch history and the
+  brokers last heard of (tests, ``ferrymq admin`` and the operator read it).
+"""
+
+from __future__ import annotations
+
+CONTROLLER_HEARTBEAT = 9001
+CONTROLLER_PROMOTED = 9002
+CONTROLLER_GET_STATE = 9003
+
+MASTER, SLAVE, WAIT, NONE = "MASTER", "SLAVE", "WAIT", "NONE"
+ROLES = (MASTER, SLAVE, WAIT)

@@ -1,0 +1,159 @@
+"""The controller's picture of each broker group and its decisions, as pure state (no I/O):
+who is master in which epoch since which CommitLog offset, which brokers were heard from, who
+is elected when the master falls silent, and how much of a returning broker's CommitLog the
+group still shares.
+
+Epoch history: one ``EpochRecord`` per master term. Epoch N began at ``start_offset`` on broker
+``master_id``; every byte before it was written during earlier epochs. A broker whose last
+epoch is K shares the group's CommitLog up to the start of the first epoch after K: beyond
+that it holds bytes only its old master wrote (never acknowledged under SYNC_MASTER, see
+``elect``), and it truncates them before it follows the current master.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ferrymq.common.controller_protocol import MASTER, NONE, SLAVE, WAIT
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    epoch: int
+    start_offset: int
+    master_id: int
+
+    def to_dict(self) -> dict:
+        return {"epoch": self.epoch, "startOffset": self.start_offset, "masterId": self.master_id}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EpochRecord":
+        return cls(int(d["epoch"]), int(d["startOffset"]), int(d["masterId"]))
+
+
+@dataclass
+class BrokerSeen:
+    """A broker's last heartbeat (not persisted: a restarted controller hears them again)."""
+
+    broker_id: int
+    addr: str
+    ha_addr: str
+    epoch: int
+    max_offset: int
+    confirmed_offset: int
+    acting: str
+    seen_at: float  # controller's monotonic clock
+
+    def to_dict(self, now: float) -> dict:
+        return {"brokerId": self.broker_id, "addr": self.addr, "haAddr": self.ha_addr, "epoch": self.epoch,
+                "maxOffset": self.max_offset, "acting": self.acting, "silentMs": int((now - self.seen_at) * 1000)}
+
+
+@dataclass
+class Pending:
+    """An election under way: ``broker_id`` is to become master of ``epoch`` once it reports
+    where its CommitLog ends (CONTROLLER_PROMOTED)."""
+
+    broker_id: int
+    epoch: int
+    since: float
+
+
+@dataclass
+class Answer:
+    role: str
+    epoch: int = 0
+    epoch_start_offset: int = -1
+    master_id: int = -1
+    master_addr: str = ""
+    master_ha_addr: str = ""
+    truncate_offset: int = -1
+    promote: bool = False
+
+
+@dataclass
+class Group:
+    cluster: str
+    name: str
+    history: list[EpochRecord] = field(default_factory=list)
+    # The highest offset the current master said a successor must hold (persisted: a
+    # controller restarted while the master is down must not elect a slave short of it).
+    must_reach: int = 0
+    brokers: dict[int, BrokerSeen] = field(default_factory=dict)
+    pending: Pending | None = None
+    no_candidate_logged: bool = False
+
+    @property
+    def current(self) -> EpochRecord | None:
+        return self.history[-1] if self.history else None
+
+    def to_dict(self) -> dict:
+        return {"cluster": self.cluster, "history": [r.to_dict() for r in self.history], "mustReach": self.must_reach}
+
+    @classmethod
+    def from_dict(cls, name: str, d: dict) -> "Group":
+        return cls(str(d.get("cluster", "")), name, [EpochRecord.from_dict(r) for r in d.get("history", [])],
+                   int(d.get("mustReach", 0)))
+
+    def status(self, now: float) -> dict:
+        cur = self.current
+        return {**self.to_dict(), "masterId": cur.master_id if cur else None, "epoch": cur.epoch if cur else 0,
+                "pending": {"brokerId": self.pending.broker_id, "epoch": self.pending.epoch} if self.pending else None,
+                "brokers": [b.to_dict(now) for _, b in sorted(self.brokers.items())]}
+
+
+def truncation_point(history: list[EpochRecord], local_epoch: int, max_offset: int) -> int:
+    """Where a broker whose last epoch is ``local_epoch`` and whose CommitLog ends at
+    ``max_offset`` must cut its CommitLog to continue the group's: the start of the first
+    epoch after its own, if its data reaches past that; -1 when it keeps everything."""
+    following = next((r for r in history if r.epoch > local_epoch), None)
+    if following is None or max_offset <= following.start_offset:
+        return -1
+    return following.start_offset
+
+
+def heartbeat_answer(group: Group, seen: BrokerSeen) -> Answer:
+    """What a broker that just reported ``seen`` is to do (the group has a history or a pending
+    election; the first master is chosen by the caller)."""
+    cur = group.current
+    if group.pending is not None:
+        p = group.pending
+        if seen.broker_id == p.broker_id:
+            return Answer(MASTER, p.epoch, promote=True)
+        return Answer(WAIT, cur.epoch if cur else 0)  # fence: a new master is being made
+    assert cur is not None
+    if seen.broker_id == cur.master_id:
+        if seen.acting == MASTER and seen.epoch == cur.epoch:
+            group.must_reach = max(group.must_reach, seen.confirmed_offset)
+        return Answer(MASTER, cur.epoch, cur.start_offset, cur.master_id)
+    master = group.brokers.get(cur.master_id)
+    if master is None or master.acting != MASTER or master.epoch != cur.epoch:
+        return Answer(WAIT, cur.epoch)  # the master has not taken up its term (yet)
+    return Answer(SLAVE, cur.epoch, cur.start_offset, cur.master_id, master.addr, master.ha_addr,
+                  truncation_point(group.history, seen.epoch, seen.max_offset))
+
+
+def elect(group: Group, now: float, timeout_s: float, silent_since: float, unclean: bool) -> BrokerSeen | None:
+    """The broker to promote when the master has been silent since ``silent_since``: a slave
+    heard from after that (its offset is final: nothing flows from a dead master), following
+    the current epoch, holding at least ``must_reach`` (everything the master acknowledged);
+    among those the one with the most data. ``unclean`` (enableElectUncleanMaster) also accepts
+    a slave short of that, losing what it lacks."""
+    cur = group.current
+    live = [b for b in group.brokers.values()
+            if b.broker_id != cur.master_id and now - b.seen_at < timeout_s and b.seen_at > silent_since
+            and b.acting == SLAVE]
+    clean = [b for b in live if b.epoch == cur.epoch and b.max_offset >= group.must_reach]
+    pool = clean or (live if unclean else [])
+    if not pool:
+        return None
+    return max(pool, key=lambda b: (b.max_offset, -b.broker_id))
+
+
+def first_master(seen: BrokerSeen) -> EpochRecord:
+    """A group the controller never saw gets broker 0 as master, in an epoch after any its
+    epoch file knows of, starting where its CommitLog ends."""
+    return EpochRecord(max(seen.epoch, 0) + 1, seen.max_offset, seen.broker_id)
+
+
+ACTING = (MASTER, SLAVE, NONE)

@@ -1,0 +1,124 @@
+"""The failover controller: its decisions as pure functions (who is elected, how much of a
+returning broker's CommitLog the group still shares) and the controller itself on a real
+socket, heartbeated by hand: the first master, a slave told whom to follow, an election once
+the master is silent, the promotion recorded, and the epochs kept across a controller restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from ferrymq.common.controller_protocol import (
+    CONTROLLER_GET_STATE,
+    CONTROLLER_HEARTBEAT,
+    CONTROLLER_PROMOTED,
+)
+from ferrymq.controller.controller import Controller, ControllerConfig
+from ferrymq.controller.state import BrokerSeen, EpochRecord, Group, elect, truncation_point
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from tests.support import wait_until
+
+HISTORY = [EpochRecord(1, 0, 0), EpochRecord(2, 5000, 1), EpochRecord(3, 9000, 0)]
+
+
+@pytest.mark.parametrize("local_epoch, max_offset, expected", [
+    (3, 12000, -1),  # the current epoch: nothing to cut
+    (2, 9500, 9000),  # master of epoch 2 wrote past where epoch 3 began
+    (2, 8000, -1),  # a slave of epoch 2 short of epoch 3's start: all shared
+    (1, 7000, 5000),  # epoch 1's master, back after two failovers
+    (0, 100, 0),  # a broker new to the group with data of its own
+    (0, 0, -1),
+])
+def test_truncation_point_is_the_start_of_the_first_epoch_after_the_brokers_own(local_epoch, max_offset, expected):
+    assert truncation_point(HISTORY, local_epoch, max_offset) == expected
+
+
+def seen(broker_id: int, epoch: int, max_offset: int, at: float, acting: str = "SLAVE") -> BrokerSeen:
+    return BrokerSeen(broker_id, f"10.0.0.{broker_id}:10911", f"10.0.0.{broker_id}:10912", epoch, max_offset, 0,
+                      acting, at)
+
+
+def test_election_takes_the_in_sync_slave_with_most_data_heard_after_the_master_fell_silent():
+    group = Group("c", "b", [EpochRecord(4, 1000, 0)], must_reach=2000)
+    group.brokers = {0: seen(0, 4, 2500, 10.0, "MASTER"),
+                     1: seen(1, 4, 2100, 13.0),  # in sync
+                     2: seen(2, 4, 2300, 13.5),  # in sync, more data: chosen
+                     3: seen(3, 4, 1900, 13.9),  # short of what the master acknowledged
+                     4: seen(4, 3, 2600, 13.9),  # still on an older epoch
+                     5: seen(5, 4, 2900, 9.0)}  # not heard from since the master fell silent
+    assert elect(group, 14.0, 3.0, 10.0, unclean=False).broker_id == 2
+    del group.brokers[1], group.brokers[2]
+    assert elect(group, 14.0, 3.0, 10.0, unclean=False) is None
+    assert elect(group, 14.0, 3.0, 10.0, unclean=True).broker_id == 4  # enableElectUncleanMaster: the best left
+
+
+async def heartbeat(client: RemotingClient, addr: str, broker_id: int, epoch: int, max_offset: int, acting: str,
+                    confirmed: int = 0) -> dict:
+    answer = await client.invoke(addr, RemotingCommand.request(CONTROLLER_HEARTBEAT, {
+        "clusterName": "C", "brokerName": "grp", "brokerId": broker_id, "brokerAddr": f"127.0.0.1:{20000 + broker_id}",
+        "haServerAddr": f"127.0.0.1:{20001 + broker_id}", "epoch": epoch, "maxOffset": max_offset,
+        "confirmedOffset": confirmed, "acting": acting}), 5)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    return answer.ext_fields
+
+
+def test_controller_elects_records_and_keeps_epochs_across_a_restart(tmp_path):
+    async def scenario():
+        config = ControllerConfig(listen_port=0, data_dir=str(tmp_path), failover_timeout=1000)
+        controller = Controller(config)
+        await controller.start()
+        client = RemotingClient()
+        try:
+            addr = controller.address
+            # Before any master exists a slave waits; broker 0 becomes master of epoch 1.
+            assert (await heartbeat(client, addr, 1, 0, 0, "NONE"))["role"] == "WAIT"
+            first = await heartbeat(client, addr, 0, 0, 0, "NONE")
+            assert (first["role"], first["epoch"]) == ("MASTER", "1")
+            await heartbeat(client, addr, 0, 1, 800, "MASTER", confirmed=700)
+            follow = await heartbeat(client, addr, 1, 0, 0, "NONE")
+            assert (follow["role"], follow["masterAddr"], follow["masterHaAddr"], follow["masterId"]) == \
+                ("SLAVE", "127.0.0.1:20000", "127.0.0.1:20001", "0")
+
+            # The master falls silent; the slave (holding what it acknowledged) is promoted.
+            async def promoted():
+                answer = await heartbeat(client, addr, 1, 1, 750, "SLAVE")
+                return answer if answer["promote"] == "true" else None
+            answer = await wait_until(promoted, 10, "broker 1 told to take up epoch 2")
+            assert (answer["role"], answer["epoch"]) == ("MASTER", "2")
+            # Meanwhile the old master, if it speaks, is told to wait (it must take no sends).
+            assert (await heartbeat(client, addr, 0, 1, 900, "MASTER"))["role"] == "WAIT"
+            done = await client.invoke(addr, RemotingCommand.request(CONTROLLER_PROMOTED, {
+                "brokerName": "grp", "brokerId": 1, "epoch": 2, "startOffset": 750}), 5)
+            assert done.code == ResponseCode.SUCCESS, done.remark
+            stale = await client.invoke(addr, RemotingCommand.request(CONTROLLER_PROMOTED, {
+                "brokerName": "grp", "brokerId": 0, "epoch": 3, "startOffset": 900}), 5)
+            assert stale.code != ResponseCode.SUCCESS
+        finally:
+            await controller.stop()
+
+        restarted = Controller(config)
+        await restarted.start()
+        try:
+            state = await client.invoke(restarted.address, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
+            group = json.loads(state.body)["groups"]["grp"]
+            assert [(h["epoch"], h["startOffset"], h["masterId"]) for h in group["history"]] == [(1, 0, 0), (2, 750, 1)]
+            await heartbeat(client, restarted.address, 1, 2, 750, "MASTER")
+            # The old master returns with 150 bytes written after epoch 2 began: cut back to 750.
+            back = await heartbeat(client, restarted.address, 0, 1, 900, "NONE")
+            assert (back["role"], back["epoch"], back["truncateOffset"], back["masterId"]) == ("SLAVE", "2", "750", "1")
+        finally:
+            await restarted.stop()
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+def test_controller_refuses_to_start_on_a_damaged_state_file(tmp_path):
+    (tmp_path / "controller.json").write_text("{not json")
+    controller = Controller(ControllerConfig(listen_port=0, data_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="refusing to start without its epochs"):
+        asyncio.run(controller.start())

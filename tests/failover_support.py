@@ -1,0 +1,74 @@
+"""Shared by the failover tests: a broker group of two FerryMQ broker processes under the
+controller (enableControllerMode), beside a name server and a ``ferrymq controller`` process.
+
+Broker "master" has brokerId 0 (the controller's first master), "slave" brokerId 1; after a
+failover the names only say which process is which, not who is master. Both run with the same
+brokerRole (how a master acknowledges)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ferrymq.common.controller_protocol import CONTROLLER_GET_STATE
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from tests.replication_support import BrokerPair
+from tests.support import FerryProcess, free_port
+
+GROUP = "ha-broker"  # BrokerPair's brokerName
+
+
+@dataclass
+class FailoverPair(BrokerPair):
+    failover_timeout: int = 3000  # ms
+    controller_port: int = 0
+
+    @property
+    def controller(self) -> str:
+        return f"127.0.0.1:{self.controller_port}"
+
+    @property
+    def controller_dir(self) -> Path:
+        return self.tmp / "controller"
+
+    def start_controller(self) -> None:
+        self.controller_port = self.controller_port or free_port()
+        self.processes["controller"] = FerryProcess(
+            ["controller", "--port", str(self.controller_port), "--data-dir", str(self.controller_dir),
+             "--failover-timeout", str(self.failover_timeout)],
+            "controller is ready", self.tmp / f"controller-{time.time_ns()}.log").start()
+
+    def _member(self, broker_id: int) -> list[str]:
+        return [f"brokerRole={self.master_role}", f"brokerId={broker_id}", "enableControllerMode=true",
+                f"controllerAddr={self.controller}", "controllerHeartbeatInterval=300"]
+
+    def start_master(self, *settings: str) -> None:
+        self.master_port = self.master_port or free_port()
+        self.processes["master"] = self._broker("master", self.master_port, self.master_dir,
+                                                [*self._member(0), *settings]).start()
+
+    def start_slave(self, *settings: str) -> None:
+        self.slave_port = self.slave_port or free_port()
+        self.processes["slave"] = self._broker("slave", self.slave_port, self.slave_dir,
+                                               [*self._member(1), *settings]).start()
+
+    def addr(self, name: str) -> str:
+        return f"127.0.0.1:{self.master_port if name == 'master' else self.slave_port}"
+
+    def dir(self, name: str) -> Path:
+        return self.master_dir if name == "master" else self.slave_dir
+
+
+async def controller_state(controller: str) -> dict:
+    """The controller's view of the test's broker group (CONTROLLER_GET_STATE)."""
+    client = RemotingClient()
+    try:
+        answer = await client.invoke(controller, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
+    finally:
+        await client.close()
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    return json.loads(answer.body)["groups"].get(GROUP, {})

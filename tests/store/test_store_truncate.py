@@ -1,0 +1,94 @@
+"""A live store cut back to an earlier record boundary (MessageStore.truncate): what a broker
+does when it rejoins its group after a failover and must drop what it wrote after the epoch it
+shares with the new master. The CommitLog, the ConsumeQueues and the IndexFile all forget the
+dropped records (through recovery's trim step), new data continues at the cut, and a restart,
+clean or not, finds the same store."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from store_helpers import make_msg
+
+from ferrymq.store.replica import read_for_transfer
+
+TOPICS = [("TopicA", 3), ("TopicB", 2)]
+
+
+def fill(store, count: int, prefix: str) -> list:
+    results = []
+    for i in range(count):
+        topic, queues = TOPICS[i % 2]
+        msg = make_msg(topic, queue_id=(i // 2) % queues, body=f"{prefix}-{i}".encode() * 40, KEYS=f"{prefix}-{i}")
+        result = store.put_message(msg)
+        assert result.ok
+        results.append((topic, msg.queue_id, result))
+    return results
+
+
+def keys_found(store, prefix: str, count: int) -> int:
+    return sum(bool(store.query_message(topic, f"{prefix}-{i}", 5, 0, 2**62).records)
+               for i, (topic, _) in zip(range(count), [TOPICS[i % 2] for i in range(count)]))
+
+
+def test_truncate_drops_records_queue_entries_and_keys_past_the_cut_across_files(open_store, tmp_path):
+    store = open_store()
+    kept = fill(store, 120, "kept")
+    cut = store.commit_log.max_offset
+    first_file = store.commit_log.segments[-1].start_offset
+    dropped = fill(store, 200, "dropped")
+    assert len(store.commit_log.segments) > 2 and store.commit_log.segments[-1].start_offset > first_file
+    counts = {(t, q): store.get_max_offset_in_queue(t, q) for t, n in TOPICS for q in range(n)}
+    assert keys_found(store, "dropped", 200) == 200
+
+    assert store.truncate(cut) == cut
+    assert store.commit_log.max_offset == cut and store.commit_log.segments[-1].start_offset == first_file
+    assert max(os.listdir(store.config.commit_log_dir)) == f"{first_file:020d}"  # later files deleted
+    for (topic, q), before in counts.items():
+        expected = sum(1 for t, qq, _ in kept if (t, qq) == (topic, q))
+        assert store.get_max_offset_in_queue(topic, q) == expected < before
+        got = store.get_messages("g", topic, q, 0, 10_000)
+        assert len(got.records) == expected
+    assert keys_found(store, "dropped", 200) == 0 and keys_found(store, "kept", 120) == 120
+    assert read_for_transfer(store.commit_log, cut, 4096) is None
+    assert dropped  # what was dropped had been stored
+
+    # New data continues at the cut, with queue offsets continuing the kept entries.
+    topic, q, result = fill(store, 1, "after")[0]
+    assert result.wrote_offset == cut
+    assert result.queue_offset == sum(1 for t, qq, _ in kept if (t, qq) == (topic, q))
+
+
+def test_a_truncated_store_is_the_same_after_a_clean_restart_and_after_a_crash(open_store, tmp_path):
+    store = open_store(tmp_path / "a")
+    fill(store, 60, "kept")
+    cut = store.commit_log.max_offset
+    fill(store, 60, "dropped")
+    store.truncate(cut)
+    fill(store, 10, "after")
+    end = store.commit_log.max_offset
+    store.shutdown()
+
+    again = open_store(tmp_path / "a")
+    assert again.commit_log.max_offset == end
+    assert keys_found(again, "dropped", 60) == 0 and keys_found(again, "after", 10) == 10
+    total = sum(again.get_max_offset_in_queue(t, q) for t, n in TOPICS for q in range(n))
+    assert total == 70
+
+    # A crash right after a truncation (copied while running: no clean-exit marker): recovery
+    # finds the cut, not the dropped records.
+    running = open_store(tmp_path / "store")
+    fill(running, 60, "kept")
+    cut = running.commit_log.max_offset
+    fill(running, 60, "dropped")
+    running.flush()
+    running.truncate(cut)
+    fill(running, 5, "after")
+    crashed = tmp_path / "crashed"
+    shutil.copytree(tmp_path / "store", crashed)
+    assert (crashed / "abort").exists()
+    recovered = open_store(crashed)
+    assert not recovered.last_exit_clean
+    assert keys_found(recovered, "dropped", 60) == 0 and keys_found(recovered, "after", 5) == 5
+    assert sum(recovered.get_max_offset_in_queue(t, q) for t, n in TOPICS for q in range(n)) == 65
