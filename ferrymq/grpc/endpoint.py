@@ -1,5 +1,10 @@
 """The broker's gRPC listener: a grpcio asyncio server for ``MessagingService`` on
-``grpcListenPort``, the announcement of its endpoint to the name servers, and client expiry."""
+``grpcListenPort``, the announcement of its endpoint to the name servers, and client expiry.
+
+``grpcTlsMode``: ``permissive`` (default: TLS and plaintext on the port, through the
+first-byte switch of tls_switch.py in front of two loopback listeners), ``disabled``
+(plaintext only, grpc on the port itself), ``enforcing`` (TLS only, grpc on the port itself).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,12 @@ import logging
 
 import grpc
 
+from ferrymq.grpc.certificates import load_or_make
 from ferrymq.grpc.clients import GrpcClients
 from ferrymq.grpc.protocol import rpc
 from ferrymq.grpc.routes import RouteDirectory
 from ferrymq.grpc.service import MessagingService
+from ferrymq.grpc.tls_switch import TlsSwitch
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +29,9 @@ CLIENT_EXPIRY_PERIOD_S = 10.0
 
 class GrpcEndpoint:
     def __init__(self, service: MessagingService, directory: RouteDirectory, clients: GrpcClients, *,
-                 host: str, port: int, max_message_bytes: int, client_expiry_ms: "callable") -> None:
+                 host: str, port: int, max_message_bytes: int, client_expiry_ms: "callable",
+                 tls_mode: str = "permissive", cert_path: str = "", key_path: str = "",
+                 cert_hosts: tuple[str, ...] = ()) -> None:
         self.service = service
         self.directory = directory
         self.clients = clients
@@ -30,7 +39,10 @@ class GrpcEndpoint:
         self.port = port  # the bound port once started (0: a free one)
         self.max_message_bytes = max_message_bytes
         self.client_expiry_ms = client_expiry_ms
+        self.tls_mode = tls_mode
+        self.cert_path, self.key_path, self.cert_hosts = cert_path, key_path, list(cert_hosts)
         self._server: grpc.aio.Server | None = None
+        self._switch: TlsSwitch | None = None
         self._tasks: list[asyncio.Task] = []
         self._announced = asyncio.Event()
 
@@ -40,16 +52,34 @@ class GrpcEndpoint:
                    ("grpc.so_reuseport", 0)]
         server = grpc.aio.server(options=options)
         rpc.add_MessagingServiceServicer_to_server(self.service, server)
-        bound = server.add_insecure_port(f"{self.host}:{self.port}")
-        if bound == 0:
-            raise OSError(f"gRPC port {self.host}:{self.port} could not be bound")
-        self.port = bound
-        await server.start()
-        self._server = server
+        credentials = None
+        if self.tls_mode != "disabled":
+            cert, key, made = await asyncio.to_thread(load_or_make, self.cert_path, self.key_path, self.cert_hosts)
+            if made:
+                log.info("gRPC TLS: a self-signed certificate made at start (set tlsServerCertPath/KeyPath for yours)")
+            credentials = grpc.ssl_server_credentials([(key, cert)])
+        if self.tls_mode == "permissive":
+            plain = server.add_insecure_port("127.0.0.1:0")
+            secure = server.add_secure_port("127.0.0.1:0", credentials)
+            await server.start()
+            self._server = server
+            self._switch = TlsSwitch(self.host, self.port, tls_port=secure, plain_port=plain)
+            self.port = await self._switch.start()
+            self.service.peer_of = self._switch.peer_of
+        else:
+            address = f"{self.host}:{self.port}"
+            bound = (server.add_insecure_port(address) if credentials is None
+                     else server.add_secure_port(address, credentials))
+            if bound == 0:
+                raise OSError(f"gRPC port {address} could not be bound")
+            self.port = bound
+            await server.start()
+            self._server = server
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._announce_loop(), name="grpc-announce"),
                        loop.create_task(self._expire_loop(), name="grpc-client-expiry")]
-        log.info("gRPC endpoint (RocketMQ 5 clients) listening on %s:%d", self.host, self.port)
+        log.info("gRPC endpoint (RocketMQ 5 clients) listening on %s:%d, TLS %s", self.host, self.port,
+                 {"permissive": "and plaintext", "disabled": "off", "enforcing": "only"}[self.tls_mode])
 
     async def wait_announced(self, timeout: float) -> bool:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -78,6 +108,9 @@ class GrpcEndpoint:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self._switch is not None:
+            await self._switch.stop()
+            self._switch = None
         if self._server is not None:
             # held ReceiveMessage calls get their grace second; then the listener closes
             await self._server.stop(grace=1.0)

@@ -30,6 +30,8 @@ from ferrymq.common.message import SysFlag
 from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.common.protocol import BrokerData, QueueData, TopicRouteData
 from ferrymq.common.validators import validate_topic
+from ferrymq.acl.plain_acl import Perm as AclPerm
+from ferrymq.grpc.auth import GrpcAuth
 from ferrymq.grpc.clients import GrpcClients
 from ferrymq.grpc.messages import GRPC_PRODUCER_GROUP, MessageRefused, duration_ms, incoming, outgoing, to_timestamp
 from ferrymq.grpc.protocol import Code, pb, rpc, spb, status
@@ -87,11 +89,15 @@ class Peer:
     attributes: dict
 
     @classmethod
-    def of(cls, context: grpc.aio.ServicerContext) -> "Peer":
+    def of(cls, context: grpc.aio.ServicerContext,
+           relayed: Callable[[int], tuple[str, int] | None] = lambda port: None) -> "Peer":
+        """``relayed``: the real client behind a connection the TLS switch relays (by its port)."""
         peer = context.peer() or ""  # "ipv4:127.0.0.1:5555", "ipv6:[::1]:5555"
         _, _, rest = peer.partition(":")
-        host, _, port = rest.rpartition(":")
-        return cls((host.strip("[]") or "0.0.0.0", int(port) if port.isdigit() else 0), {})
+        host, _, port_text = rest.rpartition(":")
+        port = int(port_text) if port_text.isdigit() else 0
+        real = relayed(port) if port else None
+        return cls(real or (host.strip("[]") or "0.0.0.0", port), {})
 
 
 def metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
@@ -102,7 +108,7 @@ class MessagingService(rpc.MessagingServiceServicer):
     def __init__(self, *, config: BrokerConfig, store_config: StoreConfig, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, send: SendHandler, transactions: TransactionService,
                  retry: RetryService, pop: PopLike | None, directory: RouteDirectory, clients: GrpcClients,
-                 is_fifo_group: Callable[[str], bool]) -> None:
+                 is_fifo_group: Callable[[str], bool], auth: GrpcAuth | None = None) -> None:
         self.config = config
         self.store_config = store_config
         self.topics = topics
@@ -114,8 +120,21 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.directory = directory
         self.clients = clients
         self.is_fifo_group = is_fifo_group
+        self.auth = auth  # None: ACL off
         self.levels_ms = store_config.delay_level_millis()
         self._delivered: OrderedDict[str, int] = OrderedDict()
+        # set by the endpoint when a TLS switch relays connections: loopback port -> real client
+        self.peer_of: Callable[[int], tuple[str, int] | None] = lambda port: None
+
+    # ------------------------------------------------------------------ access
+
+    def _denied(self, context, *, topic: str = "", perm: AclPerm = AclPerm.SUB, group: str = "") -> pb.Status | None:
+        """With ACL on, the Status refusing this call (UNAUTHORIZED / FORBIDDEN), else None."""
+        if self.auth is None:
+            return None
+        host = Peer.of(context, self.peer_of).remote_address[0]
+        refusal = self.auth.check(metadata(context), host, topics={topic: perm} if topic else None, group=group)
+        return None if refusal is None else status(refusal.code, refusal.message)
 
     # ------------------------------------------------------------------ routes
 
@@ -133,6 +152,9 @@ class MessagingService(rpc.MessagingServiceServicer):
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context) -> spb.QueryRouteResponse:
         topic = request.topic.name
+        denied = self._denied(context)
+        if denied:
+            return spb.QueryRouteResponse(status=denied)
         try:
             route = await self._route(topic)
         except RouteUnavailable as exc:
@@ -147,6 +169,9 @@ class MessagingService(rpc.MessagingServiceServicer):
 
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context) -> spb.QueryAssignmentResponse:
         topic, group = request.topic.name, request.group.name
+        denied = self._denied(context, topic=topic, group=group)
+        if denied:
+            return spb.QueryAssignmentResponse(status=denied)
         try:
             route = await self._route(topic)
         except RouteUnavailable as exc:
@@ -162,23 +187,34 @@ class MessagingService(rpc.MessagingServiceServicer):
         md = metadata(context)
         client_id = md.get("x-mq-client-id", "")
         if client_id:
+            host, port = Peer.of(context, self.peer_of).remote_address
             self.clients.seen(client_id, client_type=client_type, group=group, language=md.get("x-mq-language", ""),
-                              remote=context.peer() or "")
+                              remote=f"{host}:{port}")
         return client_id
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context) -> spb.HeartbeatResponse:
         if not metadata(context).get("x-mq-client-id"):
             return spb.HeartbeatResponse(status=status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id header is missing"))
+        denied = self._denied(context, group=request.group.name)
+        if denied:
+            return spb.HeartbeatResponse(status=denied)
         self._client(context, pb.ClientType.Name(request.client_type), request.group.name)
         return spb.HeartbeatResponse(status=status())
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
                                       context) -> spb.NotifyClientTerminationResponse:
+        denied = self._denied(context)
+        if denied:
+            return spb.NotifyClientTerminationResponse(status=denied)
         client_id = metadata(context).get("x-mq-client-id", "")
         self.clients.gone(client_id)
         return spb.NotifyClientTerminationResponse(status=status())
 
     async def Telemetry(self, request_iterator, context) -> AsyncIterator[spb.TelemetryCommand]:
+        denied = self._denied(context)
+        if denied:
+            yield spb.TelemetryCommand(status=denied)
+            return
         async for command in request_iterator:
             kind = command.WhichOneof("command")
             if kind == "settings":
@@ -233,12 +269,18 @@ class MessagingService(rpc.MessagingServiceServicer):
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no message to send"))
         if len({m.topic.name for m in request.messages}) > 1:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "messages of one request must share a topic"))
-        peer = Peer.of(context)
+        denied = self._denied(context, topic=request.messages[0].topic.name, perm=AclPerm.PUB)
+        if denied:
+            return spb.SendMessageResponse(status=denied)
+        peer = Peer.of(context, self.peer_of)
         entries = [await self._send_one(m, peer) for m in request.messages]
         failed = next((e.status for e in entries if e.status.code != Code.OK), None)
         return spb.SendMessageResponse(status=failed or status(), entries=entries)
 
     async def EndTransaction(self, request: spb.EndTransactionRequest, context) -> spb.EndTransactionResponse:
+        denied = self._denied(context, topic=request.topic.name, perm=AclPerm.PUB)
+        if denied:
+            return spb.EndTransactionResponse(status=denied)
         try:
             commit_log_hex, queue_hex, _ = request.transaction_id.split(".", 2)
             commit_log_offset, queue_offset = int(commit_log_hex, 16), int(queue_hex, 16)
@@ -274,6 +316,10 @@ class MessagingService(rpc.MessagingServiceServicer):
         group, topic = request.group.name, request.message_queue.topic.name
         if not group:
             yield spb.ReceiveMessageResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP, "consumer group is missing"))
+            return
+        denied = self._denied(context, topic=topic, group=group)
+        if denied:
+            yield spb.ReceiveMessageResponse(status=denied)
             return
         expression = request.filter_expression
         kind = "SQL92" if expression.type == pb.FilterType.SQL else "TAG"
@@ -335,6 +381,9 @@ class MessagingService(rpc.MessagingServiceServicer):
         if not request.entries:
             return spb.AckMessageResponse(status=status(Code.BAD_REQUEST, "no entry to acknowledge"))
         group, topic = request.group.name, request.topic.name
+        denied = self._denied(context, topic=topic, group=group)
+        if denied:
+            return spb.AckMessageResponse(status=denied)
         results = []
         for entry in request.entries:
             outcome = await self.pop.ack(group=group, topic=topic, receipt_handle=entry.receipt_handle)
@@ -351,6 +400,9 @@ class MessagingService(rpc.MessagingServiceServicer):
         if self.pop is None:
             return spb.ChangeInvisibleDurationResponse(status=status(Code.NOT_IMPLEMENTED,
                                                                      "POP consumption is not available"))
+        denied = self._denied(context, topic=request.topic.name, group=request.group.name)
+        if denied:
+            return spb.ChangeInvisibleDurationResponse(status=denied)
         invisible_ms = duration_ms(request.invisible_duration)
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
             return spb.ChangeInvisibleDurationResponse(status=status(Code.ILLEGAL_INVISIBLE_TIME,
@@ -370,6 +422,9 @@ class MessagingService(rpc.MessagingServiceServicer):
         reply = spb.ForwardMessageToDeadLetterQueueResponse
         if self.pop is None:
             return reply(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
+        denied = self._denied(context, topic=request.topic.name, group=request.group.name)
+        if denied:
+            return reply(status=denied)
         offset = self._delivered.get(request.receipt_handle)
         if offset is None:
             return reply(status=status(Code.INVALID_RECEIPT_HANDLE, "receipt handle unknown here (not delivered "

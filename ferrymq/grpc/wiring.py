@@ -37,7 +37,9 @@ def check_grpc(config: "BrokerConfig") -> bool:
 def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics: "TopicConfigManager",
                   groups: "SubscriptionGroupManager", send: Callable, transactions: "TransactionService",
                   retry: "RetryService", pop: Any, namesrv_client: "RemotingClient",
-                  remoting_address: Callable[[], str]) -> "GrpcEndpoint":
+                  remoting_address: Callable[[], str], acl_config: Callable | None = None) -> "GrpcEndpoint":
+    """``acl_config``: the broker's current plain ACL when ``aclEnable`` (None: no checks)."""
+    from ferrymq.grpc.auth import GrpcAuth
     from ferrymq.grpc.clients import GrpcClients
     from ferrymq.grpc.endpoint import GrpcEndpoint
     from ferrymq.grpc.routes import RouteDirectory
@@ -53,8 +55,10 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
 
     service = MessagingService(config=config, store_config=store_config, topics=topics, groups=groups, send=send,
                                transactions=transactions, retry=retry, pop=pop, directory=directory, clients=clients,
-                               is_fifo_group=is_fifo_group)
+                               is_fifo_group=is_fifo_group, auth=GrpcAuth(acl_config) if acl_config else None)
     endpoint = GrpcEndpoint(service, directory, clients, host=config.listen_host, port=config.grpc_listen_port,
                             max_message_bytes=config.max_frame_size,
-                            client_expiry_ms=lambda: config.channel_expired_timeout)
+                            client_expiry_ms=lambda: config.channel_expired_timeout, tls_mode=config.grpc_tls_mode,
+                            cert_path=config.tls_server_cert_path, key_path=config.tls_server_key_path,
+                            cert_hosts=(config.advertised_host(), config.listen_host))
     return endpoint

@@ -146,3 +146,38 @@ def test_remoting_producer_and_grpc_consumer_see_the_same_messages(broker):
         return seen
 
     assert asyncio.run(pull_4x()) == {**remoting_ids, **grpc_sent}
+
+
+ACL = """
+accounts:
+  - accessKey: j5writer
+    secretKey: j5writer-secret
+    defaultTopicPerm: PUB|SUB
+    defaultGroupPerm: SUB
+"""
+
+
+@pytest.fixture(scope="module")
+def acl_broker(tmp_path_factory):
+    require(ensure_java5_classes)
+    work = tmp_path_factory.mktemp("grpc-java-acl")
+    (work / "plain_acl.yml").write_text(ACL)
+    server, endpoint = grpc_standalone(work / "store", "aclEnable=true", f"aclFile={work / 'plain_acl.yml'}")
+    try:
+        yield server, endpoint
+    finally:
+        code = server.stop()
+        assert code == 0, f"standalone did not shut down cleanly ({code}):\n{server.log()}"
+
+
+def test_tls_by_default_and_acl_credentials(acl_broker):
+    """The Java client's defaults: TLS (any certificate accepted); its credentials signed per call."""
+    _, endpoint = acl_broker
+    topic, group = names("J5Acl")
+    keys = {"ak": "j5writer", "sk": "j5writer-secret", "ssl": "true"}
+    sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=5, **keys)
+    got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=5, timeoutMs=30000, **keys)
+    assert {e["id"] for e in received(got)} == {e["id"] for e in sent.of("sent")}
+    refused = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=1, ak="j5writer", sk="wrong-secret",
+                            ssl="true", check=False, timeout=90)
+    assert refused.returncode != 0 and refused.of("sent") == []
