@@ -20,7 +20,7 @@ def _when(ms: int) -> str:
 async def run_group_create(args: argparse.Namespace) -> int:
     settings = dict(consume_enable=not args.disabled, retry_max_times=args.retry_max_times,
                     retry_queue_nums=args.retry_queues, consume_broadcast_enable=not args.no_broadcast,
-                    consume_from_min_enable=not args.no_from_min)
+                    consume_from_min_enable=not args.no_from_min, consume_message_orderly=args.fifo)
     async with AdminClient(config=client_config(args)) as admin:
         addrs = await admin.create_group(args.group, cluster=args.cluster, broker_addr=args.broker, **settings)
     if args.json:
@@ -131,6 +131,8 @@ def register_admin(admin: argparse._SubParsersAction) -> None:
     p.add_argument("--disabled", action="store_true", help="create with consumption disabled")
     p.add_argument("--no-broadcast", action="store_true", help="refuse broadcasting consumers")
     p.add_argument("--no-from-min", action="store_true", help="consumeFromMinEnable=false")
+    p.add_argument("--fifo", action="store_true",
+                   help="a FIFO group (consumeMessageOrderly): POP consumers get a queue's messages in order")
     p.add_argument("-c", "--cluster", help="on every master of this cluster (default: all brokers)")
     p.add_argument("-b", "--broker", help="on this broker address only")
     p.set_defaults(run=run_group_create)

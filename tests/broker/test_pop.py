@@ -445,3 +445,14 @@ async def test_deadline_heap_does_not_keep_acked_messages(cluster, monkeypatch):
     more = await receive_all(pop, "heap-g", "PopHeap", 100, invisible_ms=3_600_000)
     assert len(more) == 100
     assert pop.scheduled_deadlines < 250, "rebuilt from the live entries (110), not one entry per delivery (500)"
+
+
+async def test_admin_group_create_fifo(cluster):
+    ns = cluster.namesrv_addr
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "ferrymq.cli.main", "admin", "group", "create",
+                                                "cli-fifo-g", "--fifo", "-n", ns, "--json", cwd=REPO,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out)["consume_message_orderly"] is True
+    assert cluster.broker.groups.get("cli-fifo-g").consume_message_orderly
