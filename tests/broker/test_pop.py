@@ -70,7 +70,8 @@ async def test_receive_ack_and_progress(cluster):
     ns, pop = cluster.namesrv_addr, cluster.broker.pop
     await create_topic(ns, "PopBasic", 4)
     sent = await produce(ns, "PopBasic", 20)
-    got = await receive_all(pop, "pop-g", "PopBasic", 20)
+    got = await receive_all(pop, "pop-g", "PopBasic", 20, client_id="client-a@host")
+    assert pop.clients("pop-g") == {"client-a@host": "PopBasic"}
     assert sorted(keys_of(got)) == sorted(f"k-{i}" for i in range(20)), "every message once"
     assert {p.message.queue_id for p in got} == {0, 1, 2, 3}, "from every queue"
     assert all(p.delivery_attempt == 1 and p.message.reconsume_times == 0 for p in got)

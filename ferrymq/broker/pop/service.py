@@ -133,6 +133,7 @@ class PopService:
         self._rr: dict[tuple[str, str], int] = defaultdict(int)
         self._last_receive: dict[tuple[str, str], float] = {}
         self._receiving: dict[tuple[str, str], int] = defaultdict(int)
+        self._clients: dict[str, dict[str, tuple[str, float]]] = defaultdict(dict)  # group -> client -> (topic, when)
         self._loaded = False
         self._closed = False
 
@@ -231,6 +232,8 @@ class PopService:
         wants = None if message_filter is None or message_filter.passes_all else message_filter.wants
         key = (group, topic)
         self.counters.receives += 1
+        if client_id:
+            self._clients[group][client_id] = (topic, time.monotonic())
         self._receiving[key] += 1
         deadline = time.monotonic() + poll_ms / 1000
         loop = asyncio.get_running_loop()
@@ -618,6 +621,15 @@ class PopService:
         return (f"consumer group [{group}] consumes topic [{topic}] by POP (receives within the last "
                 f"{POP_ACTIVE_SECONDS:.0f} s or messages in flight): a group's queues are consumed by POP or by "
                 f"classic consumers, not both")
+
+    def clients(self, group: str, within_seconds: float = POP_ACTIVE_SECONDS * 4) -> dict[str, str]:
+        """POP clients of ``group`` that received within ``within_seconds``: client id -> the
+        topic of its last receive (for admin views: POP clients send no heartbeats here)."""
+        now = time.monotonic()
+        seen = self._clients.get(group, {})
+        for client in [c for c, (_, when) in seen.items() if now - when > within_seconds]:
+            del seen[client]
+        return {client: topic for client, (topic, _) in sorted(seen.items())}
 
     def lag(self, group: str, topic: str) -> dict:
         """Per queue id: messages not yet received, in flight (invisible), visible again
