@@ -535,7 +535,13 @@ class PopService:
                 if e.attempt >= max_attempts:
                     async with st.lock:
                         if st.inflight.get(offset) is e and e.seq == seq:
-                            await self._dead_letter(key, st, e)
+                            try:
+                                await self._dead_letter(key, st, e)
+                            except Exception:  # a store or journal failure must not end the revive task
+                                log.exception("pop: moving %s/%d@%d of group %s to its DLQ failed; trying again later",
+                                              key[1], key[2], offset, key[0])
+                                e.deadline_ms = now_ms() + DLQ_RETRY_MS
+                                self._schedule_revive(key, e)
             for topic in due_topics:
                 self._wake(topic)
             self._revive_changed.clear()
