@@ -86,3 +86,17 @@ async def test_broker_compacts_its_journal_and_restarts_from_it(tmp_path):
         assert r.messages == []
     finally:
         await cluster.stop()
+
+
+@pytest.mark.integration
+async def test_a_record_the_broker_cannot_apply_does_not_stop_it(tmp_path):
+    pop_dir = tmp_path / "store" / "pop"
+    pop_dir.mkdir(parents=True)
+    (pop_dir / "journal").write_bytes(encode({"k": "P", "g": "g"}) + encode({"k": "X", "g": "g", "t": "t", "q": 0}))
+    cluster = InProcessCluster(tmp_path / "store")
+    await cluster.start()
+    try:
+        assert cluster.broker.pop.lag("g", "t") == {}
+        assert await PopJournal(pop_dir).load() == [], "compacted to the (empty) state at load"
+    finally:
+        await cluster.stop()

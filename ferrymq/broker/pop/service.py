@@ -18,7 +18,7 @@ State per (group, topic, queue) lives in memory (pop/state.py) and every change 
 an append-only journal (pop/journal.py) that rebuilds it after a restart or a crash: acks are
 fsynced before they are answered, so no acked message comes again and every unacked one does.
 The group's consume offset (its first unacknowledged message) goes to the broker's consumer
-offset table, so ``admin group progress``, /metrics and protection see POP groups' lag.
+offset table, so ``admin group progress`` and /metrics show POP groups' lag.
 
 A group and topic consumed by POP is not pulled by classic consumers at the same time: a POP
 receive is refused while classic (PULL/PUSH) consumers of the group are online for the topic,
@@ -149,7 +149,10 @@ class PopService:
             log.info("pop: a slave keeps no POP state; %d journal records of an earlier role dropped", len(records))
             records = []
         for record in records:
-            self._apply(record)
+            try:
+                self._apply(record)
+            except (KeyError, TypeError, ValueError) as exc:  # a record this version does not know
+                log.warning("pop journal: skipping a record it cannot apply (%r): %s", exc, record)
         for key, st in list(self._queues.items()):
             _, topic, queue_id = key
             max_offset = self.ctx.store.max_offset(topic, queue_id)
@@ -196,7 +199,7 @@ class PopService:
             st = self._queues.get(key)
             if st is None:
                 st = self._add_state(key, QueueState(int(record["n"])))
-            st.next_offset = max(st.next_offset, int(record["n"]))
+            st.next_offset = int(record["n"])
             for values in record.get("m", ()):
                 e = InFlight.from_list(values)
                 st.inflight[e.offset] = e
