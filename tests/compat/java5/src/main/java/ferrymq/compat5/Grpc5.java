@@ -99,6 +99,9 @@ public final class Grpc5 {
 
     private static int produce(ClientServiceProvider provider, ClientConfiguration cc, Map<String, String> a,
                                boolean bench) throws Exception {
+        if (bench) {
+            return benchProduce(provider, cc, a);
+        }
         String topic = a.get("topic");
         int count = Integer.parseInt(a.get("count"));
         String kind = a.getOrDefault("kind", "normal");
@@ -143,6 +146,45 @@ public final class Grpc5 {
         return failed == 0 ? 0 : 1;
     }
 
+    /** N threads sharing one producer, each sending sync; only the final rate is printed. */
+    private static int benchProduce(ClientServiceProvider provider, ClientConfiguration cc, Map<String, String> a)
+        throws Exception {
+        String topic = a.get("topic");
+        int count = Integer.parseInt(a.get("count"));
+        int threads = Integer.parseInt(a.getOrDefault("threads", "1"));
+        byte[] body = new byte[Integer.parseInt(a.getOrDefault("size", "1024"))];
+        int warmup = Integer.parseInt(a.getOrDefault("warmup", "1000"));
+        Producer producer = provider.newProducerBuilder().setClientConfiguration(cc).setTopics(topic).build();
+        AtomicInteger failed = new AtomicInteger();
+        AtomicInteger next = new AtomicInteger();
+        for (int i = 0; i < warmup; i++) {
+            producer.send(provider.newMessageBuilder().setTopic(topic).setBody(body).build());
+        }
+        long t0 = System.nanoTime();
+        List<Thread> workers = new ArrayList<>();
+        for (int t = 0; t < threads; t++) {
+            Thread w = new Thread(() -> {
+                while (next.getAndIncrement() < count) {
+                    try {
+                        producer.send(provider.newMessageBuilder().setTopic(topic).setBody(body).build());
+                    } catch (Exception e) {
+                        failed.incrementAndGet();
+                    }
+                }
+            });
+            w.start();
+            workers.add(w);
+        }
+        for (Thread w : workers) {
+            w.join();
+        }
+        double secs = (System.nanoTime() - t0) / 1e9;
+        producer.close();
+        event("done", "sent", count - failed.get(), "failed", failed.get(), "seconds", secs,
+            "rate", (count - failed.get()) / secs, "warmup", warmup);
+        return failed.get() == 0 ? 0 : 1;
+    }
+
     private static Map<String, FilterExpression> subscription(Map<String, String> a) {
         return Collections.singletonMap(a.get("topic"),
             new FilterExpression(a.getOrDefault("tags", "*"), FilterExpressionType.TAG));
@@ -185,14 +227,20 @@ public final class Grpc5 {
                     Thread.sleep(200);
                     continue;
                 }
+                List<java.util.concurrent.CompletableFuture<Void>> acks = new ArrayList<>();
                 for (MessageView mv : views) {
                     got++;
                     if (!bench) {
                         received(mv, "simple");
                     }
-                    if (ack) {
+                    if (ack && bench) {
+                        acks.add(consumer.ackAsync(mv));
+                    } else if (ack) {
                         consumer.ack(mv);
                     }
+                }
+                for (java.util.concurrent.CompletableFuture<Void> f : acks) {
+                    f.join();
                 }
             }
         } finally {
