@@ -277,3 +277,22 @@ async def test_calls_ferrymq_does_not_serve_are_refused_in_the_status(cluster, s
     assert r.status.code == Code.NOT_IMPLEMENTED
     h = await stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.ClientType.PRODUCER), timeout=5)
     assert h.status.code == Code.CLIENT_ID_REQUIRED
+
+
+async def test_broker_stops_promptly_with_a_receive_held(tmp_path):
+    c = await InProcessCluster(tmp_path, settings={"grpcListenPort": 0}).start()
+    topic = f"Stop_{uuid.uuid4().hex[:6]}"
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{c.broker.grpc.port}") as channel:
+        stub = rpc.MessagingServiceStub(channel)
+        await send(stub, message(topic))
+        assert len(bodies(await receive(stub, topic, "StopGroup"))) == 1
+        held = asyncio.ensure_future(receive(stub, topic, "StopGroup", poll_ms=60_000))
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        await c.stop()
+        assert time.monotonic() - started < 10, "a held receive must not keep the broker from stopping"
+        try:
+            answer = await asyncio.wait_for(held, 10)
+            assert [r.status.code for r in answer] == [Code.MESSAGE_NOT_FOUND]
+        except grpc.aio.AioRpcError as exc:  # or the connection ended with the server
+            assert exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)

@@ -1,0 +1,77 @@
+"""Message conversion between the v2 protocol and the store: delay levels, type checks,
+digests, and the Python client's delivery time in milliseconds."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from ferrymq.common.message import MessageExt, Prop, decode_properties
+from ferrymq.grpc.messages import (SHARDING_KEY, MessageRefused, delay_level_for, incoming, message_type_of, outgoing,
+                                   timestamp_ms)
+from ferrymq.grpc.protocol import Code, pb
+
+LEVELS = [1000, 5000, 10000, 30000, 60000]  # 1s 5s 10s 30s 1m
+
+
+def msg(**system) -> pb.Message:
+    system.setdefault("message_id", "ID1")
+    return pb.Message(topic=pb.Resource(name="T"), body=b"b", system_properties=pb.SystemProperties(**system))
+
+
+def test_a_delivery_time_maps_to_the_first_level_not_shorter():
+    assert delay_level_for(1, LEVELS) == 1
+    assert delay_level_for(1000, LEVELS) == 1
+    assert delay_level_for(1001, LEVELS) == 2
+    assert delay_level_for(59_000, LEVELS) == 5
+    with pytest.raises(MessageRefused) as refused:
+        delay_level_for(60_001, LEVELS)
+    assert refused.value.code == Code.ILLEGAL_DELIVERY_TIME
+
+
+def test_delivery_time_in_the_past_is_sent_at_once_and_in_the_future_delayed():
+    now = 1_700_000_000_000
+    past = outgoing(msg(delivery_timestamp=Timestamp(seconds=now // 1000 - 5)), queue_id=-1, levels_ms=LEVELS,
+                    now_ms=now)
+    assert Prop.DELAY not in decode_properties(past.header.properties)
+    future = outgoing(msg(delivery_timestamp=Timestamp(seconds=now // 1000 + 7)), queue_id=-1, levels_ms=LEVELS,
+                      now_ms=now)
+    assert decode_properties(future.header.properties)[Prop.DELAY] == "3"
+    assert future.message_type == pb.MessageType.DELAY
+
+
+def test_python_clients_milliseconds_in_the_seconds_field_are_read_as_milliseconds():
+    assert timestamp_ms(Timestamp(seconds=1_700_000_000)) == 1_700_000_000_000
+    assert timestamp_ms(Timestamp(seconds=1_700_000_000_123)) == 1_700_000_000_123
+
+
+def test_message_type_follows_what_the_message_carries():
+    assert message_type_of(msg()) == pb.MessageType.NORMAL
+    assert message_type_of(msg(message_group="g")) == pb.MessageType.FIFO
+    assert message_type_of(msg(message_type=pb.MessageType.TRANSACTION)) == pb.MessageType.TRANSACTION
+    for bad in (msg(message_group="g", message_type=pb.MessageType.NORMAL),
+                msg(message_type=pb.MessageType.FIFO),
+                msg(message_group="g", message_type=pb.MessageType.TRANSACTION)):
+        with pytest.raises(MessageRefused) as refused:
+            message_type_of(bad)
+        assert refused.value.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+
+
+def test_fifo_message_keeps_its_group_and_comes_back_as_fifo():
+    out = outgoing(msg(message_group="orders-7", tag="T1", keys=["a", "b"]), queue_id=3, levels_ms=LEVELS)
+    props = decode_properties(out.header.properties)
+    assert props[SHARDING_KEY] == "orders-7" and props[Prop.TAGS] == "T1" and props[Prop.KEYS] == "a b"
+    assert props[Prop.UNIQ_KEY] == "ID1" and out.header.queue_id == 3
+    stored = MessageExt(topic="T", body=b"b", properties=props, queue_id=3, queue_offset=9)
+    back = incoming(stored, topic="T", receipt_handle="h", delivery_attempt=2, invisible_ms=5000)
+    assert back.system_properties.message_group == "orders-7"
+    assert back.system_properties.message_type == pb.MessageType.FIFO
+    assert back.system_properties.message_id == "ID1" and list(back.system_properties.keys) == ["a", "b"]
+    assert back.system_properties.delivery_attempt == 2 and back.system_properties.queue_offset == 9
+    assert dict(back.user_properties) == {}
+
+
+def test_a_retried_message_shows_its_original_topic():
+    stored = MessageExt(topic="%RETRY%G", body=b"b", properties={Prop.RETRY_TOPIC: "Orders", "k": "v"})
+    back = incoming(stored, topic="%RETRY%G", receipt_handle="h", delivery_attempt=3, invisible_ms=1000)
+    assert back.topic.name == "Orders" and dict(back.user_properties) == {"k": "v"}
