@@ -120,7 +120,7 @@ class Broker:
         self.demoted = asyncio.Event()  # controller mode: replaced as master, the process should stop
         self._master_services = False
         if self.replication.failover is not None:
-            self.replication.failover.on_lead = self._start_master_services
+            self.replication.failover.on_lead = self._take_up_mastership
             self.replication.failover.on_role_change = self._register_wanted.set
             self.replication.failover.on_demoted = lambda _reason: self.demoted.set()
         self._register_processors()
@@ -228,6 +228,13 @@ class Broker:
             self.spawn(self._registration_loop(), "namesrv-registration")
         else:
             log.warning("no name server address (namesrvAddr); clients can reach this broker only directly")
+
+    def _take_up_mastership(self) -> None:
+        """Controller mode, this broker just became master: a topic whose config the slave had not
+        copied yet (SlaveSynchronize runs every slaveSynchronizeInterval) but whose queues it holds is
+        declared from the store, so its route survives the registration as master."""
+        self._repair_topics_from_store()
+        self._start_master_services()
 
     def _start_master_services(self) -> None:
         """Delay levels and transaction checks put messages: a master's work (once a slave is

@@ -292,8 +292,9 @@ class Producer:
                     self.faults.record(mq.broker_name, 0.0, failed=True)
                     if queue is not None:  # the same broker again: give it a moment
                         await asyncio.sleep(min(BUSY_BACKOFF * 2 ** attempt, max(0.0, deadline - time.monotonic())))
-                if response.code == ResponseCode.NO_PERMISSION:
-                    # A read-only (draining) broker: its route has changed, learn it now.
+                if response.code in (ResponseCode.NO_PERMISSION, ResponseCode.SERVICE_NOT_AVAILABLE):
+                    # A read-only (draining) broker, or one that takes no sends now (a slave, a master
+                    # replaced by failover): its route has changed or is about to, learn it now.
                     self.instance.schedule_route_refresh(topic)
                 if response.code == ResponseCode.TOPIC_NOT_EXIST:
                     self.instance.routes.pop(topic, None)

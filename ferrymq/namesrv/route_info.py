@@ -54,8 +54,11 @@ class RouteInfo:
         for bid, addr in list(broker.broker_addrs.items()):
             if addr == broker_addr and bid != broker_id:
                 del broker.broker_addrs[bid]
-        first = first or broker.broker_addrs.get(broker_id) != broker_addr
+        previous = broker.broker_addrs.get(broker_id)
+        first = first or previous != broker_addr
         broker.broker_addrs[broker_id] = broker_addr
+        if previous is not None and previous != broker_addr:  # a failover, or a pod at a new address
+            log.info("broker %s id %d is now %s (was %s)", broker_name, broker_id, broker_addr, previous)
 
         live = self.broker_live_table.get(broker_addr)
         if topics is not None and broker_id == MASTER_ID:

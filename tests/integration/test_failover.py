@@ -308,3 +308,69 @@ def test_random_kill_9_with_failover_on_loses_nothing_acknowledged(group):
         assert commit_log_range(p.slave_dir, phys, phys + size) == record
     print(f"{KILLS} kills, {len(state['history']) - 1} failovers (epoch {state['epoch']}), {len(acked)} acknowledged "
           f"messages all on both brokers")
+
+
+def test_a_master_cut_off_from_the_controller_stops_taking_sends_and_steps_down(group):
+    """The master loses the controller (a proxy that stops forwarding) but not its slave nor its
+    clients: it refuses sends once its lease runs out, the controller promotes the slave, and no
+    two masters acknowledge at once. When the link is back the controller tells the old master
+    it was replaced: it stops (exit code 3); restarted, it rejoins as a slave. Everything ever
+    acknowledged is on the new master."""
+    p = group(["syncFlushTimeout=2000"])
+
+    async def scenario():
+        from tests.replication_support import TcpProxy
+        proxy = await TcpProxy(p.controller).start()
+        try:
+            await asyncio.to_thread(p.start_master, f"controllerAddr={proxy.address}")
+            await asyncio.to_thread(p.start_slave)
+            await create_topic(p.namesrv)
+            producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
+            await producer.start()
+            acked: list = []
+            acked_during: list[bytes] = []
+            try:
+                await wait_until(lambda: send_ok(producer), 30, "the slave replicating")
+                acked += await send_all(producer, 100, "before")
+                assert {r.status for r in acked} == {SendStatus.SEND_OK}
+
+                proxy.cut()
+                refused = None
+                deadline = time.monotonic() + 30
+                during = iter(range(10**6))
+                while refused is None and time.monotonic() < deadline:  # each send answered or refused
+                    body = f"during-{next(during)}".encode()
+                    try:
+                        r = await producer.send(Message(TOPIC, body))
+                        if r.status is SendStatus.SEND_OK:
+                            acked.append(r)
+                            acked_during.append(body)
+                    except MQClientError as exc:
+                        if "lost the controller" in str(exc) or "another broker is master" in str(exc):
+                            refused = str(exc)
+                assert refused, "the cut-off master kept taking sends"
+                await wait_until(lambda: master_of_epoch(p, 2, 1), 30, "broker 1 master of epoch 2")
+                await wait_until(lambda: stored(producer), 30, "sends reaching the new master")
+
+                proxy.restore()
+                code = await asyncio.to_thread(p.processes["master"].proc.wait, 30)
+                assert code == 3 and "replaced as master" in p.processes["master"].log()
+                await asyncio.to_thread(p.start_master, f"controllerAddr={proxy.address}")
+                await wait_until(lambda: acting(p, 0, "SLAVE", 2), 30, "the old master following as a slave")
+                await wait_until(lambda: send_ok(producer), 30, "SYNC sends acknowledged again")
+                acked += await send_all(producer, 100, "after")
+                on_master = await bodies_on_master(p.namesrv)
+            finally:
+                await producer.close()
+        finally:
+            await proxy.stop()
+        return acked, acked_during, on_master
+
+    acked, acked_during, on_master = asyncio.run(scenario())
+    assert {r.status for r in acked} == {SendStatus.SEND_OK}
+    assert sum(b.startswith(b"before-") for b in on_master) == 100
+    assert sum(b.startswith(b"after-") for b in on_master) == 100
+    # Acknowledged during the cut (by the old master before its lease ran out): on the new one.
+    assert set(acked_during) <= on_master
+    end = max(decode_offset_msg_id(r.offset_msg_id)[2] for r in acked) + 1
+    assert commit_log_range(p.master_dir, 0, end) == commit_log_range(p.slave_dir, 0, end)

@@ -78,13 +78,17 @@ class FailoverAgent:
     async def run(self) -> None:
         await asyncio.to_thread(self.epochs.load)
         self.epoch = self.epochs.last_epoch
-        while True:
-            sent = time.monotonic()
-            answer = await self._heartbeat()
-            if answer is not None:
-                await self._apply(answer, sent)
-            self._check_lease()
-            await asyncio.sleep(self.interval_s)
+        lease = asyncio.ensure_future(self._watch_lease())
+        try:
+            while True:
+                sent = time.monotonic()
+                answer = await self._heartbeat()
+                if answer is not None:
+                    await self._apply(answer, sent)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            lease.cancel()
+            await asyncio.gather(lease, return_exceptions=True)
 
     async def _heartbeat(self) -> RemotingCommand | None:
         cfg = self.config
@@ -202,11 +206,25 @@ class FailoverAgent:
         if self.on_demoted is not None:
             self.on_demoted(f"replaced as master (epoch {epoch})")
 
-    def _check_lease(self) -> None:
-        if self.acting != MASTER or self._fenced or not self.failover_timeout_ms:
-            return
-        lease = max(self.failover_timeout_ms / 1000 - self.interval_s, self.failover_timeout_ms / 2000)
-        if time.monotonic() - self._last_ok_sent > lease:
-            self._fenced = True
-            self.replication.fence(FENCED_REFUSAL)
-            log.error("no answer from the controller for %.1f s: taking no sends until it answers", lease)
+    def _lease_s(self) -> float:
+        """How long a master goes on taking sends after the last heartbeat the controller answered
+        was sent: less than the failover timeout by one heartbeat interval, so it has stopped
+        before the controller (which counts from when it received that heartbeat) may elect."""
+        timeout = self.failover_timeout_ms / 1000
+        return max(timeout - self.interval_s, timeout / 2)
+
+    async def _watch_lease(self) -> None:
+        """Fence the master the moment its lease runs out (not at the next heartbeat round, which
+        may be held up by a controller that does not answer)."""
+        while True:
+            if self.acting == MASTER and not self._fenced and self.failover_timeout_ms:
+                left = self._last_ok_sent + self._lease_s() - time.monotonic()
+                if left <= 0:
+                    self._fenced = True
+                    self.replication.fence(FENCED_REFUSAL)
+                    log.error("no answer from the controller for %.1f s: taking no sends until it answers",
+                              self._lease_s())
+                    continue
+                await asyncio.sleep(min(left, self.interval_s))
+            else:
+                await asyncio.sleep(self.interval_s)
