@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import time
+import urllib.request
 
 import pytest
 
@@ -29,7 +31,7 @@ from ferrymq.remoting.errors import RemotingError
 from tests.failover_support import GROUP, FailoverPair, controller_state
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from tests.replication_support import SEGMENT, commit_log_range
-from tests.support import wait_until
+from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -156,6 +158,7 @@ def test_the_slave_is_promoted_the_old_master_truncates_and_rejoins(group):
     and its CommitLog ends byte-identical to it; every message answered SEND_OK is readable from
     the new master."""
     p = group(["syncFlushTimeout=2000"])
+    p.http_ports = {"master": free_port(), "slave": free_port()}
     p.start_master()
     p.start_slave()
 
@@ -203,6 +206,13 @@ def test_the_slave_is_promoted_the_old_master_truncates_and_rejoins(group):
     assert [h["epoch"] for h in state["history"]] == [1, 2] and start < old_end
     assert "CommitLog truncated from offset" in p.processes["master"].log()
 
+    # Metrics show who is what now, and the epoch.
+    new_master, old_master = scrape(p.http_ports["slave"]), scrape(p.http_ports["master"])
+    assert re.search(r'ferrymq_broker_role\{[^}]*role="SYNC_MASTER"\} 1\.0', new_master)
+    assert re.search(r'ferrymq_broker_role\{[^}]*role="SLAVE"\} 1\.0', old_master)
+    for text in (new_master, old_master):
+        assert re.search(r"ferrymq_broker_replication_epoch\{[^}]*\} 2\.0", text)
+
     # Every acknowledged message is readable from the new master; the unacknowledged ones
     # written on the old master after epoch 2 began are gone from both.
     bodies = {r_body for r_body in on_master}
@@ -220,6 +230,11 @@ def test_the_slave_is_promoted_the_old_master_truncates_and_rejoins(group):
     assert p.processes["master"].stop() == 0
     with offline_store(p.master_dir, p.tmp / "old-master-copy", [f"mappedFileSizeCommitLog={SEGMENT}"]) as store:
         assert check_consume_queues_agree(store) == len(old_master_bodies)
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return r.read().decode()
 
 
 async def _epoch_above(p: FailoverPair, epoch: int) -> bool:

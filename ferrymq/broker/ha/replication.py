@@ -190,6 +190,8 @@ class Replication:
         if self.slave is not None:
             out.update(masterAddress=self.slave.master_address, connected=self.slave.connected,
                        confirmedOffset=self.slave.confirmed_offset, masterOffset=self.slave.master_offset)
+        elif self.master is None:  # controller mode, no role yet (or between roles): copying from nobody
+            out.update(masterAddress=None, connected=False, confirmedOffset=head, masterOffset=head)
         return out
 
 
