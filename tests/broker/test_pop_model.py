@@ -2,7 +2,8 @@
 handles), changes of invisible time and broker restarts, with a fixed seed. Whatever the
 interleaving: an acked message never comes again, a handle replaced by a redelivery or a change
 answers EXPIRED, each delivery of a message raises its attempt by one, and in the end every
-message is acked exactly once."""
+message is acked exactly once. FIFO groups also: a message is first delivered only once every
+earlier message of its queue is acked."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ pytestmark = pytest.mark.integration
 N = 120
 
 
-@pytest.mark.parametrize("seed", [7, 1234])
-async def test_random_interleavings_keep_the_bookkeeping_exact(tmp_path, seed):
+@pytest.mark.parametrize("seed,fifo", [(7, False), (1234, False), (99, True)])
+async def test_random_interleavings_keep_the_bookkeeping_exact(tmp_path, seed, fifo):
     rnd = random.Random(seed)
     cluster = InProcessCluster(tmp_path / "store")
     await cluster.start()
@@ -32,6 +33,7 @@ async def test_random_interleavings_keep_the_bookkeeping_exact(tmp_path, seed):
         acked: set[str] = set()
         attempts: dict[str, int] = {}
         current: dict[str, str] = {}  # key -> the handle its latest delivery or change gave
+        position: dict[str, tuple[int, int]] = {}  # key -> (queue id, queue offset)
         stale: list[tuple[str, str]] = []  # (key, handle) replaced since
         restarts = 0
         for step in range(400):
@@ -39,10 +41,17 @@ async def test_random_interleavings_keep_the_bookkeeping_exact(tmp_path, seed):
             op = rnd.random()
             if op < 0.45:
                 r = await pop.receive(group="model-g", topic="PopModel", max_messages=rnd.randint(1, 8),
-                                      invisible_ms=rnd.choice([150, 400, 60_000]), poll_ms=rnd.choice([0, 0, 300]))
+                                      invisible_ms=rnd.choice([150, 400, 60_000]), poll_ms=rnd.choice([0, 0, 300]),
+                                      fifo=fifo)
                 for p in r.messages:
                     key = p.message.keys[0]
                     assert key not in acked, f"step {step}: acked {key} delivered again"
+                    position[key] = (p.message.queue_id, p.message.queue_offset)
+                    if fifo and key not in attempts:
+                        earlier = [k for k, (q, o) in position.items()
+                                   if q == p.message.queue_id and o < p.message.queue_offset and k not in acked
+                                   and k not in {m.message.keys[0] for m in r.messages}]
+                        assert not earlier, f"step {step}: {key} delivered before {earlier} of its queue were acked"
                     assert p.delivery_attempt == attempts.get(key, 0) + 1, f"step {step}: {key} attempt"
                     assert p.message.reconsume_times == p.delivery_attempt - 1
                     attempts[key] = p.delivery_attempt
@@ -82,7 +91,7 @@ async def test_random_interleavings_keep_the_bookkeeping_exact(tmp_path, seed):
             if len(acked) == N:
                 break
             r = await pop.receive(group="model-g", topic="PopModel", max_messages=32, invisible_ms=60_000,
-                                  poll_ms=500)
+                                  poll_ms=500, fifo=fifo)
             for p in r.messages:
                 key = p.message.keys[0]
                 assert key not in acked, f"drain: acked {key} delivered again"
