@@ -173,7 +173,8 @@ async def run_controller(args: argparse.Namespace) -> int:
     try:
         config = ControllerConfig(listen_host=args.host, listen_port=args.port, data_dir=args.data_dir,
                                   failover_timeout=args.failover_timeout,
-                                  enable_elect_unclean_master=args.elect_unclean_master)
+                                  enable_elect_unclean_master=args.elect_unclean_master, tls_mode=args.tls_mode,
+                                  tls_server_cert_path=args.tls_cert, tls_server_key_path=args.tls_key)
     except ValueError as e:
         raise SystemExit(f"ferrymq controller: {e}") from None
     controller = Controller(config)
@@ -235,7 +236,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--elect-unclean-master", action="store_true",
                    help="with no slave holding all the master acknowledged, promote the best one anyway (loses "
                         "those messages)")
-    p.add_argument("--http-port", type=int, default=None, help="serve /healthz and /readyz on this port")
+    p.add_argument("--tls-mode", default="disabled", choices=["disabled", "permissive", "enforcing"],
+                   help="TLS on the port (default disabled)")
+    p.add_argument("--tls-cert", default="", help="server certificate (PEM) for --tls-mode")
+    p.add_argument("--tls-key", default="", help="its private key (PEM)")
+    p.add_argument("--http-port", type=int, default=None, help="serve /healthz, /readyz and /metrics on this port")
     p.set_defaults(run=run_controller)
 
     p = sub.add_parser("broker", help="run a broker that registers with name servers")

@@ -39,6 +39,7 @@ from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.server import RemotingServer
+from ferrymq.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,10 @@ class ControllerConfig:
     failover_timeout: int = 10_000
     # Elect a slave short of what the master acknowledged when no other is left (loses those messages).
     enable_elect_unclean_master: bool = False
+    # TLS on the port, as the name server's (brokers with useTLS speak TLS to it)
+    tls_mode: str = "disabled"
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
 
     def __post_init__(self) -> None:
         if self.failover_timeout < 1000:
@@ -67,7 +72,8 @@ class Controller:
     def __init__(self, config: ControllerConfig) -> None:
         self.config = config
         self.groups: dict[str, Group] = {}
-        self.server = RemotingServer(config.listen_host, config.listen_port, name="controller")
+        tls = ServerTls.build(config.tls_mode, config.tls_server_cert_path, config.tls_server_key_path)
+        self.server = RemotingServer(config.listen_host, config.listen_port, name="controller", tls=tls)
         self.server.register(CONTROLLER_HEARTBEAT, self.heartbeat)
         self.server.register(CONTROLLER_PROMOTED, self.promoted)
         self.server.register(CONTROLLER_GET_STATE, self.get_state)

@@ -28,6 +28,7 @@ LABEL_PART_OF = "app.kubernetes.io/part-of"
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 HA_PORT = 10912  # replication (RocketMQ's haListenPort: listenPort + 1)
+CONTROLLER_PORT = 9878  # the failover controller (ferrymq controller)
 DEFAULT_HTTP_PORT = 8080
 ADDRESS_SERVICE_PORT = 8080  # RocketMQ's: rocketmq.namesrv.domain without a port means :8080
 BROKER_NAMESRV_FETCH_MS = 10_000  # how often brokers re-read the name servers from the address service

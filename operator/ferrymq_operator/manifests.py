@@ -17,6 +17,7 @@ from ferrymq_operator.constants import (
     ANN_CONFIG_HASH,
     BROKER_NAMESRV_FETCH_MS,
     BROKER_PORT,
+    CONTROLLER_PORT,
     HA_PORT,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
@@ -33,6 +34,7 @@ CONF_MOUNT = "/etc/ferrymq"
 CONF_FILE = "broker.conf"
 ACL_MOUNT = "/etc/ferrymq-acl"  # the <broker>-acl Secret: plain_acl.yml, re-read on change
 TLS_MOUNT = "/etc/ferrymq-tls"  # spec.tls.secretName: tls.crt, tls.key
+CONTROLLER_STORAGE = "1Gi"  # the failover controller's claim: a small JSON file of epochs
 
 
 def labels(cluster: BrokerCluster, component: str) -> dict[str, str]:
@@ -70,9 +72,22 @@ def broker_conf(cluster: BrokerCluster) -> dict[str, str]:
         "consumerFallbehindThreshold": str(cluster.consumer_fallbehind_threshold),
         **({"brokerRole": cluster.replication.broker_role, "haListenPort": str(HA_PORT)}
            if cluster.replication.slaves_per_group else {}),
+        **({"enableControllerMode": "true", "controllerAddr": controller_address(cluster)}
+           if failover_on(cluster) else {}),
         **_security_conf(cluster),
         **cluster.config,
     }
+
+
+def failover_on(cluster: BrokerCluster) -> bool:
+    """spec.replication.failover with slaves to fail over to."""
+    return cluster.replication.failover and cluster.replication.slaves_per_group > 0
+
+
+def controller_address(cluster: BrokerCluster) -> str:
+    """The failover controller's stable address (its one pod behind the headless Service)."""
+    n = cluster.names
+    return f"{n.controller}-0.{n.controller}.{cluster.namespace}.svc:{CONTROLLER_PORT}"
 
 
 def _security_conf(cluster: BrokerCluster) -> dict[str, str]:
@@ -299,11 +314,55 @@ def slave_statefulset(cluster: BrokerCluster, k: int, replicas: int | None = Non
     registration answer (as a RocketMQ slave may) waits up to a registration period when the
     slave registered before its master, and a SYNC_MASTER answers SLAVE_NOT_AVAILABLE meanwhile."""
     n = cluster.names
-    master = f"{n.broker_sts}-$(POD_INDEX).{n.broker_headless}.$(POD_NAMESPACE).svc:{HA_PORT}"
+    identity = ["--set", f"brokerName={n.broker_sts}-$(POD_INDEX)", "--set", f"brokerId={k}"]
+    if not failover_on(cluster):  # with failover the controller says who is master and whom to follow
+        master = f"{n.broker_sts}-$(POD_INDEX).{n.broker_headless}.$(POD_NAMESPACE).svc:{HA_PORT}"
+        identity += ["--set", "brokerRole=SLAVE", "--set", f"haMasterAddress={master}"]
     return _broker_set(cluster, n.slave_sts(k), n.slave_headless(k), slave_component(k),
-                       cluster.replicas if replicas is None else replicas,
-                       ["--set", f"brokerName={n.broker_sts}-$(POD_INDEX)", "--set", f"brokerId={k}",
-                        "--set", "brokerRole=SLAVE", "--set", f"haMasterAddress={master}"])
+                       cluster.replicas if replicas is None else replicas, identity)
+
+
+def controller_statefulset(cluster: BrokerCluster) -> dict:
+    """spec.replication.failover: the one failover controller of the Broker's groups
+    (``ferrymq controller``), its epoch history on a small claim of its own so a restarted or
+    rescheduled controller keeps the epochs. Exactly one replica: two controllers could each
+    elect a master."""
+    n, http_port, storage = cluster.names, cluster.http_port, cluster.storage
+    security_volumes, security_mounts = _security_volumes(cluster)
+    args = ["controller", "--host", "0.0.0.0", "--port", str(CONTROLLER_PORT), "--http-port", str(http_port),
+            "--data-dir", f"{STORE_MOUNT}/controller",
+            "--failover-timeout", str(cluster.replication.failover_timeout_seconds * 1000)]
+    if cluster.tls_secret:
+        args += ["--tls-mode", cluster.tls_mode, "--tls-cert", f"{TLS_MOUNT}/tls.crt", "--tls-key", f"{TLS_MOUNT}/tls.key"]
+    container = {
+        "name": "controller", "image": cluster.image, "imagePullPolicy": cluster.image_pull_policy, "args": args,
+        "ports": [{"name": "controller", "containerPort": CONTROLLER_PORT}, {"name": "http", "containerPort": http_port}],
+        "env": list(_POD_ENV), "resources": cluster.namesrv_resources, "securityContext": _security_context(),
+        "volumeMounts": [{"name": "data", "mountPath": STORE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"},
+                         *security_mounts],
+        **_probes(http_port),
+    }
+    claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": CONTROLLER_STORAGE}}}
+    if storage.storage_class:
+        claim_spec["storageClassName"] = storage.storage_class
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(cluster, n.controller, "controller"),
+        "spec": {
+            "replicas": 1, "serviceName": n.controller, "podManagementPolicy": "OrderedReady",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete" if storage.delete_claim else "Retain",
+                                                     "whenScaled": "Retain"},
+            "selector": {"matchLabels": selector_labels(cluster, "controller")},
+            "template": {
+                "metadata": {"labels": labels(cluster, "controller")},
+                "spec": {"securityContext": _pod_security_context(), "automountServiceAccountToken": False,
+                         "enableServiceLinks": False, "containers": [container],
+                         "volumes": [{"name": "tmp", "emptyDir": {}}, *security_volumes]},
+            },
+            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector_labels(cluster, "controller")},
+                                      "spec": claim_spec}],
+        },
+    }
 
 
 # ---------------------------------------------------------------------------- services, PDBs
@@ -345,6 +404,12 @@ def slave_headless_service(cluster: BrokerCluster, k: int) -> dict:
                     [{"name": "broker", "port": BROKER_PORT, "targetPort": "broker"}], headless=True)
 
 
+def controller_service(cluster: BrokerCluster) -> dict:
+    """Headless: brokers reach the controller pod by its stable name (controller_address)."""
+    return _service(cluster, cluster.names.controller, "controller",
+                    [{"name": "controller", "port": CONTROLLER_PORT, "targetPort": "controller"}], headless=True)
+
+
 def pod_disruption_budget(cluster: BrokerCluster, component: str) -> dict:
     n = cluster.names
     name = {"broker": n.broker_sts, "namesrv": n.namesrv}.get(component) or f"{n.broker}-{component}"
@@ -367,9 +432,10 @@ def certificate(cluster: BrokerCluster) -> dict:
 def all_objects(cluster: BrokerCluster, broker_replicas: int | None = None) -> list[dict]:
     """Everything a Broker owns, in the order to apply it (config before its readers)."""
     slaves = cluster.replication.slave_sets
+    controller = [controller_service(cluster), controller_statefulset(cluster)] if failover_on(cluster) else []
     return [config_map(cluster), namesrv_headless_service(cluster), namesrv_service(cluster), address_service(cluster),
             broker_headless_service(cluster), *(slave_headless_service(cluster, k) for k in slaves),
-            namesrv_statefulset(cluster), broker_statefulset(cluster, broker_replicas),
+            namesrv_statefulset(cluster), *controller, broker_statefulset(cluster, broker_replicas),
             *(slave_statefulset(cluster, k, broker_replicas) for k in slaves),
             pod_disruption_budget(cluster, "namesrv"), pod_disruption_budget(cluster, "broker"),
             *(pod_disruption_budget(cluster, slave_component(k)) for k in slaves)]
@@ -384,3 +450,9 @@ def retired_slave_objects(cluster: BrokerCluster) -> list[tuple[str, str, str]]:
         out += [("apps/v1", "StatefulSet", n.slave_sts(k)), ("policy/v1", "PodDisruptionBudget", n.slave_sts(k)),
                 ("v1", "Service", n.slave_headless(k))]
     return out
+
+
+def retired_controller_objects(cluster: BrokerCluster) -> list[tuple[str, str, str]]:
+    """The failover controller's objects once failover is off (its claim stays, with the epochs)."""
+    n = cluster.names
+    return [] if failover_on(cluster) else [("apps/v1", "StatefulSet", n.controller), ("v1", "Service", n.controller)]

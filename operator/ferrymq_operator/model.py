@@ -73,6 +73,10 @@ class BrokerNames:
     # Replication: slave set k (1, 2) holds brokerId k of every broker group; its pod with
     # ordinal i is a slave of broker_pod(i) (the group's brokerName).
 
+    @property
+    def controller(self) -> str:  # the failover controller: StatefulSet, its headless Service, the client Service
+        return f"{self.broker}-controller"
+
     def slave_sts(self, k: int) -> str:  # StatefulSet and PDB
         return f"{self.broker}-broker-s{k}"
 
@@ -109,6 +113,9 @@ class Replication:
     # A slave at most this many CommitLog bytes behind its master is in sync: only then may
     # the master be restarted (rollout.plan_replicated_restart).
     max_restart_lag_bytes: int = 1024 * 1024
+    # Failover (FerryMQ's controller): a master silent this long is replaced by an in-sync slave.
+    failover: bool = False
+    failover_timeout_seconds: int = 10
 
     @property
     def broker_role(self) -> str:
@@ -177,7 +184,9 @@ class BrokerCluster:
             tls_mode=tls.get("mode") or "enforcing",
             replication=Replication(slaves_per_group=int(replication.get("slavesPerGroup", 0)),
                                     mode=replication.get("mode") or "Async",
-                                    max_restart_lag_bytes=to_bytes(replication.get("maxRestartLagBytes", "1Mi"))),
+                                    max_restart_lag_bytes=to_bytes(replication.get("maxRestartLagBytes", "1Mi")),
+                                    failover=bool(replication.get("failover", False)),
+                                    failover_timeout_seconds=int(replication.get("failoverTimeoutSeconds", 10))),
             annotations=dict(meta.get("annotations") or {}), deleting=bool(meta.get("deletionTimestamp")),
             api_version=obj.get("apiVersion", API_VERSION), kind=obj.get("kind", "Broker"),
         )

@@ -56,9 +56,11 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
         conds.append(await _tls_condition(cluster))
     for obj in manifests.all_objects(cluster, broker_replicas=plan.replicas):
         await kube.apply(obj)
-    for api_version, kind, name in manifests.retired_slave_objects(cluster):
+    for api_version, kind, name in [*manifests.retired_slave_objects(cluster),
+                                    *manifests.retired_controller_objects(cluster)]:
         if await kube.get(api_version, kind, ns, name) is not None:
-            log.info("slavesPerGroup lowered: deleting %s %s/%s (its claims are kept)", kind, ns, name)
+            log.info("replication narrowed (fewer slaves, or failover off): deleting %s %s/%s (its claims are "
+                     "kept)", kind, ns, name)
             await kube.delete(api_version, kind, ns, name)
 
     # Health-gated restarts of pods whose config hash is stale (the StatefulSets are OnDelete);

@@ -1,7 +1,7 @@
 """spec.replication on a real API server: master and slave StatefulSets with their own claims,
 status per broker group, a config change restarting slaves before masters (real slave
 processes replicate for the fake slave pods: a master restarts only once its slave is in
-sync), fewer slaves retiring a set, and failover refused as not implemented."""
+sync) and fewer slaves retiring a set (failover: test_failover.py)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,6 @@ def test_slaves_per_group_runs_a_slave_set_and_reports_each_group(control_plane,
 @pytest.mark.parametrize("replication,message", [
     ({"slavesPerGroup": 3}, "should be less than or equal to 2"),
     ({"slavesPerGroup": 1, "mode": "Semi"}, "Unsupported value"),
-    ({"slavesPerGroup": 1, "failover": True}, "Unsupported value"),
 ])
 def test_invalid_replication_is_rejected_by_the_api_server(control_plane, helm_release, namespace, replication, message):
     done = control_plane.kubectl("apply", "-n", namespace, "-f", "-", check=False,
