@@ -241,6 +241,7 @@ class Broker:
         promoted, in controller mode)."""
         if not self._master_services:
             self._master_services = True
+            self.pop.adopt_synced_offsets()  # POP progress a previous master made, synced here
             self.schedule.start()
             self.spawn(self.transactions.run(), "transaction-check")
 

@@ -457,3 +457,23 @@ async def test_admin_group_create_fifo(cluster):
     assert proc.returncode == 0, err.decode()
     assert json.loads(out)["consume_message_orderly"] is True
     assert cluster.broker.groups.get("cli-fifo-g").consume_message_orderly
+
+
+async def test_a_promoted_broker_continues_from_the_offsets_its_master_synced(cluster):
+    """What a slave promoted by failover does: its own POP state for a queue is older than the
+    consume offset the previous master synced to it, so it continues from that offset."""
+    ns, pop, broker = cluster.namesrv_addr, cluster.broker.pop, cluster.broker
+    await create_topic(ns, "PopPromote", 1)
+    await produce(ns, "PopPromote", 8)
+    got = (await pop.receive(group="pro-g", topic="PopPromote", max_messages=4, invisible_ms=300,
+                             poll_ms=0)).messages
+    assert keys_of(got) == ["k-0", "k-1", "k-2", "k-3"]
+    broker.offsets.commit("pro-g", "PopPromote", 0, 6)  # as the slave sync would: the other master acked 0..5
+    pop.adopt_synced_offsets()
+    r = await pop.receive(group="pro-g", topic="PopPromote", max_messages=8, invisible_ms=60_000, poll_ms=2000)
+    assert keys_of(r.messages) == ["k-6", "k-7"], "nothing below 6 again, in flight here or not"
+    await cluster.restart_broker()
+    pop = cluster.broker.pop
+    assert pop.lag("pro-g", "PopPromote")[0]["consume_offset"] == 6, "the adoption was journaled"
+    r = await pop.receive(group="pro-g", topic="PopPromote", max_messages=8, invisible_ms=60_000, poll_ms=300)
+    assert r.messages == []

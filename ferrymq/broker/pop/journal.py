@@ -5,7 +5,8 @@ Records (one JSON object a line, each line prefixed by the CRC32 of its JSON):
 - ``P`` a receive (or a redelivery) from one queue: the queue's next unreceived offset and,
   per message, its offset, CommitLog offset, delivery attempt, delivery seq and deadline;
 - ``A`` an ack (or a move to the DLQ): the message is done for good;
-- ``C`` a change of invisible time: the message's new seq and deadline.
+- ``C`` a change of invisible time: the message's new seq and deadline;
+- ``R`` a queue's whole state (next offset and messages in flight), replacing what it had.
 
 Replaying the file in order rebuilds every queue's state. A torn or corrupt line (a crash
 mid-write) ends the replay: every line after it was written later, and the writes are

@@ -143,11 +143,6 @@ class PopService:
         """Rebuild every queue's state from the journal (after the store has loaded), and
         start a compacted journal."""
         records = await self.journal.load()
-        if self.ctx.config.is_slave and records:
-            # Never authoritative on a slave (its master served POP meanwhile): once promoted, it
-            # starts from the consumer offsets its master synced to it.
-            log.info("pop: a slave keeps no POP state; %d journal records of an earlier role dropped", len(records))
-            records = []
         for record in records:
             try:
                 self._apply(record)
@@ -172,6 +167,22 @@ class PopService:
         if self._queues:
             log.info("pop state loaded: %d queues, %d messages in flight, %d journal records replayed",
                      len(self._queues), inflight, len(records))
+
+    def adopt_synced_offsets(self) -> None:
+        """Becoming master (at start, or a slave promoted by failover): a queue whose consume
+        offset in the consumer offset table, which the previous master synced here, is past this
+        broker's own POP state for it was consumed elsewhere meanwhile; its state restarts from
+        there (messages in flight below it are dropped, those above kept)."""
+        for key, st in self._queues.items():
+            synced = self.ctx.offsets.query(*key)
+            if synced <= st.consume_offset:
+                continue
+            log.info("pop: %s/%d of group %s was consumed to %d elsewhere (here %d): continuing from there",
+                     key[1], key[2], key[0], synced, st.consume_offset)
+            st.inflight = {o: e for o, e in st.inflight.items() if o >= synced}
+            st.next_offset = max(st.next_offset, synced)
+            self._journal_quietly(_pop_record(key, st.next_offset, st.inflight.values(), kind="R"))
+            self._commit_offset(key, st)
 
     def start(self) -> None:
         self.ctx.spawn(self._revive_loop(), "pop-revive")
@@ -204,6 +215,10 @@ class PopService:
                 e = InFlight.from_list(values)
                 st.inflight[e.offset] = e
                 self._seq = max(self._seq, e.seq)
+        elif kind == "R":  # the queue's whole state (adopt_synced_offsets)
+            st = self._queues.get(key) or self._add_state(key, QueueState(int(record["n"])))
+            st.next_offset = int(record["n"])
+            st.inflight = {e.offset: e for e in map(InFlight.from_list, record.get("m", ()))}
         elif kind == "A":
             st = self._queues.get(key)
             if st is not None:
@@ -669,9 +684,9 @@ class PopService:
         return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def _pop_record(key: QueueKey, next_offset: int, entries) -> Record:
+def _pop_record(key: QueueKey, next_offset: int, entries, kind: str = "P") -> Record:
     group, topic, queue_id = key
-    return {"k": "P", "g": group, "t": topic, "q": queue_id, "n": next_offset, "m": [e.to_list() for e in entries]}
+    return {"k": kind, "g": group, "t": topic, "q": queue_id, "n": next_offset, "m": [e.to_list() for e in entries]}
 
 
 def _log_failure(fut: asyncio.Future) -> None:
