@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
@@ -21,6 +20,7 @@ import grpc
 
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.message_filter import FilterRefused, message_filter
+from ferrymq.broker.pop import receipt
 from ferrymq.broker.retry import RetryService, SendBackRequest
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
@@ -48,7 +48,6 @@ MIN_INVISIBLE_MS = 1_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 DEFAULT_INVISIBLE_MS = 60_000  # auto_renew receives (PushConsumer) without their own duration
 MAX_BATCH = 32
-DELIVERED_REMEMBERED = 50_000  # receipt handle -> CommitLog offset, for ForwardMessageToDeadLetterQueue
 
 # remoting answer of the send path -> v2 status code
 SEND_CODES = {
@@ -122,7 +121,6 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.is_fifo_group = is_fifo_group
         self.auth = auth  # None: ACL off
         self.levels_ms = store_config.delay_level_millis()
-        self._delivered: OrderedDict[str, int] = OrderedDict()
         # set by the endpoint when a TLS switch relays connections: loopback port -> real client
         self.peer_of: Callable[[int], tuple[str, int] | None] = lambda port: None
 
@@ -304,11 +302,6 @@ class MessagingService(rpc.MessagingServiceServicer):
 
     # ------------------------------------------------------------------ consumer
 
-    def _remember(self, receipt_handle: str, commit_log_offset: int) -> None:
-        self._delivered[receipt_handle] = commit_log_offset
-        while len(self._delivered) > DELIVERED_REMEMBERED:
-            self._delivered.popitem(last=False)
-
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest, context) -> AsyncIterator[spb.ReceiveMessageResponse]:
         if self.pop is None:
             yield spb.ReceiveMessageResponse(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
@@ -355,7 +348,6 @@ class MessagingService(rpc.MessagingServiceServicer):
             yield spb.ReceiveMessageResponse(status=status())
             yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
             for popped in result.messages:
-                self._remember(popped.receipt_handle, popped.message.commit_log_offset)
                 yield spb.ReceiveMessageResponse(message=incoming(
                     popped.message, topic=topic, receipt_handle=popped.receipt_handle,
                     delivery_attempt=popped.delivery_attempt, invisible_ms=invisible_ms))
@@ -364,7 +356,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         elif name == "POLLING_FULL":
             yield spb.ReceiveMessageResponse(status=status(Code.TOO_MANY_REQUESTS, result.remark or "polling full"))
         else:
-            code = REFUSED_CODES.get(getattr(result, "refused_code", 0), Code.FORBIDDEN)
+            code = REFUSED_CODES.get(result.refused_code, Code.FORBIDDEN)
             yield spb.ReceiveMessageResponse(status=status(code, result.remark or "receive refused"))
 
     def _ack_status(self, ack_status: Any, what: str) -> pb.Status:
@@ -389,8 +381,6 @@ class MessagingService(rpc.MessagingServiceServicer):
             outcome = await self.pop.ack(group=group, topic=topic, receipt_handle=entry.receipt_handle)
             results.append(spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                                                      status=self._ack_status(outcome, entry.message_id)))
-            if outcome.name == "OK":
-                self._delivered.pop(entry.receipt_handle, None)
         codes = {r.status.code for r in results}
         overall = results[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS, "entries differ")
         return spb.AckMessageResponse(status=overall, entries=results)
@@ -412,9 +402,6 @@ class MessagingService(rpc.MessagingServiceServicer):
                                                           invisible_ms=invisible_ms)
         if outcome.name != "OK" or not handle:
             return spb.ChangeInvisibleDurationResponse(status=self._ack_status(outcome, request.message_id))
-        offset = self._delivered.pop(request.receipt_handle, None)
-        if offset is not None:
-            self._remember(handle, offset)
         return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
 
     async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
@@ -425,19 +412,19 @@ class MessagingService(rpc.MessagingServiceServicer):
         denied = self._denied(context, topic=request.topic.name, group=request.group.name)
         if denied:
             return reply(status=denied)
-        offset = self._delivered.get(request.receipt_handle)
-        if offset is None:
-            return reply(status=status(Code.INVALID_RECEIPT_HANDLE, "receipt handle unknown here (not delivered "
-                                                                    "by this broker since it started)"))
         group, topic = request.group.name, request.topic.name
-        sent = await self.retry.send_back(SendBackRequest(group=group, offset=offset, delay_level=-1,
+        handle = receipt.decode(request.receipt_handle, group, topic)  # where the message is stored
+        if handle is None:
+            return reply(status=status(Code.INVALID_RECEIPT_HANDLE, "invalid receipt handle"))
+        sent = await self.retry.send_back(SendBackRequest(group=group, offset=handle.commit_log_offset, delay_level=-1,
                                                           max_reconsume_times=None))
         if sent.code != ResponseCode.SUCCESS:
             return reply(status=status(Code.INTERNAL_SERVER_ERROR, sent.remark or "storing the dead letter failed"))
+        # stored in the DLQ first, then acked: a failure between the two delivers it again rather
+        # than losing it
         outcome = await self.pop.ack(group=group, topic=topic, receipt_handle=request.receipt_handle)
-        self._delivered.pop(request.receipt_handle, None)
         if outcome.name != "OK":
-            log.info("dead-lettered %s of %s, but its ack answered %s", request.message_id, group, outcome.name)
+            return reply(status=self._ack_status(outcome, request.message_id))
         return reply(status=status())
 
     # ------------------------------------------------------------------ not served

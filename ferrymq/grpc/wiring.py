@@ -51,7 +51,8 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
     clients = GrpcClients()
 
     def is_fifo_group(group: str) -> bool:
-        return bool(getattr(groups.get(group), "consume_message_orderly", False))
+        config = groups.get(group)
+        return config is not None and config.consume_message_orderly
 
     service = MessagingService(config=config, store_config=store_config, topics=topics, groups=groups, send=send,
                                transactions=transactions, retry=retry, pop=pop, directory=directory, clients=clients,

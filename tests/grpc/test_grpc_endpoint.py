@@ -296,3 +296,29 @@ async def test_broker_stops_promptly_with_a_receive_held(tmp_path):
             assert [r.status.code for r in answer] == [Code.MESSAGE_NOT_FOUND]
         except grpc.aio.AioRpcError as exc:  # or the connection ended with the server
             assert exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+
+
+async def test_forward_to_dead_letter_queue_with_a_handle_from_before_a_restart(tmp_path):
+    c = await InProcessCluster(tmp_path, settings={"grpcListenPort": 0}).start()
+    topic, group = f"DlqRestart_{uuid.uuid4().hex[:6]}", "DlqRestartGroup"
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{c.broker.grpc.port}") as channel:
+            stub = rpc.MessagingServiceStub(channel)
+            await send(stub, message(topic, b"poison"))
+            [m] = bodies(await receive(stub, topic, group, invisible_ms=60_000))
+        await c.restart_broker()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{c.broker.grpc.port}") as channel:
+            stub = rpc.MessagingServiceStub(channel)
+            r = await stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+                receipt_handle=m.system_properties.receipt_handle, message_id=m.system_properties.message_id,
+                delivery_attempt=1, max_delivery_attempts=1), metadata=CLIENT, timeout=5)
+            assert r.status.code == Code.OK
+            [dead] = bodies(await receive(stub, f"%DLQ%{group}", "DlqReader"))
+            assert dead.body == b"poison"
+            bogus = await stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name=group), topic=pb.Resource(name=topic), receipt_handle="garbage"),
+                metadata=CLIENT, timeout=5)
+            assert bogus.status.code == Code.INVALID_RECEIPT_HANDLE
+    finally:
+        await c.stop()
