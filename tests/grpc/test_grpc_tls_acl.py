@@ -111,3 +111,24 @@ async def test_enforcing_mode_refuses_plaintext(tmp_path):
             assert failure.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         await c.stop()
+
+
+async def test_large_messages_pass_the_switch_both_ways(tmp_path):
+    c = await InProcessCluster(tmp_path, settings={"grpcListenPort": 0}).start()  # permissive: relayed
+    try:
+        body = bytes(range(256)) * (3 * 4096)  # 3 MiB
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{c.broker.grpc.port}") as channel:
+            stub = rpc.MessagingServiceStub(channel)
+            m = message("Big")
+            m.body = body
+            sent = await stub.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=(("x-mq-client-id", "b@1"),),
+                                          timeout=20)
+            assert sent.status.code == Code.OK
+            request = spb.ReceiveMessageRequest(
+                group=pb.Resource(name="BigGroup"), message_queue=pb.MessageQueue(topic=pb.Resource(name="Big"), id=-1),
+                filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"), batch_size=1,
+                invisible_duration=to_duration(10_000))
+            got = [r async for r in stub.ReceiveMessage(request, metadata=(("x-mq-client-id", "b@1"),), timeout=20)]
+            assert [r.message.body for r in got if r.HasField("message")] == [body]
+    finally:
+        await c.stop()
