@@ -119,7 +119,9 @@ def heartbeat_answer(group: Group, seen: BrokerSeen) -> Answer:
     if group.pending is not None:
         p = group.pending
         if seen.broker_id == p.broker_id:
-            return Answer(MASTER, p.epoch, promote=True)
+            # An unclean choice may lag epochs behind: it first drops what the group does not share.
+            return Answer(MASTER, p.epoch, promote=True,
+                          truncate_offset=truncation_point(group.history, seen.epoch, seen.max_offset))
         return Answer(WAIT, cur.epoch if cur else 0)  # fence: a new master is being made
     assert cur is not None
     if seen.broker_id == cur.master_id:

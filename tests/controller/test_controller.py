@@ -122,3 +122,43 @@ def test_controller_refuses_to_start_on_a_damaged_state_file(tmp_path):
     controller = Controller(ControllerConfig(listen_port=0, data_dir=str(tmp_path)))
     with pytest.raises(ValueError, match="refusing to start without its epochs"):
         asyncio.run(controller.start())
+
+
+@pytest.mark.parametrize("unclean", [False, True])
+def test_a_broker_epochs_behind_is_promoted_only_uncleanly_and_first_cuts_what_the_group_does_not_share(
+        tmp_path, unclean):
+    """Broker 1 became master of epoch 2 (from offset 750) and died; broker 0, back with its own
+    unacknowledged tail of epoch 1 (to 900), is no clean successor: it never followed epoch 2.
+    With enableElectUncleanMaster it is promoted, told to cut back to 750 first."""
+    async def scenario():
+        controller = Controller(ControllerConfig(listen_port=0, data_dir=str(tmp_path), failover_timeout=1000,
+                                                 enable_elect_unclean_master=unclean))
+        await controller.start()
+        client = RemotingClient()
+        try:
+            addr = controller.address
+            await heartbeat(client, addr, 0, 0, 0, "NONE")
+            await heartbeat(client, addr, 0, 1, 700, "MASTER", confirmed=700)
+            await heartbeat(client, addr, 1, 1, 750, "SLAVE")
+
+            async def told_to_promote(broker_id, epoch, max_offset):
+                answer = await heartbeat(client, addr, broker_id, epoch, max_offset, "SLAVE")
+                return answer if answer["promote"] == "true" else None
+            await wait_until(lambda: told_to_promote(1, 1, 750), 10, "broker 1 told to take up epoch 2")
+            done = await client.invoke(addr, RemotingCommand.request(CONTROLLER_PROMOTED, {
+                "brokerName": "grp", "brokerId": 1, "epoch": 2, "startOffset": 750}), 5)
+            assert done.code == ResponseCode.SUCCESS
+            await heartbeat(client, addr, 1, 2, 750, "MASTER")
+            # broker 1 goes silent; broker 0 is back as a would-be slave of epoch 1 with offset 900
+            if not unclean:
+                for _ in range(30):
+                    assert (await heartbeat(client, addr, 0, 1, 900, "SLAVE"))["promote"] == "false"
+                    await asyncio.sleep(0.1)
+                return
+            answer = await wait_until(lambda: told_to_promote(0, 1, 900), 10, "broker 0 told to take up epoch 3")
+            assert (answer["epoch"], answer["truncateOffset"]) == ("3", "750")
+        finally:
+            await controller.stop()
+            await client.close()
+
+    asyncio.run(scenario())

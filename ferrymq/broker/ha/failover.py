@@ -117,7 +117,7 @@ class FailoverAgent:
         self.failover_timeout_ms = answer.get_long("failoverTimeout", self.failover_timeout_ms)
         if role == MASTER:
             if answer.get_bool("promote"):
-                if not await self._promote(epoch):
+                if not await self._promote(epoch, answer.get_long("truncateOffset", -1)):
                     return
             elif self.acting != MASTER:
                 await self._take_up(epoch, answer.get_long("epochStartOffset", self.store.max_phy_offset))
@@ -137,11 +137,13 @@ class FailoverAgent:
             self.replication.fence(DEMOTED_REFUSAL)
             log.warning("the controller is making another broker master (epoch after %d): taking no sends", epoch)
 
-    async def _promote(self, epoch: int) -> bool:
-        """Become master of ``epoch``: stop copying, report where the CommitLog ends, record it."""
+    async def _promote(self, epoch: int, truncate: int) -> bool:
+        """Become master of ``epoch``: stop copying, cut what the group does not share (only an
+        unclean choice from an older epoch has any), report where the CommitLog ends, record it."""
         if self.acting == MASTER and self.epoch == epoch:
             return True
         await self.replication.stop_slave()
+        await self._truncate(truncate, epoch)
         start = self.store.max_phy_offset
         request = RemotingCommand.request(CONTROLLER_PROMOTED, {
             "brokerName": self.config.broker_name, "brokerId": self.identity, "epoch": epoch, "startOffset": start})
@@ -179,10 +181,7 @@ class FailoverAgent:
         truncate = answer.get_long("truncateOffset", -1)
         if 0 <= truncate < self.store.max_phy_offset:
             await self.replication.stop_slave()
-            before = self.store.max_phy_offset
-            end = await self.store.truncate(truncate)
-            log.warning("CommitLog truncated from offset %d to %d: epoch %d began there on the new master, what "
-                        "this broker wrote after it was never the group's", before, end, epoch)
+            await self._truncate(truncate, epoch)
         if self.epochs.last_epoch < epoch:
             await asyncio.to_thread(self.epochs.append, epoch, answer.get_long("epochStartOffset", 0))
         master_ha, master_addr = answer.get_str("masterHaAddr", ""), answer.get_str("masterAddr", "")
@@ -197,6 +196,13 @@ class FailoverAgent:
         self.acting, self.epoch = SLAVE, epoch
         if changed and self.on_role_change is not None:
             self.on_role_change()
+
+    async def _truncate(self, offset: int, epoch: int) -> None:
+        if 0 <= offset < self.store.max_phy_offset:
+            before = self.store.max_phy_offset
+            end = await self.store.truncate(offset)
+            log.warning("CommitLog truncated from offset %d to %d: the group's CommitLog went another way there "
+                        "(epoch %d); what this broker wrote after it was never the group's", before, end, epoch)
 
     def _demoted(self, epoch: int) -> None:
         self.replication.fence(DEMOTED_REFUSAL)
