@@ -44,8 +44,8 @@ KILLS = int(os.environ.get("FERRYMQ_HA_KILLS", "4"))
 def group(tmp_path):
     created: list[FailoverPair] = []
 
-    def make(settings: list[str] | None = None, failover_timeout: int = 3000) -> FailoverPair:
-        p = FailoverPair(tmp_path, "SYNC_MASTER", settings or [], failover_timeout=failover_timeout)
+    def make(settings: list[str] | None = None, failover_timeout: int = 3000, role: str = "SYNC_MASTER") -> FailoverPair:
+        p = FailoverPair(tmp_path, role, settings or [], failover_timeout=failover_timeout)
         created.append(p)
         p.start_namesrv()
         p.start_controller()
@@ -249,6 +249,42 @@ async def eventually(predicate, timeout: float) -> bool:
             return True
         await asyncio.sleep(0.05)
     return False
+
+
+def test_an_async_group_fails_over_and_the_new_master_acknowledges_alone(group):
+    """ASYNC_MASTER: a send is acknowledged once the master stored it, so the new master answers
+    SEND_OK with no slave at all; what the old master had copied to its slave before it was
+    killed (here: all of it, the load paused first) survives the failover."""
+    p = group(role="ASYNC_MASTER")
+    p.start_master()
+    p.start_slave()
+
+    async def scenario():
+        await create_topic(p.namesrv)
+        producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=10, retry_times=0)
+        await producer.start()
+        try:
+            before = await send_all(producer, 200, "before")
+            assert {r.status for r in before} == {SendStatus.SEND_OK}
+            end = end_of(before)
+
+            def copied() -> bool:
+                return commit_log_range(p.slave_dir, 0, end + 1) == commit_log_range(p.master_dir, 0, end + 1)
+            await wait_until(copied, 30, "the slave holding what the master acknowledged")
+            p.processes["master"].kill()
+            await wait_until(lambda: master_of_epoch(p, 2, 1), 30, "broker 1 master of epoch 2")
+            await wait_until(lambda: send_ok(producer), 30, "SEND_OK from the new master, alone")
+            after = await send_all(producer, 100, "after")
+            assert {r.status for r in after} == {SendStatus.SEND_OK}
+            assert await _is(route_master(p.namesrv), p.addr("slave"))
+            on_master = await bodies_on_master(p.namesrv)
+        finally:
+            await producer.close()
+        return on_master
+
+    on_master = asyncio.run(scenario())
+    assert sum(b.startswith(b"before-") for b in on_master) == 200
+    assert sum(b.startswith(b"after-") for b in on_master) == 100
 
 
 async def _is(value, expected) -> bool:
