@@ -203,7 +203,8 @@ class Broker:
                                       groups=self.groups, send=self.send_processor, transactions=self.transactions,
                                       retry=self.retry, pop=self.pop,
                                       namesrv_client=self.namesrv_client, remoting_address=lambda: self.address,
-                                      acl_config=(lambda: self.acl.config) if self.acl is not None else None)
+                                      acl_config=(lambda: self.acl.config) if self.acl is not None else None,
+                                      producers=self.consumers)
             await self.grpc.start()
         log.info("broker %s (%s) listening on %s:%d, advertised as %s, store %s",
                  self.config.broker_name, self.config.broker_cluster_name, self.config.listen_host,

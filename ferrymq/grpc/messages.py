@@ -29,9 +29,26 @@ BORN_HOST = "__BORNHOST"
 # and they are not shown back as user properties.
 SYSTEM_PROPERTIES = frozenset(
     v for k, v in vars(Prop).items() if k.isupper() and isinstance(v, str)) | {SHARDING_KEY, TRACE_CONTEXT, BORN_HOST}
-# The producer group a gRPC transactional message is stored under (v2 producers have none):
-# END_TRANSACTION's half-message check compares it.
-GRPC_PRODUCER_GROUP = "FERRYMQ_GRPC_PRODUCER"
+
+
+def grpc_producer_group(topic: str) -> str:
+    """The producer group a v2 message is stored under (v2 producers have none): one per topic,
+    so the transaction check-back asks a producer that publishes the topic, and EndTransaction's
+    half-message lookup compares it."""
+    return f"FERRYMQ_GRPC_PRODUCER%{topic}"
+
+
+def transaction_id(commit_log_offset: int, queue_offset: int, message_id: str) -> str:
+    """What EndTransaction needs to find a half message: its CommitLog and queue offsets."""
+    return f"{commit_log_offset:x}.{queue_offset:x}.{message_id}"
+
+
+def parse_transaction_id(text: str) -> tuple[int, int] | None:
+    try:
+        commit_log_hex, queue_hex, _ = text.split(".", 2)
+        return int(commit_log_hex, 16), int(queue_hex, 16)
+    except ValueError:
+        return None
 
 
 class MessageRefused(Exception):
@@ -179,12 +196,12 @@ def outgoing(message: pb.Message, *, queue_id: int, levels_ms: list[int], now_ms
             props[Prop.DELAY] = str(delay_level_for(delay_ms, levels_ms))
     elif message_type == pb.MessageType.TRANSACTION:
         props[Prop.TRAN_MSG] = "true"
-        props[Prop.PGROUP] = GRPC_PRODUCER_GROUP
+        props[Prop.PGROUP] = grpc_producer_group(message.topic.name)
         if system.HasField("orphaned_transaction_recovery_duration"):
             seconds = max(1, duration_ms(system.orphaned_transaction_recovery_duration) // 1000)
             props[Prop.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(seconds)
     born_ms = timestamp_ms(system.born_timestamp) if system.HasField("born_timestamp") else 0
-    header = SendMessageHeader(producer_group=GRPC_PRODUCER_GROUP, topic=message.topic.name, queue_id=queue_id,
+    header = SendMessageHeader(producer_group=grpc_producer_group(message.topic.name), topic=message.topic.name, queue_id=queue_id,
                                born_timestamp=born_ms, properties=encode_properties(props))
     return OutgoingSend(header, body, message_id, message_type)
 

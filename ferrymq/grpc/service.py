@@ -10,6 +10,8 @@ answer NOT_IMPLEMENTED or UNSUPPORTED in their Status.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 import zlib
@@ -19,6 +21,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 import grpc
 
 from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.consumer_manager import ClientChannel, ConsumerManager
 from ferrymq.broker.message_filter import FilterRefused, message_filter
 from ferrymq.broker.pop import receipt
 from ferrymq.broker.retry import RetryService, SendBackRequest
@@ -33,11 +36,13 @@ from ferrymq.common.validators import validate_topic
 from ferrymq.acl.plain_acl import Perm as AclPerm
 from ferrymq.grpc.auth import GrpcAuth
 from ferrymq.grpc.clients import GrpcClients
-from ferrymq.grpc.messages import GRPC_PRODUCER_GROUP, MessageRefused, duration_ms, incoming, outgoing, to_timestamp
+from ferrymq.grpc.messages import (MessageRefused, duration_ms, grpc_producer_group, incoming, outgoing,
+                                   parse_transaction_id, to_timestamp, transaction_id)
 from ferrymq.grpc.protocol import Code, pb, rpc, spb, status
 from ferrymq.grpc.routes import RouteDirectory, RouteUnavailable, assignments, message_queues
 from ferrymq.grpc.settings import LONG_POLLING_TIMEOUT_MS, RECEIVE_BATCH_SIZE, server_settings
-from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.grpc.telemetry import TelemetrySession
+from ferrymq.remoting.codes import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.store.config import StoreConfig
 
@@ -107,7 +112,8 @@ class MessagingService(rpc.MessagingServiceServicer):
     def __init__(self, *, config: BrokerConfig, store_config: StoreConfig, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, send: SendHandler, transactions: TransactionService,
                  retry: RetryService, pop: PopLike | None, directory: RouteDirectory, clients: GrpcClients,
-                 is_fifo_group: Callable[[str], bool], auth: GrpcAuth | None = None) -> None:
+                 is_fifo_group: Callable[[str], bool], auth: GrpcAuth | None = None,
+                 producers: ConsumerManager | None = None) -> None:
         self.config = config
         self.store_config = store_config
         self.topics = topics
@@ -120,6 +126,9 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.clients = clients
         self.is_fifo_group = is_fifo_group
         self.auth = auth  # None: ACL off
+        # the broker's producer table: a 5.x producer's Telemetry stream takes transaction checks
+        self.producers = producers
+        self._sessions: dict[str, TelemetrySession] = {}  # client id -> its producer stream
         self.levels_ms = store_config.delay_level_millis()
         # set by the endpoint when a TLS switch relays connections: loopback port -> real client
         self.peer_of: Callable[[int], tuple[str, int] | None] = lambda port: None
@@ -196,7 +205,10 @@ class MessagingService(rpc.MessagingServiceServicer):
         denied = self._denied(context, group=request.group.name)
         if denied:
             return spb.HeartbeatResponse(status=denied)
-        self._client(context, pb.ClientType.Name(request.client_type), request.group.name)
+        client_id = self._client(context, pb.ClientType.Name(request.client_type), request.group.name)
+        session = self._sessions.get(client_id)
+        if session is not None and self.producers is not None:
+            self._register_producer(session)
         return spb.HeartbeatResponse(status=status())
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
@@ -209,26 +221,61 @@ class MessagingService(rpc.MessagingServiceServicer):
         return spb.NotifyClientTerminationResponse(status=status())
 
     async def Telemetry(self, request_iterator, context) -> AsyncIterator[spb.TelemetryCommand]:
+        """The client's settings answered at once; for a producer the stream also carries the
+        broker's transaction checks (telemetry.py), so it is a producer of its topics' groups
+        while it is open."""
         denied = self._denied(context)
         if denied:
             yield spb.TelemetryCommand(status=denied)
             return
-        async for command in request_iterator:
-            kind = command.WhichOneof("command")
-            if kind == "settings":
-                settings = command.settings
-                group = settings.subscription.group.name if settings.HasField("subscription") else ""
-                self._client(context, pb.ClientType.Name(settings.client_type), group)
-                group_config = self.groups.get(group) if group else None
-                yield spb.TelemetryCommand(status=status(), settings=server_settings(
-                    settings, max_body_size=self.store_config.max_message_size, levels_ms=self.levels_ms,
-                    retry_max_times=group_config.retry_max_times if group_config else 16,
-                    fifo=bool(group) and self.is_fifo_group(group)))
-            elif kind in ("thread_stack_trace", "verify_message_result"):
-                log.debug("telemetry: %s from %s (never asked for)", kind, context.peer())
-            else:
-                yield spb.TelemetryCommand(status=status(Code.NOT_IMPLEMENTED,
-                                                         f"telemetry command {kind} is not served by FerryMQ"))
+        session = TelemetrySession(metadata(context).get("x-mq-client-id", ""), Peer.of(context, self.peer_of).remote_address)
+        reader = asyncio.ensure_future(self._read_telemetry(request_iterator, context, session))
+        try:
+            while (command := await session.outbox.get()) is not None:
+                yield command
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            if self._sessions.get(session.client_id) is session:
+                del self._sessions[session.client_id]
+            if self.producers is not None:
+                self.producers.unregister(session, reason="telemetry stream ended")
+
+    async def _read_telemetry(self, request_iterator, context, session: TelemetrySession) -> None:
+        try:
+            async for command in request_iterator:
+                kind = command.WhichOneof("command")
+                if kind == "settings":
+                    session.outbox.put_nowait(self._settings_answer(command.settings, context, session))
+                elif kind in ("thread_stack_trace", "verify_message_result"):
+                    log.debug("telemetry: %s from %s (never asked for)", kind, session)
+                else:
+                    session.outbox.put_nowait(spb.TelemetryCommand(status=status(
+                        Code.NOT_IMPLEMENTED, f"telemetry command {kind} is not served by FerryMQ")))
+        except grpc.aio.AioRpcError as exc:  # the client went away mid-stream
+            log.debug("telemetry stream of %s ended: %s", session, exc.code())
+        finally:
+            session.close()
+
+    def _settings_answer(self, settings: pb.Settings, context, session: TelemetrySession) -> spb.TelemetryCommand:
+        group = settings.subscription.group.name if settings.HasField("subscription") else ""
+        self._client(context, pb.ClientType.Name(settings.client_type), group)
+        if settings.client_type == pb.ClientType.PRODUCER and self.producers is not None and session.client_id:
+            session.topics = tuple(t.name for t in settings.publishing.topics)
+            self._register_producer(session)
+        group_config = self.groups.get(group) if group else None
+        return spb.TelemetryCommand(status=status(), settings=server_settings(
+            settings, max_body_size=self.store_config.max_message_size, levels_ms=self.levels_ms,
+            retry_max_times=group_config.retry_max_times if group_config else 16,
+            fifo=bool(group) and self.is_fifo_group(group)))
+
+    def _register_producer(self, session: TelemetrySession) -> None:
+        """(Again: a heartbeat keeps it from expiring) a producer of each of its topics' groups."""
+        for topic in session.topics:
+            self.producers.register_producer(grpc_producer_group(topic), ClientChannel(
+                session.client_id, session, language=LanguageCode.OTHER, version=CURRENT_VERSION))
+        self._sessions[session.client_id] = session
 
     # ------------------------------------------------------------------ producer
 
@@ -254,12 +301,12 @@ class MessagingService(rpc.MessagingServiceServicer):
         if code != Code.OK:
             return spb.SendResultEntry(status=status(code, response.remark or ""))
         offset = int(response.ext_fields.get("queueOffset", "0") or 0)
-        transaction_id = ""
+        tx_id = ""
         if out.message_type == pb.MessageType.TRANSACTION:
             # what EndTransaction needs to find the half message: its CommitLog and queue offsets
             _, _, commit_log_offset = decode_offset_msg_id(response.ext_fields.get("msgId", ""))
-            transaction_id = f"{commit_log_offset:x}.{offset:x}.{out.message_id}"
-        return spb.SendResultEntry(status=status(), message_id=out.message_id, transaction_id=transaction_id,
+            tx_id = transaction_id(commit_log_offset, offset, out.message_id)
+        return spb.SendResultEntry(status=status(), message_id=out.message_id, transaction_id=tx_id,
                                    offset=offset)
 
     async def SendMessage(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
@@ -279,10 +326,8 @@ class MessagingService(rpc.MessagingServiceServicer):
         denied = self._denied(context, topic=request.topic.name, perm=AclPerm.PUB)
         if denied:
             return spb.EndTransactionResponse(status=denied)
-        try:
-            commit_log_hex, queue_hex, _ = request.transaction_id.split(".", 2)
-            commit_log_offset, queue_offset = int(commit_log_hex, 16), int(queue_hex, 16)
-        except ValueError:
+        offsets = parse_transaction_id(request.transaction_id)
+        if offsets is None:
             return spb.EndTransactionResponse(status=status(Code.INVALID_TRANSACTION_ID,
                                                             f"transaction id {request.transaction_id!r} is not one "
                                                             "this broker issued"))
@@ -290,8 +335,8 @@ class MessagingService(rpc.MessagingServiceServicer):
                 pb.TransactionResolution.ROLLBACK: SysFlag.TRANSACTION_ROLLBACK_TYPE}.get(
             request.resolution, SysFlag.TRANSACTION_NOT_TYPE)
         code, remark = await self.transactions.end(EndTransaction(
-            producer_group=GRPC_PRODUCER_GROUP, tran_state_table_offset=queue_offset,
-            commit_log_offset=commit_log_offset, commit_or_rollback=kind,
+            producer_group=grpc_producer_group(request.topic.name), tran_state_table_offset=offsets[1],
+            commit_log_offset=offsets[0], commit_or_rollback=kind,
             from_transaction_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK,
             msg_id=request.message_id, transaction_id=request.transaction_id))
         if code != ResponseCode.SUCCESS:

@@ -12,6 +12,7 @@ from ferrymq.grpc.availability import missing
 
 if TYPE_CHECKING:
     from ferrymq.broker.config import BrokerConfig
+    from ferrymq.broker.consumer_manager import ConsumerManager
     from ferrymq.broker.retry import RetryService
     from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
     from ferrymq.broker.topic_config_manager import TopicConfigManager
@@ -37,8 +38,10 @@ def check_grpc(config: "BrokerConfig") -> bool:
 def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics: "TopicConfigManager",
                   groups: "SubscriptionGroupManager", send: Callable, transactions: "TransactionService",
                   retry: "RetryService", pop: Any, namesrv_client: "RemotingClient",
-                  remoting_address: Callable[[], str], acl_config: Callable | None = None) -> "GrpcEndpoint":
-    """``acl_config``: the broker's current plain ACL when ``aclEnable`` (None: no checks)."""
+                  remoting_address: Callable[[], str], acl_config: Callable | None = None,
+                  producers: "ConsumerManager | None" = None) -> "GrpcEndpoint":
+    """``acl_config``: the broker's current plain ACL when ``aclEnable`` (None: no checks);
+    ``producers``: the broker's producer table (5.x producers join it for transaction checks)."""
     from ferrymq.grpc.auth import GrpcAuth
     from ferrymq.grpc.clients import GrpcClients
     from ferrymq.grpc.endpoint import GrpcEndpoint
@@ -56,7 +59,8 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
 
     service = MessagingService(config=config, store_config=store_config, topics=topics, groups=groups, send=send,
                                transactions=transactions, retry=retry, pop=pop, directory=directory, clients=clients,
-                               is_fifo_group=is_fifo_group, auth=GrpcAuth(acl_config) if acl_config else None)
+                               is_fifo_group=is_fifo_group, auth=GrpcAuth(acl_config) if acl_config else None,
+                               producers=producers)
     endpoint = GrpcEndpoint(service, directory, clients, host=config.listen_host, port=config.grpc_listen_port,
                             max_message_bytes=config.max_frame_size,
                             client_expiry_ms=lambda: config.channel_expired_timeout, tls_mode=config.grpc_tls_mode,

@@ -181,3 +181,29 @@ def test_tls_by_default_and_acl_credentials(acl_broker):
     refused = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=1, ak="j5writer", sk="wrong-secret",
                             ssl="true", check=False, timeout=90)
     assert refused.returncode != 0 and refused.of("sent") == []
+
+
+@pytest.fixture(scope="module")
+def tx_broker(tmp_path_factory):
+    require(ensure_java5_classes)
+    # transaction checks every second, for half messages older than a second
+    server, endpoint = grpc_standalone(tmp_path_factory.mktemp("grpc-java-tx") / "store",
+                                       "transactionCheckInterval=1000", "transactionTimeOut=1000")
+    try:
+        yield server, endpoint
+    finally:
+        code = server.stop()
+        assert code == 0, f"standalone did not shut down cleanly ({code}):\n{server.log()}"
+
+
+def test_transactions_commit_rollback_and_check_back_over_telemetry(tx_broker):
+    """Committed and rolled back at once, or left open and decided by the producer's
+    TransactionChecker when the broker asks over the Telemetry stream."""
+    _, endpoint = tx_broker
+    topic, group = names("J5Tx")
+    run = run_grpc_java("tx", endpoints=endpoint, topic=topic, lingerMs=30000)
+    assert {e["key"]: e["resolution"] for e in run.of("checked")} == {"check-commit": "COMMIT",
+                                                                     "check-rollback": "ROLLBACK"}
+    got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=3, timeoutMs=8000,
+                        check=False)
+    assert sorted(e["key"] for e in received(got)) == ["check-commit", "commit"]

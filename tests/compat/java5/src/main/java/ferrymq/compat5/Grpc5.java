@@ -24,6 +24,8 @@ import org.apache.rocketmq.client.apis.message.MessageBuilder;
 import org.apache.rocketmq.client.apis.message.MessageView;
 import org.apache.rocketmq.client.apis.producer.Producer;
 import org.apache.rocketmq.client.apis.producer.SendReceipt;
+import org.apache.rocketmq.client.apis.producer.Transaction;
+import org.apache.rocketmq.client.apis.producer.TransactionResolution;
 
 /**
  * The official RocketMQ 5.x Java client (rocketmq-client-java, gRPC) as a scriptable peer.
@@ -33,6 +35,9 @@ import org.apache.rocketmq.client.apis.producer.SendReceipt;
  *   produce  endpoints=H:P topic=T count=N [kind=normal|fifo|delay] [groups=G] [delayMs=D] [prefix=P]
  *   simple   endpoints=H:P topic=T group=G expect=N [invisibleMs=I] [ack=true|false] [timeoutMs=X]
  *   push     endpoints=H:P topic=T group=G expect=N [timeoutMs=X]
+ *   tx       endpoints=H:P topic=T [lingerMs=L]: transactional messages "commit", "rollback" (decided
+ *            at once) and "check-commit", "check-rollback" (left open: the broker's check asks the
+ *            TransactionChecker, which answers by the key); stays up lingerMs for the checks
  *   bench-produce / bench-simple: as produce / simple, printing only a final "done" with rates
  *   common: [ssl=false] [ak=.. sk=..] [awaitMs=5000]
  * </pre>
@@ -73,6 +78,9 @@ public final class Grpc5 {
                 break;
             case "push":
                 code = push(provider, cc, a);
+                break;
+            case "tx":
+                code = transactions(provider, cc, a);
                 break;
             default:
                 throw new IllegalArgumentException("unknown mode " + mode);
@@ -183,6 +191,42 @@ public final class Grpc5 {
         event("done", "sent", count - failed.get(), "failed", failed.get(), "seconds", secs,
             "rate", (count - failed.get()) / secs, "warmup", warmup);
         return failed.get() == 0 ? 0 : 1;
+    }
+
+    private static int transactions(ClientServiceProvider provider, ClientConfiguration cc, Map<String, String> a)
+        throws Exception {
+        String topic = a.get("topic");
+        Map<String, Boolean> checked = new ConcurrentHashMap<>();
+        Producer producer = provider.newProducerBuilder().setClientConfiguration(cc).setTopics(topic)
+            .setTransactionChecker(mv -> {
+                String key = String.join(",", mv.getKeys());
+                TransactionResolution r = key.startsWith("check-commit") ? TransactionResolution.COMMIT
+                    : key.startsWith("check-rollback") ? TransactionResolution.ROLLBACK : TransactionResolution.UNKNOWN;
+                checked.put(key, true);
+                event("checked", "key", key, "id", mv.getMessageId().toString(), "resolution", r.name());
+                return r;
+            }).build();
+        try {
+            for (String key : new String[] {"commit", "rollback", "check-commit", "check-rollback"}) {
+                Transaction tx = producer.beginTransaction();
+                SendReceipt r = producer.send(provider.newMessageBuilder().setTopic(topic).setKeys(key)
+                    .setBody(("body-" + key).getBytes(StandardCharsets.UTF_8)).build(), tx);
+                event("sent", "key", key, "id", r.getMessageId().toString());
+                if ("commit".equals(key)) {
+                    tx.commit();
+                } else if ("rollback".equals(key)) {
+                    tx.rollback();
+                }
+            }
+            long deadline = System.currentTimeMillis() + Long.parseLong(a.getOrDefault("lingerMs", "30000"));
+            while (checked.size() < 2 && System.currentTimeMillis() < deadline) {
+                Thread.sleep(100);
+            }
+        } finally {
+            producer.close();
+        }
+        event("done", "checked", checked.size());
+        return checked.size() >= 2 ? 0 : 1;
     }
 
     private static Map<String, FilterExpression> subscription(Map<String, String> a) {
