@@ -287,6 +287,42 @@ def test_an_async_group_fails_over_and_the_new_master_acknowledges_alone(group):
     assert sum(b.startswith(b"after-") for b in on_master) == 100
 
 
+def test_the_controller_killed_and_restarted_keeps_the_epochs_and_the_master(group):
+    """The controller is the one place that decides: while it is down (kill -9) a master takes
+    sends only until its lease runs out, then refuses them; the restarted controller reads its
+    epochs back (no new election, the same master) and the master takes sends again."""
+    p = group(["syncFlushTimeout=2000"])
+    p.start_master()
+    p.start_slave()
+
+    async def scenario():
+        await create_topic(p.namesrv)
+        producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
+        await producer.start()
+        try:
+            await wait_until(lambda: send_ok(producer), 30, "the slave replicating")
+            await wait_until(lambda: master_of_epoch(p, 1, 0), 10, "broker 0 master of epoch 1")
+            p.processes["controller"].kill()
+
+            async def refused() -> bool:
+                try:
+                    await producer.send(Message(TOPIC, b"while the controller is down"))
+                except MQClientError as exc:
+                    return "lost the controller" in str(exc)
+                return False
+            await wait_until(refused, 30, "the master refusing sends without its controller")
+            await asyncio.to_thread(p.start_controller)
+            await wait_until(lambda: send_ok(producer), 30, "sends acknowledged again")
+            state = await controller_state(p.controller)
+        finally:
+            await producer.close()
+        return state
+
+    state = asyncio.run(scenario())
+    assert [(h["epoch"], h["masterId"]) for h in state["history"]] == [(1, 0)]
+    assert "no answer from the controller" in p.processes["master"].log()
+
+
 async def _is(value, expected) -> bool:
     return (await value) == expected
 
