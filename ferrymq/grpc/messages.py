@@ -19,6 +19,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from ferrymq.common.message import MessageExt, Prop, decompress_body, encode_properties
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX
+from ferrymq.common.validators import validate_topic
 from ferrymq.grpc.protocol import Code, pb
 from ferrymq.remoting.request_headers import SendMessageHeader
 
@@ -166,6 +167,9 @@ def outgoing(message: pb.Message, *, queue_id: int, levels_ms: list[int], now_ms
     """A v2 message as the send path's request; MessageRefused when it cannot be."""
     if message.topic.resource_namespace:
         raise MessageRefused(Code.BAD_REQUEST, "resource namespaces are not supported by FerryMQ")
+    error = validate_topic(message.topic.name)
+    if error:
+        raise MessageRefused(Code.ILLEGAL_TOPIC, f"topic {message.topic.name!r} is invalid: {error}")
     system = message.system_properties
     message_type = message_type_of(message)
     body = check_body(message)

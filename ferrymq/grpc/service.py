@@ -32,7 +32,7 @@ from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common.message import SysFlag
 from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.common.protocol import BrokerData, QueueData, TopicRouteData
-from ferrymq.common.validators import validate_topic
+from ferrymq.common.validators import validate_group, validate_topic
 from ferrymq.acl.plain_acl import Perm as AclPerm
 from ferrymq.grpc.auth import GrpcAuth
 from ferrymq.grpc.clients import GrpcClients
@@ -162,6 +162,9 @@ class MessagingService(rpc.MessagingServiceServicer):
         denied = self._denied(context)
         if denied:
             return spb.QueryRouteResponse(status=denied)
+        error = validate_topic(topic)
+        if error:
+            return spb.QueryRouteResponse(status=status(Code.ILLEGAL_TOPIC, f"topic {topic!r} is invalid: {error}"))
         try:
             route = await self._route(topic)
         except RouteUnavailable as exc:
@@ -352,8 +355,10 @@ class MessagingService(rpc.MessagingServiceServicer):
             yield spb.ReceiveMessageResponse(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
             return
         group, topic = request.group.name, request.message_queue.topic.name
-        if not group:
-            yield spb.ReceiveMessageResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP, "consumer group is missing"))
+        error = validate_group(group)
+        if error:
+            yield spb.ReceiveMessageResponse(status=status(Code.ILLEGAL_CONSUMER_GROUP,
+                                                           f"consumer group {group!r} is invalid: {error}"))
             return
         denied = self._denied(context, topic=topic, group=group)
         if denied:

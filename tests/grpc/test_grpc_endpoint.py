@@ -141,6 +141,7 @@ async def test_send_refusals_travel_in_the_status(cluster, stub):
         Code.MESSAGE_BODY_TOO_LARGE: message(topic, b"x" * 70_000),
         Code.ILLEGAL_DELIVERY_TIME: message(topic, delivery_timestamp=to_timestamp(
             int(time.time() * 1000) + 3 * 86400_000)),
+        Code.ILLEGAL_TOPIC: message("bad topic!"),
     }
     reserved = message(topic)
     reserved.user_properties[Prop.DELAY] = "3"
@@ -216,6 +217,8 @@ async def test_ack_change_invisible_and_bad_handles(cluster, stub):
     assert bogus.status.code == Code.INVALID_RECEIPT_HANDLE and bogus.entries[0].status.code == Code.INVALID_RECEIPT_HANDLE
     bad_time = await receive(stub, topic, group, invisible_ms=10)
     assert [r.status.code for r in bad_time] == [Code.ILLEGAL_INVISIBLE_TIME]
+    no_group = await receive(stub, topic, "")
+    assert [r.status.code for r in no_group] == [Code.ILLEGAL_CONSUMER_GROUP]
 
 
 async def test_assignments_normal_group_one_per_broker_fifo_group_every_queue(cluster, stub):
