@@ -72,3 +72,26 @@ async def controller_state(controller: str) -> dict:
         await client.close()
     assert answer.code == ResponseCode.SUCCESS, answer.remark
     return json.loads(answer.body)["groups"].get(GROUP, {})
+
+
+@dataclass
+class FailoverTrio(FailoverPair):
+    """Three brokers of one group: "master" (brokerId 0), "slave" (1) and "slave2" (2)."""
+
+    slave2_port: int = 0
+
+    @property
+    def slave2_dir(self) -> Path:
+        return self.tmp / "slave2"
+
+    def start_slave2(self, *settings: str) -> None:
+        self.slave2_port = self.slave2_port or free_port()
+        self.processes["slave2"] = self._broker("slave2", self.slave2_port, self.slave2_dir,
+                                                [*self._member(2), *settings]).start()
+
+    def addr(self, name: str) -> str:
+        port = {"master": self.master_port, "slave": self.slave_port, "slave2": self.slave2_port}[name]
+        return f"127.0.0.1:{port}"
+
+    def dir(self, name: str) -> Path:
+        return {"master": self.master_dir, "slave": self.slave_dir, "slave2": self.slave2_dir}[name]

@@ -28,7 +28,7 @@ from ferrymq.client.pull_service import PullStatus
 from ferrymq.common.message import MESSAGE_MAGIC, Message, decode_record
 from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.remoting.errors import RemotingError
-from tests.failover_support import GROUP, FailoverPair, controller_state
+from tests.failover_support import GROUP, FailoverPair, FailoverTrio, controller_state
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from tests.replication_support import SEGMENT, commit_log_range
 from tests.support import free_port, wait_until
@@ -321,6 +321,84 @@ def test_the_controller_killed_and_restarted_keeps_the_epochs_and_the_master(gro
     state = asyncio.run(scenario())
     assert [(h["epoch"], h["masterId"]) for h in state["history"]] == [(1, 0)]
     assert "no answer from the controller" in p.processes["master"].log()
+
+
+def test_with_two_slaves_one_is_promoted_and_the_other_and_the_old_master_follow_it(tmp_path):
+    """Three brokers: the master is killed under SYNC load; the slave with the most data is
+    promoted, the other slave follows it (cutting what the new master never had), the old master
+    comes back as a slave under the id the new master left free; at the end all three hold the
+    same CommitLog and every acknowledged message."""
+    p = FailoverTrio(tmp_path, "SYNC_MASTER", ["syncFlushTimeout=2000"])
+    try:
+        p.start_namesrv()
+        p.start_controller()
+        p.start_master()
+        p.start_slave()
+        p.start_slave2()
+
+        async def scenario():
+            await create_topic(p.namesrv)
+            producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
+            await producer.start()
+            acked: list = []
+            stop = asyncio.Event()
+
+            async def load() -> None:
+                n = 0
+                while not stop.is_set():
+                    n += 1
+                    body = f"load-{n}-{time.monotonic_ns()}".encode()
+                    try:
+                        r = await producer.send(Message(TOPIC, body))
+                    except (MQClientError, RemotingError, OSError):
+                        await asyncio.sleep(0.05)  # pacing while there is no master, not synchronisation
+                        continue
+                    if r.status is SendStatus.SEND_OK:
+                        acked.append((r, body))
+            try:
+                await wait_until(lambda: send_ok(producer), 30, "the slaves replicating")
+                loaders = [asyncio.ensure_future(load()) for _ in range(4)]
+                await wait_until(lambda: len(acked) >= 200, 60, "acknowledged sends under load")
+                p.processes["master"].kill()
+                async def promoted():
+                    st = await controller_state(p.controller)
+                    return st if st.get("epoch", 0) > 1 else None
+                state = await wait_until(promoted, 30, "a slave promoted")
+                new_master = "slave" if state["masterId"] == 1 else "slave2"
+                other = "slave2" if new_master == "slave" else "slave"
+                await wait_until(lambda: acting(p, 2 if other == "slave2" else 1, "SLAVE", 2), 30,
+                                 "the other slave following the new master")
+                await asyncio.to_thread(p.start_master)
+                await wait_until(lambda: acting(p, 0, "SLAVE", 2), 30, "the old master following as a slave")
+                seen = len(acked)
+                await wait_until(lambda: len(acked) >= seen + 200, 60, "acknowledged sends after the failover")
+                stop.set()
+                await asyncio.gather(*loaders)
+                on_master = await bodies_on_master(p.namesrv)
+                route = None
+                async with AdminClient(namesrv_addr=p.namesrv) as admin:
+                    route = await admin.topic_route(TOPIC)
+            finally:
+                stop.set()
+                await producer.close()
+            return acked, on_master, new_master, route
+
+        acked, on_master, new_master, route = asyncio.run(scenario())
+        addrs = {b.broker_name: b.broker_addrs for b in route.broker_datas}[GROUP]
+        old_master_id = {v: k for k, v in addrs.items()}[p.addr("master")]
+        assert addrs[0] == p.addr(new_master) and old_master_id == (1 if new_master == "slave" else 2)
+        end = max(decode_offset_msg_id(r.offset_msg_id)[2] for r, _ in acked) + 1
+
+        def level() -> bool:
+            ref = commit_log_range(p.dir(new_master), 0, end + 1)
+            return all(commit_log_range(p.dir(n), 0, end + 1) == ref for n in ("master", "slave", "slave2"))
+        asyncio.run(wait_until(level, 30, "the three CommitLogs level"))
+        missing = {body for _, body in acked} - on_master
+        assert not missing, f"{len(missing)} of {len(acked)} acknowledged messages not on the new master"
+        print(f"{len(acked)} acknowledged, all on the new master ({new_master}); three CommitLogs level")
+    finally:
+        print(p.logs())
+        p.stop_all()
 
 
 async def _is(value, expected) -> bool:
