@@ -16,7 +16,7 @@ import logging
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 
@@ -24,6 +24,7 @@ from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.consumer_manager import ClientChannel, ConsumerManager
 from ferrymq.broker.message_filter import FilterRefused, message_filter
 from ferrymq.broker.pop import receipt
+from ferrymq.broker.pop.service import AckStatus, PopService, PopStatus
 from ferrymq.broker.retry import RetryService, SendBackRequest
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
@@ -77,14 +78,6 @@ REFUSED_CODES = {
 }
 
 
-class PopLike(Protocol):
-    """What this service uses of ferrymq.broker.pop.service.PopService."""
-
-    async def receive(self, **kwargs: Any) -> Any: ...
-    async def ack(self, **kwargs: Any) -> Any: ...
-    async def change_invisible(self, **kwargs: Any) -> Any: ...
-
-
 @dataclass(frozen=True)
 class Peer:
     """The remote end of a gRPC call, as the send path reads a connection's peer."""
@@ -111,7 +104,7 @@ def metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
 class MessagingService(rpc.MessagingServiceServicer):
     def __init__(self, *, config: BrokerConfig, store_config: StoreConfig, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, send: SendHandler, transactions: TransactionService,
-                 retry: RetryService, pop: PopLike | None, directory: RouteDirectory, clients: GrpcClients,
+                 retry: RetryService, pop: PopService | None, directory: RouteDirectory, clients: GrpcClients,
                  is_fifo_group: Callable[[str], bool], auth: GrpcAuth | None = None,
                  producers: ConsumerManager | None = None) -> None:
         self.config = config
@@ -393,27 +386,25 @@ class MessagingService(rpc.MessagingServiceServicer):
         result = await self.pop.receive(group=group, topic=topic, queue_id=queue_id, max_messages=batch,
                                         invisible_ms=invisible_ms, poll_ms=poll_ms, message_filter=mfilter,
                                         fifo=fifo, client_id=client_id)
-        name = result.status.name
-        if name == "FOUND" and result.messages:
+        if result.status is PopStatus.FOUND and result.messages:
             yield spb.ReceiveMessageResponse(status=status())
             yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
             for popped in result.messages:
                 yield spb.ReceiveMessageResponse(message=incoming(
                     popped.message, topic=topic, receipt_handle=popped.receipt_handle,
                     delivery_attempt=popped.delivery_attempt, invisible_ms=invisible_ms))
-        elif name in ("FOUND", "NO_NEW_MSG"):
+        elif result.status in (PopStatus.FOUND, PopStatus.NO_NEW_MSG):
             yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, result.remark or "no new message"))
-        elif name == "POLLING_FULL":
+        elif result.status is PopStatus.POLLING_FULL:
             yield spb.ReceiveMessageResponse(status=status(Code.TOO_MANY_REQUESTS, result.remark or "polling full"))
         else:
             code = REFUSED_CODES.get(result.refused_code, Code.FORBIDDEN)
             yield spb.ReceiveMessageResponse(status=status(code, result.remark or "receive refused"))
 
-    def _ack_status(self, ack_status: Any, what: str) -> pb.Status:
-        name = ack_status.name
-        if name == "OK":
+    def _ack_status(self, ack_status: AckStatus, what: str) -> pb.Status:
+        if ack_status is AckStatus.OK:
             return status()
-        if name == "EXPIRED":
+        if ack_status is AckStatus.EXPIRED:
             return status(Code.INVALID_RECEIPT_HANDLE, f"receipt handle expired: the message was delivered again ({what})")
         return status(Code.INVALID_RECEIPT_HANDLE, f"invalid receipt handle ({what})")
 
@@ -450,7 +441,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         outcome, handle = await self.pop.change_invisible(group=request.group.name, topic=request.topic.name,
                                                           receipt_handle=request.receipt_handle,
                                                           invisible_ms=invisible_ms)
-        if outcome.name != "OK" or not handle:
+        if outcome is not AckStatus.OK or not handle:
             return spb.ChangeInvisibleDurationResponse(status=self._ack_status(outcome, request.message_id))
         return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
 
@@ -473,7 +464,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         # stored in the DLQ first, then acked: a failure between the two delivers it again rather
         # than losing it
         outcome = await self.pop.ack(group=group, topic=topic, receipt_handle=request.receipt_handle)
-        if outcome.name != "OK":
+        if outcome is not AckStatus.OK:
             return reply(status=self._ack_status(outcome, request.message_id))
         return reply(status=status())
 
