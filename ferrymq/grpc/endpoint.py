@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Callable
 
 import grpc
 
@@ -29,7 +30,7 @@ CLIENT_EXPIRY_PERIOD_S = 10.0
 
 class GrpcEndpoint:
     def __init__(self, service: MessagingService, directory: RouteDirectory, clients: GrpcClients, *,
-                 host: str, port: int, max_message_bytes: int, client_expiry_ms: "callable",
+                 host: str, port: int, max_message_bytes: int, client_expiry_ms: Callable[[], int],
                  tls_mode: str = "permissive", cert_path: str = "", key_path: str = "",
                  cert_hosts: tuple[str, ...] = ()) -> None:
         self.service = service
