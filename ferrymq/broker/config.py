@@ -85,10 +85,6 @@ class BrokerConfig:
     # Node to plaintext); disabled: plaintext only; enforcing: TLS only. The certificate is
     # tlsServerCertPath/KeyPath's, or a self-signed one made at start.
     grpc_tls_mode: str = "permissive"
-    # permissive: TLS and plaintext on the gRPC port (Java/Go/C# clients default to TLS, Python and
-    # Node to plaintext); disabled: plaintext only; enforcing: TLS only. The certificate is
-    # tlsServerCertPath/KeyPath's, or a self-signed one made at start.
-    grpc_tls_mode: str = "permissive"
     # Without namesrvAddr: ask the address service (http://<domain>[:8080]/rocketmq/<subgroup>)
     # at start and every fetch_name_srv_addr_interval ms, as RocketMQ's broker does.
     fetch_namesrv_addr_by_address_server: bool = False
@@ -163,8 +159,6 @@ class BrokerConfig:
             check_range(self, name, 1)
         check_range(self, "listen_port", 0, 65535)
         check_range(self, "grpc_listen_port", -1, 65535)
-        if self.grpc_tls_mode not in ("permissive", "disabled", "enforcing"):
-            raise ValueError(f"grpcTlsMode must be permissive, disabled or enforcing, got {self.grpc_tls_mode!r}")
         if self.grpc_tls_mode not in ("permissive", "disabled", "enforcing"):
             raise ValueError(f"grpcTlsMode must be permissive, disabled or enforcing, got {self.grpc_tls_mode!r}")
         check_range(self, "default_topic_queue_nums", 1, 1024)
