@@ -662,6 +662,84 @@ def test_a_replicated_group_serves_reads_from_its_slave_while_its_master_is_down
     kubectl("delete", "broker", ha, "-n", ns, "--timeout=300s")
 
 
+# ------------------------------------------------------------------------------------------------
+# 10. Failover: the controller promotes the slave when its master is gone; the old master, back,
+#     truncates and rejoins as the new master's slave; nothing acknowledged is lost
+
+GROUP_ADDRS = """
+    import asyncio, json, sys
+    from ferrymq.client.admin import AdminClient
+
+    namesrv, group = sys.argv[1], sys.argv[2]
+
+    async def main():
+        async with AdminClient(namesrv_addr=namesrv) as admin:
+            group_data = (await admin.cluster_info()).broker_addr_table.get(group)
+            addrs = group_data.broker_addrs if group_data else {}
+            print(json.dumps({str(k): v for k, v in addrs.items()}))
+    asyncio.run(main())
+"""
+
+
+def group_hosts(ns: str, nsrv: str, group: str) -> dict[int, str]:
+    """brokerId -> host of each broker of ``group`` in the name server's cluster table."""
+    (addrs,) = run_python(ns, GROUP_ADDRS, nsrv, group)
+    return {int(k): v.rsplit(":", 1)[0] for k, v in addrs.items()}
+
+
+def pod_ip(ns: str, name: str) -> str:
+    return get("pod", name, ns)["status"]["podIP"]
+
+
+def test_failover_promotes_the_slave_and_the_old_master_rejoins_as_its_slave(ns, tools):
+    fo, topic = "failover", "failover-orders"
+    group = f"{fo}-broker-0"
+    apply(ns, {"apiVersion": API, "kind": "Broker", "metadata": {"name": fo},
+               "spec": {"replicas": 1, "imagePullPolicy": "Never", "storage": {"size": "1Gi", "deleteClaim": True},
+                        "replication": {"slavesPerGroup": 1, "mode": "Sync", "failover": True,
+                                        "failoverTimeoutSeconds": 10}}})
+    wait_status("broker", fo, ns, lambda o: ready(o) and [g["slavesReady"] for g in
+                (o["status"].get("replication") or {}).get("groups", [])] == [1], "Ready with its slave", 600)
+    assert get("statefulset", f"{fo}-controller", ns) is not None, "failover: true runs a controller"
+    apply(ns, {"apiVersion": API, "kind": "Topic", "metadata": {"name": topic},
+               "spec": {"brokerRef": {"name": fo}, "readQueueNums": 2, "writeQueueNums": 2}})
+    wait_status("topic", topic, ns, ready, "Ready", 180)
+    nsrv = f"{fo}-namesrv.{ns}.svc:9876"
+    before = run_python(ns, SEND_COUNT, nsrv, topic, "100")
+    assert len(before) == 100 and {s["status"] for s in before} == {"SEND_OK"}, {s["status"] for s in before}
+    assert run_python(ns, SLAVE_KNOWS_TOPIC, nsrv, group, topic) == [{"synced": True}]
+    old_master, slave = pod_ip(ns, f"{fo}-broker-0"), pod_ip(ns, f"{fo}-broker-s1-0")
+    assert group_hosts(ns, nsrv, group) == {0: old_master, 1: slave}
+
+    # The master goes away and stays away (reconciliation paused, its StatefulSet at 0): after the
+    # failover timeout the controller promotes the slave, which registers as the group's master.
+    kubectl("annotate", "broker", fo, "-n", ns, "ferrymq.io/pause-reconciliation=true")
+    kubectl("scale", "statefulset", f"{fo}-broker", "-n", ns, "--replicas=0")
+    poll_until("the master pod gone", lambda: get("pod", f"{fo}-broker-0", ns) is None, 180, 1)
+    gone = time.monotonic()
+    poll_until("the slave promoted to master", lambda: group_hosts(ns, nsrv, group).get(0) == slave, 180, 2)
+    print(f"promoted {time.monotonic() - gone:.0f} s after the master pod was gone (failoverTimeoutSeconds 10)")
+    stored = run_python(ns, READ_ALL, nsrv, topic)
+    missing = {s["msgId"] for s in before} - {s["msgId"] for s in stored}
+    assert not missing, f"{len(missing)} acknowledged messages not on the promoted master"
+
+    # The old master comes back (the operator scales it up again): it learns the new epoch, truncates
+    # what it may have written after it, and follows the new master; SYNC sends are acknowledged again.
+    kubectl("annotate", "broker", fo, "-n", ns, "ferrymq.io/pause-reconciliation-")
+
+    def rejoined() -> bool:
+        pod = get("pod", f"{fo}-broker-0", ns)
+        back = pod and pod_ready(pod) and pod["status"].get("podIP")
+        return bool(back) and group_hosts(ns, nsrv, group) == {0: slave, 1: back}
+    poll_until("the old master back as the new master's slave", rejoined, 300, 3)
+    after = run_python(ns, SEND_COUNT, nsrv, topic, "50")
+    assert len(after) == 50 and {s["status"] for s in after} == {"SEND_OK"}, {s["status"] for s in after}
+    stored = run_python(ns, READ_ALL, nsrv, topic)
+    missing = {s["msgId"] for s in before + after} - {s["msgId"] for s in stored}
+    assert not missing, f"{len(missing)} acknowledged messages missing after the old master rejoined"
+    kubectl("delete", "broker", fo, "-n", ns, "--timeout=300s")
+
+
 def test_helm_upgrade_then_uninstall_leaves_only_kept_claims(ns, tools):
     before = {p["metadata"]["uid"] for p in operator_pods()}
     helm("upgrade", RELEASE, CHART, "-n", RELEASE_NS, "--reuse-values", "--set", "resyncSeconds=15", "--wait", "--timeout", "300s")
