@@ -169,3 +169,59 @@ class TcpProxy:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class AckedLoad:
+    """Sends without pause from ``loops`` concurrent loops (the producer should not retry), and
+    keeps every message acknowledged SEND_OK as (its CommitLog offset, its body): what a kill
+    loop must find on every broker at the end. Use as ``async with AckedLoad(producer, topic)``."""
+
+    def __init__(self, producer, topic: str, loops: int = 4) -> None:
+        self.producer, self.topic, self.loops = producer, topic, loops
+        self.acked: list[tuple[int, bytes]] = []
+        self._stop = asyncio.Event()
+        self._counter = iter(range(10**9))
+        self._tasks: list[asyncio.Task] = []
+
+    async def _load(self) -> None:
+        from ferrymq.client.errors import MQClientError
+        from ferrymq.client.producer import SendStatus
+        from ferrymq.common.message import Message
+        from ferrymq.common.message_id import decode_offset_msg_id
+        from ferrymq.remoting.errors import RemotingError
+
+        while not self._stop.is_set():
+            i = next(self._counter)
+            body = f"chaos-{i}-".encode() + bytes(i % 200)
+            try:
+                r = await self.producer.send(Message(self.topic, body))
+            except (MQClientError, OSError, RemotingError):
+                await asyncio.sleep(0.05)  # pacing while a broker is down, not synchronisation
+                continue
+            if r.status is SendStatus.SEND_OK:
+                self.acked.append((decode_offset_msg_id(r.offset_msg_id)[2], body))
+
+    async def more(self, count: int, timeout: float, what: str) -> None:
+        """Wait until ``count`` more sends than now have been acknowledged."""
+        from tests.support import wait_until
+        seen = len(self.acked)
+        await wait_until(lambda: len(self.acked) >= seen + count, timeout, what)
+
+    async def __aenter__(self) -> "AckedLoad":
+        self._tasks = [asyncio.ensure_future(self._load()) for _ in range(self.loops)]
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def assert_acked_on_both(acked: list[tuple[int, bytes]], first: Path, second: Path) -> None:
+    """Every acknowledged message is in ``first``'s CommitLog where its offset says, with its body,
+    and ``second`` holds the same record byte for byte."""
+    from ferrymq.common.message import decode_record
+    for phys, body in acked:
+        size = int.from_bytes(commit_log_range(first, phys, phys + 4), "big")
+        record = commit_log_range(first, phys, phys + size)
+        assert len(record) == size and decode_record(record)[0].body == body, f"acknowledged message at {phys} lost"
+        assert commit_log_range(second, phys, phys + size) == record, f"message at {phys} differs between brokers"

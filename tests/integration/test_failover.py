@@ -30,7 +30,7 @@ from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.remoting.errors import RemotingError
 from tests.failover_support import GROUP, FailoverPair, FailoverTrio, controller_state
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
-from tests.replication_support import SEGMENT, commit_log_range
+from tests.replication_support import SEGMENT, AckedLoad, assert_acked_on_both, commit_log_range
 from tests.support import free_port, wait_until
 
 pytestmark = pytest.mark.integration
@@ -419,44 +419,24 @@ def test_random_kill_9_with_failover_on_loses_nothing_acknowledged(group):
         await create_topic(p.namesrv)
         producer = Producer("failover-chaos", namesrv_addr=p.namesrv, send_timeout=3, retry_times=0)
         await producer.start()
-        acked: list[tuple[int, bytes]] = []
-        stop = asyncio.Event()
-        counter = iter(range(10**9))
-
-        async def load() -> None:
-            while not stop.is_set():
-                i = next(counter)
-                body = f"chaos-{i}-".encode() + bytes(i % 200)
-                try:
-                    r = await producer.send(Message(TOPIC, body))
-                except (MQClientError, OSError, RemotingError):
-                    await asyncio.sleep(0.05)  # pacing while a broker is down, not synchronisation
-                    continue
-                if r.status is SendStatus.SEND_OK:
-                    acked.append((decode_offset_msg_id(r.offset_msg_id)[2], body))
-
-        loaders = [asyncio.ensure_future(load()) for _ in range(4)]
         failovers = 0
         try:
-            for round_ in range(KILLS):
-                target = rng.choice(["master", "slave"])
-                seen = len(acked)
-                await wait_until(lambda: len(acked) >= seen + 20, 90, f"acknowledged sends before kill {round_ + 1}")
-                state = await controller_state(p.controller)
-                p.processes[target].kill()
-                if state["masterId"] == (0 if target == "master" else 1) and rng.random() < 0.75:
-                    # Mostly the killed master stays down until the other broker is promoted (if it
-                    # is in sync: under load it may still be catching up after its own restart).
-                    if await eventually(lambda: _epoch_above(p, state["epoch"]), 4 * p.failover_timeout / 1000):
-                        failovers += 1
-                await asyncio.to_thread(p.start_master if target == "master" else p.start_slave)
-            seen = len(acked)
-            await wait_until(lambda: len(acked) >= seen + 20, 90, "acknowledged sends after the last restart")
+            async with AckedLoad(producer, TOPIC) as load:
+                for round_ in range(KILLS):
+                    target = rng.choice(["master", "slave"])
+                    await load.more(20, 90, f"acknowledged sends before kill {round_ + 1}")
+                    state = await controller_state(p.controller)
+                    p.processes[target].kill()
+                    if state["masterId"] == (0 if target == "master" else 1) and rng.random() < 0.75:
+                        # Mostly the killed master stays down until the other broker is promoted (if it
+                        # is in sync: under load it may still be catching up after its own restart).
+                        if await eventually(lambda: _epoch_above(p, state["epoch"]), 4 * p.failover_timeout / 1000):
+                            failovers += 1
+                    await asyncio.to_thread(p.start_master if target == "master" else p.start_slave)
+                await load.more(20, 90, "acknowledged sends after the last restart")
         finally:
-            stop.set()
-            await asyncio.gather(*loaders, return_exceptions=True)
             await producer.close()
-        return acked, failovers
+        return load.acked, failovers
 
     acked, failovers = asyncio.run(scenario())
     state = asyncio.run(controller_state(p.controller))
@@ -466,11 +446,7 @@ def test_random_kill_9_with_failover_on_loses_nothing_acknowledged(group):
     def in_step() -> bool:
         return commit_log_range(p.master_dir, 0, end) == commit_log_range(p.slave_dir, 0, end)
     asyncio.run(wait_until(in_step, 30, "both brokers holding the same CommitLog after the last round"))
-    for phys, body in acked:
-        size = int.from_bytes(commit_log_range(p.master_dir, phys, phys + 4), "big")
-        record = commit_log_range(p.master_dir, phys, phys + size)
-        assert len(record) == size and decode_record(record)[0].body == body, f"acknowledged message at {phys} lost"
-        assert commit_log_range(p.slave_dir, phys, phys + size) == record
+    assert_acked_on_both(acked, p.master_dir, p.slave_dir)
     print(f"{KILLS} kills, {len(state['history']) - 1} failovers (epoch {state['epoch']}), {len(acked)} acknowledged "
           f"messages all on both brokers")
 

@@ -32,16 +32,15 @@ from ferrymq.client.producer import Producer, SendStatus
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common import rocketmq_json
-from ferrymq.common.message import Message, decode_record
+from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.errors import RemotingError
 from tests.consumer_support import Recorder
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
-from tests.replication_support import SEGMENT, BrokerPair, TcpProxy, commit_log_range
+from tests.replication_support import SEGMENT, AckedLoad, BrokerPair, TcpProxy, assert_acked_on_both, commit_log_range
 from tests.store.small_fs import SmallFsUnavailable, small_filesystem
 from tests.support import free_port, missing_prerequisite, wait_until
 
@@ -492,46 +491,22 @@ def test_random_kill_9_of_master_or_slave_under_sync_load_loses_nothing_acknowle
         await create_topic(p.namesrv)
         producer = Producer("ha-chaos", namesrv_addr=p.namesrv, send_timeout=3, retry_times=0)
         await producer.start()
-        acked: list[tuple[int, bytes]] = []
-        stop = asyncio.Event()
-        counter = iter(range(10**9))
-
-        async def load() -> None:
-            while not stop.is_set():
-                i = next(counter)
-                body = f"chaos-{i}-".encode() + bytes(i % 200)
-                try:
-                    r = await producer.send(Message(TOPIC, body))
-                except (MQClientError, OSError, RemotingError):
-                    await asyncio.sleep(0.05)  # pacing while a broker is down, not synchronisation
-                    continue
-                if r.status is SendStatus.SEND_OK:
-                    acked.append((decode_offset_msg_id(r.offset_msg_id)[2], body))
-
-        loaders = [asyncio.ensure_future(load()) for _ in range(4)]
         try:
-            for round_ in range(KILLS):
-                target = rng.choice(["master", "slave"])
-                seen = len(acked)
-                await wait_until(lambda: len(acked) >= seen + 20, 60, f"acknowledged sends before kill {round_ + 1}")
-                p.processes[target].kill()
-                await asyncio.to_thread(p.start_master if target == "master" else p.start_slave)
-            await wait_until(lambda: len(acked) >= seen + 20, 60, "acknowledged sends after the last restart")
+            async with AckedLoad(producer, TOPIC) as load:
+                for round_ in range(KILLS):
+                    target = rng.choice(["master", "slave"])
+                    await load.more(20, 60, f"acknowledged sends before kill {round_ + 1}")
+                    p.processes[target].kill()
+                    await asyncio.to_thread(p.start_master if target == "master" else p.start_slave)
+                await load.more(20, 60, "acknowledged sends after the last restart")
         finally:
-            stop.set()
-            await asyncio.gather(*loaders, return_exceptions=True)
             await producer.close()
-        return acked
+        return load.acked
 
     acked = asyncio.run(scenario())
     end = max(phys for phys, _ in acked) + 1
     asyncio.run(wait_until(lambda: slave_caught_up(p, end), 30, "the slave caught up after the last round"))
-    for phys, body in acked:
-        header = commit_log_range(p.master_dir, phys, phys + 4)
-        size = int.from_bytes(header, "big")
-        record = commit_log_range(p.master_dir, phys, phys + size)
-        assert len(record) == size and decode_record(record)[0].body == body, f"acknowledged message at {phys} lost"
-        assert commit_log_range(p.slave_dir, phys, phys + size) == record
+    assert_acked_on_both(acked, p.master_dir, p.slave_dir)
     print(f"{KILLS} kills, {len(acked)} acknowledged messages all on master and slave")
 
 
