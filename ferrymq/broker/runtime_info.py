@@ -47,10 +47,13 @@ def replication_entries(status: dict) -> dict[str, str]:
     {"address", "ackedOffset", "lagBytes", "lagSeconds"} per connected slave (address: where
     the master sees it connect from); on a slave ``ferrymqHaMasterAddress``,
     ``ferrymqHaConnected`` and ``ferrymqHaLagBytes`` (behind the master's last transfer); with
-    failover ``ferrymqHaEpoch``."""
+    failover ``ferrymqHaEpoch`` and ``ferrymqHaIdentity`` (the brokerId the broker was configured
+    with: which member of the group it is, while the id it registers under follows its role)."""
     out = {"ferrymqHaRole": status["role"]}
     if "epoch" in status:
         out["ferrymqHaEpoch"] = str(status["epoch"])
+    if "identity" in status:
+        out["ferrymqHaIdentity"] = str(status["identity"])
     if "slaves" in status:
         out["ferrymqHaSlaves"] = json.dumps(status["slaves"], separators=(",", ":"))
         if "ackedByAnySlave" in status:

@@ -161,14 +161,7 @@ async def slave_lags(admin: AdminClient, master_addr: str) -> list[SlaveLag]:
     """The slaves connected to the master at ``master_addr`` with their lag (runtime info key
     ferrymqHaSlaves); [] from a broker that reports none. Raises MQClientError when the master
     cannot be asked."""
-    raw = (await admin.broker_runtime_info(master_addr)).get("ferrymqHaSlaves")
-    if not raw:
-        return []
-    try:
-        slaves = json.loads(raw)
-        return [SlaveLag(str(s["address"]), int(s["lagBytes"]), float(s.get("lagSeconds", 0.0))) for s in slaves]
-    except (ValueError, KeyError, TypeError) as e:
-        raise MQClientError(f"{master_addr} reported ferrymqHaSlaves the operator cannot read: {e}") from e
+    return slave_lags_of(await admin.broker_runtime_info(master_addr), master_addr)
 
 
 async def replication_lags(admin: AdminClient, cluster: str, broker_names: list[str]) -> dict[str, list[SlaveLag] | None]:
@@ -186,5 +179,72 @@ async def replication_lags(admin: AdminClient, cluster: str, broker_names: list[
             return await slave_lags(admin, addrs[name])
         except MQClientError:
             return None
+
+    return dict(zip(broker_names, await asyncio.gather(*(one(name) for name in broker_names))))
+
+
+@dataclass(frozen=True)
+class ObservedBroker:
+    """One broker registered under a group's brokerName, as the name servers list it and as its
+    own runtime info describes it (role and the rest None when it could not be asked)."""
+
+    address: str                    # host:port it registered
+    broker_id: int                  # the id it is registered under now (0: the group's master)
+    reachable: bool
+    role: str | None = None         # ferrymqHaRole: ASYNC_MASTER, SYNC_MASTER or SLAVE
+    identity: int | None = None     # ferrymqHaIdentity (failover): its configured brokerId, i.e. which pod
+    epoch: int | None = None        # ferrymqHaEpoch (failover)
+    slaves: list[SlaveLag] | None = None  # as a master: its slaves' links (ferrymqHaSlaves)
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+async def observe_broker(admin: AdminClient, address: str, broker_id: int) -> ObservedBroker:
+    """What the broker at ``address`` says about its role; unreachable (role unknown) when it
+    cannot be asked."""
+    try:
+        info = await admin.broker_runtime_info(address)
+    except MQClientError:
+        return ObservedBroker(address, broker_id, False)
+    try:
+        links = slave_lags_of(info, address)
+    except MQClientError:
+        links = None
+    return ObservedBroker(address, broker_id, True, info.get("ferrymqHaRole") or None,
+                          _int_or_none(info.get("ferrymqHaIdentity")), _int_or_none(info.get("ferrymqHaEpoch")),
+                          links)
+
+
+def slave_lags_of(info: dict[str, str], address: str) -> list[SlaveLag]:
+    raw = info.get("ferrymqHaSlaves")
+    if not raw:
+        return []
+    try:
+        return [SlaveLag(str(s["address"]), int(s["lagBytes"]), float(s.get("lagSeconds", 0.0))) for s in json.loads(raw)]
+    except (ValueError, KeyError, TypeError) as e:
+        raise MQClientError(f"{address} reported ferrymqHaSlaves the operator cannot read: {e}") from e
+
+
+async def group_members(admin: AdminClient, cluster: str, broker_names: list[str]) -> dict[str, list[ObservedBroker] | None]:
+    """brokerName -> every broker registered under it with what it says about its role (the
+    name servers' cluster info, then each broker's runtime info, asked concurrently); None for
+    a group nobody registered, or when the name servers cannot be asked."""
+    try:
+        info = await admin.cluster_info()
+    except MQClientError:
+        return {name: None for name in broker_names}
+    table = info.broker_addr_table if cluster in info.cluster_addr_table else {}
+
+    async def one(name: str) -> list[ObservedBroker] | None:
+        data = table.get(name)
+        if data is None or not data.broker_addrs:
+            return None
+        return list(await asyncio.gather(*(observe_broker(admin, addr, int(bid))
+                                           for bid, addr in sorted(data.broker_addrs.items(), key=lambda kv: int(kv[0])))))
 
     return dict(zip(broker_names, await asyncio.gather(*(one(name) for name in broker_names))))

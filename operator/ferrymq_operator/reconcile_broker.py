@@ -9,7 +9,7 @@ import time
 
 import kopf
 
-from ferrymq_operator import broker_admin, kube, manifests, replication_lag, rollout, status
+from ferrymq_operator import broker_admin, conditions, kube, manifests, replication_roles, rollout, status
 from ferrymq_operator.cluster_access import admin_client
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_DRAIN_STARTED
@@ -70,13 +70,15 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
     pods = await kube.list_("v1", "Pod", ns, selector)
     slave_pods = [p for k in cluster.replication.slave_sets
                   for p in await kube.list_("v1", "Pod", ns, manifests.selector_string(cluster, manifests.slave_component(k)))]
-    lags = None
+    roles = None
     if cluster.replication.slaves_per_group:
-        lags = await _replication_lags(cluster, settings, plan.replicas, pods + slave_pods)
+        roles = await _group_roles(cluster, settings, plan.replicas, pods + slave_pods)
         max_lag = cluster.replication.max_restart_lag_bytes
-        restart = rollout.plan_replicated_restart(pods, slave_pods, desired_hash, plan.replicas,
+        masters, slaves, undetermined = replication_roles.split_pods(roles, pods + slave_pods)
+        restart = rollout.plan_replicated_restart(masters, slaves, desired_hash, plan.replicas,
                                                   cluster.replication.slaves_per_group,
-                                                  {g.master: g.behind(max_lag) for g in lags}, max_lag)
+                                                  {g.master: g.behind(max_lag) for g in roles if g.observed}, max_lag,
+                                                  undetermined)
         conds.append(status.master_restart_condition(restart))
     else:
         restart = rollout.plan_restart(pods, desired_hash, plan.replicas)
@@ -100,26 +102,34 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
     conds.insert(0, ready_cond)
     extra = {"phase": phase, "replicas": plan.replicas, "readyReplicas": ready, "selector": selector,
              "nameServers": cluster.namesrv_addresses, "configHash": desired_hash, "replication": None}
-    if cluster.replication.slaves_per_group:
+    if roles is not None:
+        previous = (body.get("status") or {}).get("replication")
         extra["replication"] = status.replication_groups(
-            cluster.replication.mode, cluster.replication.slaves_per_group, plan.replicas, n.broker_pod, n.slave_pod,
-            pods + slave_pods, lags, cluster.replication.max_restart_lag_bytes)
+            cluster.replication.mode, cluster.replication.slaves_per_group, roles, pods + slave_pods,
+            cluster.replication.max_restart_lag_bytes, cluster.replication.failover, previous, conditions.now_rfc3339())
+        if cluster.replication.failover:
+            changes = replication_roles.master_changes(previous, roles)
+            for change in changes:
+                log.info("group %s/%s: master moved from pod %s to pod %s (epoch %s)", ns, change.broker_name,
+                         change.from_pod, change.to_pod, change.epoch)
+            status.master_changed_events(body, changes)
     status.finish(body, patch, conds, extra)
 
 
-async def _replication_lags(cluster: BrokerCluster, settings: OperatorSettings, replicas: int,
-                            pods: list[dict]) -> list[replication_lag.GroupLag]:
-    """Each group's slave lag as its master reports it; unknown where it cannot be asked."""
+async def _group_roles(cluster: BrokerCluster, settings: OperatorSettings, replicas: int,
+                       pods: list[dict]) -> list[replication_roles.GroupRoles]:
+    """Each group's roles and slave lag as its brokers report them; unknown where they cannot
+    be asked (which holds back master restarts)."""
     n = cluster.names
     names = [n.broker_pod(i) for i in range(replicas)]
     try:
         async with admin_client(settings, cluster) as admin:
-            reported = await broker_admin.replication_lags(admin, n.broker, names)
-    except Exception as e:  # noqa: BLE001 - the lag is then unknown, which holds back master restarts
-        log.info("replication lag of %s unknown: %s", cluster.name, e)
-        reported = {}
-    return replication_lag.group_lags(replicas, cluster.replication.slaves_per_group, n.broker_pod, n.slave_pod,
-                                      pods, reported)
+            observed = await broker_admin.group_members(admin, n.broker, names)
+    except Exception as e:  # noqa: BLE001 - roles and lag are then unknown
+        log.info("replication roles of %s unknown: %s", cluster.name, e)
+        observed = {}
+    return replication_roles.all_group_roles(replicas, cluster.replication.slaves_per_group, n.broker_pod,
+                                             n.slave_pod, pods, observed, cluster.replication.failover)
 
 
 async def _controlled_restart(cluster: BrokerCluster, pods: list[dict], next_pod: str | None,

@@ -50,23 +50,31 @@ def plan_restart(pods: list[dict], desired_hash: str, replicas: int) -> RestartP
 
 def plan_replicated_restart(masters: list[dict], slaves: list[dict], desired_hash: str, replicas: int,
                             slave_sets: int, behind: Mapping[str, Mapping[str, int | None]],
-                            max_lag_bytes: int) -> RestartPlan:
+                            max_lag_bytes: int, undetermined: list[dict] | None = None) -> RestartPlan:
     """``plan_restart`` for master-slave groups: every broker pod (masters and slaves) exists and
     is Ready before any is restarted; stale slaves go first (they take no sends: no drain), a
     master only once every slave runs the current configuration and is Ready again, so a
     group never loses both copies at once and a restarted master finds its slaves there.
     And never a master whose slaves are behind: ``behind`` maps a master pod to its slave pods
     not known to be within ``max_lag_bytes`` of it (bytes behind, None when unknown: not
-    connected, or the master could not be asked); a stale master with an empty entry may go."""
-    slave_plan = plan_restart(slaves, desired_hash, replicas * slave_sets)
-    master_plan = plan_restart(masters, desired_hash, replicas)
-    stale = slave_plan.stale + master_plan.stale
+    connected, or the master could not be asked); a stale master with an empty entry may go.
+
+    ``masters`` and ``slaves`` are the pods by the role they serve in now (after a failover a
+    ``-sK`` pod may be the master: replication_roles.split_pods). ``undetermined``: pods of
+    groups with failover whose master nobody could see, any of which may be serving as master:
+    they are never restarted (reason RolesUnknown) until their roles are observed again."""
+    undetermined = undetermined or []
+    slave_plan = plan_restart(slaves, desired_hash, len(slaves))
+    master_plan = plan_restart(masters, desired_hash, len(masters))
+    held = plan_restart(undetermined, desired_hash, len(undetermined)).stale
+    stale = slave_plan.stale + master_plan.stale + held
     if not stale:
         return RestartPlan([], None)
-    not_ready = sorted(p["metadata"]["name"] for p in masters + slaves if not pod_ready(p))
+    everyone = masters + slaves + undetermined
+    not_ready = sorted(p["metadata"]["name"] for p in everyone if not pod_ready(p))
     if not_ready:
         return RestartPlan(stale, None, f"waiting for {', '.join(not_ready)} to be Ready")
-    missing = replicas * (1 + slave_sets) - len(masters) - len(slaves)
+    missing = replicas * (1 + slave_sets) - len(everyone)
     if missing > 0:
         return RestartPlan(stale, None, f"waiting for {missing} pod(s) to be created")
     if slave_plan.stale:
@@ -74,14 +82,20 @@ def plan_replicated_restart(masters: list[dict], slaves: list[dict], desired_has
     for master in master_plan.stale:  # highest ordinal first, skipping groups still catching up
         if not behind.get(master):
             return RestartPlan(stale, master)
+    if not master_plan.stale:
+        return RestartPlan(stale, None, f"restart of {', '.join(held)} waits until the operator sees which pod of "
+                                        f"their group serves as master (no broker of the group answered as master; "
+                                        f"with failover any of them may be it)", "RolesUnknown")
     first = master_plan.stale[0]
     lagging = behind[first]
     unknown = sorted(pod for pod, lag in lagging.items() if lag is None)
     detail = "; ".join([f"{pod} is {lag} bytes behind" for pod, lag in sorted(lagging.items()) if lag is not None]
                        + ([f"the lag of {', '.join(unknown)} is unknown (not connected to {first}, or {first} "
                            f"cannot be asked)"] if unknown else []))
+    also = (f"; {', '.join(held)} wait until the operator sees which pod of their group serves as master"
+            if held else "")
     return RestartPlan(stale, None, f"restart of master {first} waits for its slaves to catch up to within "
-                                    f"{max_lag_bytes} bytes: {detail}",
+                                    f"{max_lag_bytes} bytes: {detail}{also}",
                        "SlaveLagUnknown" if len(unknown) == len(lagging) else "SlaveBehind")
 
 

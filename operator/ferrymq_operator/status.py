@@ -13,7 +13,7 @@ import kopf
 from ferrymq_operator import conditions
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_MANAGED, ANN_PAUSE
-from ferrymq_operator.replication_lag import GroupLag
+from ferrymq_operator.replication_roles import GroupRoles, MasterChange
 from ferrymq_operator.rollout import RestartPlan, pod_ready
 
 # Condition types whose transitions become Events (the group's ConsumeDisabled/FallingBehind
@@ -81,39 +81,74 @@ def broker_readiness(namesrv_replicas: int, replicas: int, ready: int, ns_ready:
     return Condition("Ready", False, "ReplicasNotReady", counts), ("Restarting" if restarting else "Pending")
 
 
-def replication_groups(mode: str, slaves_per_group: int, replicas: int, master_pod, slave_pod,
-                       pods: list[dict], lags: list[GroupLag] | None = None, max_lag_bytes: int = 0) -> dict:
-    """status.replication: each broker group's master and slaves (pod names, whether Ready) and,
-    with ``lags``, each slave's ``lagBytes`` and ``lagSeconds`` as its master reports them (absent
-    while unknown) and the group's ``inSync``: every slave known to be within ``max_lag_bytes``."""
+def replication_groups(mode: str, slaves_per_group: int, groups: list[GroupRoles], pods: list[dict],
+                       max_lag_bytes: int, failover: bool, previous: dict | None = None, now: str = "") -> dict:
+    """status.replication: each broker group's master and slaves as they serve now (after a
+    failover a ``-sK`` pod may be the master), whether Ready, with the id each is registered
+    under; each slave's ``lagBytes`` and ``lagSeconds`` as the actual master reports them
+    (absent while unknown); the group's ``inSync`` (every slave known to be within
+    ``max_lag_bytes``) and ``rolesObserved``: False when no broker of the group answered as its
+    master, and the master shown is then only the static layout's ``<broker>-broker-i``. With
+    failover also the group's ``epoch``, ``lastObservedMaster`` (kept while roles are not
+    observed) and ``lastMasterChange`` ({from, to, epoch, time}; ``previous``: the
+    status.replication written before, ``now``: the time to stamp a change with)."""
     by_name = {p["metadata"]["name"]: p for p in pods}
-    lag_of = {lag.master: lag for lag in lags or []}
+    before = {g.get("brokerName"): g for g in (previous or {}).get("groups") or []}
 
-    def member(name: str, broker_id: int) -> dict:
+    def member(g: GroupRoles, name: str) -> dict:
         pod = by_name.get(name)
-        return {"pod": name, "brokerId": broker_id, "ready": bool(pod and pod_ready(pod))}
+        out = {"pod": name, "ready": bool(pod and pod_ready(pod))}
+        if name in g.broker_ids:
+            out["brokerId"] = g.broker_ids[name]
+        elif name == g.master and g.observed:
+            out["brokerId"] = 0
+        elif not failover:  # ids never move without failover
+            out["brokerId"] = g.members.get(name, 0)
+        return out
 
-    groups = []
-    for i in range(replicas):
-        master = member(master_pod(i), 0)
-        slaves = [member(slave_pod(k, i), k) for k in range(1, slaves_per_group + 1)]
-        group = {"brokerName": master_pod(i), "master": master, "slaves": slaves,
-                 "slavesReady": sum(s["ready"] for s in slaves)}
-        if lags is not None:
-            lag = lag_of.get(master_pod(i))
-            for s in slaves:
-                known = lag.slaves.get(s["pod"]) if lag is not None else None
-                if known is not None:
-                    s.update(lagBytes=known.bytes, lagSeconds=known.seconds)
-            group["inSync"] = lag is not None and lag.in_sync(max_lag_bytes)
-        groups.append(group)
-    return {"mode": mode, "slavesPerGroup": slaves_per_group, "groups": groups}
+    out = []
+    for g in groups:
+        old = before.get(g.broker_name) or {}
+        master = member(g, g.master)
+        slaves = [member(g, name) for name in g.slaves]
+        lag = g.lag
+        for s in slaves:
+            known = lag.slaves.get(s["pod"]) if lag is not None else None
+            if known is not None:
+                s.update(lagBytes=known.bytes, lagSeconds=known.seconds)
+        group = {"brokerName": g.broker_name, "master": master, "slaves": slaves,
+                 "slavesReady": sum(s["ready"] for s in slaves), "rolesObserved": g.observed,
+                 "inSync": g.observed and lag is not None and lag.in_sync(max_lag_bytes)}
+        if failover:
+            if g.epoch is not None:
+                group["epoch"] = g.epoch
+            last = g.master if g.observed else old.get("lastObservedMaster")
+            if last:
+                group["lastObservedMaster"] = last
+            change = old.get("lastMasterChange")
+            if g.observed and old.get("lastObservedMaster") and old["lastObservedMaster"] != g.master:
+                change = {"from": old["lastObservedMaster"], "to": g.master, "time": now,
+                          **({"epoch": g.epoch} if g.epoch is not None else {})}
+            if change:
+                group["lastMasterChange"] = change
+        out.append(group)
+    return {"mode": mode, "slavesPerGroup": slaves_per_group, "groups": out}
+
+
+def master_changed_events(body, changes: list[MasterChange]) -> None:
+    """An Event MasterChanged per group whose observed master moved (a failover, or a
+    controlled hand-over): from which pod to which."""
+    for c in changes:
+        epoch = f" (epoch {c.epoch})" if c.epoch is not None else ""
+        kopf.event(body, type="Normal", reason="MasterChanged",
+                   message=f"group {c.broker_name}: master moved from pod {c.from_pod} to pod {c.to_pod}{epoch}")
 
 
 def master_restart_condition(plan: RestartPlan) -> Condition:
     """MasterRestartBlocked: a stale master's restart waits until its slaves catch up (reason
     SlaveBehind, or SlaveLagUnknown when the master cannot tell), as Strimzi holds back a
-    broker roll that would leave partitions under-replicated."""
+    broker roll that would leave partitions under-replicated; with failover, a group whose
+    master nobody could see restarts none of the pods that may be it (RolesUnknown)."""
     if plan.lag_blocked:
         return Condition("MasterRestartBlocked", True, plan.lag_blocked, plan.waiting_reason)
     return Condition("MasterRestartBlocked", False, "NotBlocked", "")

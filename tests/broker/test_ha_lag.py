@@ -73,7 +73,8 @@ def test_runtime_info_carries_each_slaves_lag_and_rocketmqs_slave_fall_behind_mu
     assert replication_entries(slave) == {"ferrymqHaRole": "SLAVE", "ferrymqHaMasterAddress": "10.0.0.1:10912",
                                           "ferrymqHaConnected": "true", "ferrymqHaLagBytes": "100"}
     # failover: a demoted master keeps its (idle) master side; both sides and the epoch are shown
-    demoted = {**slave, "epoch": 3, "slaves": []}
+    demoted = {**slave, "epoch": 3, "slaves": [], "identity": 0}
     entries = replication_entries(demoted)
     assert entries["ferrymqHaEpoch"] == "3" and entries["ferrymqHaSlaves"] == "[]"
+    assert entries["ferrymqHaIdentity"] == "0"  # which member it is (the operator maps it to its pod)
     assert entries["ferrymqHaConnected"] == "true"

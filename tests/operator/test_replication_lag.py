@@ -11,10 +11,11 @@ from ferrymq.client.producer import Producer
 from ferrymq.common.message import Message
 from ferrymq.store.config import StoreConfig
 from ferrymq_operator import broker_admin, rollout, status
-from ferrymq_operator.broker_admin import SlaveLag
+from ferrymq_operator.broker_admin import ObservedBroker, SlaveLag
 from ferrymq_operator.constants import ANN_CONFIG_HASH, LABEL_COMPONENT
 from ferrymq_operator.model import BrokerCluster
 from ferrymq_operator.replication_lag import GroupLag, group_lags, match_links
+from ferrymq_operator.replication_roles import all_group_roles
 from tests.support import InProcessCluster, wait_until
 
 
@@ -53,6 +54,11 @@ async def test_the_lag_of_each_slave_is_read_from_its_groups_master(tmp_path):
                 return lags if lags["demo-broker-0"] and lags["demo-broker-0"][0].bytes == 0 else None
 
             lags = await wait_until(level, 20, "the slave level with its master")
+            members = await broker_admin.group_members(admin, "demo", ["demo-broker-0", "demo-broker-9"])
+        # Each registered broker of the group says what it is (the operator's view of the roles).
+        assert [(m.broker_id, m.reachable, m.role, m.identity) for m in members["demo-broker-0"]] == [
+            (0, True, "ASYNC_MASTER", None), (1, True, "SLAVE", None)]
+        assert members["demo-broker-0"][0].slaves == lags["demo-broker-0"] and members["demo-broker-9"] is None
         (link,) = lags["demo-broker-0"]
         assert link.address.startswith("127.0.0.1:") and link.seconds == 0
         assert lags["demo-broker-9"] is None  # no such group registered: unknown
@@ -104,19 +110,24 @@ def test_status_shows_each_slaves_lag_and_whether_its_group_is_in_sync():
     assert c.replication.max_restart_lag_bytes == 1024
     pods = [pod("demo-broker-0", "broker", ip="10.0.1.1"), pod("demo-broker-s1-0", ip="10.0.1.2"),
             pod("demo-broker-1", "broker", ip="10.0.1.3"), pod("demo-broker-s1-1", ip="10.0.1.4")]
-    reported = {"demo-broker-0": [SlaveLag("10.0.1.2:5000", 4096, 3.25)], "demo-broker-1": None}
-    lags = group_lags(2, 1, n.broker_pod, n.slave_pod, pods, reported)
-    got = status.replication_groups("Async", 1, 2, n.broker_pod, n.slave_pod, pods, lags, 1024)
+    def seen(links0, links1):  # what the brokers of each group answer (the masters with their links)
+        return {"demo-broker-0": [ObservedBroker("10.0.1.1:10911", 0, True, "ASYNC_MASTER", slaves=links0),
+                                  ObservedBroker("10.0.1.2:10911", 1, True, "SLAVE")],
+                "demo-broker-1": None if links1 is None else [
+                    ObservedBroker("10.0.1.3:10911", 0, True, "ASYNC_MASTER", slaves=links1)]}
+
+    def groups(observed):
+        roles = all_group_roles(2, 1, n.broker_pod, n.slave_pod, pods, observed, failover=False)
+        return status.replication_groups("Async", 1, roles, pods, 1024, failover=False)
+
+    got = groups(seen([SlaveLag("10.0.1.2:5000", 4096, 3.25)], None))
     g0, g1 = got["groups"]
     assert g0["slaves"] == [{"pod": "demo-broker-s1-0", "brokerId": 1, "ready": True, "lagBytes": 4096,
                              "lagSeconds": 3.25}]
-    assert g0["inSync"] is False  # 4096 bytes behind, 1024 allowed
+    assert g0["inSync"] is False and g0["rolesObserved"] is True  # 4096 bytes behind, 1024 allowed
     assert g1["slaves"] == [{"pod": "demo-broker-s1-1", "brokerId": 1, "ready": True}]  # master not asked: unknown
-    assert g1["inSync"] is False
-    reported["demo-broker-0"] = [SlaveLag("10.0.1.2:5000", 512, 0.25)]
-    reported["demo-broker-1"] = [SlaveLag("10.0.1.4:5001", 0, 0.0)]
-    got = status.replication_groups("Async", 1, 2, n.broker_pod, n.slave_pod, pods,
-                                    group_lags(2, 1, n.broker_pod, n.slave_pod, pods, reported), 1024)
+    assert g1["inSync"] is False and g1["rolesObserved"] is False
+    got = groups(seen([SlaveLag("10.0.1.2:5000", 512, 0.25)], [SlaveLag("10.0.1.4:5001", 0, 0.0)]))
     assert [g["inSync"] for g in got["groups"]] == [True, True]
     assert got["groups"][1]["slaves"][0]["lagBytes"] == 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ferrymq_operator import manifests, rollout, status
+from ferrymq_operator import manifests, replication_roles, rollout, status
 from ferrymq_operator.constants import ANN_CONFIG_HASH, LABEL_COMPONENT
 from ferrymq_operator.model import BrokerCluster
 
@@ -123,10 +123,13 @@ def test_status_lists_each_groups_master_and_slaves():
     n = c.names
     pods = [pod("demo-broker-0", "broker", "h"), pod("demo-broker-s1-0", "broker-s1", "h", ready=False),
             pod("demo-broker-1", "broker", "h")]
-    got = status.replication_groups("Async", 1, 2, n.broker_pod, n.slave_pod, pods)
+    roles = replication_roles.all_group_roles(2, 1, n.broker_pod, n.slave_pod, pods, {}, failover=False)
+    got = status.replication_groups("Async", 1, roles, pods, 0, failover=False)
     assert got["mode"] == "Async" and got["slavesPerGroup"] == 1
+    # no broker asked: the static layout, flagged as not observed
     assert got["groups"][0] == {"brokerName": "demo-broker-0", "master": {"pod": "demo-broker-0", "brokerId": 0, "ready": True},
-                                "slaves": [{"pod": "demo-broker-s1-0", "brokerId": 1, "ready": False}], "slavesReady": 0}
+                                "slaves": [{"pod": "demo-broker-s1-0", "brokerId": 1, "ready": False}], "slavesReady": 0,
+                                "rolesObserved": False, "inSync": False}
     assert got["groups"][1]["slaves"] == [{"pod": "demo-broker-s1-1", "brokerId": 1, "ready": False}]  # not created yet
     cond, phase = status.broker_readiness(1, 2, 2, 1, False, False, slaves=2, slaves_ready=1)
     assert not cond.status and "1/2 slaves" in cond.message

@@ -185,6 +185,7 @@ class Replication:
         out: dict = {"role": self.config.broker_role, "maxPhyOffset": head}
         if self.failover is not None:
             out["epoch"] = self.failover.epoch
+            out["identity"] = self.failover.identity  # its own brokerId (which pod it is), whatever its role
         if self.master is not None:
             out["slaves"] = [_slave_status(s, head) for s in self.master.slaves]
         if self.slave is not None:
