@@ -27,19 +27,9 @@ from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue, SubscriptionGroupConfig, dlq_topic
 from ferrymq.remoting.codes import ResponseCode
 from tests.consumer_support import Recorder, create_topic, produce, read_all
-from tests.support import REPO, InProcessCluster, wait_until
+from tests.support import REPO, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def cluster(tmp_path):
-    c = InProcessCluster(tmp_path / "store")
-    await c.start()
-    try:
-        yield c
-    finally:
-        await c.stop()
 
 
 def keys_of(popped) -> list[str]:

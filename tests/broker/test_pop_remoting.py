@@ -18,7 +18,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import create_topic, produce
-from tests.support import InProcessCluster, StandaloneProcess, free_port
+from tests.support import StandaloneProcess, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -46,16 +46,6 @@ async def pop_until(client, addr, group, topic, want: int, timeout: float = 30.0
         if r.code == ResponseCode.SUCCESS:
             got += decode_records(r.body)
     return got
-
-
-@pytest.fixture
-async def cluster(tmp_path):
-    c = InProcessCluster(tmp_path / "store")
-    await c.start()
-    try:
-        yield c
-    finally:
-        await c.stop()
 
 
 async def test_pop_ack_and_change_over_remoting(cluster):

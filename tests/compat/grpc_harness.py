@@ -13,6 +13,7 @@ return them as :class:`JavaEvents`. Unreachable registries raise :class:`CompatU
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from .harness import (CACHE_DIR, MAVEN_REPO, CompatError, CompatUnavailable, JavaClientError, JavaEvents,
@@ -204,6 +206,23 @@ def grpc_standalone(data_dir: Path, *settings: str):
     port = free_port()
     server = StandaloneProcess(data_dir, settings=[f"grpcListenPort={port}", *settings]).start()
     return server, f"127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def running_grpc_standalone(data_dir: Path, *settings: str):
+    """grpc_standalone for a fixture: stopped at the end, which must be a clean shutdown."""
+    server, endpoint = grpc_standalone(data_dir, *settings)
+    try:
+        yield server, endpoint
+    finally:
+        code = server.stop()
+        assert code == 0, f"standalone did not shut down cleanly ({code}):\n{server.log()}"
+
+
+def unique_names(prefix: str) -> tuple[str, str]:
+    """A topic and a consumer group of this test's own."""
+    suffix = uuid.uuid4().hex[:8]
+    return f"{prefix}_{suffix}", f"G{prefix}_{suffix}"
 
 
 def require(fn, *args, **kwargs):

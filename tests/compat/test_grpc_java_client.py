@@ -7,7 +7,6 @@ topic see the same messages."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections import defaultdict
 
 import pytest
@@ -17,7 +16,8 @@ from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
 
-from .grpc_harness import ensure_java5_classes, grpc_standalone, require, run_grpc_java
+from .grpc_harness import (ensure_java5_classes, grpc_standalone, require, run_grpc_java, running_grpc_standalone,
+                           unique_names)
 
 pytestmark = pytest.mark.compat
 
@@ -25,17 +25,11 @@ pytestmark = pytest.mark.compat
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     require(ensure_java5_classes)
-    server, endpoint = grpc_standalone(tmp_path_factory.mktemp("grpc-java") / "store")
-    try:
-        yield server, endpoint
-    finally:
-        code = server.stop()
-        assert code == 0, f"standalone did not shut down cleanly ({code}):\n{server.log()}"
+    with running_grpc_standalone(tmp_path_factory.mktemp("grpc-java") / "store") as started:
+        yield started
 
 
-def names(prefix: str) -> tuple[str, str]:
-    suffix = uuid.uuid4().hex[:8]
-    return f"{prefix}_{suffix}", f"G{prefix}_{suffix}"
+names = unique_names
 
 
 def received(events) -> list[dict]:

@@ -6,29 +6,22 @@ stop redelivery, a changed invisible duration brings a message back."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections import defaultdict
 
 import pytest
 
-from .grpc_harness import ensure_node5, grpc_standalone, require, run_grpc_java, run_grpc_node
+from .grpc_harness import ensure_node5, require, run_grpc_java, run_grpc_node, running_grpc_standalone, unique_names
 
 pytestmark = pytest.mark.compat
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    server, endpoint = grpc_standalone(tmp_path_factory.mktemp("grpc-py-node") / "store")
-    try:
-        yield server, endpoint
-    finally:
-        code = server.stop()
-        assert code == 0, f"standalone did not shut down cleanly ({code}):\n{server.log()}"
+    with running_grpc_standalone(tmp_path_factory.mktemp("grpc-py-node") / "store") as started:
+        yield started
 
 
-def names(prefix: str) -> tuple[str, str]:
-    suffix = uuid.uuid4().hex[:8]
-    return f"{prefix}_{suffix}", f"G{prefix}_{suffix}"
+names = unique_names
 
 
 def python_client():
