@@ -38,6 +38,7 @@ from ferrymq.broker.processors.query import QueryProcessors
 from ferrymq.broker.processors.reply import ReplyProcessor
 from ferrymq.broker.processors.send import SendProcessor
 from ferrymq.broker.processors.transaction import EndTransactionProcessor
+from ferrymq.broker.online_clients import OnlineClients, OnlineClientsCollector
 from ferrymq.broker.pop.metrics import PopCollector
 from ferrymq.broker.pop.service import PopService
 from ferrymq.broker.protection import ConsumeProtection
@@ -48,6 +49,7 @@ from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.broker.transactions import TransactionService
 from ferrymq.common.address_lookup import changed_namesrv_addr
+from ferrymq.grpc.clients import GrpcClients
 from ferrymq.grpc.wiring import check_grpc, grpc_endpoint
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
@@ -114,6 +116,10 @@ class Broker:
         # RocketMQ 5 clients (ferrymq/grpc): checked before anything starts, created in start()
         self.grpc_enabled = check_grpc(config)
         self.grpc = None
+        # its client table is the broker's: admin views and /metrics show 5.x consumers beside 4.x ones
+        self.grpc_clients = GrpcClients() if self.grpc_enabled else None
+        self.online_clients = OnlineClients(self.consumers, self.grpc_clients, self.pop.clients,
+                                            self.pop.client_groups)
         self.stopping = False
         self.registered = asyncio.Event()
         self._register_wanted = asyncio.Event()
@@ -128,6 +134,8 @@ class Broker:
         self.topics.on_change = self._on_topics_changed
         self.metrics_registry, self.flush_latency = broker_registry(self.ctx, lambda: len(self.server.connections))
         self.metrics_registry.register(PopCollector(config, self.pop))
+        self.metrics_registry.register(OnlineClientsCollector(config.broker_cluster_name, config.broker_name,
+                                                              self.online_clients))
         self.metrics_registry.register(ReplicationCollector(config, self.replication_lag))
         self.store_loaded = False
 
@@ -167,7 +175,8 @@ class Broker:
             RequestCode.CHECK_CLIENT_CONFIG: cm.check_client_config,
         }.items():
             self.server.register(code, handler)
-        consumer_admin = ConsumerAdminProcessors(ctx, self.retry, self.schedule, self.protection, self.notifier)
+        consumer_admin = ConsumerAdminProcessors(ctx, self.retry, self.schedule, self.protection, self.notifier,
+                                                 self.online_clients)
         for code, handler in consumer_admin.handlers().items():
             self.server.register(code, handler)
         for code, handler in QueryProcessors(self.store, self.store_config).handlers().items():
@@ -204,7 +213,7 @@ class Broker:
                                       retry=self.retry, pop=self.pop,
                                       namesrv_client=self.namesrv_client, remoting_address=lambda: self.address,
                                       acl_config=(lambda: self.acl.config) if self.acl is not None else None,
-                                      producers=self.consumers)
+                                      producers=self.consumers, clients=self.grpc_clients)
             await self.grpc.start()
         log.info("broker %s (%s) listening on %s:%d, advertised as %s, store %s",
                  self.config.broker_name, self.config.broker_cluster_name, self.config.listen_host,

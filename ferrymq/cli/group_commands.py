@@ -1,4 +1,4 @@
-"""``ferrymq admin group create|list|progress|enable|disable|reset-offset``: consumer groups, as
+"""``ferrymq admin group create|list|progress|clients|enable|disable|reset-offset``: consumer groups, as
 mqadmin's updateSubGroup, consumerProgress and resetOffsetByTime do them."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from ferrymq.cli.client_commands import add_namesrv, client_config
 from ferrymq.cli.output import emit_json, table
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.errors import MQClientError
+from ferrymq.common.consumer_protocol import ClientConnection, ConsumerConnection
 
 
 def _when(ms: int) -> str:
@@ -48,12 +49,14 @@ async def run_group_progress(args: argparse.Namespace) -> int:
         stats = await admin.consume_stats(args.group, topic=args.topic, cluster=args.cluster)
         online = await admin.consumer_connections(args.group, cluster=args.cluster)
     members = sorted(c.client_id for c in online.connection_set) if online else []
+    by_protocol = protocol_counts(online)
     rows = [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "brokerOffset": w.broker_offset,
              "consumerOffset": w.consumer_offset, "lag": w.lag, "lastTimestamp": w.last_timestamp}
             for mq, w in stats.offset_table.items()]
     if args.json:
         emit_json({"group": args.group, "consumeEnable": stats.consume_enable, "totalLag": stats.total_lag(),
-                   "consumeTps": stats.consume_tps, "members": members, "queues": rows})
+                   "consumeTps": stats.consume_tps, "members": members, "onlineByProtocol": by_protocol,
+                   "queues": rows})
         return 0
     if not rows:
         raise MQClientError(f"group {args.group} has no consume progress (no offsets and not online)")
@@ -62,7 +65,44 @@ async def run_group_progress(args: argparse.Namespace) -> int:
                   _when(r["lastTimestamp"])] for r in rows]))
     state = {True: "enabled", False: "DISABLED (pulls refused; re-enable: ferrymq admin group enable)", None: "unknown"}
     print(f"\ngroup {args.group}: consume {state[stats.consume_enable]}, total lag {stats.total_lag()}, "
-          f"{len(members)} member(s) online")
+          f"{len(members)} member(s) online{_counts_text(by_protocol)}")
+    return 0
+
+
+def _protocol(c: ClientConnection) -> str:
+    return c.protocol or "remoting"  # a RocketMQ broker (or an older FerryMQ) names no protocol
+
+
+def protocol_counts(online: ConsumerConnection | None) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for c in online.connection_set if online else []:
+        counts[_protocol(c)] = counts.get(_protocol(c), 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return f" ({', '.join(f'{n} {p}' for p, n in counts.items())})" if counts else ""
+
+
+async def run_group_clients(args: argparse.Namespace) -> int:
+    async with AdminClient(config=client_config(args)) as admin:
+        online = await admin.consumer_connections(args.group, cluster=args.cluster)
+    rows = [{"clientId": c.client_id, "address": c.client_addr, "protocol": _protocol(c), "language": c.language,
+             "version": c.client_version or str(c.version),
+             "subscriptions": c.subscriptions if c.subscriptions is not None else
+             {t: s.sub_string for t, s in (online.subscription_table.items() if _protocol(c) == "remoting" else ())}}
+            for c in (online.connection_set if online else [])]
+    rows.sort(key=lambda r: (r["protocol"], r["clientId"]))
+    if args.json:
+        emit_json({"group": args.group, "online": bool(rows), "consumeType": online.consume_type if online else None,
+                   "onlineByProtocol": protocol_counts(online), "clients": rows})
+        return 0
+    if not rows:
+        raise MQClientError(f"group {args.group} has no online consumer (4.x, 5.x gRPC or POP)")
+    print(table(["client id", "address", "protocol", "language", "version", "subscriptions"],
+                [[r["clientId"], r["address"], r["protocol"], r["language"], r["version"],
+                  ", ".join(f"{t}: {e}" for t, e in sorted(r["subscriptions"].items())) or "-"] for r in rows]))
+    print(f"\ngroup {args.group}: {len(rows)} client(s) online{_counts_text(protocol_counts(online))}")
     return 0
 
 
@@ -148,6 +188,13 @@ def register_admin(admin: argparse._SubParsersAction) -> None:
     p.add_argument("-t", "--topic", help="only this topic")
     p.add_argument("-c", "--cluster")
     p.set_defaults(run=run_group_progress)
+
+    p = group.add_parser("clients", help="online consumers of a group, 4.x remoting, 5.x gRPC and POP "
+                                         "(mqadmin consumerConnection)")
+    add_namesrv(p)
+    p.add_argument("group")
+    p.add_argument("-c", "--cluster")
+    p.set_defaults(run=run_group_clients)
 
     for action, enable, text in (("enable", True, "let a group consume again (e.g. after broker protection)"),
                                  ("disable", False, "refuse a group's pulls (NO_PERMISSION)")):

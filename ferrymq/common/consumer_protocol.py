@@ -72,6 +72,11 @@ class ClientConnection(JsonModel):
     client_addr: str = ""
     language: str = "JAVA"
     version: int = 0
+    # FerryMQ's additions (Java readers ignore them): "remoting" (4.x), "gRPC v2" (5.x) or "POP";
+    # the client's own version string (5.x clients send e.g. "5.0.7"); its topics -> expressions
+    protocol: str | None = None
+    client_version: str | None = None
+    subscriptions: dict[str, str] | None = None
 
 
 @dataclass

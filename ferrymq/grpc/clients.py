@@ -1,6 +1,7 @@
 """The v2 clients this broker has heard from (Heartbeat, Telemetry, NotifyClientTermination):
-client id, kind, group, language and when last seen. Expired after ``channelExpiredTimeout``
-without a heartbeat, as remoting clients are."""
+client id, kind, group, language, version, subscriptions and when last seen. Expired after
+``channelExpiredTimeout`` without a heartbeat, as remoting clients are. Imports nothing of gRPC:
+the broker owns the table (admin views and /metrics read it through broker/online_clients.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ class GrpcClient:
     group: str = ""
     language: str = ""
     remote: str = ""
+    version: str = ""
+    subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> filter expression
     last_seen: float = field(default_factory=time.monotonic)
 
 
@@ -23,7 +26,7 @@ class GrpcClients:
         self.table: dict[str, GrpcClient] = {}
 
     def seen(self, client_id: str, *, client_type: str = "", group: str = "", language: str = "",
-             remote: str = "") -> GrpcClient:
+             remote: str = "", version: str = "", subscriptions: dict[str, str] | None = None) -> GrpcClient:
         client = self.table.get(client_id)
         if client is None:
             client = self.table[client_id] = GrpcClient(client_id)
@@ -31,6 +34,9 @@ class GrpcClients:
         client.group = group or client.group
         client.language = language or client.language
         client.remote = remote or client.remote
+        client.version = version or client.version
+        if subscriptions:
+            client.subscriptions.update(subscriptions)
         client.last_seen = time.monotonic()
         return client
 
@@ -46,3 +52,7 @@ class GrpcClients:
 
     def of_group(self, group: str) -> list[GrpcClient]:
         return [c for c in self.table.values() if c.group == group]
+
+    def consumers(self) -> list[GrpcClient]:
+        """Clients of a consumer group (simple and push consumers; producers carry no group)."""
+        return [c for c in self.table.values() if c.group and c.client_type != "PRODUCER"]

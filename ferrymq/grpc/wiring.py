@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
     from ferrymq.broker.topic_config_manager import TopicConfigManager
     from ferrymq.broker.transactions import TransactionService
+    from ferrymq.grpc.clients import GrpcClients
     from ferrymq.grpc.endpoint import GrpcEndpoint
     from ferrymq.remoting.client import RemotingClient
     from ferrymq.store.config import StoreConfig
@@ -39,9 +40,11 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
                   groups: "SubscriptionGroupManager", send: Callable, transactions: "TransactionService",
                   retry: "RetryService", pop: Any, namesrv_client: "RemotingClient",
                   remoting_address: Callable[[], str], acl_config: Callable | None = None,
-                  producers: "ConsumerManager | None" = None) -> "GrpcEndpoint":
+                  producers: "ConsumerManager | None" = None, clients: "GrpcClients | None" = None) -> "GrpcEndpoint":
     """``acl_config``: the broker's current plain ACL when ``aclEnable`` (None: no checks);
-    ``producers``: the broker's producer table (5.x producers join it for transaction checks)."""
+    ``producers``: the broker's producer table (5.x producers join it for transaction checks);
+    ``clients``: the table of v2 clients to keep (the broker's, read by its admin views and
+    /metrics), else a new one."""
     from ferrymq.grpc.auth import GrpcAuth
     from ferrymq.grpc.clients import GrpcClients
     from ferrymq.grpc.endpoint import GrpcEndpoint
@@ -51,7 +54,8 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
     endpoint: GrpcEndpoint | None = None
     directory = RouteDirectory(namesrv_client, config.namesrv_addresses, remoting_address,
                                lambda: (config.advertised_host(), endpoint.port if endpoint else config.grpc_listen_port))
-    clients = GrpcClients()
+    if clients is None:
+        clients = GrpcClients()
 
     def is_fifo_group(group: str) -> bool:
         config = groups.get(group)

@@ -655,6 +655,10 @@ class PopService:
             del seen[client]
         return {client: topic for client, (topic, _) in sorted(seen.items())}
 
+    def client_groups(self) -> list[str]:
+        """Groups with POP clients seen within the default window of ``clients``."""
+        return [group for group in sorted(self._clients) if self.clients(group)]
+
     def lag(self, group: str, topic: str) -> dict:
         """Per queue id: messages not yet received, in flight (invisible), visible again
         (waiting for redelivery), and the group's consume offset."""

@@ -8,6 +8,7 @@ import logging
 
 from ferrymq.broker.client_notifier import ClientNotifier
 from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.online_clients import OnlineClients
 from ferrymq.broker.protection import ConsumeProtection
 from ferrymq.broker.retry import RetryService, SendBackRequest
 from ferrymq.broker.schedule import ScheduleMessageService
@@ -20,10 +21,11 @@ from ferrymq.common.consumer_protocol import (
     OffsetWrapper,
     ResetOffsetBody,
     UnlockBatchRequestBody,
+    build_subscription,
 )
 from ferrymq.common.protocol import MessageQueue, SubscriptionGroupConfig
 from ferrymq.common.validators import validate_group
-from ferrymq.remoting.codes import LanguageCode, RequestCode, ResponseCode
+from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.request_headers import MAX_RECONSUME_TIMES_VERSION
@@ -31,17 +33,11 @@ from ferrymq.remoting.request_headers import MAX_RECONSUME_TIMES_VERSION
 log = logging.getLogger(__name__)
 
 
-def _language_name(code: int) -> str:
-    try:
-        return LanguageCode(code).name
-    except ValueError:
-        return "OTHER"
-
-
 class ConsumerAdminProcessors:
     def __init__(self, ctx: BrokerContext, retry: RetryService, schedule: ScheduleMessageService,
-                 protection: ConsumeProtection, notifier: ClientNotifier) -> None:
+                 protection: ConsumeProtection, notifier: ClientNotifier, online: OnlineClients) -> None:
         self.ctx = ctx
+        self.online = online
         self.retry = retry
         self.schedule = schedule
         self.protection = protection
@@ -121,15 +117,27 @@ class ConsumerAdminProcessors:
         return req.response(body=stats.to_json())
 
     async def get_consumer_connections(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """Every online consumer of the group: 4.x remoting ones, 5.x gRPC ones and POP receivers
+        (FerryMQ's ``protocol`` and ``subscriptions`` per connection say which; Java readers
+        ignore them). The group-level fields are the remoting members' when there are any."""
         group = req.get_str("consumerGroup", required=True)
-        info = self.ctx.consumers.groups.get(group)
-        if info is None or not info.channels:
+        clients = self.online.of_group(group)
+        if not clients:
             return req.response(ResponseCode.CONSUMER_NOT_ONLINE, remark=f"the consumer group[{group}] not online")
+        info = self.ctx.consumers.groups.get(group)
+        table = dict(info.subscriptions) if info else {}
+        for client in clients:
+            for topic, expression in client.subscriptions.items():
+                table.setdefault(topic, build_subscription(topic, expression, "TAG"))
+        classic = info is not None and bool(info.channels)
         body = ConsumerConnection(
-            connection_set=[ClientConnection(ch.client_id, ch.client_addr, _language_name(ch.language), ch.version)
-                            for ch in info.channels.values()],
-            subscription_table=dict(info.subscriptions), consume_type=info.consume_type,
-            message_model=info.message_model, consume_from_where=info.consume_from_where)
+            connection_set=[ClientConnection(c.client_id, c.address, c.language,
+                                             int(c.version) if c.version.isdigit() else 0, protocol=c.protocol,
+                                             client_version=c.version or None, subscriptions=c.subscriptions or None)
+                            for c in clients],
+            subscription_table=table, consume_type=info.consume_type if classic else "CONSUME_POP",
+            message_model=info.message_model if classic else "CLUSTERING",
+            consume_from_where=info.consume_from_where if classic else "CONSUME_FROM_LAST_OFFSET")
         return req.response(body=body.to_json())
 
     # ------------------------------------------------------------------ orderly locks
