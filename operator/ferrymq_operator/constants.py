@@ -28,6 +28,7 @@ LABEL_PART_OF = "app.kubernetes.io/part-of"
 NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 HA_PORT = 10912  # replication (RocketMQ's haListenPort: listenPort + 1)
+GRPC_PORT = 8081  # RocketMQ 5 clients (spec.grpc.port; the Apache proxy's default)
 CONTROLLER_PORT = 9878  # the failover controller (ferrymq controller)
 DEFAULT_HTTP_PORT = 8080
 ADDRESS_SERVICE_PORT = 8080  # RocketMQ's: rocketmq.namesrv.domain without a port means :8080

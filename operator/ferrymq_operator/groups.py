@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ferrymq.common.consumer_protocol import ConsumerConnection
 from ferrymq.common.protocol import SubscriptionGroupConfig
 from ferrymq.common.validators import validate_group
 
@@ -130,3 +131,18 @@ def lag_by_topic(queue_stats: list[tuple[str, int, int | None]]) -> list[dict]:
             entry["bytes"] = nbytes
         out.append(entry)
     return out
+
+
+PROTOCOL_ORDER = ("remoting", "gRPC v2", "POP")
+
+
+def online_clients(connections: ConsumerConnection | None) -> dict:
+    """The group's connection list (GET_CONSUMER_CONNECTION_LIST, merged over brokers; None:
+    nobody online) -> status.onlineClients: the total and the count per protocol, every
+    protocol listed. A connection naming no protocol is a 4.x one (a RocketMQ broker's answer)."""
+    counts = dict.fromkeys(PROTOCOL_ORDER, 0)
+    for c in connections.connection_set if connections else []:
+        protocol = c.protocol or "remoting"
+        counts[protocol] = counts.get(protocol, 0) + 1
+    return {"total": sum(counts.values()),
+            "byProtocol": [{"protocol": p, "clients": n} for p, n in counts.items()]}

@@ -75,6 +75,8 @@ def broker_conf(cluster: BrokerCluster) -> dict[str, str]:
         **({"enableControllerMode": "true", "controllerAddr": controller_address(cluster)}
            if failover_on(cluster) else {}),
         **_security_conf(cluster),
+        # RocketMQ 5 clients (spec.grpc); absent when off, so Brokers without it keep their pods
+        **({"grpcListenPort": str(cluster.grpc_port)} if cluster.grpc_port is not None else {}),
         **cluster.config,
     }
 
@@ -118,6 +120,14 @@ def broker_conf_error(cluster: BrokerCluster) -> str | None:
     """Why the broker.conf this Broker asks for would not start a broker (an unknown key, a
     bad value), in the broker's own words; None when it is valid. Checked before anything is
     applied, so a typo in ``spec.config`` never rolls the running brokers into a crash loop."""
+    if cluster.grpc_port is not None:
+        if "grpcListenPort" in cluster.config:
+            return "spec.config.grpcListenPort and spec.grpc both set the gRPC port: set spec.grpc.port only"
+        taken = {BROKER_PORT: "the broker port", BROKER_PORT - 2: "the broker's VIP port",
+                 cluster.http_port: "spec.httpPort", **({HA_PORT: "the replication port"}
+                                                        if cluster.replication.slaves_per_group else {})}
+        if cluster.grpc_port in taken:
+            return f"spec.grpc.port {cluster.grpc_port} is {taken[cluster.grpc_port]}: choose another port"
     try:
         build_broker_settings(broker_conf(cluster))
     except ConfigError as e:
@@ -234,6 +244,8 @@ def _broker_set(cluster: BrokerCluster, name: str, headless: str, component: str
     ports = [{"name": "broker", "containerPort": BROKER_PORT}, {"name": "http", "containerPort": http_port}]
     if replicated:
         ports.append({"name": "ha", "containerPort": HA_PORT})
+    if cluster.grpc_port is not None:
+        ports.append({"name": "grpc", "containerPort": cluster.grpc_port})
     container = {
         "name": "broker", "image": cluster.image, "imagePullPolicy": cluster.image_pull_policy,
         "args": ["broker", "--host", "0.0.0.0", "--broker-port", str(BROKER_PORT), "--http-port", str(http_port),
@@ -394,14 +406,22 @@ def address_service(cluster: BrokerCluster) -> dict:
                     [{"name": "nsaddr", "port": ADDRESS_SERVICE_PORT, "targetPort": "http"}], headless=False)
 
 
+def _broker_ports(cluster: BrokerCluster) -> list[dict]:
+    """The broker port, and with spec.grpc the gRPC port: a 5.x client's endpoints can name
+    the headless Service (any broker answers QueryRoute with every broker's gRPC address)."""
+    ports = [{"name": "broker", "port": BROKER_PORT, "targetPort": "broker"}]
+    if cluster.grpc_port is not None:
+        ports.append({"name": "grpc", "port": cluster.grpc_port, "targetPort": "grpc"})
+    return ports
+
+
 def broker_headless_service(cluster: BrokerCluster) -> dict:
-    return _service(cluster, cluster.names.broker_headless, "broker",
-                    [{"name": "broker", "port": BROKER_PORT, "targetPort": "broker"}], headless=True)
+    return _service(cluster, cluster.names.broker_headless, "broker", _broker_ports(cluster), headless=True)
 
 
 def slave_headless_service(cluster: BrokerCluster, k: int) -> dict:
-    return _service(cluster, cluster.names.slave_headless(k), slave_component(k),
-                    [{"name": "broker", "port": BROKER_PORT, "targetPort": "broker"}], headless=True)
+    return _service(cluster, cluster.names.slave_headless(k), slave_component(k), _broker_ports(cluster),
+                    headless=True)
 
 
 def controller_service(cluster: BrokerCluster) -> dict:

@@ -17,6 +17,7 @@ from ferrymq_operator.constants import (
     API_VERSION,
     DEFAULT_BROKER_IMAGE,
     DEFAULT_HTTP_PORT,
+    GRPC_PORT,
     NAMESRV_PORT,
 )
 from ferrymq_operator.quantity import to_bytes
@@ -149,6 +150,7 @@ class BrokerCluster:
     tls_issuer: tuple[str, str] | None = None  # spec.tls.issuerRef (name, kind): cert-manager writes tls_secret
     tls_mode: str = "enforcing"
     replication: Replication = field(default_factory=Replication)
+    grpc_port: int | None = None  # spec.grpc: the port RocketMQ 5 (gRPC) clients use; None = off
     annotations: dict[str, str] = field(default_factory=dict)
     deleting: bool = False  # metadata.deletionTimestamp is set
     api_version: str = API_VERSION
@@ -187,6 +189,8 @@ class BrokerCluster:
                                     max_restart_lag_bytes=to_bytes(replication.get("maxRestartLagBytes", "1Mi")),
                                     failover=bool(replication.get("failover", False)),
                                     failover_timeout_seconds=int(replication.get("failoverTimeoutSeconds", 10))),
+            grpc_port=(int((spec.get("grpc") or {}).get("port", GRPC_PORT))
+                       if (spec.get("grpc") or {}).get("enabled") else None),
             annotations=dict(meta.get("annotations") or {}), deleting=bool(meta.get("deletionTimestamp")),
             api_version=obj.get("apiVersion", API_VERSION), kind=obj.get("kind", "Broker"),
         )

@@ -1,6 +1,6 @@
 """Reconcile a ConsumerGroup: the subscription group on every broker of its Broker, the
-broker-protection policy (groups.decide) applied to what the brokers report, the lag read
-into status, and the group's scheduled Spark job (spark_jobs.sync)."""
+broker-protection policy (groups.decide) applied to what the brokers report, the lag and the
+online consumers by protocol (4.x remoting, 5.x gRPC, POP) read into status, and the group's scheduled Spark job (spark_jobs.sync)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,11 @@ async def reconcile_group(body, patch: kopf.Patch, settings: OperatorSettings) -
                 lag = await broker_admin.group_lag(admin, name, cluster.name)
             except Exception as e:  # noqa: BLE001 - a group that never consumed has no stats
                 log.debug("no consume stats for %s: %s", name, e)
+            online: dict | None = None
+            try:
+                online = groups.online_clients(await admin.consumer_connections(name, cluster=cluster.name))
+            except Exception as e:  # noqa: BLE001 - reported as unknown (absent), not as a failure
+                log.debug("no connection list for %s: %s", name, e)
             if decision.reset_to_latest:
                 await broker_admin.reset_to_latest(admin, name, sorted({q.topic for q in lag if q.broker in decision.reset_to_latest}))
             for b in decision.enable_on + decision.disable_on:
@@ -84,6 +89,7 @@ async def reconcile_group(body, patch: kopf.Patch, settings: OperatorSettings) -
     extra.update({"consumeEnabled": all(enabled.values()), "lag": lag_entries,
                   "totalLag": sum(e["messages"] for e in lag_entries), "protection": decision.state.to_status(),
                   "brokers": [{"name": b, "consumeEnabled": on} for b, on in sorted(enabled.items())]})
+    extra["onlineClients"] = online  # None removes a stale count
     alerting = policy == "Alert"
     conds = [Condition("Ready", True, "Applied", f"group {name} on {len(enabled)} broker(s)"),
              Condition("ConsumeDisabled", decision.consume_disabled, decision.reason, decision.message),
