@@ -32,11 +32,30 @@ def progress_rows(stats) -> list[dict]:
             for mq, w in stats.offset_table.items()]
 
 
+PROTOCOLS = ("remoting", "gRPC v2", "POP")  # 4.x clients, RocketMQ 5 clients, remoting POP receivers
+
+
+def protocol_of(c) -> str:
+    return c.protocol or "remoting"  # a broker that names no protocol knows 4.x clients only
+
+
 def clients_of(online) -> list[dict]:
+    """The group's online clients, 4.x and 5.x: protocol, the client's own version string when
+    it sent one (5.x clients: "5.0.7"), and its subscriptions when known per client."""
     if online is None:
         return []
-    return [{"clientId": c.client_id, "address": c.client_addr, "language": c.language, "version": c.version}
-            for c in sorted(online.connection_set, key=lambda c: c.client_id)]
+    return [{"clientId": c.client_id, "address": c.client_addr, "protocol": protocol_of(c), "language": c.language,
+             "version": c.client_version or (str(c.version) if c.version else "–"),
+             "subscriptions": c.subscriptions or {}}
+            for c in sorted(online.connection_set, key=lambda c: (PROTOCOLS.index(protocol_of(c))
+                                                                  if protocol_of(c) in PROTOCOLS else 9, c.client_id))]
+
+
+def clients_by_protocol(online) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for c in online.connection_set if online else []:
+        counts[protocol_of(c)] = counts.get(protocol_of(c), 0) + 1
+    return counts
 
 
 class GroupsApi:
@@ -61,7 +80,7 @@ class GroupsApi:
             row = {"group": group, "brokers": sorted(by_broker),
                    "consumeEnable": all(c.consume_enable for c in by_broker.values()),
                    "retryMaxTimes": max(c.retry_max_times for c in by_broker.values()), "system": group_is_system(group),
-                   "totalLag": None, "consumeTps": None, "topics": [], "clients": None}
+                   "totalLag": None, "consumeTps": None, "topics": [], "clients": None, "clientsByProtocol": {}}
             try:
                 async with limit:
                     stats = await admin.consume_stats(group)
@@ -70,7 +89,8 @@ class GroupsApi:
                 return {**row, "error": str(e)}
             return {**row, "totalLag": stats.total_lag(), "consumeTps": stats.consume_tps,
                     "topics": sorted({mq.topic for mq in stats.offset_table}),
-                    "clients": len(online.connection_set) if online else 0}
+                    "clients": len(online.connection_set) if online else 0,
+                    "clientsByProtocol": clients_by_protocol(online)}
 
         rows = await asyncio.gather(*(summary(g, b) for g, b in groups.items()))
         return web.json_response({"groups": list(rows)})
@@ -91,7 +111,8 @@ class GroupsApi:
             else all(c.consume_enable for c in configs.values()),
             "brokers": {b: c.to_dict() for b, c in sorted(configs.items())},
             "totalLag": stats.total_lag(), "consumeTps": stats.consume_tps, "queues": progress_rows(stats),
-            "clients": clients_of(online), "subscriptions": subscriptions,
+            "clients": clients_of(online), "clientsByProtocol": clients_by_protocol(online),
+            "subscriptions": subscriptions,
             "messageModel": online.message_model if online else None,
             "consumeType": online.consume_type if online else None})
 

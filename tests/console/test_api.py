@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import aiohttp
 import pytest
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.pull_consumer import PullConsumer
-from ferrymq.common.message import Message
+from ferrymq.common.message import Message, decode_records
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.console.server import ConsoleServer
 from ferrymq.console.settings import ClusterSpec, ConsoleSettings
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import produce
 from tests.support import wait_until
 
@@ -384,3 +388,35 @@ async def _held_pull(addr: str, topic: str) -> None:
             "commitOffset": 0, "suspendTimeoutMillis": 30000, "subscription": "*", "subVersion": 0}), 40)
     finally:
         await client.close()
+
+
+async def _pop(cluster, group: str, topic: str, n: int) -> list:
+    """A POP receiver over remoting (as RocketMQ 5's remoting POP consumers do): ``n`` messages,
+    the first acked."""
+    client = RemotingClient()
+    try:
+        r = await client.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.POP_MESSAGE, {
+            "consumerGroup": group, "topic": topic, "queueId": -1, "maxMsgNums": n, "invisibleTime": 60_000,
+            "pollTime": 0, "bornTime": int(time.time() * 1000), "initMode": 0, "expType": "TAG", "exp": "*",
+            "order": False}), 5)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        got = sorted(decode_records(r.body), key=lambda m: m.queue_offset)
+        acked = await client.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, {
+            "consumerGroup": group, "topic": topic, "queueId": 0, "offset": got[0].queue_offset,
+            "extraInfo": got[0].properties["POP_CK"]}))
+        assert acked.code == ResponseCode.SUCCESS
+        return got
+    finally:
+        await client.close()
+
+
+async def test_a_pop_group_shows_its_receiver_by_protocol_and_its_lag(api, admin, cluster):
+    await _topic_with_messages(cluster, admin, "Popped", 5, queues=1)
+    await _pop(cluster, "popper", "Popped", 5)
+    listed = {g["group"]: g for g in (await api.get("/clusters/local/groups"))["groups"]}
+    assert listed["popper"]["clients"] == 1 and listed["popper"]["clientsByProtocol"] == {"POP": 1}
+    assert listed["popper"]["totalLag"] == 4, "received but not acked is still lag"
+    detail = await api.get("/clusters/local/groups/popper")
+    [client] = detail["clients"]
+    assert client["protocol"] == "POP" and client["subscriptions"] == {"Popped": "*"}
+    assert detail["consumeType"] == "CONSUME_POP" and detail["totalLag"] == 4

@@ -15,8 +15,11 @@ from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.client.push_config import ConsumeFromWhere
 from ferrymq.client.push_consumer import PushConsumer
-from ferrymq.common.message import Message
+from ferrymq.common.message import Message, decode_records
 from ferrymq.common.protocol import MessageQueue, dlq_topic
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import Recorder, produce
 from tests.support import wait_until
 
@@ -272,4 +275,37 @@ async def test_an_export_downloads_every_matching_message(console_page, seeded, 
     assert keys == {f"order-{i}" for i in range(MESSAGES)}, "every message of the range, once"
     assert len(lines) == MESSAGES + (1 if fmt == "csv" else 0)
     await p.page.get_by_test_id("export-done").wait_for()
+    p.assert_no_errors()
+
+
+async def test_a_pop_receivers_protocol_and_lag_are_on_the_groups_pages(console_page, seeded, ferry):
+    """A RocketMQ 5-style POP receiver (POP_MESSAGE over remoting, no heartbeat) is listed with
+    its protocol, and what it received but has not acked is the group's lag."""
+    p, admin = console_page, seeded
+    await admin.create_topic("Popped", read_queues=1, write_queues=1)
+    await wait_until(lambda: _routed(admin, "Popped"), 10, "a route for Popped")
+    await produce(ferry.namesrv_addr, "Popped", 5)
+    client = RemotingClient()
+    try:
+        r = await client.invoke(ferry.broker_addr, RemotingCommand.request(RequestCode.POP_MESSAGE, {
+            "consumerGroup": "popper", "topic": "Popped", "queueId": -1, "maxMsgNums": 5, "invisibleTime": 60_000,
+            "pollTime": 0, "bornTime": 0, "initMode": 0, "expType": "TAG", "exp": "*", "order": False}), 5)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        first = min(decode_records(r.body), key=lambda m: m.queue_offset)
+        acked = await client.invoke(ferry.broker_addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, {
+            "consumerGroup": "popper", "topic": "Popped", "queueId": 0, "offset": first.queue_offset,
+            "extraInfo": first.properties["POP_CK"]}))
+        assert acked.code == ResponseCode.SUCCESS
+    finally:
+        await client.close()
+    await p.open("groups")
+    row = p.page.locator("[data-testid=groups] tr[data-group=popper]")
+    assert (await row.locator("td[data-col=protocols]").inner_text()).split() == ["POP", "1"]
+    assert int(await row.locator("td[data-col=lag]").inner_text()) == 4
+    await p.page.get_by_role("link", name="popper", exact=True).click()
+    protocol = p.page.locator("[data-testid=clients] tbody tr td[data-col=protocol]")
+    await protocol.wait_for()
+    assert await protocol.all_inner_texts() == ["POP"]
+    assert int(await p.page.get_by_test_id("total-lag").inner_text()) == 4
+    await p.screenshot("group-pop")
     p.assert_no_errors()

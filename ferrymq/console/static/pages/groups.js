@@ -10,6 +10,18 @@ function stateBadge(enabled) {
                            : h("span", { class: "badge good", "data-testid": "consume-state" }, "consuming");
 }
 
+// 4.x clients speak remoting; RocketMQ 5 clients gRPC (v2); POP receivers pop over remoting.
+const PROTOCOL_NAMES = { "remoting": "4.x remoting", "gRPC v2": "5.x gRPC", "POP": "POP" };
+
+function protocolBadge(protocol) {
+  return h("span", { class: "badge", "data-protocol": protocol }, PROTOCOL_NAMES[protocol] ?? protocol);
+}
+
+function protocolBadges(counts) {
+  const entries = Object.entries(counts ?? {});
+  return entries.length ? h("span", {}, ...entries.map(([p, n]) => h("span", {}, protocolBadge(p), ` ${n} `))) : "–";
+}
+
 async function list(ctx) {
   const system = ctx.params.system === "1";
   const data = await api.get(`${api.cluster(ctx.cluster)}/groups${api.query({ system: system ? 1 : "" })}`);
@@ -24,6 +36,7 @@ async function list(ctx) {
       { label: "Group", value: g => h("a", { href: `#/groups?${new URLSearchParams({ cluster: ctx.cluster, group: g.group })}` }, g.group) },
       { label: "State", value: g => stateBadge(g.consumeEnable) },
       { label: "Clients online", value: g => g.clients, num: true },
+      { label: "Protocols", value: g => protocolBadges(g.clientsByProtocol), key: "protocols" },
       { label: "Lag", value: g => g.error ? h("span", { class: "bad-text", title: g.error }, "unreadable")
           : h("span", { class: g.totalLag > 0 ? "lag" : null }, fmt.count(g.totalLag)), num: true, key: "lag" },
       { label: "Consume rate", value: g => fmt.rate(g.consumeTps), num: true },
@@ -107,10 +120,13 @@ async function detail(ctx, group) {
       h("div", { class: "stat" }, h("span", { class: "stat-value" }, data.messageModel ?? "–"), h("span", { class: "stat-label" }, "message model"))),
     card("Clients online", table([
       { label: "Client id", value: c => h("code", {}, c.clientId) },
+      { label: "Protocol", value: c => protocolBadge(c.protocol), key: "protocol" },
       { label: "Address", value: c => c.address },
       { label: "Language", value: c => c.language },
-      { label: "Version", value: c => c.version, num: true },
-    ], data.clients, { empty: "No client of this group is online.", testid: "clients" }),
+      { label: "Version", value: c => c.version },
+      { label: "Subscriptions", value: c => Object.entries(c.subscriptions).map(([t, e]) => `${t}: ${e}`).join(", ") || "–" },
+    ], data.clients, { empty: "No client of this group is online.", testid: "clients",
+      rowAttrs: c => ({ "data-client": c.clientId }) }),
       data.subscriptions.length ? h("p", { class: "muted" }, "Subscriptions: ",
         data.subscriptions.map(s => h("code", { class: "sub" }, `${s.topic}: ${s.expression}`))) : null),
     card("Lag per queue", table([
