@@ -82,7 +82,10 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
         conds.append(status.master_restart_condition(restart))
     else:
         restart = rollout.plan_restart(pods, desired_hash, plan.replicas)
-    draining = await _controlled_restart(cluster, pods + slave_pods, restart.delete_next, settings)
+    # Which brokerName each pod serving as master takes sends for: only those are drained first.
+    serving = (replication_roles.serving_masters(roles) if roles is not None
+               else {p["metadata"]["name"]: p["metadata"]["name"] for p in pods})
+    draining = await _controlled_restart(cluster, pods + slave_pods, restart.delete_next, serving, settings)
     if restart.stale:
         waiting = draining or restart.waiting_reason
         conds.append(Condition("Restarting", True, "ConfigChanged",
@@ -133,15 +136,16 @@ async def _group_roles(cluster: BrokerCluster, settings: OperatorSettings, repli
 
 
 async def _controlled_restart(cluster: BrokerCluster, pods: list[dict], next_pod: str | None,
-                              settings: OperatorSettings) -> str:
+                              serving: dict[str, str], settings: OperatorSettings) -> str:
     """Restart ``next_pod`` the controlled way (rollout.restart_step); give write permission back
     to pods whose drain was cancelled. Returns what the restart is waiting for, if anything."""
     ns = cluster.namespace
     kept = rollout.drained_but_kept(pods, next_pod)
     now = time.time()
     pod = next((p for p in pods if p["metadata"]["name"] == next_pod), None)
-    # A slave takes no sends: nothing to drain before restarting it.
-    drain_seconds = 0 if pod is not None and rollout.is_slave_pod(pod) else settings.restart_drain_seconds
+    # A slave takes no sends: nothing to drain before restarting it (``serving``: pod -> the
+    # brokerName it serves as master of; after a failover not the pod's own name).
+    drain_seconds = settings.restart_drain_seconds if next_pod in serving else 0
     step = rollout.restart_step(pod, now, drain_seconds) if pod is not None else None
     if step and step.action == "drain":
         recent = rollout.settling(pods, now, settings.restart_drain_seconds)
@@ -151,12 +155,12 @@ async def _controlled_restart(cluster: BrokerCluster, pods: list[dict], next_pod
         try:
             async with admin_client(settings, cluster) as admin:
                 addrs = await broker_admin.brokers(admin, cluster.name)
-                await broker_admin.set_writable(admin, addrs, kept, True)
+                await broker_admin.set_writable(admin, addrs, [serving.get(name, name) for name in kept], True)
                 for name in kept:
                     await kube.patch_merge("v1", "Pod", ns, name, {"metadata": {"annotations": {ANN_DRAIN_STARTED: None}}})
                     log.info("drain of %s/%s cancelled: write permission restored", ns, name)
                 if step and step.action == "drain":
-                    await broker_admin.set_writable(admin, addrs, [next_pod], False)
+                    await broker_admin.set_writable(admin, addrs, [serving[next_pod]], False)
                     await kube.patch_merge("v1", "Pod", ns, next_pod,
                                            {"metadata": {"annotations": {ANN_DRAIN_STARTED: str(time.time())}}})
                     log.info("draining writes from %s/%s for %.0f s before its restart", ns, next_pod, step.seconds_left)

@@ -5,13 +5,14 @@ carries offsets, no names), so a link is matched to the slave pod with that IP. 
 with one slave pod whose master reports exactly one link that matches no pod IP gets that
 link too: a proxy or sidecar in between can hide the pod's address, and the one slave of
 the group is the only one that connects there. Anything else stays unknown (None): a slave
-not connected, a master that could not be asked. Pure functions over plain pod dicts.
+not connected, a master that could not be asked. Pure functions over plain pod dicts; which
+pod is the master and which are its slaves is replication_roles' decision.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Mapping
 
 from ferrymq_operator.broker_admin import SlaveLag
 
@@ -61,18 +62,4 @@ def match_links(slave_pods: Mapping[str, dict | None], links: list[SlaveLag] | N
         only = next(iter(slave_pods))
         if slave_pods[only] is not None:
             out[only] = unmatched[0]
-    return out
-
-
-def group_lags(replicas: int, slaves_per_group: int, master_pod: Callable[[int], str],
-               slave_pod: Callable[[int, int], str], pods: list[dict],
-               reported: Mapping[str, list[SlaveLag] | None]) -> list[GroupLag]:
-    """Each group's slave lag (``reported``: brokerName, which is the master pod's name, ->
-    the links its master reported, as broker_admin.replication_lags gives them)."""
-    by_name = {p["metadata"]["name"]: p for p in pods}
-    out = []
-    for i in range(replicas):
-        master = master_pod(i)
-        slaves = {slave_pod(k, i): by_name.get(slave_pod(k, i)) for k in range(1, slaves_per_group + 1)}
-        out.append(GroupLag(master, match_links(slaves, reported.get(master))))
     return out

@@ -131,6 +131,13 @@ def split_pods(groups: list[GroupRoles], pods: list[dict]) -> tuple[list[dict], 
     return masters, slaves, undetermined
 
 
+def serving_masters(groups: list[GroupRoles]) -> dict[str, str]:
+    """Pod -> the brokerName it takes sends for: the pods serving as master (the static master
+    while roles are not observed and cannot have moved; with failover, none then: a pod whose
+    role is not known is not restarted at all). Those are drained before a restart, by brokerName."""
+    return {g.master: g.broker_name for g in groups if g.master not in g.undetermined}
+
+
 @dataclass(frozen=True)
 class MasterChange:
     broker_name: str

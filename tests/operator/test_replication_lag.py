@@ -14,7 +14,7 @@ from ferrymq_operator import broker_admin, rollout, status
 from ferrymq_operator.broker_admin import ObservedBroker, SlaveLag
 from ferrymq_operator.constants import ANN_CONFIG_HASH, LABEL_COMPONENT
 from ferrymq_operator.model import BrokerCluster
-from ferrymq_operator.replication_lag import GroupLag, group_lags, match_links
+from ferrymq_operator.replication_lag import GroupLag, match_links
 from ferrymq_operator.replication_roles import all_group_roles
 from tests.support import InProcessCluster, wait_until
 

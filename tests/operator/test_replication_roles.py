@@ -12,7 +12,7 @@ from ferrymq_operator import rollout, status
 from ferrymq_operator.broker_admin import ObservedBroker, SlaveLag
 from ferrymq_operator.constants import ANN_CONFIG_HASH, LABEL_COMPONENT
 from ferrymq_operator.model import BrokerCluster
-from ferrymq_operator.replication_roles import all_group_roles, master_changes, split_pods
+from ferrymq_operator.replication_roles import all_group_roles, master_changes, serving_masters, split_pods
 
 N = BrokerCluster.from_resource({"metadata": {"name": "demo", "namespace": "ns"},
                                  "spec": {"replicas": 2, "replication": {"slavesPerGroup": 1, "failover": True}}},
@@ -184,3 +184,13 @@ def test_with_failover_and_roles_unknown_no_pod_that_may_be_master_is_restarted(
     # without failover the static layout holds: slave first, the master waits for its (unknown) lag
     p = plan(pods, {}, failover=False)
     assert p.delete_next == "demo-broker-s1-0"
+
+
+def test_only_the_pod_serving_as_master_is_drained_and_by_its_groups_brokername():
+    pods = [pod(n) for n in ALL]
+    # after the failover the promoted pod takes group demo-broker-0's sends; the old master's pod none
+    assert serving_masters(roles_of(pods, failed_over())) == {"demo-broker-s1-0": "demo-broker-0",
+                                                              "demo-broker-1": "demo-broker-1"}
+    assert serving_masters(roles_of(pods, {})) == {}  # failover, nothing observed: no pod is known to be it
+    assert serving_masters(roles_of(pods, {}, failover=False)) == {"demo-broker-0": "demo-broker-0",
+                                                                   "demo-broker-1": "demo-broker-1"}
