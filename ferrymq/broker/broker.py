@@ -119,7 +119,8 @@ class Broker:
         # its client table is the broker's: admin views and /metrics show 5.x consumers beside 4.x ones
         self.grpc_clients = GrpcClients() if self.grpc_enabled else None
         self.online_clients = OnlineClients(self.consumers, self.grpc_clients, self.pop.clients,
-                                            self.pop.client_groups)
+                                            self.pop.client_groups,
+                                            lambda: self.config.channel_expired_timeout / 1000)
         self.stopping = False
         self.registered = asyncio.Event()
         self._register_wanted = asyncio.Event()

@@ -6,9 +6,10 @@ over the three places the broker learns of consumers.
   keeps answering from ConsumerManager alone: a 5.x client owns no queues and must not be
   allocated any;
 - ``gRPC v2``: 5.x SimpleConsumer/PushConsumer clients (Heartbeat, Telemetry settings, Receive)
-  in the gRPC endpoint's client table, expired after ``channelExpiredTimeout`` without one;
+  in the gRPC endpoint's client table; gone ``channelExpiredTimeout`` after the last of those
+  (here at once; the endpoint's own sweep drops them from its table later);
 - ``POP``: remoting POP receivers (POP_MESSAGE), which send no heartbeat here: seen while they
-  receive, gone ``pop_window`` seconds after their last receive.
+  receive, gone ``channelExpiredTimeout`` after their last receive.
 
 A client id known to several sources is reported once, by the first of that order (a gRPC
 receive is also a POP receive). Admin answers (GET_CONSUMER_CONNECTION_LIST) and /metrics read
@@ -17,6 +18,7 @@ this view; nothing here changes who owns which queue.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Protocol
 
@@ -42,10 +44,20 @@ class OnlineClient:
     subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> filter expression
 
 
+class GrpcClientView(Protocol):
+    client_id: str
+    group: str
+    remote: str
+    language: str
+    version: str
+    subscriptions: dict[str, str]
+    last_seen: float  # time.monotonic()
+
+
 class GrpcClientTable(Protocol):
     """What this view uses of ferrymq.grpc.clients.GrpcClients."""
 
-    def consumers(self) -> list: ...
+    def consumers(self) -> list[GrpcClientView]: ...
 
 
 def _language_name(code: int) -> str:
@@ -57,13 +69,23 @@ def _language_name(code: int) -> str:
 
 class OnlineClients:
     def __init__(self, consumers: ConsumerManager, grpc_clients: GrpcClientTable | None,
-                 pop_clients: Callable[[str], dict[str, str]], pop_groups: Callable[[], Iterable[str]]) -> None:
-        """``pop_clients(group)``: POP client id -> topic of its last receive, recent ones only;
-        ``pop_groups()``: groups with POP clients seen lately."""
+                 pop_clients: Callable[[str, float], dict[str, str]], pop_groups: Callable[[float], Iterable[str]],
+                 max_idle_s: Callable[[], float]) -> None:
+        """``pop_clients(group, within_s)``: POP client id -> topic of its last receive, for those
+        that received within ``within_s``; ``pop_groups(within_s)``: groups with such clients;
+        ``max_idle_s()``: how long a client stays online after it was last heard of
+        (``channelExpiredTimeout``, read each time: it can change live)."""
         self.consumers = consumers
         self.grpc_clients = grpc_clients
         self.pop_clients = pop_clients
         self.pop_groups = pop_groups
+        self.max_idle_s = max_idle_s
+
+    def _live_grpc(self) -> list[GrpcClientView]:
+        if self.grpc_clients is None:
+            return []
+        oldest = time.monotonic() - self.max_idle_s()
+        return [c for c in self.grpc_clients.consumers() if c.last_seen >= oldest]
 
     def _remoting(self, group: str) -> list[OnlineClient]:
         info = self.consumers.groups.get(group)
@@ -74,15 +96,13 @@ class OnlineClients:
                 for ch in info.channels.values()]
 
     def _grpc(self, group: str) -> list[OnlineClient]:
-        if self.grpc_clients is None:
-            return []
         return [OnlineClient(c.client_id, c.remote, GRPC, c.language or "OTHER", c.version, dict(c.subscriptions))
-                for c in self.grpc_clients.consumers() if c.group == group]
+                for c in self._live_grpc() if c.group == group]
 
     def _pop(self, group: str) -> list[OnlineClient]:
         # a remoting POP receiver is named by its connection's address (processors/pop.py)
         return [OnlineClient(client_id, client_id, POP, "OTHER", "", {topic: "*"})
-                for client_id, topic in self.pop_clients(group).items()]
+                for client_id, topic in self.pop_clients(group, self.max_idle_s()).items()]
 
     def of_group(self, group: str) -> list[OnlineClient]:
         """The group's online consumers, each once, sorted by protocol then client id."""
@@ -93,9 +113,8 @@ class OnlineClients:
 
     def groups(self) -> list[str]:
         names = set(self.consumers.groups)
-        if self.grpc_clients is not None:
-            names |= {c.group for c in self.grpc_clients.consumers()}
-        names |= set(self.pop_groups())
+        names |= {c.group for c in self._live_grpc()}
+        names |= set(self.pop_groups(self.max_idle_s()))
         return sorted(names)
 
     def count_by_protocol(self) -> dict[str, dict[str, int]]:

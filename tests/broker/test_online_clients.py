@@ -192,3 +192,38 @@ async def test_nobody_online_is_still_consumer_not_online(cluster):
     assert rc != 0 and "no online consumer" in err
     rc, out, _ = await run_cli("admin", "group", "clients", "nobody-g", "-n", cluster.namesrv_addr, "--json")
     assert rc == 0 and json.loads(out)["clients"] == []
+
+
+async def test_clients_that_go_quiet_leave_after_channel_expired_timeout(tmp_path):
+    c = await InProcessCluster(tmp_path / "quiet", settings={"grpcListenPort": 0,
+                                                             "channelExpiredTimeout": 1500}).start()
+    client = RemotingClient()
+    try:
+        ns, addr = c.namesrv_addr, c.broker_addr
+        topic = f"Quiet_{uuid.uuid4().hex[:6]}"
+        await create_topic(ns, topic, 1)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{c.broker.grpc.port}") as channel:
+            stub = rpc.MessagingServiceStub(channel)
+            await simple_consumer_online(stub, "quiet-g", topic, "*")
+            r = await client.invoke(addr, RemotingCommand.request(RequestCode.POP_MESSAGE, {
+                "consumerGroup": "quiet-pop", "topic": topic, "queueId": -1, "maxMsgNums": 1, "invisibleTime": 60_000,
+                "pollTime": 0, "bornTime": 0, "initMode": 0, "expType": "TAG", "exp": "*", "order": False}), 5)
+            assert r.code in (ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT)
+
+            async def online(group: str) -> list[str]:
+                async with AdminClient(namesrv_addr=ns) as admin:
+                    conns = await admin.consumer_connections(group)
+                return [x.protocol for x in conns.connection_set] if conns else []
+
+            assert await online("quiet-g") == ["gRPC v2"] and await online("quiet-pop") == ["POP"]
+            await asyncio.sleep(2.0)  # no heartbeat, no receive: both gone
+            assert await online("quiet-g") == [] and await online("quiet-pop") == []
+            assert metric(c, "ferrymq_broker_group_online_clients", group="quiet-g") is None
+            beat = await stub.Heartbeat(spb.HeartbeatRequest(group=pb.Resource(name="quiet-g"),
+                                                             client_type=pb.ClientType.SIMPLE_CONSUMER),
+                                        metadata=CLIENT, timeout=5)
+            assert beat.status.code == Code.OK
+            assert await online("quiet-g") == ["gRPC v2"], "a heartbeat brings it back"
+    finally:
+        await client.close()
+        await c.stop()

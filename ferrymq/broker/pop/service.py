@@ -653,11 +653,13 @@ class PopService:
         seen = self._clients.get(group, {})
         for client in [c for c, (_, when) in seen.items() if now - when > within_seconds]:
             del seen[client]
+        if not seen:
+            self._clients.pop(group, None)
         return {client: topic for client, (topic, _) in sorted(seen.items())}
 
-    def client_groups(self) -> list[str]:
-        """Groups with POP clients seen within the default window of ``clients``."""
-        return [group for group in sorted(self._clients) if self.clients(group)]
+    def client_groups(self, within_seconds: float = POP_ACTIVE_SECONDS * 4) -> list[str]:
+        """Groups with POP clients that received within ``within_seconds``."""
+        return [group for group in sorted(self._clients) if self.clients(group, within_seconds)]
 
     def lag(self, group: str, topic: str) -> dict:
         """Per queue id: messages not yet received, in flight (invisible), visible again
