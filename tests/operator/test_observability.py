@@ -13,6 +13,9 @@ import pytest
 
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.pull_consumer import PullConsumer
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import create_topic, produce
 from tests.support import StandaloneProcess, free_port
 
@@ -35,6 +38,15 @@ def exported(tmp_path_factory) -> dict[str, set[str]]:
             async with PullConsumer("dashboards", config=ClientConfig(namesrv_addr=server.namesrv_addr)) as pc:
                 result = await pc.pull(sent[0].message_queue, 0, max_nums=1)
                 await pc.commit(sent[0].message_queue, result.next_begin_offset)
+            client = RemotingClient()  # a POP receiver: online clients by protocol, messages in flight
+            try:
+                popped = await client.invoke(server.broker_addr, RemotingCommand.request(RequestCode.POP_MESSAGE, {
+                    "consumerGroup": "dashboards-pop", "topic": "Watched", "queueId": -1, "maxMsgNums": 2,
+                    "invisibleTime": 60_000, "pollTime": 0, "bornTime": 0, "initMode": 0, "expType": "TAG",
+                    "exp": "*", "order": False}), 5)
+                assert popped.code == ResponseCode.SUCCESS, popped.remark
+            finally:
+                await client.close()
         asyncio.run(traffic())
         text = urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=10).read().decode()
     finally:
