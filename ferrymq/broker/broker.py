@@ -120,7 +120,8 @@ class Broker:
         self.grpc_clients = GrpcClients() if self.grpc_enabled else None
         self.online_clients = OnlineClients(self.consumers, self.grpc_clients, self.pop.clients,
                                             self.pop.client_groups,
-                                            lambda: self.config.channel_expired_timeout / 1000)
+                                            lambda: self.config.channel_expired_timeout / 1000,
+                                            self.pop.client_agent)
         self.stopping = False
         self.registered = asyncio.Event()
         self._register_wanted = asyncio.Event()

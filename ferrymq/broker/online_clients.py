@@ -70,16 +70,19 @@ def _language_name(code: int) -> str:
 class OnlineClients:
     def __init__(self, consumers: ConsumerManager, grpc_clients: GrpcClientTable | None,
                  pop_clients: Callable[[str, float], dict[str, str]], pop_groups: Callable[[float], Iterable[str]],
-                 max_idle_s: Callable[[], float]) -> None:
+                 max_idle_s: Callable[[], float],
+                 pop_agent: Callable[[str], tuple[int, int] | None] = lambda _client: None) -> None:
         """``pop_clients(group, within_s)``: POP client id -> topic of its last receive, for those
         that received within ``within_s``; ``pop_groups(within_s)``: groups with such clients;
         ``max_idle_s()``: how long a client stays online after it was last heard of
-        (``channelExpiredTimeout``, read each time: it can change live)."""
+        (``channelExpiredTimeout``, read each time: it can change live); ``pop_agent(client)``:
+        (language code, version) of a remoting POP receiver's requests, None if unknown."""
         self.consumers = consumers
         self.grpc_clients = grpc_clients
         self.pop_clients = pop_clients
         self.pop_groups = pop_groups
         self.max_idle_s = max_idle_s
+        self.pop_agent = pop_agent
 
     def _live_grpc(self) -> list[GrpcClientView]:
         if self.grpc_clients is None:
@@ -88,11 +91,14 @@ class OnlineClients:
         return [c for c in self.grpc_clients.consumers() if c.last_seen >= oldest]
 
     def _remoting(self, group: str) -> list[OnlineClient]:
+        """Heartbeating members; those of a group that heartbeats consumeType CONSUME_POP (Apache's
+        5.x remoting POP consumers) are POP ones."""
         info = self.consumers.groups.get(group)
         if info is None:
             return []
         subs = {topic: sub.sub_string for topic, sub in sorted(info.subscriptions.items())}
-        return [OnlineClient(ch.client_id, ch.client_addr, REMOTING, _language_name(ch.language), str(ch.version), subs)
+        protocol = POP if info.consume_type == "CONSUME_POP" else REMOTING
+        return [OnlineClient(ch.client_id, ch.client_addr, protocol, _language_name(ch.language), str(ch.version), subs)
                 for ch in info.channels.values()]
 
     def _grpc(self, group: str) -> list[OnlineClient]:
@@ -101,13 +107,20 @@ class OnlineClients:
 
     def _pop(self, group: str) -> list[OnlineClient]:
         # a remoting POP receiver is named by its connection's address (processors/pop.py)
-        return [OnlineClient(client_id, client_id, POP, "OTHER", "", {topic: "*"})
-                for client_id, topic in self.pop_clients(group, self.max_idle_s()).items()]
+        out = []
+        for client_id, topic in self.pop_clients(group, self.max_idle_s()).items():
+            agent = self.pop_agent(client_id)
+            language, version = (_language_name(agent[0]), str(agent[1])) if agent else ("OTHER", "")
+            out.append(OnlineClient(client_id, client_id, POP, language, version, {topic: "*"}))
+        return out
 
     def of_group(self, group: str) -> list[OnlineClient]:
         """The group's online consumers, each once, sorted by protocol then client id."""
         seen: dict[str, OnlineClient] = {}
-        for client in self._remoting(group) + self._grpc(group) + self._pop(group):
+        known = self._remoting(group) + self._grpc(group)
+        addresses = {c.address for c in known}
+        # a POP receiver that also heartbeats (same connection) or speaks gRPC is listed once
+        for client in known + [c for c in self._pop(group) if c.address not in addresses]:
             seen.setdefault(client.client_id, client)
         return sorted(seen.values(), key=lambda c: (PROTOCOLS.index(c.protocol), c.client_id))
 

@@ -19,8 +19,9 @@ from prometheus_client import generate_latest
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.push_config import ConsumeFromWhere
 from ferrymq.client.push_consumer import PushConsumer
+from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common.message import decode_records
-from ferrymq.common.protocol import ConsumerListBody
+from ferrymq.common.protocol import ConsumerData, ConsumerListBody, HeartbeatData
 from ferrymq.grpc.messages import to_duration
 from ferrymq.grpc.protocol import Code, pb, rpc, spb
 from ferrymq.remoting.client import RemotingClient
@@ -173,6 +174,7 @@ async def test_pop_receivers_are_listed_with_their_lag(cluster, stub):
             grpc_conns = await admin.consumer_connections("grpc-seen")
         [p] = pop_conns.connection_set
         assert p.protocol == "POP" and p.client_addr.startswith("127.0.0.1:") and p.subscriptions == {topic: "*"}
+        assert p.language == "PYTHON" and p.version > 0, "what its requests say"
         assert pop_conns.consume_type == "CONSUME_POP" and topic in pop_conns.subscription_table
         assert [(c.client_id, c.protocol) for c in grpc_conns.connection_set] == [(GRPC_ID, "gRPC v2")]
 
@@ -183,6 +185,31 @@ async def test_pop_receivers_are_listed_with_their_lag(cluster, stub):
         rc, out, err = await run_cli("admin", "group", "progress", "pop-seen", "-n", ns)
         assert rc == 0, err
         assert "total lag 4, 1 member(s) online (1 POP)" in out
+    finally:
+        await client.close()
+
+
+async def test_a_pop_consumer_that_heartbeats_is_listed_once_as_pop(cluster):
+    """Apache's 5.x remoting POP consumers also heartbeat (consumeType CONSUME_POP) on the
+    connection they receive on: one client, protocol POP, named by its heartbeat's client id."""
+    ns, addr = cluster.namesrv_addr, cluster.broker_addr
+    topic = f"PopBeat_{uuid.uuid4().hex[:6]}"
+    await create_topic(ns, topic, 1)
+    client = RemotingClient()
+    try:
+        beat = HeartbeatData(client_id="10.1.1.1@pop-java", consumer_data_set=[ConsumerData(
+            group_name="pop-beat", consume_type="CONSUME_POP", subscription_data_set=[build_subscription(topic, "*")])])
+        r = await client.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=beat.to_json()))
+        assert r.code == ResponseCode.SUCCESS
+        r = await client.invoke(addr, RemotingCommand.request(RequestCode.POP_MESSAGE, {
+            "consumerGroup": "pop-beat", "topic": topic, "queueId": -1, "maxMsgNums": 1, "invisibleTime": 60_000,
+            "pollTime": 0, "bornTime": 0, "initMode": 0, "expType": "TAG", "exp": "*", "order": False}), 5)
+        assert r.code in (ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT), r.remark
+        async with AdminClient(namesrv_addr=ns) as admin:
+            conns = await admin.consumer_connections("pop-beat")
+        assert [(c.client_id, c.protocol) for c in conns.connection_set] == [("10.1.1.1@pop-java", "POP")]
+        assert conns.consume_type == "CONSUME_POP"
+        assert metric(cluster, "ferrymq_broker_group_online_clients", group="pop-beat", protocol="POP") == 1
     finally:
         await client.close()
 

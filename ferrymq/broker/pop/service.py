@@ -134,6 +134,7 @@ class PopService:
         self._last_receive: dict[tuple[str, str], float] = {}
         self._receiving: dict[tuple[str, str], int] = defaultdict(int)
         self._clients: dict[str, dict[str, tuple[str, float]]] = defaultdict(dict)  # group -> client -> (topic, when)
+        self._agents: dict[str, tuple[int, int]] = {}  # client -> (language code, version) of remoting receivers
         self._loaded = False
         self._closed = False
 
@@ -237,10 +238,13 @@ class PopService:
 
     async def receive(self, *, group: str, topic: str, queue_id: int = -1, max_messages: int, invisible_ms: int,
                       poll_ms: int, message_filter: MessageFilter | None = None, fifo: bool = False,
-                      client_id: str = "", init_mode: InitMode = InitMode.MIN) -> PopResult:
+                      client_id: str = "", init_mode: InitMode = InitMode.MIN,
+                      agent: tuple[int, int] | None = None) -> PopResult:
         """Up to ``max_messages`` messages of ``topic`` for ``group`` (from ``queue_id``, or from
         every readable queue in turn when -1), invisible for ``invisible_ms``; when there are
-        none, wait up to ``poll_ms`` for some (an arrival, a redelivery due, a FIFO queue freed)."""
+        none, wait up to ``poll_ms`` for some (an arrival, a redelivery due, a FIFO queue freed).
+        ``client_id`` and ``agent`` (language code, version of a remoting request) are kept for
+        the admin views of who is online (``clients``, ``client_agent``)."""
         checked = self._check_receive(group, topic, queue_id, max_messages, invisible_ms, poll_ms)
         if isinstance(checked, PopResult):
             return checked
@@ -252,6 +256,8 @@ class PopService:
         self.counters.receives += 1
         if client_id:
             self._clients[group][client_id] = (topic, time.monotonic())
+            if agent is not None:
+                self._agents[client_id] = agent
         self._receiving[key] += 1
         deadline = time.monotonic() + poll_ms / 1000
         loop = asyncio.get_running_loop()
@@ -653,9 +659,15 @@ class PopService:
         seen = self._clients.get(group, {})
         for client in [c for c, (_, when) in seen.items() if now - when > within_seconds]:
             del seen[client]
+            if not any(client in others for others in self._clients.values()):
+                self._agents.pop(client, None)
         if not seen:
             self._clients.pop(group, None)
         return {client: topic for client, (topic, _) in sorted(seen.items())}
+
+    def client_agent(self, client_id: str) -> tuple[int, int] | None:
+        """(language code, version) a remoting POP receiver's requests carry; None for others."""
+        return self._agents.get(client_id)
 
     def client_groups(self, within_seconds: float = POP_ACTIVE_SECONDS * 4) -> list[str]:
         """Groups with POP clients that received within ``within_seconds``."""

@@ -62,7 +62,7 @@ class PopProcessors:
                                         invisible_ms=invisible_ms, poll_ms=poll_ms,
                                         message_filter=None if wanted.passes_all else wanted,
                                         fifo=req.get_bool("order"), client_id=_client(conn),
-                                        init_mode=InitMode(init))
+                                        init_mode=InitMode(init), agent=(req.language, req.version))
         fields = {"popTime": int(time.time() * 1000), "invisibleTime": invisible_ms, "reviveQid": 0}
         if result.status is PopStatus.REFUSED:
             return req.response(result.refused_code or ResponseCode.SYSTEM_ERROR, result.remark)
