@@ -5,9 +5,12 @@ files or of generated code lives in this repository. Import this only once
 
 from __future__ import annotations
 
-from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2 as spb
-from rocketmq.grpc_protocol import service_pb2_grpc as rpc
+from ferrymq.grpc.availability import load_protocol
+
+_generated = load_protocol()  # the client package's generated modules, without its client (see there)
+pb = _generated.definition_pb2
+spb = _generated.service_pb2
+rpc = _generated.service_pb2_grpc
 
 Code = pb.Code
 

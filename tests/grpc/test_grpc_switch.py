@@ -6,6 +6,7 @@ The missing package is a real import failure in a real ``ferrymq`` process (its
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 
@@ -62,3 +63,27 @@ def test_without_the_package_the_broker_starts_with_grpc_off(tmp_path):
     text = "".join(lines)
     assert "FerryMQ standalone is ready" in text, text
     assert "gRPC endpoint off (grpcListenPort=-1); it would also need:" in text, text
+
+
+def test_serving_grpc_writes_nothing_into_the_users_home(tmp_path):
+    """The generated classes come from the official client's package, whose own ``__init__`` sets
+    up a log file under ``~/logs``: the broker loads only the protocol modules, so a broker whose
+    home is not writable (the image: a read-only root filesystem) serves gRPC all the same."""
+    home = tmp_path / "home"  # never created: like the image's /nonexistent
+    env = {**os.environ, "HOME": str(home)}
+    proc = subprocess.Popen([sys.executable, "-m", "ferrymq.cli.main", "--log-level", "info", "standalone",
+                             "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
+                             "--data-dir", str(tmp_path / "store"), "--set", f"grpcListenPort={free_port()}"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "FerryMQ standalone is ready" in line:
+                break
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    text = "".join(lines)
+    assert "FerryMQ standalone is ready" in text, text
+    assert not home.exists(), f"the broker wrote into its home: {sorted(p.name for p in home.rglob('*'))}"
