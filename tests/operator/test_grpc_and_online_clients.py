@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import grpc
 import pytest
 import yaml
 
+from ferrymq.client.admin import AdminClient
 from ferrymq.common.consumer_protocol import ConsumerConnection
+from ferrymq.grpc.protocol import Code, pb, rpc, spb
 from ferrymq_operator import groups, manifests
 from ferrymq_operator.model import BrokerCluster
+from tests.support import InProcessCluster
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,3 +93,22 @@ def test_online_clients_status_counts_each_protocol_from_the_brokers_answer():
         {"protocol": "remoting", "clients": 1}, {"protocol": "gRPC v2", "clients": 2}, {"protocol": "POP", "clients": 1}]}
     assert groups.online_clients(None) == {"total": 0, "byProtocol": [
         {"protocol": "remoting", "clients": 0}, {"protocol": "gRPC v2", "clients": 0}, {"protocol": "POP", "clients": 0}]}
+
+
+@pytest.mark.integration
+async def test_online_clients_status_from_a_real_broker_with_a_grpc_consumer(tmp_path):
+    """What reconcile_group writes to status.onlineClients, from a broker a 5.x consumer heartbeats to."""
+    c = await InProcessCluster(tmp_path / "b", settings={"grpcListenPort": 0}).start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{c.broker.grpc.port}") as channel:
+            beat = await rpc.MessagingServiceStub(channel).Heartbeat(
+                spb.HeartbeatRequest(group=pb.Resource(name="status-g"), client_type=pb.ClientType.PUSH_CONSUMER),
+                metadata=(("x-mq-client-id", "push@pod-1"), ("x-mq-language", "JAVA")), timeout=5)
+            assert beat.status.code == Code.OK
+        async with AdminClient(namesrv_addr=c.namesrv_addr) as admin:
+            online = groups.online_clients(await admin.consumer_connections("status-g", cluster=c.broker.config.broker_cluster_name))
+            nobody = groups.online_clients(await admin.consumer_connections("nobody-g"))
+        assert online["total"] == 1 and {"protocol": "gRPC v2", "clients": 1} in online["byProtocol"]
+        assert nobody["total"] == 0
+    finally:
+        await c.stop()
