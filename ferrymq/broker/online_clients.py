@@ -42,6 +42,7 @@ class OnlineClient:
     language: str
     version: str
     subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> filter expression
+    filter_types: dict[str, str] = field(default_factory=dict)  # topic -> "SQL92"; absent: TAG
 
 
 class GrpcClientView(Protocol):
@@ -51,6 +52,7 @@ class GrpcClientView(Protocol):
     language: str
     version: str
     subscriptions: dict[str, str]
+    filter_types: dict[str, str]
     last_seen: float  # time.monotonic()
 
 
@@ -98,11 +100,15 @@ class OnlineClients:
             return []
         subs = {topic: sub.sub_string for topic, sub in sorted(info.subscriptions.items())}
         protocol = POP if info.consume_type == "CONSUME_POP" else REMOTING
-        return [OnlineClient(ch.client_id, ch.client_addr, protocol, _language_name(ch.language), str(ch.version), subs)
+        types = {topic: sub.expression_type for topic, sub in info.subscriptions.items()
+                 if (sub.expression_type or "TAG").upper() != "TAG"}
+        return [OnlineClient(ch.client_id, ch.client_addr, protocol, _language_name(ch.language), str(ch.version), subs,
+                             types)
                 for ch in info.channels.values()]
 
     def _grpc(self, group: str) -> list[OnlineClient]:
-        return [OnlineClient(c.client_id, c.remote, GRPC, c.language or "OTHER", c.version, dict(c.subscriptions))
+        return [OnlineClient(c.client_id, c.remote, GRPC, c.language or "OTHER", c.version, dict(c.subscriptions),
+                             dict(c.filter_types))
                 for c in self._live_grpc() if c.group == group]
 
     def _pop(self, group: str) -> list[OnlineClient]:

@@ -18,6 +18,7 @@ class GrpcClient:
     remote: str = ""
     version: str = ""
     subscriptions: dict[str, str] = field(default_factory=dict)  # topic -> filter expression
+    filter_types: dict[str, str] = field(default_factory=dict)  # topic -> "SQL92" (absent: TAG)
     last_seen: float = field(default_factory=time.monotonic)
 
 
@@ -26,7 +27,10 @@ class GrpcClients:
         self.table: dict[str, GrpcClient] = {}
 
     def seen(self, client_id: str, *, client_type: str = "", group: str = "", language: str = "",
-             remote: str = "", version: str = "", subscriptions: dict[str, str] | None = None) -> GrpcClient:
+             remote: str = "", version: str = "", subscriptions: dict[str, str] | None = None,
+             sql_topics: frozenset[str] = frozenset()) -> GrpcClient:
+        """``subscriptions``: topic -> filter expression; ``sql_topics``: those whose expression is
+        SQL92 (the others are tags)."""
         client = self.table.get(client_id)
         if client is None:
             client = self.table[client_id] = GrpcClient(client_id)
@@ -37,6 +41,11 @@ class GrpcClients:
         client.version = version or client.version
         if subscriptions:
             client.subscriptions.update(subscriptions)
+            for topic in subscriptions:
+                if topic in sql_topics:
+                    client.filter_types[topic] = "SQL92"
+                else:
+                    client.filter_types.pop(topic, None)
         client.last_seen = time.monotonic()
         return client
 

@@ -187,14 +187,14 @@ class MessagingService(rpc.MessagingServiceServicer):
     # ------------------------------------------------------------------ clients
 
     def _client(self, context, client_type: str = "", group: str = "",
-                subscriptions: dict[str, str] | None = None) -> str:
+                subscriptions: dict[str, str] | None = None, sql_topics: frozenset[str] = frozenset()) -> str:
         md = metadata(context)
         client_id = md.get("x-mq-client-id", "")
         if client_id:
             host, port = Peer.of(context, self.peer_of).remote_address
             self.clients.seen(client_id, client_type=client_type, group=group, language=md.get("x-mq-language", ""),
                               remote=f"{host}:{port}", version=md.get("x-mq-client-version", ""),
-                              subscriptions=subscriptions)
+                              subscriptions=subscriptions, sql_topics=sql_topics)
         return client_id
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context) -> spb.HeartbeatResponse:
@@ -258,9 +258,10 @@ class MessagingService(rpc.MessagingServiceServicer):
 
     def _settings_answer(self, settings: pb.Settings, context, session: TelemetrySession) -> spb.TelemetryCommand:
         group = settings.subscription.group.name if settings.HasField("subscription") else ""
-        subscriptions = {entry.topic.name: entry.expression.expression or "*"
-                         for entry in settings.subscription.subscriptions} if group else None
-        self._client(context, pb.ClientType.Name(settings.client_type), group, subscriptions)
+        entries = settings.subscription.subscriptions if group else ()
+        subscriptions = {entry.topic.name: entry.expression.expression or "*" for entry in entries} or None
+        sql = frozenset(entry.topic.name for entry in entries if entry.expression.type == pb.FilterType.SQL)
+        self._client(context, pb.ClientType.Name(settings.client_type), group, subscriptions, sql)
         if settings.client_type == pb.ClientType.PRODUCER and self.producers is not None and session.client_id:
             session.topics = tuple(t.name for t in settings.publishing.topics)
             self._register_producer(session)
@@ -386,7 +387,8 @@ class MessagingService(rpc.MessagingServiceServicer):
         fifo = self.is_fifo_group(group)
         queue_id = request.message_queue.id if fifo and request.message_queue.id >= 0 else -1
         batch = min(request.batch_size or RECEIVE_BATCH_SIZE, MAX_BATCH)
-        client_id = self._client(context, group=group, subscriptions={topic: expression.expression or "*"})
+        client_id = self._client(context, group=group, subscriptions={topic: expression.expression or "*"},
+                                 sql_topics=frozenset([topic]) if kind == "SQL92" else frozenset())
         result = await self.pop.receive(group=group, topic=topic, queue_id=queue_id, max_messages=batch,
                                         invisible_ms=invisible_ms, poll_ms=poll_ms, message_filter=mfilter,
                                         fifo=fifo, client_id=client_id)

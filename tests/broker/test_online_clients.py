@@ -67,13 +67,14 @@ async def run_cli(*args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-async def simple_consumer_online(stub, group: str, topic: str, expression: str) -> None:
+async def simple_consumer_online(stub, group: str, topic: str, expression: str,
+                                 filter_type=pb.FilterType.TAG) -> None:
     """What a 5.x SimpleConsumer does at start: its settings on Telemetry, then a heartbeat."""
     call = stub.Telemetry(metadata=CLIENT, timeout=10)
     await call.write(spb.TelemetryCommand(settings=pb.Settings(
         client_type=pb.ClientType.SIMPLE_CONSUMER,
         subscription=pb.Subscription(group=pb.Resource(name=group), subscriptions=[pb.SubscriptionEntry(
-            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.FilterType.TAG,
+            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=filter_type,
                                                                           expression=expression))]))))
     assert (await call.read()).status.code == Code.OK
     await call.done_writing()
@@ -212,6 +213,17 @@ async def test_a_pop_consumer_that_heartbeats_is_listed_once_as_pop(cluster):
         assert metric(cluster, "ferrymq_broker_group_online_clients", group="pop-beat", protocol="POP") == 1
     finally:
         await client.close()
+
+
+async def test_a_grpc_sql_subscription_is_listed_as_sql92(cluster, stub):
+    topic = f"Sql_{uuid.uuid4().hex[:6]}"
+    await create_topic(cluster.namesrv_addr, topic, 1)
+    await simple_consumer_online(stub, "sql-g", topic, "region = 'eu' OR amount > 10", pb.FilterType.SQL)
+    async with AdminClient(namesrv_addr=cluster.namesrv_addr) as admin:
+        conns = await admin.consumer_connections("sql-g")
+    sub = conns.subscription_table[topic]
+    assert (sub.expression_type, sub.sub_string) == ("SQL92", "region = 'eu' OR amount > 10")
+    assert not sub.tags_set, "not split into tags"
 
 
 async def test_nobody_online_is_still_consumer_not_online(cluster):

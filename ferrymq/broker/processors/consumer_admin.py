@@ -128,7 +128,7 @@ class ConsumerAdminProcessors:
         table = dict(info.subscriptions) if info else {}
         for client in clients:
             for topic, expression in client.subscriptions.items():
-                table.setdefault(topic, build_subscription(topic, expression, "TAG"))
+                table.setdefault(topic, build_subscription(topic, expression, client.filter_types.get(topic, "TAG")))
         classic = info is not None and bool(info.channels)
         body = ConsumerConnection(
             connection_set=[ClientConnection(c.client_id, c.address, c.language,
