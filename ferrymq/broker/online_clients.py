@@ -26,6 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ferrymq.broker.consumer_manager import ConsumerManager
+from ferrymq.broker.pop.service import ReceiverAgent
 from ferrymq.remoting.codes import LanguageCode
 
 REMOTING = "remoting"
@@ -73,12 +74,12 @@ class OnlineClients:
     def __init__(self, consumers: ConsumerManager, grpc_clients: GrpcClientTable | None,
                  pop_clients: Callable[[str, float], dict[str, str]], pop_groups: Callable[[float], Iterable[str]],
                  max_idle_s: Callable[[], float],
-                 pop_agent: Callable[[str], tuple[int, int] | None] = lambda _client: None) -> None:
+                 pop_agent: Callable[[str, str], ReceiverAgent | None] = lambda _group, _client: None) -> None:
         """``pop_clients(group, within_s)``: POP client id -> topic of its last receive, for those
         that received within ``within_s``; ``pop_groups(within_s)``: groups with such clients;
         ``max_idle_s()``: how long a client stays online after it was last heard of
-        (``channelExpiredTimeout``, read each time: it can change live); ``pop_agent(client)``:
-        (language code, version) of a remoting POP receiver's requests, None if unknown."""
+        (``channelExpiredTimeout``, read each time: it can change live); ``pop_agent(group,
+        client)``: what a remoting POP receiver's last request said of it, None if unknown."""
         self.consumers = consumers
         self.grpc_clients = grpc_clients
         self.pop_clients = pop_clients
@@ -115,9 +116,13 @@ class OnlineClients:
         # a remoting POP receiver is named by its connection's address (processors/pop.py)
         out = []
         for client_id, topic in self.pop_clients(group, self.max_idle_s()).items():
-            agent = self.pop_agent(client_id)
-            language, version = (_language_name(agent[0]), str(agent[1])) if agent else ("OTHER", "")
-            out.append(OnlineClient(client_id, client_id, POP, language, version, {topic: "*"}))
+            agent = self.pop_agent(group, client_id)
+            if agent is None:  # known by its receives only
+                out.append(OnlineClient(client_id, client_id, POP, "OTHER", "", {topic: "*"}))
+                continue
+            types = {topic: agent.expression_type} if agent.expression_type != "TAG" else {}
+            out.append(OnlineClient(client_id, client_id, POP, _language_name(agent.language), str(agent.version),
+                                    {topic: agent.expression}, types))
         return out
 
     def of_group(self, group: str) -> list[OnlineClient]:

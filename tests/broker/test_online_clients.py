@@ -157,6 +157,11 @@ async def test_pop_receivers_are_listed_with_their_lag(cluster, stub):
             "order": False}), 5)
         assert r.code == ResponseCode.SUCCESS
         got = decode_records(r.body)
+        # what the receiver subscribes is what its last receive asked for
+        r = await client.invoke(addr, RemotingCommand.request(RequestCode.POP_MESSAGE, {
+            "consumerGroup": "pop-seen", "topic": topic, "queueId": -1, "maxMsgNums": 1, "invisibleTime": 60_000,
+            "pollTime": 0, "bornTime": 0, "initMode": 0, "expType": "TAG", "exp": "TagA || TagB", "order": False}), 5)
+        assert r.code == ResponseCode.POLLING_TIMEOUT, "all five are out"
         first = min(got, key=lambda m: m.queue_offset)
         acked = await client.invoke(addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, {
             "consumerGroup": "pop-seen", "topic": topic, "queueId": 0, "offset": first.queue_offset,
@@ -174,7 +179,8 @@ async def test_pop_receivers_are_listed_with_their_lag(cluster, stub):
             pop_conns = await admin.consumer_connections("pop-seen")
             grpc_conns = await admin.consumer_connections("grpc-seen")
         [p] = pop_conns.connection_set
-        assert p.protocol == "POP" and p.client_addr.startswith("127.0.0.1:") and p.subscriptions == {topic: "*"}
+        assert p.protocol == "POP" and p.client_addr.startswith("127.0.0.1:")
+        assert p.subscriptions == {topic: "TagA || TagB"}
         assert p.language == "PYTHON" and p.version > 0, "what its requests say"
         assert pop_conns.consume_type == "CONSUME_POP" and topic in pop_conns.subscription_table
         assert [(c.client_id, c.protocol) for c in grpc_conns.connection_set] == [(GRPC_ID, "gRPC v2")]

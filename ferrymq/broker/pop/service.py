@@ -98,6 +98,16 @@ class InitMode(enum.IntEnum):
     MAX = 1  # only messages stored from now on
 
 
+@dataclass(frozen=True)
+class ReceiverAgent:
+    """A remoting POP receiver as its POP_MESSAGE describes it (for admin views)."""
+
+    language: int  # LanguageCode
+    version: int
+    expression: str = "*"
+    expression_type: str = "TAG"
+
+
 @dataclass
 class PopCounters:
     received: int = 0  # messages delivered for the first time
@@ -134,7 +144,7 @@ class PopService:
         self._last_receive: dict[tuple[str, str], float] = {}
         self._receiving: dict[tuple[str, str], int] = defaultdict(int)
         self._clients: dict[str, dict[str, tuple[str, float]]] = defaultdict(dict)  # group -> client -> (topic, when)
-        self._agents: dict[str, tuple[int, int]] = {}  # client -> (language code, version) of remoting receivers
+        self._agents: dict[tuple[str, str], ReceiverAgent] = {}  # (group, client) -> its last POP_MESSAGE's
         self._loaded = False
         self._closed = False
 
@@ -239,12 +249,12 @@ class PopService:
     async def receive(self, *, group: str, topic: str, queue_id: int = -1, max_messages: int, invisible_ms: int,
                       poll_ms: int, message_filter: MessageFilter | None = None, fifo: bool = False,
                       client_id: str = "", init_mode: InitMode = InitMode.MIN,
-                      agent: tuple[int, int] | None = None) -> PopResult:
+                      agent: ReceiverAgent | None = None) -> PopResult:
         """Up to ``max_messages`` messages of ``topic`` for ``group`` (from ``queue_id``, or from
         every readable queue in turn when -1), invisible for ``invisible_ms``; when there are
         none, wait up to ``poll_ms`` for some (an arrival, a redelivery due, a FIFO queue freed).
-        ``client_id`` and ``agent`` (language code, version of a remoting request) are kept for
-        the admin views of who is online (``clients``, ``client_agent``)."""
+        ``client_id`` and ``agent`` (what a remoting request says of its client) are kept for the
+        admin views of who is online (``clients``, ``client_agent``)."""
         checked = self._check_receive(group, topic, queue_id, max_messages, invisible_ms, poll_ms)
         if isinstance(checked, PopResult):
             return checked
@@ -257,7 +267,7 @@ class PopService:
         if client_id:
             self._clients[group][client_id] = (topic, time.monotonic())
             if agent is not None:
-                self._agents[client_id] = agent
+                self._agents[(group, client_id)] = agent
         self._receiving[key] += 1
         deadline = time.monotonic() + poll_ms / 1000
         loop = asyncio.get_running_loop()
@@ -659,15 +669,15 @@ class PopService:
         seen = self._clients.get(group, {})
         for client in [c for c, (_, when) in seen.items() if now - when > within_seconds]:
             del seen[client]
-            if not any(client in others for others in self._clients.values()):
-                self._agents.pop(client, None)
+            self._agents.pop((group, client), None)
         if not seen:
             self._clients.pop(group, None)
         return {client: topic for client, (topic, _) in sorted(seen.items())}
 
-    def client_agent(self, client_id: str) -> tuple[int, int] | None:
-        """(language code, version) a remoting POP receiver's requests carry; None for others."""
-        return self._agents.get(client_id)
+    def client_agent(self, group: str, client_id: str) -> ReceiverAgent | None:
+        """What a remoting POP receiver's last request in ``group`` said of it (its topic is the
+        one ``clients`` names); None for others."""
+        return self._agents.get((group, client_id))
 
     def client_groups(self, within_seconds: float = POP_ACTIVE_SECONDS * 4) -> list[str]:
         """Groups with POP clients that received within ``within_seconds``."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 
 from ferrymq.broker.message_filter import FilterRefused, message_filter
-from ferrymq.broker.pop.service import AckStatus, InitMode, PopService, PopStatus
+from ferrymq.broker.pop.service import AckStatus, InitMode, PopService, PopStatus, ReceiverAgent
 from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common.message import encode_record
 from ferrymq.remoting.codes import RequestCode, ResponseCode
@@ -62,7 +62,9 @@ class PopProcessors:
                                         invisible_ms=invisible_ms, poll_ms=poll_ms,
                                         message_filter=None if wanted.passes_all else wanted,
                                         fifo=req.get_bool("order"), client_id=_client(conn),
-                                        init_mode=InitMode(init), agent=(req.language, req.version))
+                                        init_mode=InitMode(init),
+                                        agent=ReceiverAgent(req.language, req.version, req.get_str("exp") or "*",
+                                                            exp_type))
         fields = {"popTime": int(time.time() * 1000), "invisibleTime": invisible_ms, "reviveQid": 0}
         if result.status is PopStatus.REFUSED:
             return req.response(result.refused_code or ResponseCode.SYSTEM_ERROR, result.remark)
