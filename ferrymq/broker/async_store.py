@@ -7,9 +7,11 @@ bench/RESULTS.md). An append that takes longer than ``slow_append_ms`` (dirty-pa
 throttling, a stalled disk) moves appends to the store's single writer thread for
 ``OFFLOAD_SECONDS``, so the loop keeps serving pulls, heartbeats and admin requests while
 the disk is slow, and admission control (broker/flow_control.py) sees the writer's queue.
-With ``append_on_loop`` false every append goes to the writer thread. Everything else that
-may touch the disk (reads, fsyncs, retention, load and shutdown) runs in threads; reads use
-a small pool so a cold read never delays a send. After a write the arrival is announced on
+With ``append_on_loop`` false every append goes to the writer thread. A pull of data written
+lately (one of its queue's newest entries, its record within the in-memory window of the
+CommitLog head) reads on the loop too: page-cache copies, cheaper than the read pool's thread
+hop each way. Everything else that may touch the disk (older reads, fsyncs, retention, load
+and shutdown) runs in threads; reads use a small pool so a cold read never delays a send. After a write the arrival is announced on
 the loop to wake held pulls for that queue.
 
 Writes through the writer thread keep their arrival order (one thread; an append runs on the
@@ -53,6 +55,8 @@ log = logging.getLogger(__name__)
 
 # How long appends stay in the writer thread after one was slow on the loop.
 OFFLOAD_SECONDS = 10.0
+# A pull from one of a queue's newest entries (1.25 MiB of ConsumeQueue) reads on the loop.
+RECENT_QUEUE_ENTRIES = 65536
 
 # topic, queue id, the queue's new max offset, the messages just stored there
 ArrivalListener = Callable[[str, int, int, Sequence[MessageExt]], None]
@@ -179,7 +183,7 @@ class AsyncMessageStore:
     lifecycle and for tests; broker code goes through the methods here."""
 
     def __init__(self, store: MessageStore, *, read_threads: int = 4, append_on_loop: bool = True,
-                 slow_append_ms: int = 100) -> None:
+                 slow_append_ms: int = 100, read_on_loop: bool | None = None) -> None:
         self.sync_store = store
         self._writer = _WriterThread()
         self._append_on_loop = append_on_loop
@@ -187,6 +191,9 @@ class AsyncMessageStore:
         self._offloaded_until = 0.0  # monotonic time until which appends go to the writer thread
         self.appends_on_loop = 0  # puts appended on the event loop so far
         self.appends_in_thread = 0  # puts handed to the writer thread (slow disk, a new queue, or configured)
+        self._read_on_loop = append_on_loop if read_on_loop is None else read_on_loop
+        self.reads_on_loop = 0  # pull reads of recent data done on the event loop
+        self.reads_in_pool = 0  # pull reads done in the read pool (older data, or configured)
         self._completions: _LoopCompletions | None = None
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
         # fsync gets its own thread: a slow disk delays durability, never the next append.
@@ -302,8 +309,29 @@ class AsyncMessageStore:
     async def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                            tag_filter: Callable[[int], bool] | None = None,
                            record_filter: Callable[[bytes], bool] | None = None) -> GetResult:
+        """A pull's read: on the loop when what it reads was written lately (page-cache copies,
+        as appends are), else in the read pool so a cold read never stalls the loop."""
+        if self._recent(topic, queue_id, offset):
+            self.reads_on_loop += 1
+            return self.sync_store.get_messages(group, topic, queue_id, offset, max_msg_nums, tag_filter,
+                                                record_filter)
+        self.reads_in_pool += 1
         return await self._read(self.sync_store.get_messages, group, topic, queue_id, offset, max_msg_nums, tag_filter,
                                 record_filter)
+
+    def _recent(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether a read from ``offset`` touches only pages written lately: the queue's entry is
+        among its last RECENT_QUEUE_ENTRIES (the ConsumeQueue pages written lately) and its record
+        within the in-memory window of the CommitLog head (accessMessageInMemoryMaxRatio), and
+        appends themselves are on the loop (a slow disk keeps reads off it too)."""
+        if not self._read_on_loop or self.appends_offloaded:
+            return False
+        store = self.sync_store
+        behind = store.get_max_offset_in_queue(topic, queue_id) - offset
+        if behind <= 0 or behind > RECENT_QUEUE_ENTRIES:
+            return behind <= 0  # nothing to read (an answer from memory) or an old entry
+        phys = store.get_commit_log_offset_in_queue(topic, queue_id, offset)
+        return phys >= 0 and store.is_in_memory(phys)
 
     async def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
         return await self._read(self.sync_store.query_message, topic, key, max_num, begin, end)

@@ -158,7 +158,7 @@ class Broker:
         for code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):
             self.server.register(code, reply)
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            self.server.register(code, send)
+            self.server.register(code, send, eager=True)  # most sends never wait: no task for them
         self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection,
                                                                      self.pop.classic_pull_refusal))
         for code, handler in PopProcessors(self.pop, self.config.enable_property_filter).handlers().items():

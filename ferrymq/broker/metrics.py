@@ -60,6 +60,11 @@ class BrokerCollector(Collector):
         appends.add_metric(labels + ["loop"], store.appends_on_loop)
         appends.add_metric(labels + ["thread"], store.appends_in_thread)
         yield appends
+        reads = CounterMetricFamily("ferrymq_broker_store_pull_reads", "Pull reads, by where: on the event loop "
+                                    "(data written lately) or in the read pool", labels=base + ["where"])
+        reads.add_metric(labels + ["loop"], store.reads_on_loop)
+        reads.add_metric(labels + ["pool"], store.reads_in_pool)
+        yield reads
         yield _gauge("store_appends_offloaded", "1 while appends run in the writer thread (after a slow append), "
                      "0 while they run on the event loop", base, labels, int(store.appends_offloaded))
         busy = CounterMetricFamily("ferrymq_broker_sends_refused_busy",

@@ -151,17 +151,16 @@ class RemotingClient:
 
     async def _connect(self, address: str) -> Connection:
         host, port = parse_address(address)
+        factory = partial(Connection, self._request_handler, max_frame=self._max_frame, **self._permits)
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=self._tls, server_hostname=host if self._tls else None),
+            _, connection = await asyncio.wait_for(
+                asyncio.get_running_loop().create_connection(
+                    factory, host, port, ssl=self._tls, server_hostname=host if self._tls else None),
                 self.connect_timeout)
         except TimeoutError:
             raise RemotingConnectionError(f"connect to {address} timed out after {self.connect_timeout}s") from None
         except (OSError, ssl.SSLError) as exc:
             raise RemotingConnectionError(f"connect to {address} failed: {exc or type(exc).__name__}") from exc
-        connection = Connection(
-            reader, writer, self._request_handler, max_frame=self._max_frame, **self._permits
-        )
         if self._closed:  # close() ran while we were connecting
             await connection.close()
             raise RemotingConnectionError("remoting client is closed")

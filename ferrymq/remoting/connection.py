@@ -13,8 +13,9 @@ import contextlib
 import logging
 import time
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Collection
 
+from ferrymq.common.eager import start_eagerly
 from ferrymq.remoting.codes import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from ferrymq.remoting.command import FrameDecoder, RemotingCommand, encode_frame
 from ferrymq.remoting.errors import (
@@ -63,38 +64,42 @@ def _address(info: Any) -> tuple[str, int]:
     return "", 0
 
 
-class Connection:
-    """A framed RocketMQ remoting connection over an asyncio stream pair.
+class Connection(asyncio.Protocol):
+    """A framed RocketMQ remoting connection: the asyncio protocol of its transport.
 
-    Reading starts on construction (on the next loop iteration), so listeners and
-    attributes set right after constructing are in place before any frame is handled.
+    Frames are decoded in ``data_received`` and each request handed to its own task, with no
+    stream layer in between (a StreamReader costs a future and a task wake-up per read).
+    ``opened`` is called once the transport is there (addresses known), before any frame is
+    handled, so listeners and attributes set in it are in place for the first request.
     """
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
         handler: RequestHandler | None = None,
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
         async_permits: int = DEFAULT_PERMITS,
         oneway_permits: int = DEFAULT_PERMITS,
+        opened: Callable[["Connection"], None] | None = None,
+        eager_codes: Collection[int] = (),
     ) -> None:
-        self.remote_address: tuple[str, int] = _address(writer.get_extra_info("peername"))
-        self.local_address: tuple[str, int] = _address(writer.get_extra_info("sockname"))
+        self.remote_address: tuple[str, int] = ("", 0)
+        self.local_address: tuple[str, int] = ("", 0)
         self.attributes: dict[str, Any] = {}
-        self._peer = f"{self.remote_address[0]}:{self.remote_address[1]}"
-        self._reader = reader
-        self._writer = writer
+        self._peer = "?"
+        self._transport: asyncio.Transport | None = None
         self._handler = handler or _serve_nothing
+        self._opened = opened
+        self._eager_codes = eager_codes  # requests served at once, a task only if they wait
         self._max_frame = max_frame
         self._decoder = FrameDecoder(max_frame)
         self._responses = ResponseTable(self._peer)
         self._async_permits = Permits(async_permits)
         self._oneway_permits = Permits(oneway_permits)
         self._handler_tasks: set[asyncio.Task[None]] = set()
-        self._below_handler_limit = asyncio.Event()
-        self._below_handler_limit.set()
+        self._reading_paused = False  # by us: too many requests being served
+        self._writing_paused = False  # by the transport: its buffer is over the high-water mark
+        self._drain_waiters: list[asyncio.Future[None]] = []
         self.last_active = time.monotonic()  # last byte read or frame written (idle detection)
         self._close_listeners: list[CloseListener] = []
         self._closed = False
@@ -102,11 +107,77 @@ class Connection:
         # load many responses complete together, and a syscall per frame dominated.
         self._outbox: list[bytes] = []
         self._flush_scheduled = False
+        self._gathering = False  # inside data_received: answers wait for the end of the read
         self._closed_event = asyncio.Event()
+        self._lost = asyncio.Event()  # the transport is gone (connection_lost ran)
         self._closer_task: asyncio.Task[None] | None = None
-        self._reader_task = asyncio.get_running_loop().create_task(
-            self._read_loop(), name=f"remoting-read {self._peer}"
-        )
+
+    # --- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self.remote_address = _address(transport.get_extra_info("peername"))
+        self.local_address = _address(transport.get_extra_info("sockname"))
+        self._peer = f"{self.remote_address[0]}:{self.remote_address[1]}"
+        self._responses = ResponseTable(self._peer)  # nothing was sent before this
+        if self._opened is not None:
+            self._opened(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self.last_active = time.monotonic()
+        try:
+            commands = self._decoder.feed(data)
+        except FrameError as exc:
+            log.warning("closing connection with %s: bad frame: %s", self._peer, exc)
+            self._shutdown(f"bad frame: {exc}")
+            return
+        # Answers given while these frames are dispatched (eager requests) are gathered and
+        # leave in one write when all are dispatched: no syscall each, no extra loop pass.
+        self._gathering = True
+        try:
+            for command in commands:
+                command.received_at = self.last_active
+                self._dispatch(command)
+        except Exception:
+            log.exception("reader of %s crashed", self._peer)  # a bug of ours: be loud
+            self._shutdown("reader crashed")
+        finally:
+            self._gathering = False
+            if self._outbox and not self._flush_scheduled:
+                self._flush_outbox()
+
+    def eof_received(self) -> bool:
+        return False  # the peer is done sending: close our side too (RocketMQ closes the channel)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost.set()
+        self._wake_drain_waiters()
+        self._shutdown(f"read failed: {exc!r}" if exc is not None else "closed by peer")
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._wake_drain_waiters()
+
+    def _wake_drain_waiters(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _drain(self) -> None:
+        """Wait while the transport's buffer is over its high-water mark (StreamWriter.drain)."""
+        while self._writing_paused and not self._lost.is_set():
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+        if self._lost.is_set():
+            raise ConnectionResetError(f"connection to {self._peer} lost")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -115,7 +186,7 @@ class Connection:
     @property
     def secure(self) -> bool:
         """Whether this connection speaks TLS."""
-        return self._writer.get_extra_info("ssl_object") is not None
+        return self._transport is not None and self._transport.get_extra_info("ssl_object") is not None
 
     @property
     def closed(self) -> bool:
@@ -188,7 +259,7 @@ class Connection:
             self._write(frame)
             try:
                 async with asyncio.timeout_at(deadline):
-                    await self._writer.drain()
+                    await self._drain()
             except TimeoutError:
                 raise RemotingTimeoutError(f"invokeOneway: {self._peer} did not take the request in time") from None
             except OSError as exc:
@@ -234,41 +305,15 @@ class Connection:
             log.debug("dropping response %d for closed connection %s", response.opaque, self._peer)
             return
         self._enqueue(self._encode(response))
+        if not self._writing_paused:
+            return
         try:
             # Responses are the one output nobody else bounds, so honour back-pressure.
-            await self._writer.drain()
+            await self._drain()
         except OSError as exc:
             log.debug("writing response to %s failed: %s", self._peer, exc)
 
     # --- incoming frames ----------------------------------------------------------------------
-
-    async def _read_loop(self) -> None:
-        reason = "closed by peer"
-        try:
-            while True:
-                if len(self._handler_tasks) >= MAX_HANDLERS:
-                    self._below_handler_limit.clear()
-                    await self._below_handler_limit.wait()
-                data = await self._reader.read(_READ_CHUNK)
-                if not data:
-                    break
-                self.last_active = time.monotonic()
-                try:
-                    commands = self._decoder.feed(data)
-                except FrameError as exc:
-                    log.warning("closing connection with %s: bad frame: %s", self._peer, exc)
-                    reason = f"bad frame: {exc}"
-                    break
-                for command in commands:
-                    command.received_at = self.last_active
-                    self._dispatch(command)
-        except OSError as exc:
-            reason = f"read failed: {exc!r}"
-        except Exception:
-            log.exception("reader of %s crashed", self._peer)  # a bug of ours: be loud
-            reason = "reader crashed"
-        finally:
-            self._shutdown(reason)
 
     def _dispatch(self, command: RemotingCommand) -> None:
         if command.is_response:
@@ -276,15 +321,26 @@ class Connection:
                 log.debug("dropping response with unknown or expired opaque %d from %s", command.opaque, self._peer)
             return
         # Each request in its own task: a slow processor must never hold up the reader,
-        # heartbeats or other requests on this connection.
-        task = asyncio.get_running_loop().create_task(self._serve(command))
+        # heartbeats or other requests on this connection. Codes the server marked eager
+        # (sends) run at once and become a task only if they wait (a flush, a full writer).
+        if command.code in self._eager_codes:
+            task = start_eagerly(self._serve(command))
+            if task is None:
+                return
+        else:
+            task = asyncio.get_running_loop().create_task(self._serve(command))
         self._handler_tasks.add(task)
         task.add_done_callback(self._handler_done)
+        if len(self._handler_tasks) >= MAX_HANDLERS and not self._reading_paused and self._transport is not None:
+            self._reading_paused = True
+            self._transport.pause_reading()
 
     def _handler_done(self, task: asyncio.Task[None]) -> None:
         self._handler_tasks.discard(task)
-        if len(self._handler_tasks) < MAX_HANDLERS:
-            self._below_handler_limit.set()
+        if self._reading_paused and len(self._handler_tasks) < MAX_HANDLERS and not self._closed:
+            self._reading_paused = False
+            if self._transport is not None:
+                self._transport.resume_reading()
 
     async def _serve(self, request: RemotingCommand) -> None:
         try:
@@ -333,10 +389,12 @@ class Connection:
         # The first frame of a loop pass leaves at once (no added latency); frames that
         # follow in the same pass are queued and leave together at its end. Whole frames,
         # in order, so concurrent writers never interleave.
-        if self._flush_scheduled:
+        if self._flush_scheduled or self._gathering:
             self._outbox.append(frame)
             return
-        self._writer.write(frame)
+        if self._transport is None:
+            raise RemotingConnectionError("connection is not open yet")
+        self._transport.write(frame)
         self._flush_scheduled = True
         asyncio.get_running_loop().call_soon(self._flush_outbox)
 
@@ -345,9 +403,10 @@ class Connection:
         if not self._outbox:
             return
         frames, self._outbox = self._outbox, []
-        if self._writer.transport.is_closing():
+        transport = self._transport
+        if transport is None or transport.is_closing():
             return
-        self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     # --- closing ------------------------------------------------------------------------------
 
@@ -369,7 +428,7 @@ class Connection:
         current = asyncio.current_task()
         tasks = [
             task
-            for task in (self._reader_task, self._closer_task, *self._handler_tasks)
+            for task in (self._closer_task, *self._handler_tasks)
             if task is not None and task is not current and not task.done()
         ]
         if tasks:
@@ -381,13 +440,11 @@ class Connection:
         self._closed = True
         log.debug("connection with %s closed: %s", self._peer, reason)
         self._responses.fail_all(lambda: RemotingConnectionError(f"connection to {self._peer} closed: {reason}"))
-        current = asyncio.current_task()
-        if self._reader_task is not current:
-            self._reader_task.cancel()
         # Requests already read keep running: a oneway send whose sender hung up right
         # after writing it must still be stored. Their answers are dropped.
         self._flush_outbox()  # what was written before the close still goes out
-        self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
         self._closer_task = asyncio.get_running_loop().create_task(self._finish_transport())
         self._closed_event.set()
         listeners, self._close_listeners = self._close_listeners, []
@@ -401,13 +458,13 @@ class Connection:
             log.warning("close listener of %s failed", self._peer, exc_info=True)
 
     async def _finish_transport(self) -> None:
+        if self._transport is None:
+            return
         try:
-            await asyncio.wait_for(self._writer.wait_closed(), _CLOSE_GRACE)
+            await asyncio.wait_for(self._lost.wait(), _CLOSE_GRACE)
         except TimeoutError:
             log.debug("%s did not take its pending data in time; aborting", self._peer)
-            self._writer.transport.abort()
-        except Exception as exc:  # the reason the transport died; already handled above
-            log.debug("transport to %s ended with %r", self._peer, exc)
+            self._transport.abort()
 
 
 def deliver_outcome(callback: ResponseCallback, future: asyncio.Future[RemotingCommand]) -> None:

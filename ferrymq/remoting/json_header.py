@@ -96,4 +96,6 @@ def _ext_fields(value: object) -> dict[str, str]:
         return {}
     if not isinstance(value, dict):
         raise HeaderDecodeError("JSON header field 'extFields' is not an object")
+    if all(type(text) is str for text in value.values()):
+        return value  # what Java sends (a Map<String, String>): nothing to convert
     return to_header_map(value)

@@ -39,6 +39,7 @@ class RemotingServer:
         self.connections: set[Connection] = set()
         self._max_frame = max_frame
         self._processors: dict[int, RequestHandler] = {}
+        self._eager_codes: set[int] = set()
         self._default_processor: RequestHandler | None = None
         self._guard: RequestGuard | None = None
         self._open_listeners: list[ConnectionListener] = []
@@ -52,8 +53,16 @@ class RemotingServer:
         self._idle_sweeper: asyncio.Task | None = None
         self._mirrors: list[RemotingServer] = []
 
-    def register(self, code: int, processor: RequestHandler) -> None:
+    def register(self, code: int, processor: RequestHandler, *, eager: bool = False) -> None:
+        """Serve ``code`` with ``processor``. ``eager``: run it as soon as its frame is read and
+        make a task of it only if it waits (see common/eager.py for what such a processor must
+        not do before it first waits); for sends, where a task per request was a large share
+        of the cost."""
         self._processors[int(code)] = processor
+        if eager:
+            self._eager_codes.add(int(code))
+        else:
+            self._eager_codes.discard(int(code))
 
     def register_default(self, processor: RequestHandler) -> None:
         """Serve every code without a dedicated processor (RocketMQ's admin processor)."""
@@ -72,6 +81,7 @@ class RemotingServer:
         other = RemotingServer(self.host, port, max_frame=self._max_frame, name=name, tls=self._tls,
                                max_idle_seconds=self.max_idle_seconds)
         other._processors = self._processors  # shared tables: registrations made later apply to both
+        other._eager_codes = self._eager_codes
         other._open_listeners = self._open_listeners
         other._close_listeners = self._close_listeners
         other._default_processor = self._default_processor
@@ -93,10 +103,10 @@ class RemotingServer:
         if self._server is not None or self._tls_listener is not None:
             raise RuntimeError(f"{self.name} server already started")
         if self._tls is None:
-            self._server = await asyncio.start_server(self._accept, self.host, self.port)
+            self._server = await asyncio.get_running_loop().create_server(self._new_connection, self.host, self.port)
             self.port = self._server.sockets[0].getsockname()[1]
         else:
-            self._tls_listener = _TlsListener(self._tls, self._accept, self.name)
+            self._tls_listener = _TlsListener(self._tls, self._new_connection, self.name)
             self.port = await self._tls_listener.start(self.host, self.port)
         if self.max_idle_seconds > 0:
             self._idle_sweeper = asyncio.get_running_loop().create_task(self._close_idle(), name=f"{self.name}-idle")
@@ -132,8 +142,11 @@ class RemotingServer:
                          self.max_idle_seconds)
                 await connection.close()
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = Connection(reader, writer, self._dispatch, max_frame=self._max_frame)
+    def _new_connection(self) -> Connection:
+        return Connection(self._dispatch, max_frame=self._max_frame, opened=self._accept,
+                          eager_codes=self._eager_codes)
+
+    def _accept(self, connection: Connection) -> None:
         self.connections.add(connection)
         connection.add_close_listener(self._on_connection_closed)
         log.debug("%s server accepted %r", self.name, connection)
@@ -163,14 +176,14 @@ class RemotingServer:
 
 class _TlsListener:
     """Accepts connections itself so it can look at each one's first byte before choosing
-    TLS or plaintext (RocketMQ's HandshakeHandler), then hands the stream to ``on_connect``."""
+    TLS or plaintext (RocketMQ's HandshakeHandler), then serves it with a protocol from ``new_connection``."""
 
     FIRST_BYTE_TIMEOUT = 120.0  # a silent connection is dropped, as the idle timeout would
     HANDSHAKE_TIMEOUT = 10.0
 
-    def __init__(self, tls: ServerTls, on_connect, name: str) -> None:
+    def __init__(self, tls: ServerTls, new_connection: Callable[[], asyncio.Protocol], name: str) -> None:
         self._tls = tls
-        self._on_connect = on_connect
+        self._new_connection = new_connection
         self._name = name
         self._sock: socket.socket | None = None
         self._accepting: asyncio.Task | None = None
@@ -230,10 +243,8 @@ class _TlsListener:
                 conn.close()
                 return
             loop = asyncio.get_running_loop()
-            reader = asyncio.StreamReader()
-            protocol = asyncio.StreamReaderProtocol(reader, self._on_connect)
             await loop.connect_accepted_socket(
-                lambda: protocol, conn, ssl=self._tls.context if use_tls else None,
+                self._new_connection, conn, ssl=self._tls.context if use_tls else None,
                 ssl_handshake_timeout=self.HANDSHAKE_TIMEOUT if use_tls else None)
         except (OSError, ssl.SSLError, TimeoutError) as exc:
             log.warning("%s server: TLS handshake with %s failed: %s", self._name, peer, exc)

@@ -282,3 +282,24 @@ async def test_short_polling_holds_a_pull_only_short_polling_time_mills(tmp_path
         await c.stop()
     assert result.status is PullStatus.NO_NEW_MSG
     assert 0.2 < took < 5.0, took
+
+
+async def test_pulls_of_recent_data_read_on_the_loop_older_ones_in_the_read_pool(cluster, monkeypatch):
+    """A pull from one of a queue's newest entries reads on the event loop (no thread hop);
+    one further behind goes to the read pool. Both answer the same records."""
+    import ferrymq.broker.async_store as async_store
+    monkeypatch.setattr(async_store, "RECENT_QUEUE_ENTRIES", 10)
+    mq = MessageQueue("Recent", "broker-a", 0)
+    store = cluster.broker.store
+    async with Producer("p", namesrv_addr=cluster.namesrv_addr) as producer, \
+            PullConsumer("g", namesrv_addr=cluster.namesrv_addr) as consumer:
+        for i in range(40):
+            await producer.send(Message("Recent", f"m{i}".encode()), queue=mq)
+        on_loop, in_pool = store.reads_on_loop, store.reads_in_pool
+        old = await consumer.pull(mq, 0, max_nums=8)  # 40 entries behind the head
+        assert (store.reads_on_loop, store.reads_in_pool) == (on_loop, in_pool + 1)
+        recent = await consumer.pull(mq, 35, max_nums=8)  # 5 behind
+        assert (store.reads_on_loop, store.reads_in_pool) == (on_loop + 1, in_pool + 1)
+    assert [m.body for m in old.messages] == [f"m{i}".encode() for i in range(8)]
+    assert [m.body for m in recent.messages] == [f"m{i}".encode() for i in range(35, 40)]
+    assert recent.next_begin_offset == 40

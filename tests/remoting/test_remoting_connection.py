@@ -421,3 +421,54 @@ async def test_requests_already_read_are_served_after_the_peer_hangs_up(server: 
     release.set()
     await wait_until(lambda: len(served) == 20)
     assert sorted(served) == list(range(20))
+
+
+EAGER_QUICK = 9006
+EAGER_WAITS = 9007
+
+
+async def test_eager_codes_are_served_in_arrival_order_whether_or_not_they_wait(
+        server: RemotingServer, client: RemotingClient, address: str) -> None:
+    """Sends are registered eager: one that finishes at once is answered without a task, one
+    that waits (a flush, the writer thread) still gets its answer, and requests read together
+    start in the order they arrived (what a pipelining producer's queue order relies on)."""
+    started: list[int] = []
+    gate = asyncio.Event()
+
+    async def quick(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        started.append(int(request.ext_fields["n"]))
+        return request.response(ResponseCode.SUCCESS, ext_fields={"n": request.ext_fields["n"]})
+
+    async def waits(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        started.append(int(request.ext_fields["n"]))
+        await gate.wait()
+        return request.response(ResponseCode.SUCCESS, ext_fields={"n": request.ext_fields["n"]})
+
+    server.register(EAGER_QUICK, quick, eager=True)
+    server.register(EAGER_WAITS, waits, eager=True)
+    connection = await client.connection(address)
+    codes = [EAGER_QUICK if i % 3 else EAGER_WAITS for i in range(300)]
+    futures = [connection.invoke_async(RemotingCommand.request(code, {"n": i}), timeout=10)
+               for i, code in enumerate(codes)]
+    await wait_until(lambda: len(started) == 300, 10, "every request started")
+    assert started == list(range(300))
+    # a request that waits holds up none behind it: every quick one is answered meanwhile
+    quick_ones = [f for f, code in zip(futures, codes) if code == EAGER_QUICK]
+    await wait_until(lambda: all(f.done() for f in quick_ones), 10, "the quick requests answered")
+    assert not any(f.done() for f, code in zip(futures, codes) if code == EAGER_WAITS)
+    gate.set()
+    responses = await asyncio.gather(*futures)
+    assert [r.ext_fields["n"] for r in responses] == [str(i) for i in range(300)]
+    assert all(r.code == ResponseCode.SUCCESS for r in responses)
+
+
+async def test_an_eager_processor_that_fails_answers_system_error(
+        server: RemotingServer, client: RemotingClient, address: str) -> None:
+    async def broken(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        raise RuntimeError("disk on fire")
+
+    server.register(EAGER_QUICK, broken, eager=True)
+    response = await client.invoke(address, RemotingCommand.request(EAGER_QUICK, {}))
+    assert response.code == ResponseCode.SYSTEM_ERROR and "disk on fire" in (response.remark or "")
+    # the connection is still usable
+    assert (await client.invoke(address, echo_request(3))).body == b"3"

@@ -1,0 +1,88 @@
+"""start_eagerly: a coroutine runs on the caller's stack until it first waits, then a task
+finishes it, awaiting exactly what it waited for."""
+
+import asyncio
+
+import pytest
+
+from ferrymq.common.eager import start_eagerly
+
+
+async def test_a_coroutine_that_never_waits_finishes_before_the_call_returns():
+    done = []
+
+    async def quick():
+        done.append("ran")
+
+    assert start_eagerly(quick()) is None
+    assert done == ["ran"]  # no loop pass needed
+
+
+async def test_a_coroutine_that_waits_is_finished_by_a_task_with_its_result():
+    gate = asyncio.get_running_loop().create_future()
+    steps = []
+
+    async def waits():
+        steps.append("before")
+        value = await gate
+        steps.append(f"after {value}")
+        await asyncio.sleep(0)  # a bare yield is handled too
+        return value * 2
+
+    task = start_eagerly(waits())
+    assert steps == ["before"] and task is not None and not task.done()
+    await asyncio.sleep(0.01)
+    assert not task.done()  # still waiting for the gate, not resumed early
+    gate.set_result(21)
+    assert await task == 42
+    assert steps == ["before", "after 21"]
+
+
+async def test_an_error_before_the_first_wait_reaches_the_caller_and_one_after_it_the_task():
+    async def fails_at_once():
+        raise ValueError("now")
+
+    with pytest.raises(ValueError, match="now"):
+        start_eagerly(fails_at_once())
+
+    async def fails_later():
+        await asyncio.sleep(0.001)
+        raise KeyError("later")
+
+    task = start_eagerly(fails_later())
+    with pytest.raises(KeyError):
+        await task
+
+
+async def test_cancelling_the_task_cancels_the_wait_inside_the_coroutine():
+    cleaned = []
+    gate = asyncio.get_running_loop().create_future()
+
+    async def waits():
+        try:
+            await gate
+        except asyncio.CancelledError:
+            cleaned.append("cancelled inside")
+            raise
+
+    task = start_eagerly(waits())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cleaned == ["cancelled inside"] and gate.cancelled()
+
+
+async def test_after_its_first_wait_the_coroutine_runs_inside_its_task():
+    seen = []
+
+    async def looks():
+        seen.append(asyncio.current_task())
+        await asyncio.sleep(0.001)
+        seen.append(asyncio.current_task())
+        async with asyncio.timeout(1):  # needs a current task: fine once it waited
+            await asyncio.sleep(0)
+
+    task = start_eagerly(looks())
+    await task
+    assert seen[0] is not task and seen[1] is task
