@@ -2,7 +2,7 @@
 messages from Parquet files, in the same run, same session, same cores. The ratio is the figure.
 
 Not a test. Run: .venv/bin/python bench/spark_read_bench.py [--messages 100000] [--cores 2]
-                 [--body-size 1024] [--queues 8] [--rounds 3] [--no-record]
+                 [--body-size 1024] [--queues 8] [--rounds 3] [--no-record] [--json FILE]
 
 A ``ferrymq standalone`` broker (subprocess, 127.0.0.1, temp dir) gets ``--messages`` messages of
 ``--body-size`` bytes over ``--queues`` queues (batch sends). A local[cores] SparkSession then,
@@ -16,7 +16,8 @@ A ``ferrymq standalone`` broker (subprocess, 127.0.0.1, temp dir) gets ``--messa
 Reported: median wall time of each, messages/s, messages/s per executor core (cores = the
 local[N] task slots), the ratio FerryMQ / Parquet, and the broker's CPU seconds during the
 FerryMQ reads. The broker shares the machine's cores with Spark, as it would on a laptop; on a
-cluster it runs elsewhere. With ``--record`` (default) a section is appended to bench/RESULTS.md.
+cluster it runs elsewhere. With ``--record`` (default) a section is appended to bench/RESULTS.md;
+with ``--json FILE`` the same figures are written there (see ``figures``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import json
 import os
 import platform
 import statistics
@@ -60,6 +62,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--record", action=argparse.BooleanOptionalAction, default=True,
                    help="append the figures to bench/RESULTS.md (default on)")
+    p.add_argument("--json", default=None, help="also write the measured figures to this file")
     args = p.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="ferrymq-spark-bench-"))
@@ -120,7 +123,21 @@ def main() -> int:
 
     if args.record:
         record(args, rows, ratio, statistics.median(broker_cpu), produce_s, copy_s)
+    if args.json:
+        results = figures(rows, ratio, statistics.median(broker_cpu), produce_s, copy_s)
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+        print(f"results written to {args.json}")
     return 0
+
+
+def figures(rows, ratio: float, broker_cpu: float, produce_s: float, copy_s: float) -> dict:
+    """The measured figures, as ``--json`` writes them: per read (``ferrymq``, ``parquet``) its
+    median wall time (``medianS``), rows/s (``rowsPerSec``) and rows/s per executor core
+    (``rowsPerSecPerCore``); ``ratio`` = ferrymq rows/s / Parquet rows/s; ``brokerCpuS`` = the
+    broker's median CPU seconds per FerryMQ read; ``produceS`` and ``parquetCopyS`` = the set-up."""
+    reads = {key: {"medianS": s, "rowsPerSec": rate, "rowsPerSecPerCore": per_core}
+             for key, (_, s, rate, per_core) in zip(("ferrymq", "parquet"), rows)}
+    return {**reads, "ratio": ratio, "brokerCpuS": broker_cpu, "produceS": produce_s, "parquetCopyS": copy_s}
 
 
 def record(args, rows, ratio: float, broker_cpu: float, produce_s: float, copy_s: float) -> None:

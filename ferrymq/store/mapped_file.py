@@ -25,7 +25,6 @@ reader holding a snapshot is never confused by a concurrent roll or delete.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -50,7 +49,7 @@ def segment_name(start_offset: int) -> str:
 
 def _load_fallocate():
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them
         fallocate = libc.fallocate  # Linux only: no zero-filling emulation as posix_fallocate has
     except (OSError, AttributeError, TypeError):
         return None
