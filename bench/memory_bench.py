@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 from ferrymq.client.admin import AdminClient  # noqa: E402
 from ferrymq.remoting.codes import RequestCode, ResponseCode  # noqa: E402
 from ferrymq.remoting.command import RemotingCommand  # noqa: E402
-from ferrymq.remoting.connection import Connection  # noqa: E402
+from ferrymq.remoting.connection import Connection, open_connection  # noqa: E402
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag, SendMessageHeader  # noqa: E402
 from tests.support import FerryProcess, free_port  # noqa: E402
 from broker_bench import (APACHE_BROKER_JVM, ApacheBroker, OutsideLoad, apache_available, log,  # noqa: E402
@@ -164,8 +164,7 @@ class ApacheBrokerMem(ApacheBroker):
 
 async def connect(addr: str) -> Connection:
     host, _, port = addr.rpartition(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    return Connection(reader, writer)
+    return await open_connection(host, int(port))
 
 
 def topic_name(i: int) -> str:

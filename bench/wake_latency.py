@@ -44,7 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from ferrymq.client.admin import AdminClient  # noqa: E402
 from ferrymq.remoting.codes import RequestCode, ResponseCode  # noqa: E402
 from ferrymq.remoting.command import RemotingCommand  # noqa: E402
-from ferrymq.remoting.connection import Connection  # noqa: E402
+from ferrymq.remoting.connection import Connection, open_connection  # noqa: E402
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag, SendMessageHeader  # noqa: E402
 from tests.support import free_port  # noqa: E402
 from broker_bench import (ApacheBroker, FerryBroker, OutsideLoad, apache_available, log,  # noqa: E402
@@ -115,8 +115,7 @@ def histogram_quantile(delta: dict[str, float], q: float) -> float | None:
 
 async def connect(addr: str) -> Connection:
     host, _, port = addr.rpartition(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    return Connection(reader, writer)
+    return await open_connection(host, int(port))
 
 
 def pull_request(offset: int) -> RemotingCommand:

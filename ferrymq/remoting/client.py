@@ -16,6 +16,7 @@ from ferrymq.remoting.connection import (
     RequestHandler,
     ResponseCallback,
     deliver_outcome,
+    open_connection,
 )
 from ferrymq.remoting.errors import RemotingConnectionError, RemotingTimeoutError
 
@@ -151,11 +152,11 @@ class RemotingClient:
 
     async def _connect(self, address: str) -> Connection:
         host, port = parse_address(address)
-        factory = partial(Connection, self._request_handler, max_frame=self._max_frame, **self._permits)
         try:
-            _, connection = await asyncio.wait_for(
-                asyncio.get_running_loop().create_connection(
-                    factory, host, port, ssl=self._tls, server_hostname=host if self._tls else None),
+            connection = await asyncio.wait_for(
+                open_connection(host, port, self._request_handler, ssl=self._tls,
+                                server_hostname=host if self._tls else None, max_frame=self._max_frame,
+                                **self._permits),
                 self.connect_timeout)
         except TimeoutError:
             raise RemotingConnectionError(f"connect to {address} timed out after {self.connect_timeout}s") from None

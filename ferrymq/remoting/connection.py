@@ -467,6 +467,14 @@ class Connection(asyncio.Protocol):
             self._transport.abort()
 
 
+async def open_connection(host: str, port: int, handler: RequestHandler | None = None, *,
+                          ssl: Any = None, server_hostname: str | None = None, **options: Any) -> Connection:
+    """Dial ``host:port`` and return the connection (``options``: Connection's keywords)."""
+    _, connection = await asyncio.get_running_loop().create_connection(
+        partial(Connection, handler, **options), host, port, ssl=ssl, server_hostname=server_hostname)
+    return connection
+
+
 def deliver_outcome(callback: ResponseCallback, future: asyncio.Future[RemotingCommand]) -> None:
     """Done-callback adapter: call `callback(response, error)` with the future's outcome."""
     if future.cancelled():

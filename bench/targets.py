@@ -1,0 +1,337 @@
+"""Issue 11's target rows, read from the JSON files the benchmarks of one ``make bench`` run wrote.
+
+Pure functions (JSON dicts in, rows out) and a printer; bench/run_all.py calls ``summary_lines``
+once every benchmark has run. Every ratio is FerryMQ / Apache RocketMQ 4.9.7 from the same run,
+with the official Java client as the load (or consumer) where both clients were measured; a
+msgs/s ratio above 1 means FerryMQ is faster.
+
+``docs`` maps a source key (``BROKER``, ``SYNC_FLUSH``, ``E2E``, ``WAKE``, ``MEMORY``, ``SPARK``,
+``REPLICATION``) to the JSON document that benchmark wrote, or to a string saying why there is
+none (it failed, timed out, was not run); a row whose figures are not there says
+``missing (why)`` instead of a verdict.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+# Source keys: one per benchmark run whose JSON the summary reads.
+BROKER = "broker"  # bench/broker_bench.py, ASYNC_FLUSH, sync1,sync64,batch32,pull
+SYNC_FLUSH = "broker_sync_flush"  # bench/broker_bench.py --flush SYNC_FLUSH --scenarios sync128
+E2E = "e2e"  # bench/e2e_latency.py
+WAKE = "wake"  # bench/wake_latency.py
+MEMORY = "memory"  # bench/memory_bench.py
+SPARK = "spark"  # bench/spark_read_bench.py
+REPLICATION = "replication"  # bench/replication_bench.py (no target row; its outside load only)
+
+SOURCE_LABELS = {BROKER: "broker", SYNC_FLUSH: "broker SYNC_FLUSH", E2E: "push e2e", WAKE: "wake",
+                 MEMORY: "memory", SPARK: "spark", REPLICATION: "replication"}
+LOAD_CLIENT = "java"  # the load generator / consumer the ratios are taken with
+BUSY_CORES = 0.15  # outside load above which the benches warn that figures are disturbed
+MEMORY_SHAPE = (1000, 8, 10000)  # the memory row's topics, queues per topic, held pulls
+RSS_TARGET_MIB = 200.0
+WAKE_P50_MS, WAKE_P99_MS = 1.0, 5.0
+
+
+class Missing(Exception):
+    """A figure a row needs is not in the JSON; the message says why."""
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What a row measured: each broker's figure as text, the ratio the target is about (None
+    where the target is absolute), whether the target is met, and for broker_bench rows the
+    broker's CPU per message, FerryMQ / Apache."""
+
+    ferrymq: str
+    apache: str
+    ratio: float | None
+    met: bool
+    cpu: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One target row: its name, the target as text, and either its figures or why they are missing."""
+
+    name: str
+    target: str
+    figures: Figures | None = None
+    missing: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        if self.figures is None:
+            return f"missing ({self.missing})"
+        return "met" if self.figures.met else "NOT met"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the JSON
+
+
+def load(path: Path, script: str, exit_code: int) -> dict | str:
+    """The JSON document a benchmark wrote to ``path``, or why there is none."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return f"{script} wrote no JSON, exit {exit_code}"
+    except (OSError, ValueError) as e:
+        return f"{script}'s JSON unreadable: {e}"
+
+
+def source(docs: dict, key: str) -> dict:
+    """The document of one benchmark; Missing if that benchmark left none."""
+    doc = docs.get(key, "not run")
+    if isinstance(doc, str):
+        raise Missing(doc)
+    return doc
+
+
+def dig(doc: dict, *keys: str):
+    """``doc[k1][k2]...``; Missing (naming the path) where a key is absent or its value null."""
+    value = doc
+    for i, key in enumerate(keys):
+        if not isinstance(value, dict) or value.get(key) is None:
+            raise Missing("no " + ".".join(keys[:i + 1]))
+        value = value[key]
+    return value
+
+
+def ratio_of(ferrymq: float, apache: float) -> float:
+    if not apache:
+        raise Missing("Apache's figure is 0")
+    return ferrymq / apache
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+
+
+def rate(msgs_per_s: float) -> str:
+    return f"{msgs_per_s:,.0f} msg/s"
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
+
+
+def p50_p99(summary: dict) -> str:
+    """A latency summary's p50 / p99 (fields p50Ms, p99Ms), in ms."""
+    p50, p99 = summary.get("p50Ms"), summary.get("p99Ms")
+    return "-" if p50 is None or p99 is None else f"{p50:.2f} / {p99:.2f} ms"
+
+
+def mib(kib: float) -> str:
+    return f"{kib / 1024:,.1f} MiB"
+
+
+def times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows
+
+
+def broker_result(doc: dict, broker: str) -> dict:
+    """``results[broker]`` of a benchmark's document; Missing with its reason if that broker failed."""
+    result = dig(doc, "results", broker)
+    if result.get("failed"):
+        raise Missing(f"{broker} failed: {str(result['failed'])[:80]}")
+    return result
+
+
+def broker_scenario(doc: dict, broker: str, scenario: str) -> dict:
+    """broker_bench.py's figures of one scenario on one broker with the Java client: msgsPerSec,
+    p50Ms/p99Ms per request, messages, brokerCpuS (the broker's CPU seconds over the scenario)."""
+    client = dig(broker_result(doc, broker), "clients", LOAD_CLIENT)
+    if "failed" in client:
+        raise Missing(f"{broker} {LOAD_CLIENT} client failed: {client['failed'][:80]}")
+    return dig(client, scenario)
+
+
+def cpu_per_msg(s: dict) -> float | None:
+    """The broker's CPU microseconds per message over a broker_bench scenario."""
+    if s.get("brokerCpuS") is None or not s.get("messages"):
+        return None
+    return 1e6 * s["brokerCpuS"] / s["messages"]
+
+
+def cpu_cell(f: dict, a: dict) -> str:
+    """Broker CPU µs/msg, FerryMQ / Apache (and their ratio)."""
+    fc, ac = cpu_per_msg(f), cpu_per_msg(a)
+    text = f"{'-' if fc is None else f'{fc:.1f}'} / {'-' if ac is None else f'{ac:.1f}'}"
+    return text + (f" ({fc / ac:.2f}x)" if fc is not None and ac else "")
+
+
+def broker_figures(doc: dict, scenario: str, min_ratio: float, with_p99: bool = False) -> Figures:
+    """A broker_bench scenario: msgs/s ratio >= ``min_ratio`` (and, ``with_p99``, FerryMQ's p99
+    per request no higher than Apache's)."""
+    f, a = broker_scenario(doc, "FerryMQ", scenario), broker_scenario(doc, "Apache", scenario)
+    r = ratio_of(dig(f, "msgsPerSec"), dig(a, "msgsPerSec"))
+    met = r >= min_ratio
+    if with_p99:
+        met = met and dig(f, "p99Ms") <= dig(a, "p99Ms")
+        return Figures(f"{rate(f['msgsPerSec'])}, p99 {ms(f['p99Ms'])}",
+                       f"{rate(a['msgsPerSec'])}, p99 {ms(a['p99Ms'])}", r, met, cpu_cell(f, a))
+    return Figures(rate(f["msgsPerSec"]), rate(a["msgsPerSec"]), r, met, cpu_cell(f, a))
+
+
+def catch_up_figures(doc: dict, min_ratio: float) -> Figures:
+    """e2e_latency.py's catch-up: a push consumer (Java) draining a stored backlog, messages/s
+    from the first to the last message at the listener (median of the rounds)."""
+    runs = {(r.get("broker"), r.get("consumer")): r for r in dig(doc, "runs")}
+
+    def drain_rate(broker: str) -> float:
+        run = runs.get((broker, LOAD_CLIENT))
+        if run is None:
+            raise Missing(f"no {broker} run with the {LOAD_CLIENT} consumer")
+        return dig(run, "catchUp", "msgsPerSec")
+
+    f, a = drain_rate("FerryMQ"), drain_rate("Apache")
+    r = ratio_of(f, a)
+    return Figures(rate(f), rate(a), r, r >= min_ratio)
+
+
+def wake_figures(doc: dict) -> Figures:
+    """wake_latency.py: FerryMQ's broker-side histogram (store -> held pull's response written),
+    p50/p99 interpolated in its buckets, against absolute bounds; beside it each broker's
+    client-side figure (send issued -> held pull's response received), Apache's only figure."""
+    ferrymq_result = broker_result(doc, "FerryMQ")
+    side = dig(ferrymq_result, "brokerSide")
+    p50, p99 = dig(side, "p50Ms"), dig(side, "p99Ms")
+    f_e2e = ferrymq_result.get("e2e") or {}
+    a_e2e = (doc["results"].get("Apache") or {}).get("e2e")
+    ferrymq = f"p50/p99 {p50_p99(side)} (client {p50_p99(f_e2e)})"
+    apache = f"client p50/p99 {p50_p99(a_e2e)}" if a_e2e else "-"
+    return Figures(ferrymq, apache, None, p50 <= WAKE_P50_MS and p99 <= WAKE_P99_MS)
+
+
+def spark_figures(doc: dict, min_ratio: float) -> Figures:
+    """spark_read_bench.py: rows/s of spark.read.format("ferrymq") over rows/s of Spark reading
+    the same rows from Parquet (medians of the rounds); Parquet stands where Apache does elsewhere."""
+    f, p = dig(doc, "results", "ferrymq", "rowsPerSec"), dig(doc, "results", "parquet", "rowsPerSec")
+    r = ratio_of(f, p)
+    return Figures(f"{f:,.0f} rows/s", f"Parquet: {p:,.0f} rows/s", r, r >= min_ratio)
+
+
+def memory_figures(doc: dict) -> Figures:
+    """memory_bench.py: each broker process's VmRSS while the pulls are held (phase ``held``);
+    the target is absolute. When the run had another shape (``--quick``) the cell says which."""
+    f = dig(broker_result(doc, "FerryMQ"), "phases", "held", "VmRSS")
+    a = ((doc["results"].get("Apache") or {}).get("phases", {}).get("held") or {}).get("VmRSS")
+    args = doc.get("args") or {}
+    shape = (args.get("topics"), args.get("queues"), args.get("pulls"))
+    note = "" if shape == MEMORY_SHAPE else f" ({shape[0]} topics x {shape[1]}, {shape[2]} pulls)"
+    return Figures(mib(f) + note, "-" if a is None else mib(a), f / a if a else None, f <= RSS_TARGET_MIB * 1024)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A row of the issue: its name, which benchmark measures it, the target, how to read it."""
+
+    name: str
+    source: str
+    target: str
+    figures: Callable[[dict], Figures]
+
+
+def ratio_target(name: str, source: str, min_ratio: float, figures: Callable[..., Figures], **kw) -> Target:
+    """A row whose target is a ratio of at least ``min_ratio`` (sync1's also wants the p99)."""
+    text = f">= {min_ratio:.1f}x" + (" and p99 F <= A" if kw.get("with_p99") else "")
+    return Target(name, source, text, functools.partial(figures, min_ratio=min_ratio, **kw))
+
+
+TARGETS = (
+    ratio_target("sync1 msgs/s + p99 (1 in flight)", BROKER, 1.0, broker_figures, scenario="sync1", with_p99=True),
+    ratio_target("sync64 msgs/s", BROKER, 1.0, broker_figures, scenario="sync64"),
+    ratio_target("batch32 msgs/s", BROKER, 1.0, broker_figures, scenario="batch32"),
+    ratio_target("pull (drain) msgs/s", BROKER, 1.2, broker_figures, scenario="pull"),
+    ratio_target("push catch-up msgs/s", E2E, 1.0, catch_up_figures),
+    ratio_target("SYNC_FLUSH sync128 msgs/s", SYNC_FLUSH, 1.5, broker_figures, scenario="sync128"),
+    Target("long-poll wake, store -> consumer", WAKE, f"p50 <= {WAKE_P50_MS:g} ms, p99 <= {WAKE_P99_MS:g} ms",
+           wake_figures),
+    ratio_target("Spark batch read vs Parquet", SPARK, 0.6, spark_figures),
+    Target("broker RSS, 1000 topics x 8, 10000 held pulls", MEMORY, f"F <= {RSS_TARGET_MIB:g} MiB",
+           memory_figures),
+)
+
+
+def build_row(target: Target, docs: dict) -> Row:
+    try:
+        return Row(target.name, target.target, figures=target.figures(source(docs, target.source)))
+    except Missing as e:
+        return Row(target.name, target.target, missing=str(e))
+
+
+def build_rows(docs: dict) -> list[Row]:
+    """Every target row, in the issue's order."""
+    return [build_row(t, docs) for t in TARGETS]
+
+
+# ---------------------------------------------------------------------------------------------
+# Outside load and printing
+
+
+def outside_load(docs: dict) -> list[str]:
+    """The CPU other processes used during each benchmark that measured it (broker_bench's
+    OutsideLoad: cores on average over the run), and the load average before the first."""
+    cores, before = [], None
+    for key, label in SOURCE_LABELS.items():
+        doc = docs.get(key)
+        machine = (doc.get("machine") or {}) if isinstance(doc, dict) else {}
+        if machine.get("other_cpu_cores") is not None:
+            cores.append((label, machine["other_cpu_cores"]))
+            before = before or machine.get("loadavg_before")
+    if not cores:
+        return ["outside load: not measured (no benchmark wrote it)"]
+    line = "outside load, CPU cores used by other processes (average over each bench): " + \
+        ", ".join(f"{label} {c:.2f}" for label, c in cores)
+    busy = [label for label, c in cores if c > BUSY_CORES]
+    lines = [line, f"load average before the first: {before}"]
+    if busy:
+        lines.append(f"WARNING: the machine was not idle during {', '.join(busy)}: those figures are disturbed")
+    return lines
+
+
+COLUMNS = ("row", "FerryMQ", "Apache (or reference)", "F/A", "broker CPU us/msg F / A", "target", "verdict")
+NOTES = (
+    "F/A: FerryMQ / Apache (msgs/s: > 1 means FerryMQ is faster); broker rows: the official Java client as the "
+    "load, sync128 with both brokers on SYNC_FLUSH; push catch-up: the Java push consumer draining a backlog",
+    "wake: FerryMQ's broker-side histogram (store -> held pull's response written); client = send issued -> held "
+    "pull's response received, in the bench process (Apache's only figure)",
+    "Spark: the reference is Spark reading the same rows from Parquet; RSS: the broker process's VmRSS with the "
+    "pulls held",
+)
+
+
+def cells(row: Row) -> tuple[str, ...]:
+    f = row.figures
+    if f is None:
+        return (row.name, "-", "-", "-", "", row.target, row.verdict)
+    return (row.name, f.ferrymq, f.apache, times(f.ratio), f.cpu, row.target, row.verdict)
+
+
+def table(rows: list[Row]) -> list[str]:
+    """The rows as text columns, each as wide as its widest cell."""
+    lines = [COLUMNS, *(cells(r) for r in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(COLUMNS))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+
+
+def summary_lines(docs: dict) -> list[str]:
+    """The whole summary: title, outside load, the table, and a count of rows met."""
+    rows = build_rows(docs)
+    met = sum(1 for r in rows if r.verdict == "met")
+    return ["", "== issue 11 targets: FerryMQ / Apache RocketMQ 4.9.7 in this run (Java client as the load) ==",
+            *outside_load(docs), *table(rows), *NOTES,
+            f"{met} of {len(rows)} targets met, {sum(1 for r in rows if r.figures is None)} missing"]
+
+
+def print_summary(docs: dict, file=None) -> None:
+    print("\n".join(summary_lines(docs)), file=file, flush=True)
