@@ -9,6 +9,7 @@ condition and the next timer tick tries again (kopf's own retry would hide the r
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from typing import Awaitable, Callable
 
@@ -61,16 +62,20 @@ def _lock(memo: kopf.Memo) -> asyncio.Lock:
     return memo["lock"]
 
 
-async def _reconcile(reconcile: Reconcile, body, patch: kopf.Patch, memo: kopf.Memo) -> None:
+async def reconcile_snapshot(reconcile: Reconcile, body, patch: kopf.Patch, memo: kopf.Memo) -> None:
     async with _lock(memo):
-        await reconcile(body, patch, memo.settings)
+        # A timer's body is live (kopf updates it as events arrive): a resync that ran while the
+        # spec changed then wrote the new generation as observed and applied although it applied
+        # the old spec (found by the k8s layer: InvalidConfig with appliedGeneration == generation).
+        # Reconcile a snapshot taken once the lock is held.
+        await reconcile(copy.deepcopy(dict(body)), patch, memo.settings)
 
 
 def _register(plural: str, reconcile: Reconcile, interval: float, initial_delay: float,
               delete: Delete | None = None) -> None:
     """create/update/resume handlers and a resync timer for ``plural`` (and a delete handler)."""
     async def changed(body, patch, memo, **_) -> None:
-        await _reconcile(reconcile, body, patch, memo)
+        await reconcile_snapshot(reconcile, body, patch, memo)
 
     for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
         decorator(GROUP, VERSION, plural, id=f"{plural}-changed")(changed)
