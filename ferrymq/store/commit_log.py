@@ -112,9 +112,9 @@ class SegmentWalker:
 
 
 class CommitLog:
-    def __init__(self, directory: str, segment_size: int, *, preallocate_below: float | None = None) -> None:
+    def __init__(self, directory: str, segment_size: int) -> None:
         self.segment_size = segment_size
-        self._files = MappedFileQueue(directory, segment_size, preallocate_below=preallocate_below)
+        self._files = MappedFileQueue(directory, segment_size)
         self.lock = threading.Lock()  # the one write lock of the store
         self.closed = False
         self._flush_lock = threading.Lock()

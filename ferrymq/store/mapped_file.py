@@ -6,16 +6,6 @@ full size as a sparse file, so a segment's size never changes and offsets map to
 os.pread: both are thread-safe and release the GIL, and a failed write (disk full)
 is an OSError rather than the SIGBUS an mmap store would take on a sparse file.
 
-A queue of segments may preallocate them (the CommitLog does): fallocate(2) gives a new
-segment its blocks when it is created, so appends write into allocated blocks. Into a hole,
-an append that meets an fsync in progress waits for the file system's journal (measured on
-ext4: appends beside a looping fdatasync reached a third of their rate into a sparse file,
-bench/RESULTS.md); SYNC_FLUSH's group commit is exactly that. Only while the file system
-stays below ``preallocate_below`` used (the store's diskMaxUsedSpaceRatio) with the new
-segment counted, so that on a small or nearly full volume allocated-but-unwritten space
-never trips the disk guard or retention; there, and where fallocate is not supported, the
-segment stays sparse (no zero-filling fallback).
-
 Concurrency contract: one writer at a time (the caller's lock); any number of readers.
 ``write_position`` moves only after the bytes are in the file, so a reader that stays
 below it sees only complete data. The segment list is replaced, never mutated, so a
@@ -24,8 +14,6 @@ reader holding a snapshot is never confused by a concurrent roll or delete.
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import logging
 import os
 import re
@@ -47,46 +35,10 @@ def segment_name(start_offset: int) -> str:
     return f"{start_offset:020d}"
 
 
-def _load_fallocate():
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them
-        fallocate = libc.fallocate  # Linux only: no zero-filling emulation as posix_fallocate has
-    except (OSError, AttributeError, TypeError):
-        return None
-    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    fallocate.restype = ctypes.c_int
-    return fallocate
-
-
-_fallocate = _load_fallocate()
-
-
-def preallocate(fd: int, path: str, offset: int, length: int, below: float | None) -> bool:
-    """Give [offset, offset + length) of the file its blocks now, if the file system then stays
-    below ``below`` used (a fraction; None: never). False when it was left sparse: no room to
-    spare, no fallocate here, or it failed (ENOSPC included: the writes will say so themselves)."""
-    if below is None or length <= 0 or _fallocate is None:
-        return False
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return False
-    total = st.f_blocks * st.f_frsize
-    if total <= 0 or (total - st.f_bfree * st.f_frsize + length) / total >= below:
-        return False
-    if _fallocate(fd, 0, offset, length) != 0:
-        err = ctypes.get_errno()
-        if err not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.ENOSPC, errno.EINTR):
-            log.debug("fallocate of %s failed: %s", path, os.strerror(err))
-        return False
-    return True
-
-
 class MappedFile:
     """One segment: ``size`` bytes holding offsets [start_offset, start_offset + size)."""
 
-    def __init__(self, path: str, start_offset: int, size: int, *, create: bool = False,
-                 preallocate_below: float | None = None) -> None:
+    def __init__(self, path: str, start_offset: int, size: int, *, create: bool = False) -> None:
         self.path = path
         self.start_offset = start_offset
         self.size = size
@@ -94,12 +46,10 @@ class MappedFile:
         self.flushed_position = 0
         self._fd = -1
         self._open_lock = threading.Lock()
-        self._preallocate_below = preallocate_below
         if create:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                os.ftruncate(fd, size)  # sparse: blocks are allocated as data arrives...
-                preallocate(fd, path, 0, size, preallocate_below)  # ...unless there is room to do it now
+                os.ftruncate(fd, size)  # sparse: blocks are allocated as data arrives
             except BaseException:
                 os.close(fd)
                 os.unlink(path)
@@ -180,7 +130,6 @@ class MappedFile:
         fd = self.fd
         os.ftruncate(fd, pos)
         os.ftruncate(fd, self.size)
-        preallocate(fd, self.path, pos, self.size - pos, self._preallocate_below)
         self.write_position = pos
         self.flushed_position = min(self.flushed_position, pos)
 
@@ -203,10 +152,9 @@ class MappedFile:
 class MappedFileQueue:
     """The segments of one directory, contiguous and equally sized."""
 
-    def __init__(self, directory: str, segment_size: int, *, preallocate_below: float | None = None) -> None:
+    def __init__(self, directory: str, segment_size: int) -> None:
         self.directory = directory
         self.segment_size = segment_size
-        self.preallocate_below = preallocate_below  # new segments get their blocks at once (see above)
         self._segments: list[MappedFile] = []
         self._retired: list[tuple[float, MappedFile]] = []
         self._flush_lock = threading.Lock()
@@ -220,8 +168,7 @@ class MappedFileQueue:
         names = sorted(n for n in os.listdir(self.directory) if _SEGMENT_NAME.match(n))
         segments = []
         for name in names:
-            seg = MappedFile(os.path.join(self.directory, name), int(name), self.segment_size,
-                             preallocate_below=self.preallocate_below)
+            seg = MappedFile(os.path.join(self.directory, name), int(name), self.segment_size)
             if segments and seg.start_offset != segments[-1].end_offset:
                 raise ValueError(f"segment gap in {self.directory}: {segments[-1].path} is followed by {name}")
             seg.write_position = seg.flushed_position = seg.size
@@ -249,8 +196,7 @@ class MappedFileQueue:
         else:
             start = 0 if start_offset is None else start_offset - start_offset % self.segment_size
         os.makedirs(self.directory, exist_ok=True)
-        seg = MappedFile(os.path.join(self.directory, segment_name(start)), start, self.segment_size, create=True,
-                         preallocate_below=self.preallocate_below)
+        seg = MappedFile(os.path.join(self.directory, segment_name(start)), start, self.segment_size, create=True)
         with self._list_lock:
             self._segments = [*self._segments, seg]
         return seg

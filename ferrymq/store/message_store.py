@@ -72,8 +72,7 @@ class MessageStore:
         msgIds; may instead be given to :meth:`load` (a broker resolves it when it starts)."""
         self.config = config
         self.store_host = store_host
-        self.commit_log = CommitLog(config.commit_log_dir, config.mapped_file_size_commit_log,
-                                    preallocate_below=config.disk_max_used_ratio)
+        self.commit_log = CommitLog(config.commit_log_dir, config.mapped_file_size_commit_log)
         self.queues = ConsumeQueueTable(config.consume_queue_dir, config.mapped_file_size_consume_queue)
         self.index = IndexService(config) if config.message_index_enable else None
         self.dispatcher = Dispatcher(self.queues, self.index, config.delay_level_millis())
