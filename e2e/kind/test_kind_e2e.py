@@ -687,8 +687,10 @@ def group_hosts(ns: str, nsrv: str, group: str) -> dict[int, str]:
     return {int(k): v.rsplit(":", 1)[0] for k, v in addrs.items()}
 
 
-def pod_ip(ns: str, name: str) -> str:
-    return get("pod", name, ns)["status"]["podIP"]
+def advertised_host(ns: str, pod: str, headless: str) -> str:
+    """The address a broker pod registers with: its stable DNS name (brokerIP1 in manifests.py),
+    not its IP, which a rescheduled pod does not keep."""
+    return f"{pod}.{headless}.{ns}.svc"
 
 
 def test_failover_promotes_the_slave_and_the_old_master_rejoins_as_its_slave(ns, tools):
@@ -708,7 +710,8 @@ def test_failover_promotes_the_slave_and_the_old_master_rejoins_as_its_slave(ns,
     before = run_python(ns, SEND_COUNT, nsrv, topic, "100")
     assert len(before) == 100 and {s["status"] for s in before} == {"SEND_OK"}, {s["status"] for s in before}
     assert run_python(ns, SLAVE_KNOWS_TOPIC, nsrv, group, topic) == [{"synced": True}]
-    old_master, slave = pod_ip(ns, f"{fo}-broker-0"), pod_ip(ns, f"{fo}-broker-s1-0")
+    old_master = advertised_host(ns, f"{fo}-broker-0", f"{fo}-broker-headless")
+    slave = advertised_host(ns, f"{fo}-broker-s1-0", f"{fo}-broker-s1-headless")
     assert group_hosts(ns, nsrv, group) == {0: old_master, 1: slave}
 
     # The master goes away and stays away (reconciliation paused, its StatefulSet at 0): after the
@@ -729,8 +732,7 @@ def test_failover_promotes_the_slave_and_the_old_master_rejoins_as_its_slave(ns,
 
     def rejoined() -> bool:
         pod = get("pod", f"{fo}-broker-0", ns)
-        back = pod and pod_ready(pod) and pod["status"].get("podIP")
-        return bool(back) and group_hosts(ns, nsrv, group) == {0: slave, 1: back}
+        return bool(pod and pod_ready(pod)) and group_hosts(ns, nsrv, group) == {0: slave, 1: old_master}
     poll_until("the old master back as the new master's slave", rejoined, 300, 3)
     after = run_python(ns, SEND_COUNT, nsrv, topic, "50")
     assert len(after) == 50 and {s["status"] for s in after} == {"SEND_OK"}, {s["status"] for s in after}
