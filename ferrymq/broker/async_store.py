@@ -183,7 +183,7 @@ class AsyncMessageStore:
     lifecycle and for tests; broker code goes through the methods here."""
 
     def __init__(self, store: MessageStore, *, read_threads: int = 4, append_on_loop: bool = True,
-                 slow_append_ms: int = 100, read_on_loop: bool | None = None) -> None:
+                 slow_append_ms: int = 100) -> None:
         self.sync_store = store
         self._writer = _WriterThread()
         self._append_on_loop = append_on_loop
@@ -191,7 +191,6 @@ class AsyncMessageStore:
         self._offloaded_until = 0.0  # monotonic time until which appends go to the writer thread
         self.appends_on_loop = 0  # puts appended on the event loop so far
         self.appends_in_thread = 0  # puts handed to the writer thread (slow disk, a new queue, or configured)
-        self._read_on_loop = append_on_loop if read_on_loop is None else read_on_loop
         self.reads_on_loop = 0  # pull reads of recent data done on the event loop
         self.reads_in_pool = 0  # pull reads done in the read pool (older data, or configured)
         self._completions: _LoopCompletions | None = None
@@ -323,13 +322,15 @@ class AsyncMessageStore:
         """Whether a read from ``offset`` touches only pages written lately: the queue's entry is
         among its last RECENT_QUEUE_ENTRIES (the ConsumeQueue pages written lately) and its record
         within the in-memory window of the CommitLog head (accessMessageInMemoryMaxRatio), and
-        appends themselves are on the loop (a slow disk keeps reads off it too)."""
-        if not self._read_on_loop or self.appends_offloaded:
+        appends themselves are on the loop (configured so, and no slow disk keeps them off it)."""
+        if self.appends_offloaded:
             return False
         store = self.sync_store
         behind = store.get_max_offset_in_queue(topic, queue_id) - offset
-        if behind <= 0 or behind > RECENT_QUEUE_ENTRIES:
-            return behind <= 0  # nothing to read (an answer from memory) or an old entry
+        if behind <= 0:
+            return True  # nothing to read: answered from memory
+        if behind > RECENT_QUEUE_ENTRIES:
+            return False
         phys = store.get_commit_log_offset_in_queue(topic, queue_id, offset)
         return phys >= 0 and store.is_in_memory(phys)
 

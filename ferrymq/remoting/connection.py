@@ -39,7 +39,6 @@ ResponseCallback = Callable[["RemotingCommand | None", "BaseException | None"], 
 # Java client defaults for in-flight async and oneway requests (wire facts 1.8).
 DEFAULT_PERMITS = 65535
 
-_READ_CHUNK = 256 * 1024
 # How long a closing connection may take to flush what is already buffered before the
 # transport is aborted; a peer that stopped reading must not keep stop() waiting.
 _CLOSE_GRACE = 1.0

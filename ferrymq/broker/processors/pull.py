@@ -128,17 +128,10 @@ class PullProcessor:
             remaining = deadline - time.monotonic()
             arrived_at = await ctx.pull_waiters.wait(topic, queue_id, offset, min(remaining, HOLD_RECHECK_SECONDS),
                                                      None if wanted.passes_all else wanted.wants)
-            if arrived_at is not None and not ctx.store.appends_offloaded:
-                # Woken by an arrival: what it reads was appended a moment ago and is in the page
-                # cache, so read it here on the loop (lock-free preads, microseconds) instead of
-                # through the read pool, whose thread hop each way is most of a wake's latency
-                # and, on a busy machine, waits twice for the OS to schedule a thread. Not while
-                # a slow disk keeps appends off the loop (async_store.py): reads stay off it too.
-                result = ctx.store.sync_store.get_messages(group, topic, queue_id, offset, max_nums, wanted.tags,
-                                                           wanted.record())
-            else:
-                result = await ctx.store.get_messages(group, topic, queue_id, offset, max_nums, wanted.tags,
-                                                      wanted.record())
+            # Woken by an arrival, this reads what was appended a moment ago: the store reads
+            # such recent data on the loop, not through the read pool (async_store.py).
+            result = await ctx.store.get_messages(group, topic, queue_id, offset, max_nums, wanted.tags,
+                                                  wanted.record())
             if result.status is not GetStatus.OFFSET_OVERFLOW_ONE:
                 return result, arrived_at  # something to answer (found, filtered out, moved...)
             if ctx.pull_waiters.closed or time.monotonic() >= deadline:
