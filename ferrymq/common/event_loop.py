@@ -1,10 +1,11 @@
 """The event loop FerryMQ's processes run on.
 
 The standard library's loop by default; ``FERRYMQ_EVENT_LOOP=uvloop`` runs the process on
-uvloop instead (when installed: ``pip install uvloop``). Measured with the broker bench on
-this project's 2-core machine, uvloop did not move sends or pulls beyond the noise (the
-per-request cost is FerryMQ's own Python work, not the loop's), so it stays opt-in, one
-switch for comparing. Library code never depends on which loop runs: only the entry points
+uvloop instead (in the dev extra; otherwise ``pip install uvloop``). Measured with the broker
+bench on this project's 2-core machine since the remoting layer became a plain
+``asyncio.Protocol`` (bench/RESULTS.md, 2026-11-27): uvloop takes roughly 5-10 % off the broker's
+CPU per message, within the run-to-run spread of a busy host, so it stays opt-in, one switch
+for comparing, tested against a real broker (tests/integration/test_standalone_process.py). Library code never depends on which loop runs: only the entry points
 choose, through :func:`run`.
 """
 

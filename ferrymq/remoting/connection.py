@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, Callable, Collection
+from typing import Any, AsyncIterator, Awaitable, Callable, Collection, cast
 
 from ferrymq.common.eager import start_eagerly
 from ferrymq.remoting.codes import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
@@ -114,8 +114,8 @@ class Connection(asyncio.Protocol):
     # --- asyncio.Protocol --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport (asyncio's, uvloop's or TLS's; uvloop's do not subclass asyncio.Transport).
+        self._transport = cast(asyncio.Transport, transport)
         self.remote_address = _address(transport.get_extra_info("peername"))
         self.local_address = _address(transport.get_extra_info("sockname"))
         self._peer = f"{self.remote_address[0]}:{self.remote_address[1]}"

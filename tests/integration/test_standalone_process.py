@@ -180,3 +180,25 @@ def test_standalone_demo_produces_and_consumes_and_keeps_serving(tmp_path):
         proc.send_signal(signal.SIGTERM)
         rest = proc.communicate(timeout=30)[0]
     assert proc.returncode == 0, "".join(lines) + rest
+
+
+def test_the_broker_serves_clients_on_uvloop_when_asked(standalone_process, monkeypatch):
+    """FERRYMQ_EVENT_LOOP=uvloop: the same broker on uvloop's transports (a wrong assumption about
+    asyncio's transport classes once made every connection fail there)."""
+    monkeypatch.setenv("FERRYMQ_EVENT_LOOP", "uvloop")
+    server = standalone_process()
+    bodies = [f"on uvloop {i}".encode() for i in range(30)]
+
+    async def round_trip():
+        async with AdminClient(namesrv_addr=server.namesrv_addr) as admin:
+            await admin.create_topic("OnUvloop", read_queues=1, write_queues=1)
+        async with Producer("p-uvloop", namesrv_addr=server.namesrv_addr) as producer:
+            for body in bodies:
+                await producer.send(Message("OnUvloop", body))
+        async with PullConsumer("g-uvloop", namesrv_addr=server.namesrv_addr) as consumer:
+            result = await consumer.pull(MessageQueue("OnUvloop", "broker-a", 0), 0, max_nums=32)
+        return [m.body for m in result.messages]
+
+    assert asyncio.run(round_trip()) == bodies
+    assert server.stop() == 0
+    assert "Traceback" not in server.log() and " ERROR " not in server.log(), server.log()
