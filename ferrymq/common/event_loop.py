@@ -5,8 +5,9 @@ uvloop instead (in the dev extra; otherwise ``pip install uvloop``). Measured wi
 bench on this project's 2-core machine since the remoting layer became a plain
 ``asyncio.Protocol`` (bench/RESULTS.md, 2026-11-27): uvloop takes roughly 5-10 % off the broker's
 CPU per message, within the run-to-run spread of a busy host, so it stays opt-in, one switch
-for comparing, tested against a real broker (tests/integration/test_standalone_process.py). Library code never depends on which loop runs: only the entry points
-choose, through :func:`run`.
+for comparing, tested against a real broker (tests/integration/test_standalone_process.py).
+Library code never depends on which loop runs: only the entry points choose, through
+:func:`run`.
 """
 
 from __future__ import annotations
