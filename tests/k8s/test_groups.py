@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import time
 
 
 from ferrymq.client.producer import Producer
@@ -125,6 +128,31 @@ def test_spec_disable_and_group_delete(control_plane, operator_logs, ferry_clust
     cp.kubectl("delete", "consumergroup", "toggler", "-n", ns, "--timeout=60s")
     assert enabled_on_brokers(ferry_cluster, "toggler") == {}
     assert json.dumps(g)  # status was a full object
+
+
+def test_a_group_deleted_while_its_resync_runs_goes_away_promptly(control_plane, operator_logs, ferry_cluster, namespace):
+    """kopf lets a resource's running timers finish before its delete handlers run and, unless
+    another event comes, looked again only after 60 s: `kubectl delete` of a group whose resync
+    was running (and then changed nothing) hung for a minute (seen in CI). Here broker-0 is
+    frozen (SIGSTOP) for 2.8 s, so the group's resync (every 2 s here) has surely started and
+    waits for it when the deletion comes, and then finishes normally (admin timeout 3 s)."""
+    cp, ns = control_plane, namespace
+    setup(cp, ns, "churnt", "churner", "Alert")
+    broker0 = ferry_cluster.processes[1].proc
+    kubectl = [str(cp.bin / "kubectl"), f"--kubeconfig={cp.kubeconfig}"]
+    broker0.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(2.3)
+        started = time.monotonic()
+        deleting = subprocess.Popen([*kubectl, "delete", "consumergroup", "churner", "-n", ns, "--timeout=40s"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(0.5)
+    finally:
+        broker0.send_signal(signal.SIGCONT)
+    out, _ = deleting.communicate(timeout=60)
+    # kubectl gives up after 40 s: kopf's default 60 s re-check would make it fail
+    assert deleting.returncode == 0, f"after {time.monotonic() - started:.0f} s: {out}"
+    assert enabled_on_brokers(ferry_cluster, "churner") == {}
 
 
 def test_scale_down_waits_until_the_leaving_broker_is_drained(control_plane, operator_logs, ferry_cluster, namespace):
