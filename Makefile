@@ -21,7 +21,7 @@ run: $(STAMP)
 ## test: the full suite (unit, integration, compatibility with the official Java client,
 ## Spark local mode); the Kubernetes layer has its own target, k8s-test
 test: $(STAMP) chromium
-	@$(PY) -m pytest -q -ra --ignore=tests/k8s
+	@$(PY) -m pytest -q -ra --durations=25 --ignore=tests/k8s
 
 ## chromium: Debian's chromium for the console's browser tests (Playwright drives it; no browser
 ## download), installed with apt when missing
