@@ -102,6 +102,16 @@ def _run(cmd: list[str]) -> str:
         return f"<{e}>"
 
 
+def python_loop_seconds(iterations: int = 10_000_000) -> float:
+    """CPU seconds of an empty Python loop: how fast this host runs CPython now. Hosts of one
+    kind differed 2x between sessions (0.55 s against 1.4 s) while the outside-load figure
+    saw nothing: compare runs only at similar values."""
+    started = time.process_time()
+    for _ in range(iterations):
+        pass
+    return round(time.process_time() - started, 2)
+
+
 def machine_info() -> dict:
     model = ""
     for line in _run(["lscpu"]).splitlines():
@@ -119,6 +129,7 @@ def machine_info() -> dict:
         "python": platform.python_version(),
         "java": java[0] if java else "?",
         "ferrymq_commit": commit + ("+dirty" if dirty else ""),
+        "python_loop_s": python_loop_seconds(),
     }
 
 
@@ -596,7 +607,8 @@ def print_report(info: dict, results: dict, args, scenarios: list[str], clients:
     p("FerryMQ broker benchmark")
     p(f"date {info['date']}   cpu {info['cpu']}   nproc {info['nproc']}   memory {info['memory_gib']} GiB   "
       f"kernel {info['kernel']}")
-    p(f"python {info['python']}   java: {info['java']}   ferrymq {info['ferrymq_commit']}")
+    p(f"python {info['python']}   java: {info['java']}   ferrymq {info['ferrymq_commit']}   "
+      f"CPU calibration: a 10 M-iteration Python loop took {info.get('python_loop_s', '?')} s")
     p(f"bodies {args.size} B   per scenario: at most {args.messages} messages or {args.seconds:g} s, "
       f"after {args.warmup} warm-up messages")
     p(f"topics: {QUEUES} queues   brokers: {args.flush} on 127.0.0.1, each warmed up with {args.broker_warmup} messages "

@@ -281,19 +281,24 @@ def build_rows(docs: dict) -> list[Row]:
 def outside_load(docs: dict) -> list[str]:
     """The CPU other processes used during each benchmark that measured it (broker_bench's
     OutsideLoad: cores on average over the run), and the load average before the first."""
-    cores, before = [], None
+    cores, before, loops = [], None, []
     for key, label in SOURCE_LABELS.items():
         doc = docs.get(key)
         machine = (doc.get("machine") or {}) if isinstance(doc, dict) else {}
         if machine.get("other_cpu_cores") is not None:
             cores.append((label, machine["other_cpu_cores"]))
             before = before or machine.get("loadavg_before")
+        if machine.get("python_loop_s") is not None:
+            loops.append(machine["python_loop_s"])
     if not cores:
         return ["outside load: not measured (no benchmark wrote it)"]
     line = "outside load, CPU cores used by other processes (average over each bench): " + \
         ", ".join(f"{label} {c:.2f}" for label, c in cores)
     busy = [label for label, c in cores if c > BUSY_CORES]
     lines = [line, f"load average before the first: {before}"]
+    if loops:
+        lines.append(f"CPU calibration, a 10 M-iteration Python loop: {min(loops):.2f}-{max(loops):.2f} s "
+                     "(compare runs only at similar values)")
     if busy:
         lines.append(f"WARNING: the machine was not idle during {', '.join(busy)}: those figures are disturbed")
     return lines

@@ -26,9 +26,9 @@ targets = _import_targets()
 # Samples, shaped as each benchmark's --json writes them (trimmed to the fields read, plus a few)
 
 
-def machine(other_cores: float = 0.05) -> dict:
+def machine(other_cores: float = 0.05, python_loop_s: float = 0.6) -> dict:
     return {"date": "2025-01-01T00:00:00+00:00", "nproc": "2", "loadavg_before": "0.10 0.20 0.30",
-            "elapsedS": 100.0, "other_cpu_cores": other_cores}
+            "elapsedS": 100.0, "other_cpu_cores": other_cores, "python_loop_s": python_loop_s}
 
 
 def scenario(msgs_per_s: float, p99_ms: float, messages: int = 5000, broker_cpu_s: float = 0.25) -> dict:
@@ -221,6 +221,13 @@ def test_summary_prints_every_row_and_the_outside_load():
     assert "broker 0.05" in text and "wake 0.30" in text and "replication 0.20" in text
     assert "WARNING: the machine was not idle during wake, replication" in text
     assert "8 of 9 targets met, 1 missing" in text
+
+
+def test_summary_says_how_fast_the_host_ran_python():
+    docs = all_met()
+    docs[targets.BROKER]["machine"]["python_loop_s"] = 1.41  # a slow session among quick ones
+    text = "\n".join(targets.summary_lines(docs))
+    assert "a 10 M-iteration Python loop: 0.60-1.41 s" in text
 
 
 def test_summary_of_nothing_still_lists_every_row():
