@@ -91,6 +91,40 @@ class _LoopCompletions:
                 future.set_result(result)
 
 
+class _Deadlines:
+    """Resolves futures with None once their deadline passes, with one timer for all of them.
+
+    SYNC_FLUSH waits all have the same timeout, so they expire in the order they began: a deque
+    in that order, pruned of answered waits as new ones come, and one ``call_at`` for the oldest
+    (``asyncio.wait_for`` per send cost a timer, a waiter future and an extra callback each)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._waits: collections.deque[tuple[float, asyncio.Future]] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, future: asyncio.Future, timeout_s: float) -> None:
+        waits = self._waits
+        while waits and waits[0][1].done():
+            waits.popleft()
+        deadline = self.loop.time() + timeout_s
+        if waits and deadline < waits[-1][0]:  # a shorter timeout than before (config changed)
+            deadline = waits[-1][0]  # keeps the order; such a wait ends no later than the one before
+        waits.append((deadline, future))
+        if self._timer is None:
+            self._timer = self.loop.call_at(waits[0][0], self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        waits, now = self._waits, self.loop.time()
+        while waits and (waits[0][1].done() or waits[0][0] <= now):
+            _, future = waits.popleft()
+            if not future.done():
+                future.set_result(None)
+        if waits:
+            self._timer = self.loop.call_at(waits[0][0], self._expire)
+
+
 @dataclass(frozen=True)
 class WriteBacklog:
     """The writer thread's queue as admission control sees it."""
@@ -194,6 +228,7 @@ class AsyncMessageStore:
         self.reads_on_loop = 0  # pull reads of recent data done on the event loop
         self.reads_in_pool = 0  # pull reads done in the read pool (older data, or configured)
         self._completions: _LoopCompletions | None = None
+        self._flush_deadlines: _Deadlines | None = None
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
         # fsync gets its own thread: a slow disk delays durability, never the next append.
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="store-flush")
@@ -289,15 +324,18 @@ class AsyncMessageStore:
             store.request_flush(end, None)
             return result
         completions = self._loop_completions()
-        flushed: asyncio.Future[bool] = completions.loop.create_future()
+        loop = completions.loop
+        flushed: asyncio.Future[bool | None] = loop.create_future()
         # Called by the group-commit thread: one loop wake-up for all the puts an fsync covered.
         store.request_flush(end, functools.partial(completions.complete, flushed))
         timeout_ms = store.config.sync_flush_timeout
-        try:
-            ok: bool | None = await asyncio.wait_for(flushed, max(0, timeout_ms) / 1000)
-        except asyncio.TimeoutError:
-            ok = None
-        return settle_flush_wait(result, timeout_ms, ok)
+        if timeout_ms <= 0:  # no time to wait at all: timed out (the fsync still happens)
+            return settle_flush_wait(result, timeout_ms, None)
+        deadlines = self._flush_deadlines
+        if deadlines is None or deadlines.loop is not loop:
+            deadlines = self._flush_deadlines = _Deadlines(loop)
+        deadlines.add(flushed, timeout_ms / 1000)  # resolved with None after syncFlushTimeout
+        return settle_flush_wait(result, timeout_ms, await flushed)
 
     def _announce(self, topic: str, queue_id: int, result: AppendResult, msgs: Sequence[MessageExt]) -> None:
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):

@@ -1,0 +1,64 @@
+"""SYNC_FLUSH sends wait for their fsync on the broker's loop, each for at most syncFlushTimeout:
+while the disk is too slow they are answered FLUSH_DISK_TIMEOUT (the message stored), and once
+it is fast again sends are acknowledged as before."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from ferrymq.broker.async_store import AsyncMessageStore
+from ferrymq.common.message import MessageExt
+from ferrymq.store import MessageStore, PutStatus, StoreConfig
+from ferrymq.store import mapped_file
+
+
+def message(i: int) -> MessageExt:
+    return MessageExt("FlushWait", f"m{i}".encode(), properties={"KEYS": f"k{i}"}, queue_id=0,
+                      born_timestamp=1_700_000_000_000, born_host=("192.168.1.10", 50000))
+
+
+@pytest.fixture
+def slow_disk(monkeypatch):
+    """fdatasync that takes 0.6 s more while the returned event is set (a stalled disk)."""
+    slow = threading.Event()
+    real = mapped_file.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        if slow.is_set():
+            time.sleep(0.6)
+        real(fd)
+
+    monkeypatch.setattr(mapped_file, "fdatasync", fdatasync)
+    return slow
+
+
+async def test_sends_time_out_while_the_disk_stalls_and_are_acknowledged_again_after(tmp_path, slow_disk):
+    store = MessageStore(StoreConfig(str(tmp_path / "store"), flush_disk_type="SYNC_FLUSH", sync_flush_timeout=150),
+                         store_host=("127.0.0.1", 10911))
+    async_store = AsyncMessageStore(store)
+    await async_store.load(("127.0.0.1", 10911))
+    try:
+        assert (await async_store.put_message(message(0))).status is PutStatus.PUT_OK  # creates the queue
+
+        slow_disk.set()
+        started = time.monotonic()
+        stalled = await asyncio.gather(*(async_store.put_message(message(i)) for i in range(1, 9)))
+        waited = time.monotonic() - started
+        assert [r.status for r in stalled] == [PutStatus.FLUSH_DISK_TIMEOUT] * 8
+        assert all("syncFlushTimeout 150 ms" in r.remark for r in stalled)
+        assert waited < 0.6, "answered at the timeout, not when the slow fsync ended"
+        assert [r.queue_offset for r in stalled] == list(range(1, 9))  # stored all the same
+
+        slow_disk.clear()
+        await asyncio.sleep(0.7)  # the stalled fsync ends
+        again = await asyncio.gather(*(async_store.put_message(message(i)) for i in range(9, 17)))
+        assert [r.status for r in again] == [PutStatus.PUT_OK] * 8
+        assert store.commit_log.flushed_offset >= again[-1].wrote_offset + again[-1].wrote_bytes
+        got = await async_store.get_messages("g", "FlushWait", 0, 0, 32)
+        assert got.message_count == 17
+    finally:
+        await async_store.shutdown()
