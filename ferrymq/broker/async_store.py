@@ -70,6 +70,7 @@ class _LoopCompletions:
         self._lock = threading.Lock()
         self._pending: list[tuple[asyncio.Future, Any, BaseException | None]] = []
         self._scheduled = False
+        self.deadlines = _Deadlines(loop)  # SYNC_FLUSH waits' timeouts, on the same loop
 
     def complete(self, future: asyncio.Future, result: Any = None, error: BaseException | None = None) -> None:
         with self._lock:
@@ -228,7 +229,6 @@ class AsyncMessageStore:
         self.reads_on_loop = 0  # pull reads of recent data done on the event loop
         self.reads_in_pool = 0  # pull reads done in the read pool (older data, or configured)
         self._completions: _LoopCompletions | None = None
-        self._flush_deadlines: _Deadlines | None = None
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
         # fsync gets its own thread: a slow disk delays durability, never the next append.
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="store-flush")
@@ -323,18 +323,15 @@ class AsyncMessageStore:
         if not wait:
             store.request_flush(end, None)
             return result
-        completions = self._loop_completions()
-        loop = completions.loop
-        flushed: asyncio.Future[bool | None] = loop.create_future()
-        # Called by the group-commit thread: one loop wake-up for all the puts an fsync covered.
-        store.request_flush(end, functools.partial(completions.complete, flushed))
         timeout_ms = store.config.sync_flush_timeout
         if timeout_ms <= 0:  # no time to wait at all: timed out (the fsync still happens)
+            store.request_flush(end, None)
             return settle_flush_wait(result, timeout_ms, None)
-        deadlines = self._flush_deadlines
-        if deadlines is None or deadlines.loop is not loop:
-            deadlines = self._flush_deadlines = _Deadlines(loop)
-        deadlines.add(flushed, timeout_ms / 1000)  # resolved with None after syncFlushTimeout
+        completions = self._loop_completions()
+        flushed: asyncio.Future[bool | None] = completions.loop.create_future()
+        # Called by the group-commit thread: one loop wake-up for all the puts an fsync covered.
+        store.request_flush(end, functools.partial(completions.complete, flushed))
+        completions.deadlines.add(flushed, timeout_ms / 1000)  # resolved with None after syncFlushTimeout
         return settle_flush_wait(result, timeout_ms, await flushed)
 
     def _announce(self, topic: str, queue_id: int, result: AppendResult, msgs: Sequence[MessageExt]) -> None:
