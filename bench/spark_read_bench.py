@@ -3,8 +3,10 @@ messages from Parquet files, in the same run, same session, same cores. The rati
 
 Not a test. Run: .venv/bin/python bench/spark_read_bench.py [--messages 100000] [--cores 2]
                  [--body-size 1024] [--queues 8] [--rounds 3] [--no-record] [--json FILE]
+                 [--no-bulk-caps] [--broker-set KEY=VALUE ...] [--option KEY=VALUE ...]
 
-A ``ferrymq standalone`` broker (subprocess, 127.0.0.1, temp dir) gets ``--messages`` messages of
+A ``ferrymq standalone`` broker (subprocess, 127.0.0.1, temp dir; by default with its per-pull
+caps raised for bulk reads, ``BULK_CAPS``, as the README advises for a broker that feeds Spark) gets ``--messages`` messages of
 ``--body-size`` bytes over ``--queues`` queues (batch sends). A local[cores] SparkSession then,
 ``--rounds`` times, alternating the order:
 
@@ -42,6 +44,11 @@ from tests.spark.spark_support import create_topic, make_spark_session, produce 
 from tests.support import StandaloneProcess  # noqa: E402
 
 
+# A broker that feeds Spark answers a pull with up to 1024 messages / 1 MiB instead of
+# RocketMQ's 32 / 256 KiB (README, Spark): the source's chunks then take one round trip each.
+BULK_CAPS = ("maxTransferCountOnMessageInMemory=1024", "maxTransferBytesOnMessageInMemory=1048576")
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
@@ -60,13 +67,23 @@ def main() -> int:
     p.add_argument("--queues", type=int, default=8)
     p.add_argument("--cores", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--bulk-caps", action=argparse.BooleanOptionalAction, default=True,
+                   help="run the broker with the per-pull caps raised for bulk reads (%s; "
+                        "default on; --no-bulk-caps: RocketMQ's 32 messages / 256 KiB)" % " ".join(BULK_CAPS))
+    p.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker config key for the standalone broker (repeatable)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a ferrymq source option, e.g. ferrymq.pullBatchSize=1024 (repeatable)")
     p.add_argument("--record", action=argparse.BooleanOptionalAction, default=True,
                    help="append the figures to bench/RESULTS.md (default on)")
     p.add_argument("--json", default=None, help="also write the measured figures to this file")
     args = p.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="ferrymq-spark-bench-"))
-    broker = StandaloneProcess(work / "store").start()
+    broker_settings = (list(BULK_CAPS) if args.bulk_caps else []) + args.broker_set
+    print(f"broker settings: {' '.join(broker_settings) or 'defaults'}; source options: "
+          f"{' '.join(args.option) or 'defaults'}", flush=True)
+    broker = StandaloneProcess(work / "store", settings=broker_settings).start()
     try:
         namesrv = broker.namesrv_addr
         t = time.perf_counter()
@@ -79,6 +96,9 @@ def main() -> int:
 
         spark = make_spark_session("ferrymq-spark-bench", cores=args.cores)
         source = spark.read.format("ferrymq").options(namesrv=namesrv, subscribe="SparkBench")
+        for kv in args.option:
+            key, _, value = kv.partition("=")
+            source = source.option(key, value)
         parquet_dir = str(work / "parquet")
         t = time.perf_counter()
         source.load().write.parquet(parquet_dir)  # the same rows, once, as Parquet
@@ -147,7 +167,8 @@ def record(args, rows, ratio: float, broker_cpu: float, produce_s: float, copy_s
         f"## Spark batch read: ferrymq source vs Parquet ({datetime.date.today().isoformat()})",
         "",
         f"`bench/spark_read_bench.py --messages {args.messages} --body-size {args.body_size} --queues {args.queues} "
-        f"--cores {args.cores} --rounds {args.rounds}`: pyspark {pyspark.__version__}, local[{args.cores}], "
+        f"--cores {args.cores} --rounds {args.rounds}{'' if args.bulk_caps else ' --no-bulk-caps'}`: broker "
+        f"{'with ' + ' '.join(BULK_CAPS) if args.bulk_caps else 'with RocketMQ per-pull caps (32 / 256 KiB)'}; pyspark {pyspark.__version__}, local[{args.cores}], "
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs shared with the broker process. "
         f"{args.messages:,} messages of {args.body_size} B over {args.queues} queues (one task per queue), each read "
         f"into Spark's `noop` sink (every row and column materialised); the Parquet copy is the same rows written "

@@ -193,6 +193,22 @@ def test_wake_is_absolute_and_shows_apache_client_side():
     assert verdicts(docs, "long-poll wake, store -> consumer") == ["missing (no brokerSide)"]
 
 
+def test_wake_is_judged_by_the_run_whose_client_does_not_preempt_the_broker():
+    docs = all_met()
+    wake = docs[targets.WAKE]["results"]
+    isolated = {**wake["FerryMQ"], "brokerSide": {**wake["FerryMQ"]["brokerSide"], "p50Ms": 0.45}}
+    wake["FerryMQ"]["isolated"] = isolated
+    wake["FerryMQ"]["brokerSide"]["p50Ms"] = 1.2  # the co-located client's preemption counted in
+    wake["Apache"]["isolated"] = {**wake["Apache"], "e2e": wake_summary(0.7, 2.0)}
+    row = by_name(docs)["long-poll wake, store -> consumer"]
+    assert row.verdict == "met"
+    assert row.figures.ferrymq.startswith("p50/p99 0.45 / 0.95 ms")
+    assert "default policy: 1.20 / 0.95 ms" in row.figures.ferrymq
+    assert row.figures.apache == "client p50/p99 0.70 / 2.00 ms"
+    isolated["brokerSide"]["p99Ms"] = 6.0
+    assert verdicts(docs, "long-poll wake, store -> consumer") == ["NOT met"]
+
+
 def test_a_broker_that_failed_says_why():
     docs = all_met()
     error = "TypeError: Connection.__init__() takes from 1 to 2 positional arguments but 3 were given"
