@@ -12,6 +12,7 @@ from ferrymq.common.protocol import MessageQueue
 from ferrymq_spark import OptionsError, commit_offsets, plan_batch
 
 from tests.spark.spark_support import create_topic, produce
+from tests.support import StandaloneProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -66,6 +67,43 @@ def test_min_partitions_splits_large_ranges_and_ranges_are_fixed_at_planning(spa
     asyncio.run(produce(namesrv, "SparkSplit", 500, queues=2, batch=100, seed=8))  # after planning
     read_ids = [i for p in reader.partitions() for b in reader.read(p) for i in b.column("msgId").to_pylist()]
     assert sorted(read_ids) == sorted(s.msg_id for s in sent)
+
+
+def read_in_process(namesrv: str, topic: str, monkeypatch) -> tuple[list[str], list[int]]:
+    """The source's reader driven as Spark drives it (plan, then read() per partition), in this
+    process: the msgIds read, and how many messages each PULL_MESSAGE answered."""
+    from ferrymq_spark.options import parse_options
+    from ferrymq_spark.source import FerryMQBatchReader
+    answered: list[int] = []
+    original = PullConsumer.pull
+
+    async def counting_pull(self, mq, offset, **kwargs):
+        result = await original(self, mq, offset, **kwargs)
+        answered.append(result.next_begin_offset - offset)
+        return result
+
+    monkeypatch.setattr(PullConsumer, "pull", counting_pull)
+    reader = FerryMQBatchReader(parse_options({"namesrv": namesrv, "subscribe": topic}))
+    ids = [i for p in reader.partitions() for b in reader.read(p) for i in b.column("msgId").to_pylist()]
+    return ids, answered
+
+
+def test_a_broker_tuned_for_bulk_reads_answers_each_chunk_in_one_pull(broker_process, tmp_path, monkeypatch):
+    from bench.spark_read_bench import BULK_CAPS
+    tuned = StandaloneProcess(tmp_path / "store", settings=list(BULK_CAPS)).start()
+    try:
+        for process in (tuned, broker_process):
+            namesrv = process.namesrv_addr
+            asyncio.run(create_topic(namesrv, "SparkBulk", 1))
+            sent = asyncio.run(produce(namesrv, "SparkBulk", 3000, queues=1, batch=100, min_size=512, max_size=512))
+            ids, answered = read_in_process(namesrv, "SparkBulk", monkeypatch)
+            assert sorted(ids) == sorted(s.msg_id for s in sent)  # every message once, either way
+            if process is tuned:  # 1024 offsets per chunk, each chunk in one round trip
+                assert answered == [1024, 1024, 952]
+            else:  # RocketMQ's cap, 32 per pull: the chunks pull again for the rest
+                assert len(answered) == 94 and max(answered) == 32
+    finally:
+        tuned.stop()
 
 
 def test_group_run_after_commit_reads_only_what_arrived_since(spark, broker_process):
