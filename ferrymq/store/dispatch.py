@@ -109,10 +109,7 @@ class Dispatcher:
             self.queue_entries(topic, queue_id, queue_offset, phys, msgs, sizes, store_ts)
         if self.index is not None:
             try:
-                at = phys
-                for m, size in zip(msgs, sizes):
-                    self.index.build_index(topic, m.sys_flag, m.properties, at, store_ts)
-                    at += size
+                self.index.build_index_many(topic, _records_at(msgs, sizes, phys), store_ts)
             except BaseException:
                 if to_queue:
                     self.queues.get_or_create(topic, queue_id).truncate_to(queue_offset)
@@ -149,3 +146,10 @@ class Dispatcher:
             if level > 0:
                 return store_ts + self._delay_ms[level - 1]
         return tag_hash(props)
+
+
+def _records_at(msgs: Sequence[MessageExt], sizes: Sequence[int], phys: int) -> Iterator[tuple[int, dict[str, str], int]]:
+    """(sysFlag, properties, CommitLog offset) of contiguous records starting at ``phys``."""
+    for m, size in zip(msgs, sizes):
+        yield m.sys_flag, m.properties, phys
+        phys += size

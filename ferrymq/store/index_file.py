@@ -21,11 +21,18 @@ on-disk indexCount whose slots already point at them; ``recover_tail`` unlinks t
 again from the CommitLog.
 
 The writer keeps the slots of the file it writes in memory (4 bytes a slot: 20 MB for the
-default 5,000,000), so indexing a key costs two pwrites and no read.
+default 5,000,000), so indexing reads nothing. It writes a record's entries with one pwrite
+and its slots through a shared mapping of the header and slot table (stores to the page
+cache, no system call: the index was ~4 pwrites a message, a sixth of a batch send's CPU).
+That region is allocated on disk first (fallocate), so a store through the mapping can never
+meet a full disk (SIGBUS); where it cannot be allocated the slots are written with pwrite.
+Readers pread through the same page cache, so they see the mapping's stores.
 """
 
 from __future__ import annotations
 
+import errno
+import mmap
 import os
 import struct
 import sys
@@ -83,6 +90,9 @@ class IndexFile:
         # Guards the in-memory header between the writer (under the store's put lock) and a flush.
         self._lock = threading.Lock()
         self._slots: array | None = None  # the writer's copy of the slot table, loaded on first put
+        # The writer's mapping of header + slot table; None until the first write, False where the
+        # region cannot be allocated (then slots are written with pwrite).
+        self._slot_map: mmap.mmap | bool | None = None
         if create:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             try:
@@ -134,9 +144,23 @@ class IndexFile:
     # ------------------------------------------------------------ writing (under the store's put lock)
 
     def prepare_for_writing(self) -> None:
-        """Load the slot table now (20 MB for the default size), not in the first put that needs
-        it: puts run on the broker's event loop, loading does not."""
+        """Load the slot table and map it now (20 MB for the default size), not in the first put
+        that needs it: puts run on the broker's event loop, loading does not."""
         self._slot_table()
+        self._slot_writer()
+
+    def _slot_writer(self) -> mmap.mmap | None:
+        """The mapping slots are stored through; None where the region could not be allocated."""
+        if self._slot_map is None:
+            end = INDEX_HEADER_SIZE + self.hash_slot_num * 4
+            try:
+                os.posix_fallocate(self._fd, 0, end)  # blocks for every slot: no store can fault
+                self._slot_map = mmap.mmap(self._fd, end)
+            except OSError as e:
+                if e.errno == errno.ENOSPC:
+                    raise  # the disk is full: this put is refused, a later one tries again
+                self._slot_map = False  # no fallocate or mmap here: pwrite each slot
+        return self._slot_map or None
 
     def _slot_table(self) -> array:
         if self._slots is None:
@@ -147,50 +171,63 @@ class IndexFile:
             self._slots = slots
         return self._slots
 
-    def put_keys(self, keys: list[str], phy_offset: int, store_timestamp: int) -> int:
-        """Index one record under each key; returns how many fit (the rest go to the next file).
+    def put(self, postings: list[tuple[str, int]], store_timestamp: int) -> int:
+        """Index records stored together: each (key, CommitLog offset) in order. Returns how
+        many fit (the rest go to the next file).
 
-        All or nothing on an I/O error: entries already linked are unlinked again before
-        the error propagates, so a refused message leaves no trace here."""
+        The entries go out in one pwrite, then the slots, then the counts. All or nothing on
+        an I/O error: slots already linked are unlinked again before the error propagates,
+        so a refused put leaves no trace here."""
         header = self.header
         slots = self._slot_table()
-        saved = IndexHeader(**vars(header))
-        done: list[tuple[int, int, int]] = []  # (slot, previous slot value, entry number)
+        slot_map = self._slot_writer()
+        first = header.index_count
+        room = self.index_num - first
+        if room <= 0 or not postings:
+            return 0
+        if len(postings) > room:
+            postings = postings[:room]
+        begin_ts = header.begin_timestamp
+        slot_num = self.hash_slot_num
+        linked: list[tuple[int, int]] = []  # (slot, value it had before this record)
+        entries = bytearray()
+        new_slots = 0
+        n = first
+        for key, phy_offset in postings:
+            key_hash = index_key_hash(key)
+            slot = key_hash % slot_num
+            slot_value = slots[slot]
+            if slot_value <= 0 or slot_value > n:  # (a key of this record may have linked it already)
+                slot_value = 0
+                new_slots += 1
+            # As RocketMQ: the seconds since the file's begin time, which the first entry resets.
+            time_diff = 0 if begin_ts <= 0 else min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
+            if n <= 1:
+                begin_ts = store_timestamp
+            entries += INDEX_ENTRY.pack(key_hash, phy_offset, time_diff, slot_value)
+            linked.append((slot, slots[slot]))
+            slots[slot] = n
+            n += 1
         try:
-            for key in keys:
-                if header.index_count >= self.index_num:
-                    break
-                key_hash = index_key_hash(key)
-                slot = key_hash % self.hash_slot_num
-                slot_value = slots[slot]
-                if slot_value <= 0 or slot_value > header.index_count:
-                    slot_value = 0
-                if header.begin_timestamp <= 0:
-                    time_diff = 0
+            _pwrite(self._fd, entries, self._entry_pos(first))
+            for (slot, _), number in zip(linked, range(first, n)):
+                if slot_map is not None:
+                    _SLOT.pack_into(slot_map, INDEX_HEADER_SIZE + slot * 4, number)
                 else:
-                    time_diff = min(max((store_timestamp - header.begin_timestamp) // 1000, 0), _INT_MAX)
-                n = header.index_count
-                _pwrite(self._fd, INDEX_ENTRY.pack(key_hash, phy_offset, time_diff, slot_value), self._entry_pos(n))
-                done.append((slot, slot_value, n))
-                _pwrite(self._fd, _SLOT.pack(n), INDEX_HEADER_SIZE + slot * 4)
-                slots[slot] = n
-                with self._lock:
-                    if n <= 1:
-                        header.begin_phy_offset, header.begin_timestamp = phy_offset, store_timestamp
-                    if slot_value == 0:
-                        header.hash_slot_count += 1
-                    header.index_count = n + 1
-                    header.end_phy_offset, header.end_timestamp = phy_offset, store_timestamp
-            if done:
-                self.dirty = True
+                    _pwrite(self._fd, _SLOT.pack(number), INDEX_HEADER_SIZE + slot * 4)
         except BaseException:
-            for slot, previous, _ in reversed(done):
-                os.pwrite(self._fd, _SLOT.pack(previous), INDEX_HEADER_SIZE + slot * 4)
+            for slot, previous in reversed(linked):
                 slots[slot] = previous
-            with self._lock:
-                self.header = saved
+                os.pwrite(self._fd, _SLOT.pack(previous), INDEX_HEADER_SIZE + slot * 4)
             raise
-        return len(done)
+        with self._lock:
+            if first <= 1:
+                header.begin_phy_offset, header.begin_timestamp = postings[0][1], store_timestamp
+            header.hash_slot_count += new_slots
+            header.index_count = n
+            header.end_phy_offset, header.end_timestamp = postings[-1][1], store_timestamp
+        self.dirty = True
+        return len(postings)
 
     def truncate_entries(self, keep: int, store_time_of: Callable[[int], int]) -> None:
         """Remove entries numbered ``keep`` and above, newest first, restoring the slots they
@@ -305,9 +342,16 @@ class IndexFile:
     def close(self) -> None:
         if self._fd >= 0:
             self.flush()
+            self._release()
+
+    def _release(self) -> None:
+        if isinstance(self._slot_map, mmap.mmap):
+            self._slot_map.close()
+        self._slot_map = None
+        if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-            self._slots = None
+        self._slots = None
 
     def unlink(self) -> None:
         """Remove the file; the descriptor stays usable for readers until ``destroy``."""
@@ -317,10 +361,7 @@ class IndexFile:
             pass
 
     def destroy(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-            self._slots = None
+        self._release()
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -12,7 +12,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ferrymq.common.message import Prop, SysFlag
@@ -120,13 +120,18 @@ class IndexService:
 
     def build_index(self, topic: str, sys_flag: int, properties: dict[str, str], phy_offset: int,
                     store_timestamp: int) -> None:
-        if SysFlag.transaction_type(sys_flag) == SysFlag.TRANSACTION_ROLLBACK_TYPE:
-            return
-        keys = index_keys(topic, properties)
-        while keys:
+        self.build_index_many(topic, [(sys_flag, properties, phy_offset)], store_timestamp)
+
+    def build_index_many(self, topic: str, records: Iterable[tuple[int, dict[str, str], int]],
+                         store_timestamp: int) -> None:
+        """Index records stored together (one put): (sysFlag, properties, CommitLog offset) each."""
+        postings = [(key, phy_offset) for sys_flag, properties, phy_offset in records
+                    if SysFlag.transaction_type(sys_flag) != SysFlag.TRANSACTION_ROLLBACK_TYPE
+                    for key in index_keys(topic, properties)]
+        while postings:
             f = self._writable_file(store_timestamp)
-            done = f.put_keys(keys, phy_offset, store_timestamp)
-            keys = keys[done:]
+            done = f.put(postings, store_timestamp)
+            postings = postings[done:]
         self.last_indexed_timestamp = store_timestamp
 
     def _writable_file(self, now_ms: int) -> IndexFile:

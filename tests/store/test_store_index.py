@@ -1,5 +1,6 @@
 """IndexFile (wire facts 6.3) byte for byte, and QUERY_MESSAGE at the store level."""
 
+import errno
 import os
 import struct
 
@@ -180,3 +181,48 @@ def test_wrong_index_size_setting_is_refused(open_store, tmp_path):
     store.shutdown()
     with pytest.raises(ValueError, match="maxHashSlotNum"):
         open_store(max_hash_slot_num=SMALL_HASH_SLOTS + 1)
+
+
+def put_keyed_messages(store, count: int) -> None:
+    store.commit_log.clock = lambda: 1_700_000_000_000
+    for i in range(count):  # two keys each, colliding slots among them (101 slots)
+        assert store.put_message(make_msg(body=b"%d" % i, UNIQ_KEY=f"U{i}", KEYS=f"k{i % 13}")).status is PutStatus.PUT_OK
+
+
+def test_slots_stored_through_the_mapping_are_on_disk_as_pwrite_would_put_them(open_store, tmp_path, monkeypatch):
+    mapped = open_store(tmp_path / "mapped")
+    put_keyed_messages(mapped, 300)
+    (path,) = index_files(tmp_path, "mapped")
+    # The header and slot table were allocated before the first store through the mapping.
+    assert os.stat(path).st_blocks * 512 >= INDEX_HEADER_SIZE + SMALL_HASH_SLOTS * 4
+    (r,) = mapped.query_message("TopicTest", "U123", 32, 0, 2**62).records  # readers see the stores
+    assert decode_record(r)[0].body == b"123"
+    mapped.shutdown()
+
+    def unsupported(*_args):
+        raise OSError(errno.EOPNOTSUPP, "fallocate is not supported here")
+
+    monkeypatch.setattr("ferrymq.store.index_file.os.posix_fallocate", unsupported)
+    plain = open_store(tmp_path / "plain")  # slots written with pwrite, one by one
+    put_keyed_messages(plain, 300)
+    plain.shutdown()
+    (plain_path,) = index_files(tmp_path, "plain")
+    assert plain_path.read_bytes() == path.read_bytes()
+    reopened = open_store(tmp_path / "mapped")
+    assert [decode_record(r)[0].body for r in reopened.query_message("TopicTest", "k5", 64, 0, 2**62).records] == \
+        [b"%d" % i for i in range(300) if i % 13 == 5]
+
+
+def test_a_slot_table_that_cannot_be_allocated_refuses_the_put_and_leaves_no_trace(open_store, tmp_path, monkeypatch):
+    store = open_store()
+    put_keyed_messages(store, 3)
+    store.index.files[-1]._slot_map = None  # as a file the writer has not mapped yet
+
+    def disk_full(*_args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("ferrymq.store.index_file.os.posix_fallocate", disk_full)
+    result = store.put_message(make_msg(body=b"refused", UNIQ_KEY="U-refused"))
+    assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
+    assert store.get_max_offset_in_queue("TopicTest", 0) == 3
+    assert store.query_message("TopicTest", "U-refused", 32, 0, 2**62).records == []
