@@ -17,7 +17,22 @@ from ferrymq.remoting.header_fields import HeaderFields, to_header_map, to_heade
 
 log = logging.getLogger(__name__)
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _not_serializable(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# json's C encoder, made once: JSONEncoder.encode builds one per call (a few us of a frame's
+# encoding). No circular check (headers are flat), compact separators, non-ASCII kept.
+if json.encoder.c_make_encoder is not None:
+    _iterencode = json.encoder.c_make_encoder(None, _not_serializable, json.encoder.encode_basestring,
+                                              None, ":", ",", False, False, True)
+
+    def _dumps(obj: dict[str, Any]) -> str:
+        return "".join(_iterencode(obj, 0))
+else:  # an interpreter without json's C speedups
+    _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _loads = json.JSONDecoder().decode
 
 _LANGUAGE_NAMES = {member.value: member.name for member in LanguageCode}
