@@ -62,19 +62,30 @@ RECENT_QUEUE_ENTRIES = 65536
 ArrivalListener = Callable[[str, int, int, Sequence[MessageExt]], None]
 
 
+_CALL = object()  # marks a call posted to the loop among future completions
+
+
 class _LoopCompletions:
-    """Completes asyncio futures from other threads with one loop wake-up per batch."""
+    """Completes asyncio futures (and runs calls) from other threads with one loop wake-up per batch."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._lock = threading.Lock()
-        self._pending: list[tuple[asyncio.Future, Any, BaseException | None]] = []
+        self._pending: list[tuple[Any, Any, Any]] = []
         self._scheduled = False
         self.deadlines = _Deadlines(loop)  # SYNC_FLUSH waits' timeouts, on the same loop
+        self.flush_waits: _FlushWaits | None = None  # set by the store that owns this loop's waits
 
     def complete(self, future: asyncio.Future, result: Any = None, error: BaseException | None = None) -> None:
+        self._post((future, result, error))
+
+    def call(self, fn: Callable[[Any], None], arg: Any) -> None:
+        """Run ``fn(arg)`` on the loop, in the same wake-up as completions posted with it."""
+        self._post((fn, arg, _CALL))
+
+    def _post(self, item: tuple[Any, Any, Any]) -> None:
         with self._lock:
-            self._pending.append((future, result, error))
+            self._pending.append(item)
             if self._scheduled:
                 return  # the wake-up already asked for will take this one too
             self._scheduled = True
@@ -83,13 +94,15 @@ class _LoopCompletions:
     def _drain(self) -> None:
         with self._lock:
             batch, self._pending, self._scheduled = self._pending, [], False
-        for future, result, error in batch:
-            if future.done():  # cancelled meanwhile (a timed-out wait)
+        for target, result, error in batch:
+            if error is _CALL:
+                target(result)
+            elif target.done():  # cancelled meanwhile (a timed-out wait)
                 continue
-            if error is not None:
-                future.set_exception(error)
+            elif error is not None:
+                target.set_exception(error)
             else:
-                future.set_result(result)
+                target.set_result(result)
 
 
 class _Deadlines:
@@ -124,6 +137,62 @@ class _Deadlines:
                 future.set_result(None)
         if waits:
             self._timer = self.loop.call_at(waits[0][0], self._expire)
+
+
+class _FlushWaits:
+    """SYNC_FLUSH puts of one loop waiting for their fsync, with at most one request to the
+    group-commit thread at a time.
+
+    Puts append in CommitLog order on the loop, so their waits are a deque in offset order
+    (but for a put the writer thread appended, which may come a little late: it is answered
+    with the wait in front of it). Only the first wait asks the flush thread for an fsync; waits that come while it runs
+    queue here, and when it reports back (one cross-thread call per fsync, however many puts
+    it covered) every wait up to the offset now durable is answered and, if some remain, the
+    next fsync is asked for all of them. Before, each put made its own request: a Condition
+    notify on the loop and a callback plus a lock in the flush thread per put, the flush
+    thread taking the GIL once per acknowledgement."""
+
+    def __init__(self, completions: _LoopCompletions, store: MessageStore) -> None:
+        self._completions = completions
+        self._store = store
+        self._waits: collections.deque[tuple[int, asyncio.Future[bool | None]]] = collections.deque()
+        self._asked: int | None = None  # the end offset of the fsync request that is out, if one is
+        self._max_end = 0  # the furthest end a wait needs fsynced
+
+    def add(self, end: int, timeout_s: float) -> asyncio.Future[bool | None]:
+        """A future resolved with True once the CommitLog is fsynced up to ``end``, False if the
+        fsync failed, None after ``timeout_s``."""
+        future: asyncio.Future[bool | None] = self._completions.loop.create_future()
+        # (Reset when no wait is left: a CommitLog truncated back, a slave rejoining, ends lower.)
+        self._max_end = max(self._max_end, end) if self._waits else end
+        self._waits.append((end, future))
+        self._completions.deadlines.add(future, timeout_s)
+        if self._asked is None:
+            self._ask(self._max_end)
+        return future
+
+    def _ask(self, end: int) -> None:
+        self._asked = end
+        # Called by the group-commit thread after its fsync; the loop runs _answered (and counts).
+        self._store.request_flush(end, functools.partial(self._completions.call, self._answered), acks=0)
+
+    def _answered(self, ok: bool) -> None:
+        # A failed fsync fails the waits it was asked for (their bytes may not be on disk);
+        # later ones get the next fsync.
+        covered, answer = (self._store.flushed_phy_offset, True) if ok else (self._asked, False)
+        self._asked = None
+        waits, answered = self._waits, 0
+        while waits and waits[0][0] <= covered:
+            _, future = waits.popleft()
+            if not future.done():  # (not timed out meanwhile)
+                future.set_result(answer)
+                answered += 1
+        if answered:
+            self._store.count_flush_acks(answered)
+        while waits and waits[0][1].done():
+            waits.popleft()
+        if waits:
+            self._ask(self._max_end)
 
 
 @dataclass(frozen=True)
@@ -241,7 +310,8 @@ class AsyncMessageStore:
     def _loop_completions(self) -> _LoopCompletions:
         loop = asyncio.get_running_loop()
         if self._completions is None or self._completions.loop is not loop:
-            self._completions = _LoopCompletions(loop)
+            self._completions = completions = _LoopCompletions(loop)
+            completions.flush_waits = _FlushWaits(completions, self.sync_store)
         return self._completions
 
     async def _write(self, fn: Callable[..., T], *args, **kwargs) -> T:
@@ -327,12 +397,8 @@ class AsyncMessageStore:
         if timeout_ms <= 0:  # no time to wait at all: timed out (the fsync still happens)
             store.request_flush(end, None)
             return settle_flush_wait(result, timeout_ms, None)
-        completions = self._loop_completions()
-        flushed: asyncio.Future[bool | None] = completions.loop.create_future()
-        # Called by the group-commit thread: one loop wake-up for all the puts an fsync covered.
-        store.request_flush(end, functools.partial(completions.complete, flushed))
-        completions.deadlines.add(flushed, timeout_ms / 1000)  # resolved with None after syncFlushTimeout
-        return settle_flush_wait(result, timeout_ms, await flushed)
+        waits = self._loop_completions().flush_waits
+        return settle_flush_wait(result, timeout_ms, await waits.add(end, timeout_ms / 1000))
 
     def _announce(self, topic: str, queue_id: int, result: AppendResult, msgs: Sequence[MessageExt]) -> None:
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):

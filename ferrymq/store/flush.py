@@ -34,12 +34,17 @@ FlushDone = Callable[[bool], None]  # called with True once fsynced, False if th
 @dataclass
 class GroupCommitStats:
     fsyncs: int = 0
-    acks: int = 0  # requests answered by those fsyncs (including ones an fsync covered before they asked)
+    acks: int = 0  # puts answered by those fsyncs (including ones an fsync covered before they asked)
     largest_group: int = 0
 
     @property
     def acks_per_fsync(self) -> float:
         return self.acks / self.fsyncs if self.fsyncs else 0.0
+
+    def count(self, acks: int) -> None:
+        """``acks`` puts answered by one fsync (under the service's lock)."""
+        self.acks += acks
+        self.largest_group = max(self.largest_group, acks)
 
 
 class GroupCommitService:
@@ -47,7 +52,7 @@ class GroupCommitService:
         self._flush = flush  # fsyncs what is written, returns the offset now durable
         self._flushed_offset = flushed_offset
         self._cond = threading.Condition()
-        self._requests: list[tuple[int, FlushDone]] = []
+        self._requests: list[tuple[int, FlushDone, int]] = []  # (offset, done, puts it answers)
         self._wakeup = False
         self._stopping = False
         self.stats = GroupCommitStats()
@@ -56,11 +61,13 @@ class GroupCommitService:
     def start(self) -> None:
         self._thread.start()
 
-    def request(self, offset: int, done: FlushDone) -> None:
-        """Call ``done`` once everything below ``offset`` is fsynced (at once if it already is)."""
+    def request(self, offset: int, done: FlushDone, acks: int = 1) -> None:
+        """Call ``done`` once everything below ``offset`` is fsynced (at once if it already is).
+        ``acks``: how many puts the request answers, for the statistics (0: the caller counts
+        them itself with ``count_acks``, when it knows)."""
         if self._flushed_offset() >= offset:  # an fsync that ran meanwhile covered it
             with self._cond:
-                self.stats.acks += 1
+                self.stats.acks += acks
             done(True)
             return
         with self._cond:
@@ -68,10 +75,15 @@ class GroupCommitService:
                 immediate = True
             else:
                 immediate = False
-                self._requests.append((offset, done))
+                self._requests.append((offset, done, acks))
                 self._cond.notify()
         if immediate:
             done(self._flushed_offset() >= offset)
+
+    def count_acks(self, acks: int) -> None:
+        """Puts answered by one fsync, counted by a caller that grouped them itself."""
+        with self._cond:
+            self.stats.count(acks)
 
     def wakeup(self) -> None:
         """Flush soon without anyone waiting (a SYNC_FLUSH message sent with WAIT=false)."""
@@ -103,9 +115,10 @@ class GroupCommitService:
                 durable, ok = -1, False
             with self._cond:
                 self.stats.fsyncs += 1
-                self.stats.acks += len(batch)
-                self.stats.largest_group = max(self.stats.largest_group, len(batch))
-            for offset, done in batch:
+                acks = sum(n for _, _, n in batch)
+                if acks:
+                    self.stats.count(acks)
+            for offset, done, _ in batch:
                 try:
                     done(ok and durable >= offset)
                 except Exception:  # a waiter's callback must not stop the flush thread
@@ -154,9 +167,10 @@ class StoreFlusher:
         log.info("group commit: %d acknowledgement(s) over %d fsync(s) (%.1f per fsync, largest group %d)",
                  stats.acks, stats.fsyncs, stats.acks_per_fsync, stats.largest_group)
 
-    def request_flush(self, offset: int, done: FlushDone | None) -> None:
+    def request_flush(self, offset: int, done: FlushDone | None, acks: int = 1) -> None:
         """SYNC_FLUSH: call ``done(ok)`` once the CommitLog is fsynced up to ``offset``; with
-        ``done`` None just have it flushed soon (WAIT=false). Concurrent requests share fsyncs."""
+        ``done`` None just have it flushed soon (WAIT=false). Concurrent requests share fsyncs.
+        ``acks``: the puts the request answers, for the statistics (0: counted with ``count_flush_acks``)."""
         gc = self.group_commit
         if gc is None:
             if done is not None:
@@ -164,7 +178,12 @@ class StoreFlusher:
         elif done is None:
             gc.wakeup()
         else:
-            gc.request(offset, done)
+            gc.request(offset, done, acks)
+
+    def count_flush_acks(self, acks: int) -> None:
+        """Puts one fsync answered, for a caller that grouped them behind one request."""
+        if self.group_commit is not None:
+            self.group_commit.count_acks(acks)
 
     def wait_flushed(self, offset: int, result: AppendResult) -> AppendResult:
         """Block until an fsync covers ``offset`` or syncFlushTimeout passes (direct callers;

@@ -266,9 +266,13 @@ class MessageStore:
         """A master: up to ``limit`` CommitLog bytes from ``offset`` for a slave (within one file)."""
         return read_for_transfer(self.commit_log, offset, limit)
 
-    def request_flush(self, offset: int, done: FlushDone | None) -> None:
+    def request_flush(self, offset: int, done: FlushDone | None, acks: int = 1) -> None:
         """SYNC_FLUSH: call ``done(ok)`` once the CommitLog is fsynced up to ``offset`` (see StoreFlusher)."""
-        self.flusher.request_flush(offset, done)
+        self.flusher.request_flush(offset, done, acks)
+
+    def count_flush_acks(self, acks: int) -> None:
+        """Puts one fsync answered, counted by a caller that asked for it once for all of them."""
+        self.flusher.count_flush_acks(acks)
 
     # ------------------------------------------------------------ disk guard (store/retention.py)
 
@@ -467,6 +471,11 @@ class MessageStore:
     @property
     def max_phy_offset(self) -> int:
         return self.commit_log.max_offset
+
+    @property
+    def flushed_phy_offset(self) -> int:
+        """Where the CommitLog is fsynced up to (SYNC_FLUSH's group commit moves it)."""
+        return self.commit_log.flushed_offset
 
     @property
     def min_phy_offset(self) -> int:

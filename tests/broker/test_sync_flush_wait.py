@@ -62,3 +62,43 @@ async def test_sends_time_out_while_the_disk_stalls_and_are_acknowledged_again_a
         assert got.message_count == 17
     finally:
         await async_store.shutdown()
+
+
+async def test_a_failed_fsync_fails_the_sends_it_was_for_and_the_next_fsync_answers_the_rest(tmp_path, monkeypatch):
+    """Sends waiting together share one request to the group-commit thread; a failed fsync
+    answers the ones it was asked for FLUSH_DISK_TIMEOUT, and sends that came during it are
+    acknowledged by the next one. The statistics count sends, not requests."""
+    real = mapped_file.fdatasync
+    fsyncs: list[float] = []
+    failing = threading.Event()
+
+    def fdatasync(fd: int) -> None:
+        fsyncs.append(time.monotonic())
+        if failing.is_set():
+            failing.clear()
+            time.sleep(0.2)  # long enough for the sends below to queue behind this fsync
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    store = MessageStore(StoreConfig(str(tmp_path / "store"), flush_disk_type="SYNC_FLUSH", sync_flush_timeout=5000),
+                         store_host=("127.0.0.1", 10911))
+    async_store = AsyncMessageStore(store)
+    await async_store.load(("127.0.0.1", 10911))
+    try:
+        assert (await async_store.put_message(message(0))).status is PutStatus.PUT_OK  # creates the queue
+        stats = store.group_commit.stats
+        acks_before = stats.acks
+        monkeypatch.setattr(mapped_file, "fdatasync", fdatasync)
+        failing.set()
+        first = asyncio.ensure_future(async_store.put_message(message(1)))  # asks for the fsync that fails
+        await asyncio.sleep(0.05)
+        later = [asyncio.ensure_future(async_store.put_message(message(i))) for i in range(2, 12)]
+        results = await asyncio.gather(first, *later)
+        assert results[0].status is PutStatus.FLUSH_DISK_TIMEOUT
+        assert results[0].remark == "the fsync of the CommitLog failed"
+        assert [r.status for r in results[1:]] == [PutStatus.PUT_OK] * 10  # the next fsync covered them
+        assert stats.acks - acks_before == 11
+        assert store.commit_log.flushed_offset >= results[-1].wrote_offset + results[-1].wrote_bytes
+        assert len(fsyncs) <= 4  # the ten that queued behind the failed fsync shared the next one
+    finally:
+        await async_store.shutdown()
