@@ -21,6 +21,16 @@ def message(i: int) -> MessageExt:
                       born_timestamp=1_700_000_000_000, born_host=("192.168.1.10", 50000))
 
 
+async def sync_flush_store(tmp_path, sync_flush_timeout_ms: int) -> tuple[MessageStore, AsyncMessageStore]:
+    """A SYNC_FLUSH store on the running loop with queue 0 of FlushWait created (message 0)."""
+    store = MessageStore(StoreConfig(str(tmp_path / "store"), flush_disk_type="SYNC_FLUSH",
+                                     sync_flush_timeout=sync_flush_timeout_ms), store_host=("127.0.0.1", 10911))
+    async_store = AsyncMessageStore(store)
+    await async_store.load(("127.0.0.1", 10911))
+    assert (await async_store.put_message(message(0))).status is PutStatus.PUT_OK  # creates the queue
+    return store, async_store
+
+
 @pytest.fixture
 def slow_disk(monkeypatch):
     """fdatasync that takes 0.6 s more while the returned event is set (a stalled disk)."""
@@ -37,12 +47,8 @@ def slow_disk(monkeypatch):
 
 
 async def test_sends_time_out_while_the_disk_stalls_and_are_acknowledged_again_after(tmp_path, slow_disk):
-    store = MessageStore(StoreConfig(str(tmp_path / "store"), flush_disk_type="SYNC_FLUSH", sync_flush_timeout=150),
-                         store_host=("127.0.0.1", 10911))
-    async_store = AsyncMessageStore(store)
-    await async_store.load(("127.0.0.1", 10911))
+    store, async_store = await sync_flush_store(tmp_path, 150)
     try:
-        assert (await async_store.put_message(message(0))).status is PutStatus.PUT_OK  # creates the queue
 
         slow_disk.set()
         started = time.monotonic()
@@ -80,12 +86,8 @@ async def test_a_failed_fsync_fails_the_sends_it_was_for_and_the_next_fsync_answ
             raise OSError(5, "Input/output error")
         real(fd)
 
-    store = MessageStore(StoreConfig(str(tmp_path / "store"), flush_disk_type="SYNC_FLUSH", sync_flush_timeout=5000),
-                         store_host=("127.0.0.1", 10911))
-    async_store = AsyncMessageStore(store)
-    await async_store.load(("127.0.0.1", 10911))
+    store, async_store = await sync_flush_store(tmp_path, 5000)
     try:
-        assert (await async_store.put_message(message(0))).status is PutStatus.PUT_OK  # creates the queue
         stats = store.group_commit.stats
         acks_before = stats.acks
         monkeypatch.setattr(mapped_file, "fdatasync", fdatasync)
