@@ -6,8 +6,8 @@ Not a test. Run: .venv/bin/python bench/spark_read_bench.py [--messages 100000] 
                  [--no-bulk-caps] [--broker-set KEY=VALUE ...] [--option KEY=VALUE ...]
 
 A ``ferrymq standalone`` broker (subprocess, 127.0.0.1, temp dir; by default with its per-pull
-caps raised for bulk reads, ``BULK_CAPS``, as the README advises for a broker that feeds Spark) gets ``--messages`` messages of
-``--body-size`` bytes over ``--queues`` queues (batch sends). A local[cores] SparkSession then,
+caps raised for bulk reads, ``BULK_CAPS``, as the README advises for a broker that feeds Spark)
+gets ``--messages`` messages of ``--body-size`` bytes over ``--queues`` queues (batch sends). A local[cores] SparkSession then,
 ``--rounds`` times, alternating the order:
 
 * reads the topic through the ferrymq data source (one task per queue) into Spark's ``noop``
@@ -40,13 +40,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "spark-jobs"))
 
+from ferrymq_spark.options import BULK_READ_BROKER_SETTINGS  # noqa: E402
 from tests.spark.spark_support import create_topic, make_spark_session, produce  # noqa: E402
 from tests.support import StandaloneProcess  # noqa: E402
 
 
-# A broker that feeds Spark answers a pull with up to 1024 messages / 1 MiB instead of
-# RocketMQ's 32 / 256 KiB (README, Spark): the source's chunks then take one round trip each.
-BULK_CAPS = ("maxTransferCountOnMessageInMemory=1024", "maxTransferBytesOnMessageInMemory=1048576")
+# The per-pull caps the README advises for a broker that feeds Spark.
+BULK_CAPS = tuple(f"{key}={value}" for key, value in BULK_READ_BROKER_SETTINGS.items())
 
 
 def cpu_seconds(pid: int) -> float:
@@ -168,7 +168,8 @@ def record(args, rows, ratio: float, broker_cpu: float, produce_s: float, copy_s
         "",
         f"`bench/spark_read_bench.py --messages {args.messages} --body-size {args.body_size} --queues {args.queues} "
         f"--cores {args.cores} --rounds {args.rounds}{'' if args.bulk_caps else ' --no-bulk-caps'}`: broker "
-        f"{'with ' + ' '.join(BULK_CAPS) if args.bulk_caps else 'with RocketMQ per-pull caps (32 / 256 KiB)'}; pyspark {pyspark.__version__}, local[{args.cores}], "
+        f"{'with ' + ' '.join(BULK_CAPS) if args.bulk_caps else 'with RocketMQ per-pull caps (32 / 256 KiB)'}; "
+        f"pyspark {pyspark.__version__}, local[{args.cores}], "
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs shared with the broker process. "
         f"{args.messages:,} messages of {args.body_size} B over {args.queues} queues (one task per queue), each read "
         f"into Spark's `noop` sink (every row and column materialised); the Parquet copy is the same rows written "

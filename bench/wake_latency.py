@@ -198,7 +198,10 @@ async def bench_broker(broker, args) -> dict:
             log(f"  measuring: {args.wakes} wakes, load generator {phase}")
             with scheduling_policy(policy):
                 figures, offset = await measure(broker, pull_conn, send_conn, offset, args)
-            out.update(figures) if phase == PHASES[0][0] else out.update(isolated=figures)
+            if policy is None:
+                out.update(figures)
+            else:
+                out["isolated"] = figures
             log(f"  {broker.name} ({phase}): e2e {figures['e2e']}, "
                 f"broker-side {figures.get('brokerSide', {}).get('p50Ms')}")
     except Exception as e:  # noqa: BLE001 - keep what was measured

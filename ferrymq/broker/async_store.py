@@ -73,8 +73,6 @@ class _LoopCompletions:
         self._lock = threading.Lock()
         self._pending: list[tuple[Any, Any, Any]] = []
         self._scheduled = False
-        self.deadlines = _Deadlines(loop)  # SYNC_FLUSH waits' timeouts, on the same loop
-        self.flush_waits: _FlushWaits | None = None  # set by the store that owns this loop's waits
 
     def complete(self, future: asyncio.Future, result: Any = None, error: BaseException | None = None) -> None:
         self._post((future, result, error))
@@ -145,16 +143,17 @@ class _FlushWaits:
 
     Puts append in CommitLog order on the loop, so their waits are a deque in offset order
     (but for a put the writer thread appended, which may come a little late: it is answered
-    with the wait in front of it). Only the first wait asks the flush thread for an fsync; waits that come while it runs
-    queue here, and when it reports back (one cross-thread call per fsync, however many puts
-    it covered) every wait up to the offset now durable is answered and, if some remain, the
-    next fsync is asked for all of them. Before, each put made its own request: a Condition
+    with the wait in front of it). Only the first wait asks the flush thread for an fsync;
+    waits that come while it runs queue here, and when it reports back (one cross-thread
+    call per fsync, however many puts it covered) every wait up to the offset now durable is
+    answered and, if some remain, the next fsync is asked for all of them. Before, each put made its own request: a Condition
     notify on the loop and a callback plus a lock in the flush thread per put, the flush
     thread taking the GIL once per acknowledgement."""
 
     def __init__(self, completions: _LoopCompletions, store: MessageStore) -> None:
         self._completions = completions
         self._store = store
+        self._deadlines = _Deadlines(completions.loop)  # the waits' syncFlushTimeout, one timer for all
         self._waits: collections.deque[tuple[int, asyncio.Future[bool | None]]] = collections.deque()
         self._asked: int | None = None  # the end offset of the fsync request that is out, if one is
         self._max_end = 0  # the furthest end a wait needs fsynced
@@ -166,7 +165,7 @@ class _FlushWaits:
         # (Reset when no wait is left: a CommitLog truncated back, a slave rejoining, ends lower.)
         self._max_end = max(self._max_end, end) if self._waits else end
         self._waits.append((end, future))
-        self._completions.deadlines.add(future, timeout_s)
+        self._deadlines.add(future, timeout_s)
         if self._asked is None:
             self._ask(self._max_end)
         return future
@@ -298,6 +297,7 @@ class AsyncMessageStore:
         self.reads_on_loop = 0  # pull reads of recent data done on the event loop
         self.reads_in_pool = 0  # pull reads done in the read pool (older data, or configured)
         self._completions: _LoopCompletions | None = None
+        self._flush_waits: _FlushWaits  # made with the loop's completions
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
         # fsync gets its own thread: a slow disk delays durability, never the next append.
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="store-flush")
@@ -310,9 +310,14 @@ class AsyncMessageStore:
     def _loop_completions(self) -> _LoopCompletions:
         loop = asyncio.get_running_loop()
         if self._completions is None or self._completions.loop is not loop:
-            self._completions = completions = _LoopCompletions(loop)
-            completions.flush_waits = _FlushWaits(completions, self.sync_store)
+            self._completions = _LoopCompletions(loop)
+            self._flush_waits = _FlushWaits(self._completions, self.sync_store)  # per loop, as the completions
         return self._completions
+
+    def _loop_flush_waits(self) -> _FlushWaits:
+        """This loop's SYNC_FLUSH waits, made together with its completions."""
+        self._loop_completions()
+        return self._flush_waits
 
     async def _write(self, fn: Callable[..., T], *args, **kwargs) -> T:
         completions = self._loop_completions()
@@ -397,7 +402,7 @@ class AsyncMessageStore:
         if timeout_ms <= 0:  # no time to wait at all: timed out (the fsync still happens)
             store.request_flush(end, None)
             return settle_flush_wait(result, timeout_ms, None)
-        waits = self._loop_completions().flush_waits
+        waits = self._loop_flush_waits()
         return settle_flush_wait(result, timeout_ms, await waits.add(end, timeout_ms / 1000))
 
     def _announce(self, topic: str, queue_id: int, result: AppendResult, msgs: Sequence[MessageExt]) -> None:

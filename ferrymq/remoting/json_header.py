@@ -18,7 +18,6 @@ from ferrymq.remoting.header_fields import HeaderFields, to_header_map, to_heade
 log = logging.getLogger(__name__)
 
 
-
 def _not_serializable(value: object) -> object:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 

@@ -37,6 +37,13 @@ class OptionsError(ValueError):
     """A bad option; the message names the option and what it accepts."""
 
 
+# What the README advises for a broker that mostly feeds Spark: a pull answers up to 1 024
+# messages / 1 MiB instead of RocketMQ's 32 / 256 KiB, so each chunk (pull_batch_size
+# offsets) takes one round trip. Broker config keys (``--set``, or a Broker's spec.config).
+BULK_READ_BROKER_SETTINGS = {"maxTransferCountOnMessageInMemory": "1024",
+                             "maxTransferBytesOnMessageInMemory": "1048576"}
+
+
 @dataclass
 class PullSettings:
     """How executors pull (``ferrymq.pullBatchSize`` ...), beside the client's own settings."""

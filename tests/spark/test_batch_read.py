@@ -89,8 +89,9 @@ def read_in_process(namesrv: str, topic: str, monkeypatch) -> tuple[list[str], l
 
 
 def test_a_broker_tuned_for_bulk_reads_answers_each_chunk_in_one_pull(broker_process, tmp_path, monkeypatch):
-    from bench.spark_read_bench import BULK_CAPS
-    tuned = StandaloneProcess(tmp_path / "store", settings=list(BULK_CAPS)).start()
+    from ferrymq_spark.options import BULK_READ_BROKER_SETTINGS
+    settings = [f"{key}={value}" for key, value in BULK_READ_BROKER_SETTINGS.items()]
+    tuned = StandaloneProcess(tmp_path / "store", settings=settings).start()
     try:
         for process in (tuned, broker_process):
             namesrv = process.namesrv_addr
