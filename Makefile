@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test venv unit compat bench bench-quick clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml ferrymq/common/_speedups.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
 	@$(PY) -m pip install --quiet -e '.[dev,spark]'

@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from functools import lru_cache
 
+from ferrymq.common.speedups import native
+
 _MASK32 = 0xFFFFFFFF
 
 
@@ -43,10 +45,13 @@ def _short_hash(s: str) -> int:
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
 
 
-def java_string_hash(s: str) -> int:
+def py_java_string_hash(s: str) -> int:
     """``s.hashCode()`` as Java computes it: signed int32."""
     if len(s) < _LONG or not s.isascii():
         return _short_hash(s)
     cut = len(s) - _TAIL
     h = _units_hash(s[cut:].encode("ascii"), _ascii_prefix_hash(s[:cut]))
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
+
+
+java_string_hash = native.java_string_hash if native is not None else py_java_string_hash

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ferrymq.common.message_id import offset_msg_id, offset_msg_id_prefix, pack_ip, unpack_ip
+from ferrymq.common.speedups import native
 
 MESSAGE_MAGIC = -626843481  # 0xDAA320A7
 BLANK_MAGIC = -875286124  # 0xCBD43194: filler at the end of a CommitLog segment
@@ -109,12 +110,12 @@ class SysFlag:
 # ---------------------------------------------------------------- properties
 
 
-def encode_properties(props: Mapping[str, str]) -> str:
+def py_encode_properties(props: Mapping[str, str]) -> str:
     """``name 0x01 value 0x02 ...`` without the trailing 0x02 (4.9.1+ style)."""
     return PROPERTY_SEPARATOR.join(map(NAME_VALUE_SEPARATOR.join, props.items()))
 
 
-def decode_properties(s: str) -> dict[str, str]:
+def py_decode_properties(s: str) -> dict[str, str]:
     """Inverse of encode_properties; accepts 4.9.0's trailing 0x02, drops empty names/values."""
     out: dict[str, str] = {}
     if not s:
@@ -124,6 +125,19 @@ def decode_properties(s: str) -> dict[str, str]:
         if name and value:
             out[name] = value
     return out
+
+
+if native is not None:
+    _native_encode_properties = native.encode_properties
+
+    def encode_properties(props: Mapping[str, str]) -> str:
+        """``name 0x01 value 0x02 ...`` without the trailing 0x02 (4.9.1+ style)."""
+        text = _native_encode_properties(props)
+        return py_encode_properties(props) if text is NotImplemented else text
+
+    decode_properties = native.decode_properties
+else:
+    encode_properties, decode_properties = py_encode_properties, py_decode_properties
 
 
 # ---------------------------------------------------------------- model
@@ -288,19 +302,35 @@ def encode_record(m: MessageExt, encoded_properties: bytes | None = None) -> byt
     if len(store_ip) == 16:
         sys_flag |= SysFlag.STOREHOST_V6
     body = m.body
-    fixed = _fixed_for(sys_flag)
+    crc = zlib.crc32(body) & 0x7FFFFFFF
+    try:
+        buf = pack_record(
+            topic, body, props, crc, m.queue_id, m.flag, m.queue_offset, m.commit_log_offset, sys_flag,
+            m.born_timestamp, born_ip, m.born_host[1], m.store_timestamp, store_ip, m.store_host[1],
+            m.reconsume_times, m.prepared_transaction_offset,
+        )  # fmt: skip
+    except (struct.error, OverflowError) as exc:
+        raise ValueError(f"record field out of range: {exc}") from exc
+    m.sys_flag, m.body_crc, m.store_size = sys_flag, crc, len(buf)
+    return buf
+
+
+def py_pack_record(
+    topic: bytes, body: bytes, props: bytes, crc: int, queue_id: int, flag: int, queue_offset: int,
+    commit_log_offset: int, sys_flag: int, born_timestamp: int, born_ip: bytes, born_port: int,
+    store_timestamp: int, store_ip: bytes, store_port: int, reconsume_times: int, prepared_offset: int,
+) -> bytearray:  # fmt: skip
+    """A record's bytes from its fields (the layout at the top of this module); the IP
+    lengths must agree with ``sys_flag``'s host bits, as encode_record sees to."""
+    fixed = _FIXED[len(born_ip) == 16, len(store_ip) == 16]
     size = fixed.size
     total = size + len(body) + 1 + len(topic) + 2 + len(props)
-    crc = zlib.crc32(body) & 0x7FFFFFFF
     buf = bytearray(total)
-    try:
-        fixed.pack_into(
-            buf, 0, total, MESSAGE_MAGIC, crc, m.queue_id, m.flag, m.queue_offset, m.commit_log_offset,
-            sys_flag, m.born_timestamp, born_ip, m.born_host[1], m.store_timestamp, store_ip,
-            m.store_host[1], m.reconsume_times, m.prepared_transaction_offset, len(body),
-        )  # fmt: skip
-    except struct.error as exc:
-        raise ValueError(f"record field out of range: {exc}") from exc
+    fixed.pack_into(
+        buf, 0, total, MESSAGE_MAGIC, crc, queue_id, flag, queue_offset, commit_log_offset, sys_flag,
+        born_timestamp, born_ip, born_port, store_timestamp, store_ip, store_port, reconsume_times,
+        prepared_offset, len(body),
+    )  # fmt: skip
     end = size + len(body)
     buf[size:end] = body
     buf[end] = len(topic)
@@ -309,8 +339,10 @@ def encode_record(m: MessageExt, encoded_properties: bytes | None = None) -> byt
     end += len(topic)
     _I16.pack_into(buf, end, len(props))
     buf[end + 2 :] = props
-    m.sys_flag, m.body_crc, m.store_size = sys_flag, crc, total
     return buf
+
+
+pack_record = native.pack_record if native is not None else py_pack_record
 
 
 def stamp_record(buf: bytearray, queue_offset: int, physical_offset: int, store_timestamp: int, pos: int = 0) -> None:
@@ -474,7 +506,7 @@ def encode_batch_body(messages: Iterable[Message]) -> bytes:
     return b"".join(parts)
 
 
-def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+def py_decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
     """SEND_BATCH_MESSAGE body -> [(flag, body, properties)]."""
     out: list[tuple[int, bytes, dict[str, str]]] = []
     pos, n = 0, len(body)
@@ -491,6 +523,9 @@ def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
         p += 2
         if total != p + props_len - pos or p + props_len > n:
             raise ValueError(f"batch element at {pos}: fields add up to {p + props_len - pos} bytes, TOTALSIZE says {total}")
-        out.append((flag, element_body, decode_properties(str(body[p : p + props_len], "utf-8", "replace"))))
+        out.append((flag, element_body, py_decode_properties(str(body[p : p + props_len], "utf-8", "replace"))))
         pos = p + props_len
     return out
+
+
+decode_batch_body = native.decode_batch_body if native is not None else py_decode_batch_body

@@ -1,0 +1,152 @@
+"""The compiled codecs (ferrymq/common/_speedups.c) against their pure-Python specifications.
+
+Every function is run in both versions over the same inputs, hand-picked and random, and
+must give the same result or the same error. The byte-level vectors of the record layout
+(tests/common/test_message.py, test_java_hash.py) and the fuzz regressions run against the
+compiled version in this process and against pure Python in a subprocess below.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ferrymq.common import java_hash, message, speedups
+from ferrymq.common.message import MessageExt, encode_batch_body, encode_record
+
+native = speedups.native
+needs_native = pytest.mark.skipif(native is None, reason="FERRYMQ_NO_EXTENSIONS is set")
+ROOT = Path(__file__).resolve().parents[2]
+
+# Characters that matter to the codecs: both separators, ASCII, Latin-1, BMP and beyond it.
+_ALPHABET = "ab_Z09 \x01\x02é中😀#"
+
+
+def _random_text(rng: random.Random, longest: int = 24) -> str:
+    return "".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(longest + 1)))
+
+
+def _outcome(fn, *args):
+    try:
+        return "ok", fn(*args)
+    except Exception as exc:  # the comparison includes the error's type and text
+        return type(exc).__name__, str(exc)
+
+
+def test_the_extension_is_built_unless_disabled():
+    """`make` builds it (gcc and the Python headers are there): a silent fallback to pure
+    Python would cost the broker a fifth of its throughput unnoticed."""
+    if speedups.disabled:
+        pytest.skip("FERRYMQ_NO_EXTENSIONS is set")
+    assert native is not None, "ferrymq/common/_speedups.c was not compiled: run `make venv` (needs gcc)"
+    assert message.decode_properties is native.decode_properties
+    assert java_hash.java_string_hash is native.java_string_hash
+
+
+@needs_native
+def test_java_string_hash_matches_python():
+    rng = random.Random(11)
+    texts = ["", "TagA", "polygenelubricants", "😀", "a😀b", "x" * 100, "TopicTest#" + "AC11" * 8]
+    texts += [_random_text(rng, 60) for _ in range(3000)]
+    for text in texts:
+        assert native.java_string_hash(text) == java_hash.py_java_string_hash(text), text
+    with pytest.raises(TypeError):
+        native.java_string_hash(b"bytes")
+
+
+@needs_native
+def test_properties_codec_matches_python():
+    rng = random.Random(12)
+    for _ in range(3000):
+        text = _random_text(rng, 40)
+        assert native.decode_properties(text) == message.py_decode_properties(text), repr(text)
+        props = {_random_text(rng, 8): _random_text(rng, 12) for _ in range(rng.randrange(6))}
+        assert message.encode_properties(props) == message.py_encode_properties(props), props
+    assert message.encode_properties({}) == ""
+
+
+@needs_native
+def test_properties_that_are_not_text_fail_as_in_python():
+    for props in ({"A": 1}, {2: "b"}, {"A": None}):
+        assert _outcome(message.encode_properties, props) == _outcome(message.py_encode_properties, props)
+    assert message.encode_properties({"A": "b"}.items().mapping) == "A\x01b"  # a read-only mapping view
+
+
+def _batch(rng: random.Random) -> bytes:
+    msgs = [MessageExt("T", rng.randbytes(rng.randrange(40)), flag=rng.randrange(-5, 5),
+                       properties={_random_text(rng, 6) or "k": _random_text(rng, 6) or "v" for _ in range(rng.randrange(4))})
+            for _ in range(rng.randrange(1, 5))]
+    return encode_batch_body(msgs)
+
+
+@needs_native
+def test_batch_body_decoding_matches_python_on_good_and_broken_bodies():
+    rng = random.Random(13)
+    for _ in range(1500):
+        body = _batch(rng)
+        assert native.decode_batch_body(body) == message.py_decode_batch_body(body)
+        broken = bytearray(body)
+        for _ in range(rng.randrange(1, 4)):  # flip bytes, cut the end or add garbage
+            kind = rng.randrange(3)
+            if kind == 0 and broken:
+                broken[rng.randrange(len(broken))] = rng.randrange(256)
+            elif kind == 1:
+                del broken[rng.randrange(len(broken) + 1):]
+            else:
+                broken += rng.randbytes(rng.randrange(1, 30))
+        for data in (bytes(broken), broken, memoryview(broken)):
+            assert _outcome(native.decode_batch_body, data) == _outcome(message.py_decode_batch_body, data)
+    invalid_utf8 = struct.pack(">iiiii", 26, 0, 0, 0, 0) + struct.pack(">H", 4) + b"a\x01\xff\xfe"
+    assert native.decode_batch_body(invalid_utf8) == message.py_decode_batch_body(invalid_utf8) == [(0, b"", {"a": "\ufffd\ufffd"})]
+
+
+@needs_native
+@pytest.mark.parametrize("born, store", [("10.0.0.1", "127.0.0.1"), ("::1", "10.0.0.2"), ("fe80::1", "2001:db8::7")])
+def test_record_packing_matches_python(born, store):
+    rng = random.Random(14)
+    for _ in range(300):
+        m = MessageExt(_random_text(rng, 10).replace("\x01", "") or "T", rng.randbytes(rng.randrange(300)),
+                       properties={"UNIQ_KEY": _random_text(rng), "KEYS": _random_text(rng)},
+                       queue_id=rng.randrange(-2**31, 2**31), flag=rng.randrange(-2**31, 2**31),
+                       sys_flag=rng.randrange(0, 0x800), born_timestamp=rng.randrange(-2**63, 2**63),
+                       born_host=(born, rng.randrange(65536)), store_host=(store, 10911),
+                       reconsume_times=rng.randrange(100))
+        m.queue_offset, m.commit_log_offset = rng.randrange(2**63), rng.randrange(2**63)
+        m.store_timestamp, m.prepared_transaction_offset = rng.randrange(2**40), rng.randrange(-2**63, 2**63)
+        record = encode_record(m)
+        props = message.encode_properties(m.properties).encode()
+        args = (m.topic.encode(), m.body, props, m.body_crc, m.queue_id, m.flag, m.queue_offset, m.commit_log_offset,
+                m.sys_flag, m.born_timestamp, message.pack_ip(born), m.born_host[1], m.store_timestamp,
+                message.pack_ip(store), 10911, m.reconsume_times, m.prepared_transaction_offset)
+        assert record == native.pack_record(*args) == message.py_pack_record(*args)
+        assert message.decode_record(bytes(record))[0].body == m.body
+
+
+@needs_native
+@pytest.mark.parametrize("field, value", [("queue_id", 2**31), ("flag", -(2**31) - 1), ("queue_offset", 2**63),
+                                          ("born_timestamp", -(2**63) - 1), ("reconsume_times", 2**40)])
+def test_fields_out_of_range_are_refused_by_both(field, value):
+    m = MessageExt("T", b"body", born_host=("10.0.0.1", 1), store_host=("10.0.0.2", 2))
+    setattr(m, field, value)
+    with pytest.raises(ValueError, match="record field out of range"):
+        encode_record(m)
+
+
+def test_codec_vectors_hold_in_pure_python_too():
+    """The layout's byte vectors, the codec tests and the fuzz regressions, run again with
+    the extension switched off: both implementations answer to the same specification."""
+    if speedups.disabled:
+        pytest.skip("this is the pure-Python run")
+    env = {**os.environ, "FERRYMQ_NO_EXTENSIONS": "1"}
+    tests = ["tests/common/test_message.py", "tests/common/test_java_hash.py", "tests/common/test_speedups.py",
+             "tests/fuzz", "tests/store/test_store_index.py", "-k", "not short_fuzzing_run"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout
