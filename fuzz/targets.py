@@ -29,6 +29,9 @@ from ferrymq.common.message import (
     decode_properties,
     decode_record,
     decode_records,
+    py_decode_batch_body,
+    py_decode_properties,
+    py_encode_properties,
     encode_batch_body,
     encode_properties,
     encode_record,
@@ -40,7 +43,7 @@ from ferrymq.client.pull_service import accept
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import FrameDecoder, RemotingCommand, SerializeType, encode_frame
 from ferrymq.remoting.errors import FrameError, HeaderDecodeError, HeaderFieldError
-from ferrymq.remoting.json_header import decode_json_header, encode_json_header
+from ferrymq.remoting.json_header import decode_json_header, decode_json_header_bytes, encode_json_header
 from ferrymq.remoting.request_headers import PullMessageHeader, SendMessageHeader
 from ferrymq.remoting.rocketmq_header import decode_rocketmq_header, encode_rocketmq_header
 
@@ -101,9 +104,19 @@ def _header_roundtrip(decode: Callable, encode: Callable, raw) -> None:
     assert decode(encoded) == fields, (fields, encoded)
 
 
+def _decoded_or_none(decode: Callable, raw) -> object:
+    try:
+        return decode(raw)
+    except HeaderDecodeError:
+        return None
+
+
 def json_header(data: bytes) -> None:
-    """The JSON header serialization (what Java clients send by default)."""
-    _header_roundtrip(decode_json_header, encode_json_header, data.decode("utf-8", "replace"))
+    """The JSON header serialization (what Java clients send by default); the compiled
+    decoder of raw header bytes, where built, answers exactly as the Python one."""
+    text = data.decode("utf-8", "replace")
+    _header_roundtrip(decode_json_header, encode_json_header, text)
+    assert _decoded_or_none(decode_json_header_bytes, data) == _decoded_or_none(decode_json_header, text), data
 
 
 def rocketmq_header(data: bytes) -> None:
@@ -195,8 +208,16 @@ def records(data: bytes) -> None:
     accept(messages, SubscriptionData(topic=messages[0].topic, sub_string="*"), 0, 0)
 
 
+def _outcome(fn: Callable, arg) -> object:
+    try:
+        return fn(arg)
+    except ValueError as exc:
+        return "refused", str(exc)
+
+
 def batch_body(data: bytes) -> None:
-    """SEND_BATCH_MESSAGE bodies."""
+    """SEND_BATCH_MESSAGE bodies; the compiled decoder, where built, answers as the Python one."""
+    assert _outcome(decode_batch_body, data) == _outcome(py_decode_batch_body, data), data
     try:
         elements = decode_batch_body(data)
     except ValueError:
@@ -210,8 +231,12 @@ def batch_body(data: bytes) -> None:
 
 
 def properties(data: bytes) -> None:
-    """The 0x01/0x02 property string: total (never raises) and stable after one pass."""
-    props = decode_properties(data.decode("utf-8", "replace"))
+    """The 0x01/0x02 property string: total (never raises) and stable after one pass; the
+    compiled codec, where built, answers as the Python one."""
+    text = data.decode("utf-8", "replace")
+    props = decode_properties(text)
+    assert props == py_decode_properties(text)
+    assert encode_properties(props) == py_encode_properties(props)
     assert decode_properties(encode_properties(props)) == props
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import struct
 from functools import lru_cache
 
-from ferrymq.common.speedups import native
+from ferrymq.common import speedups
+
+native = speedups.load("ferrymq.common._message_codec")
 
 _MASK32 = 0xFFFFFFFF
 

@@ -24,7 +24,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ferrymq.common.message_id import offset_msg_id, offset_msg_id_prefix, pack_ip, unpack_ip
-from ferrymq.common.speedups import native
+from ferrymq.common import speedups
+
+native = speedups.load("ferrymq.common._message_codec")
 
 MESSAGE_MAGIC = -626843481  # 0xDAA320A7
 BLANK_MAGIC = -875286124  # 0xCBD43194: filler at the end of a CommitLog segment

@@ -1,30 +1,32 @@
-"""The compiled per-message codecs, when they are there (``ferrymq/common/_speedups.c``).
+"""Loading the compiled twins of hot pure-Python codecs, when they are there.
 
-``native`` is the extension module, or None when it was not built (no C compiler where the
-package was installed) or ``FERRYMQ_NO_EXTENSIONS`` is set to anything but ""/"0". Modules
-with a compiled twin (message, java_hash) pick it at import time from here, so a process
-runs one implementation throughout. The pure-Python versions are the specification: the
-tests run both over the same inputs (tests/common/test_speedups.py).
+Two C extensions (``ferrymq/common/_message_codec.c``: records, properties, batch bodies, Java
+string hashes; ``ferrymq/remoting/_json_header_codec.c``: JSON remoting headers) are built
+wherever a C compiler and the Python headers are there. ``load`` returns one, or None when it
+was not built or ``FERRYMQ_NO_EXTENSIONS`` is set to anything but ""/"0". Modules with a
+compiled twin pick it at import time, so a process runs one implementation throughout. The
+pure-Python versions are the specification: tests/common/test_speedups.py runs both over the
+same inputs.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
-__all__ = ["native", "disabled"]
+__all__ = ["EXTENSIONS", "disabled", "load"]
+
+EXTENSIONS = ("ferrymq.common._message_codec", "ferrymq.remoting._json_header_codec")
 
 disabled = os.environ.get("FERRYMQ_NO_EXTENSIONS", "") not in ("", "0")
 
 
-def _load() -> ModuleType | None:
+def load(name: str) -> ModuleType | None:
+    """The extension module ``name`` (one of EXTENSIONS), or None to run pure Python."""
     if disabled:
         return None
     try:
-        from ferrymq.common import _speedups
+        return importlib.import_module(name)
     except ImportError:
         return None
-    return _speedups
-
-
-native = _load()

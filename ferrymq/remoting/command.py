@@ -28,7 +28,7 @@ from ferrymq.remoting.errors import (
     HeaderFieldError,
 )
 from ferrymq.remoting.header_fields import to_header_map
-from ferrymq.remoting.json_header import decode_json_header, encode_json_header
+from ferrymq.remoting.json_header import decode_json_header_bytes, encode_json_frame, encode_json_header
 from ferrymq.remoting.rocketmq_header import decode_rocketmq_header, encode_rocketmq_header
 
 __all__ = [
@@ -157,6 +157,10 @@ class RemotingCommand:
 def encode_frame(cmd: RemotingCommand) -> bytes:
     """The complete frame, length prefix included."""
     ext = cmd.ext_fields
+    if cmd.serialize_type == SerializeType.JSON:  # the common case, compiled where it can be
+        frame = encode_json_frame((cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, ext), cmd.body)
+        if frame is not None:
+            return frame
     if ext and not all(type(value) is str for value in ext.values()):
         ext = to_header_map(ext)  # someone stored non-strings directly; send Java text
     if cmd.serialize_type == SerializeType.ROCKETMQ:
@@ -189,14 +193,12 @@ def _decode_frame(frame: memoryview) -> RemotingCommand:
     body_start = 4 + header_length
     if body_start > len(frame):
         raise HeaderDecodeError(f"header length {header_length} exceeds the frame length {len(frame)}")
-    header = bytes(frame[4:body_start])
-    if serialize_type == SerializeType.ROCKETMQ:
-        fields = decode_rocketmq_header(header)
-        serialize_type = SerializeType.ROCKETMQ
-    elif serialize_type == SerializeType.JSON:
-        # Like Java's new String(bytes, UTF_8): bad sequences are replaced, not fatal.
-        fields = decode_json_header(header.decode("utf-8", "replace"))
+    if serialize_type == SerializeType.JSON:
+        fields = decode_json_header_bytes(frame[4:body_start])
         serialize_type = SerializeType.JSON
+    elif serialize_type == SerializeType.ROCKETMQ:
+        fields = decode_rocketmq_header(bytes(frame[4:body_start]))
+        serialize_type = SerializeType.ROCKETMQ
     else:
         raise HeaderDecodeError(f"unknown serialize type {serialize_type}")
     # Java sees an empty body as null; keep the same distinction.

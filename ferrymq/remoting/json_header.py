@@ -11,6 +11,7 @@ import json
 import logging
 from typing import Any
 
+from ferrymq.common import speedups
 from ferrymq.remoting.codes import LanguageCode
 from ferrymq.remoting.errors import HeaderDecodeError
 from ferrymq.remoting.header_fields import HeaderFields, to_header_map, to_header_text
@@ -35,6 +36,11 @@ else:  # an interpreter without json's C speedups
 _loads = json.JSONDecoder().decode
 
 _LANGUAGE_NAMES = {member.value: member.name for member in LanguageCode}
+_LANGUAGE_VALUES = {member.name: member.value for member in LanguageCode}
+
+# The compiled twin (ferrymq/remoting/_json_header_codec.c) handles the shapes peers send
+# and answers NotImplemented for anything else, which the functions here then take.
+_native = speedups.load("ferrymq.remoting._json_header_codec")
 
 
 def encode_json_header(fields: HeaderFields) -> bytes:
@@ -53,6 +59,25 @@ def encode_json_header(fields: HeaderFields) -> bytes:
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = version
     return _dumps(header).encode("utf-8")
+
+
+def encode_json_frame(fields: HeaderFields, body: bytes | None) -> bytes | None:
+    """The whole frame (length prefix included) of a JSON header and ``body`` when the
+    compiled codec writes it, else None: the caller then encodes it the general way."""
+    if _native is None:
+        return None
+    frame = _native.encode_frame(*fields, body, _LANGUAGE_NAMES)
+    return None if frame is NotImplemented else frame
+
+
+def decode_json_header_bytes(raw: bytes | memoryview) -> HeaderFields:
+    """decode_json_header of ``raw`` read as UTF-8, malformed sequences replaced (as Java's
+    new String(bytes, UTF_8))."""
+    if _native is not None:
+        fields = _native.decode(raw, _LANGUAGE_VALUES)
+        if fields is not NotImplemented:
+            return fields
+    return decode_json_header(str(raw, "utf-8", "replace"))
 
 
 def decode_json_header(text: str) -> HeaderFields:

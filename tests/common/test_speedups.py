@@ -1,4 +1,5 @@
-"""The compiled codecs (ferrymq/common/_speedups.c) against their pure-Python specifications.
+"""The compiled codecs (ferrymq/common/_message_codec.c, ferrymq/remoting/_json_header_codec.c)
+against their pure-Python specifications.
 
 Every function is run in both versions over the same inputs, hand-picked and random, and
 must give the same result or the same error. The byte-level vectors of the record layout
@@ -19,9 +20,14 @@ import pytest
 
 from ferrymq.common import java_hash, message, speedups
 from ferrymq.common.message import MessageExt, encode_batch_body, encode_record
+from ferrymq.remoting import json_header
+from ferrymq.remoting.codes import LanguageCode, SerializeType
+from ferrymq.remoting.command import RemotingCommand, encode_frame
+from ferrymq.remoting.errors import HeaderDecodeError
 
-native = speedups.native
-needs_native = pytest.mark.skipif(native is None, reason="FERRYMQ_NO_EXTENSIONS is set")
+native = speedups.load("ferrymq.common._message_codec")
+native_json = speedups.load("ferrymq.remoting._json_header_codec")
+needs_native = pytest.mark.skipif(native is None or native_json is None, reason="FERRYMQ_NO_EXTENSIONS is set")
 ROOT = Path(__file__).resolve().parents[2]
 
 # Characters that matter to the codecs: both separators, ASCII, Latin-1, BMP and beyond it.
@@ -44,7 +50,8 @@ def test_the_extension_is_built_unless_disabled():
     Python would cost the broker a fifth of its throughput unnoticed."""
     if speedups.disabled:
         pytest.skip("FERRYMQ_NO_EXTENSIONS is set")
-    assert native is not None, "ferrymq/common/_speedups.c was not compiled: run `make venv` (needs gcc)"
+    for name in speedups.EXTENSIONS:
+        assert speedups.load(name) is not None, f"{name} was not compiled: run `make venv` (needs gcc)"
     assert message.decode_properties is native.decode_properties
     assert java_hash.java_string_hash is native.java_string_hash
 
@@ -138,6 +145,84 @@ def test_fields_out_of_range_are_refused_by_both(field, value):
         encode_record(m)
 
 
+# JSON headers as peers write them: Java's fastjson (escaped control characters in properties),
+# FerryMQ's own encoder, and the odd shapes the Python decoder coerces (the compiled one hands
+# those back to it).
+_JSON_HEADERS = [
+    b'{"code":310,"extFields":{"a":"pg","b":"TopicTest","c":"TBW102","d":"4","e":"3","f":"0","g":"1700000000000",'
+    b'"h":"0","i":"UNIQ_KEY\\u0001AC11\\u0002WAIT\\u0001true\\u0002TAGS\\u0001TagA","j":"0","k":"false","m":"false"},'
+    b'"flag":0,"language":"JAVA","opaque":42,"serializeTypeCurrentRPC":"JSON","version":395}',
+    b'{"code":0,"flag":1,"language":"PYTHON","opaque":7,"remark":"caf\xc3\xa9 \\"q\\" \\n \\ud83d\\ude00","serializeTypeCurrentRPC":"JSON","version":407}',
+    b' { "code" : 11 , "extFields" : { } , "language" : 9 , "opaque" : -3 } ',
+    b'{}', b'{"code":"12"}', b'{"code":1.0}', b'{"code":null}', b'{"code":true}', b'{"code":012}', b'{"code":-0}',
+    b'{"code":123456789012345678901}', b'{"language":"KLINGON"}', b'{"language":null}', b'{"remark":null}',
+    b'{"remark":"\\ud800"}', b'{"extFields":{"a":1,"b":null,"c":["x"]}}', b'{"extFields":null}', b'{"extFields":[]}',
+    b'{"x":{"y":[1,2]},"code":5}', b'{"code":5,"code":6}', b'{"code":5}x', b'{"code":5', b'[1]', b'', b'\xef\xbb\xbf{}',
+    b'{"remark":"a\x01b"}', b'{"remark":"\xff\xfe\xe2\x82"}', b'{"remark":"\\u00e9\\u0000\\/\\b\\f\\r\\t"}',
+    b'{"remark":"\\x"}', b'{"remark":"\\u12"}', b'{"extFields":{"k":"v","k":"w"},"extFields":{"z":"1"}}',
+]
+
+
+@needs_native
+@pytest.mark.parametrize("raw", _JSON_HEADERS)
+def test_json_header_decoding_matches_python(raw):
+    def decoded(fn, arg):
+        try:
+            return fn(arg)
+        except HeaderDecodeError as exc:
+            return "refused", str(exc)
+
+    expected = decoded(json_header.decode_json_header, raw.decode("utf-8", "replace"))
+    assert decoded(json_header.decode_json_header_bytes, raw) == expected
+    assert decoded(json_header.decode_json_header_bytes, memoryview(bytearray(raw))) == expected
+
+
+@needs_native
+def test_json_header_decoding_matches_python_on_random_headers():
+    rng = random.Random(15)
+    for _ in range(2000):
+        fields = (rng.randrange(-2**31, 2**31), rng.choice(list(LanguageCode)).value, rng.randrange(500),
+                  rng.randrange(-2**31, 2**31), rng.randrange(4), rng.choice([None, _random_text(rng)]),
+                  {_random_text(rng, 6): _random_text(rng) for _ in range(rng.randrange(5))})
+        raw = json_header.encode_json_header(fields)
+        assert json_header.decode_json_header_bytes(raw) == json_header.decode_json_header(raw.decode()) == fields
+
+
+def _python_frame(cmd: RemotingCommand) -> bytes:
+    header = json_header.encode_json_header((int(cmd.code), int(cmd.language), int(cmd.version), int(cmd.opaque),
+                                             int(cmd.flag), cmd.remark, cmd.ext_fields))
+    body = cmd.body or b""
+    return struct.pack(">iI", 4 + len(header) + len(body), len(header)) + header + body
+
+
+@needs_native
+def test_json_frame_encoding_matches_python():
+    rng = random.Random(16)
+    for _ in range(2000):
+        cmd = RemotingCommand(rng.randrange(-2**31, 2**31), language=rng.choice([*LanguageCode, 99]),
+                              version=rng.randrange(500), opaque=rng.randrange(-2**31, 2**31), flag=rng.randrange(4),
+                              remark=rng.choice([None, "", _random_text(rng), "\x00\x1f\x7f\"\\\n\r\t\b\f/"]),
+                              ext_fields={_random_text(rng, 6): _random_text(rng) for _ in range(rng.randrange(5))},
+                              body=rng.choice([None, b"", rng.randbytes(rng.randrange(100))]))
+        assert json_header.encode_json_frame(
+            (cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields), cmd.body,
+        ) == _python_frame(cmd) == encode_frame(cmd)
+
+
+@needs_native
+@pytest.mark.parametrize("cmd", [
+    RemotingCommand(1, remark="\ud800"),  # a lone surrogate cannot be UTF-8
+    RemotingCommand(1, ext_fields={"n": 5, "none": None}),  # not text yet: Python's conversion
+    RemotingCommand(1, ext_fields={3: "x"}),
+    RemotingCommand(2**70),
+    RemotingCommand(1, body=bytearray(b"x")),
+], ids=["lone-surrogate", "non-text-values", "non-text-key", "huge-code", "bytearray-body"])
+def test_frames_the_compiled_encoder_leaves_to_python(cmd):
+    fields = (cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields)
+    assert json_header.encode_json_frame(fields, cmd.body) is None
+    assert cmd.serialize_type == SerializeType.JSON
+
+
 def test_codec_vectors_hold_in_pure_python_too():
     """The layout's byte vectors, the codec tests and the fuzz regressions, run again with
     the extension switched off: both implementations answer to the same specification."""
@@ -145,7 +230,8 @@ def test_codec_vectors_hold_in_pure_python_too():
         pytest.skip("this is the pure-Python run")
     env = {**os.environ, "FERRYMQ_NO_EXTENSIONS": "1"}
     tests = ["tests/common/test_message.py", "tests/common/test_java_hash.py", "tests/common/test_speedups.py",
-             "tests/fuzz", "tests/store/test_store_index.py", "-k", "not short_fuzzing_run"]
+             "tests/fuzz", "tests/store/test_store_index.py", "tests/remoting/test_remoting_codec.py",
+             "tests/remoting/test_remoting_bad_input.py", "-k", "not short_fuzzing_run"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

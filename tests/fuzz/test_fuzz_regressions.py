@@ -42,6 +42,9 @@ CASES = [
     pytest.param("json_bodies", b"[" * 100_000, id="json-deep-standard-form"),
     pytest.param("json_header", b"[" * 100_000, id="json-header-deep"),
     pytest.param("json_header", b'{"code":1e400}', id="json-header-infinite-code"),
+    # A raw control character in a key: the compiled decoder took the header the Python one refuses.
+    pytest.param("json_header", b'{"code":0,"flag":1,"language":"PYTHON","opaq\x1ae":0,"remark":"ok"}',
+                 id="json-header-control-character-in-key"),
     # A heartbeat body that is JSON but not an object: TypeError instead of a bad-request answer.
     pytest.param("heartbeats", b"1", id="heartbeat-not-an-object"),
     pytest.param("heartbeats", b'{"consumerDataSet":5}', id="heartbeat-wrong-shape"),

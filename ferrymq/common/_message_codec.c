@@ -1,9 +1,9 @@
 /*
- * ferrymq.common._speedups: compiled versions of the per-message codecs the broker runs
+ * ferrymq.common._message_codec: compiled versions of the per-message codecs the broker runs
  * for every message it stores (issue 11).
  *
  * The specification of each function is its pure-Python twin, which stays the reference
- * and the fallback (ferrymq/common/speedups.py picks one; FERRYMQ_NO_EXTENSIONS=1 forces
+ * and the fallback (ferrymq/common/speedups.py loads it; FERRYMQ_NO_EXTENSIONS=1 forces
  * Python): tests/common/test_speedups.py runs both over the same byte vectors and random
  * input and requires identical results, errors included.
  *
@@ -345,11 +345,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "ferrymq.common._speedups", "Compiled per-message codecs (see speedups.py).", 0, methods,
+    PyModuleDef_HEAD_INIT, "ferrymq.common._message_codec", "Compiled per-message codecs (see ferrymq/common/speedups.py).", 0, methods,
 };
 
 PyMODINIT_FUNC
-PyInit__speedups(void)
+PyInit__message_codec(void)
 {
     return PyModuleDef_Init(&module_def);
 }
