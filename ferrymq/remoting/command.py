@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from ferrymq.common import speedups
 from ferrymq.remoting.codes import (
     CURRENT_VERSION,
     DEFAULT_MAX_FRAME,
@@ -49,8 +50,20 @@ _MAX_HEADER = (1 << 24) - 1
 # Java's Integer.parseInt / Long.parseLong accept an optional sign and digits only
 # (Python's int() would also take blanks and underscores).
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
-_INT_RANGE = (-(1 << 31), (1 << 31) - 1)
-_LONG_RANGE = (-(1 << 63), (1 << 63) - 1)
+
+
+def py_java_number(text: str, bits: int) -> int | None:
+    """Java's Integer.parseInt (``bits`` 32) or Long.parseLong (64) of a header field: an
+    optional sign and ASCII digits, within the type's range; None for anything else."""
+    if _DECIMAL.fullmatch(text):
+        number = int(text)
+        if -(1 << (bits - 1)) <= number < 1 << (bits - 1):
+            return number
+    return None
+
+
+_native = speedups.load("ferrymq.remoting._header_codec")
+java_number = _native.java_number if _native is not None else py_java_number
 
 
 @dataclass(slots=True)
@@ -125,10 +138,10 @@ class RemotingCommand:
         return value
 
     def get_int(self, name: str, default: int | None = None, *, required: bool = False) -> int | None:
-        return self._get_number(name, default, required, _INT_RANGE)
+        return self._get_number(name, default, required, 32)
 
     def get_long(self, name: str, default: int | None = None, *, required: bool = False) -> int | None:
-        return self._get_number(name, default, required, _LONG_RANGE)
+        return self._get_number(name, default, required, 64)
 
     def get_bool(self, name: str, default: bool = False, *, required: bool = False) -> bool:
         value = self.get_str(name, required=required)
@@ -136,19 +149,18 @@ class RemotingCommand:
             return default
         return value.lower() == "true"  # Boolean.parseBoolean: anything else is false
 
-    def _get_number(
-        self, name: str, default: int | None, required: bool, bounds: tuple[int, int]
-    ) -> int | None:
-        value = self.get_str(name, required=required)
-        if value is None:
+    def _get_number(self, name: str, default: int | None, required: bool, bits: int) -> int | None:
+        value = self.ext_fields.get(name)
+        if not value:
+            if required:
+                raise HeaderFieldError(name)
             return default
         # A malformed number fails even for optional fields: Java's header decoding
         # throws NumberFormatException there too, which the peer sees as SYSTEM_ERROR.
-        if _DECIMAL.fullmatch(value):
-            number = int(value)
-            if bounds[0] <= number <= bounds[1]:
-                return number
-        raise HeaderFieldError(name, f"the custom field <{name}> is not a valid number: {value!r}")
+        number = java_number(value, bits)
+        if number is None:
+            raise HeaderFieldError(name, f"the custom field <{name}> is not a valid number: {value!r}")
+        return number
 
 
 # --- encoding ---------------------------------------------------------------------------

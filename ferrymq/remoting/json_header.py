@@ -38,9 +38,9 @@ _loads = json.JSONDecoder().decode
 _LANGUAGE_NAMES = {member.value: member.name for member in LanguageCode}
 _LANGUAGE_VALUES = {member.name: member.value for member in LanguageCode}
 
-# The compiled twin (ferrymq/remoting/_json_header_codec.c) handles the shapes peers send
+# The compiled twin (ferrymq/remoting/_header_codec.c) handles the shapes peers send
 # and answers NotImplemented for anything else, which the functions here then take.
-_native = speedups.load("ferrymq.remoting._json_header_codec")
+_native = speedups.load("ferrymq.remoting._header_codec")
 
 
 def encode_json_header(fields: HeaderFields) -> bytes:

@@ -1,4 +1,4 @@
-"""The compiled codecs (ferrymq/common/_message_codec.c, ferrymq/remoting/_json_header_codec.c)
+"""The compiled codecs (ferrymq/common/_message_codec.c, ferrymq/remoting/_header_codec.c)
 against their pure-Python specifications.
 
 Every function is run in both versions over the same inputs, hand-picked and random, and
@@ -22,12 +22,12 @@ from ferrymq.common import java_hash, message, speedups
 from ferrymq.common.message import MessageExt, encode_batch_body, encode_record
 from ferrymq.remoting import json_header
 from ferrymq.remoting.codes import LanguageCode, SerializeType
-from ferrymq.remoting.command import RemotingCommand, encode_frame
+from ferrymq.remoting.command import RemotingCommand, encode_frame, py_java_number
 from ferrymq.remoting.errors import HeaderDecodeError
 
 native = speedups.load("ferrymq.common._message_codec")
-native_json = speedups.load("ferrymq.remoting._json_header_codec")
-needs_native = pytest.mark.skipif(native is None or native_json is None, reason="FERRYMQ_NO_EXTENSIONS is set")
+native_header = speedups.load("ferrymq.remoting._header_codec")
+needs_native = pytest.mark.skipif(native is None or native_header is None, reason="FERRYMQ_NO_EXTENSIONS is set")
 ROOT = Path(__file__).resolve().parents[2]
 
 # Characters that matter to the codecs: both separators, ASCII, Latin-1, BMP and beyond it.
@@ -221,6 +221,19 @@ def test_frames_the_compiled_encoder_leaves_to_python(cmd):
     fields = (cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields)
     assert json_header.encode_json_frame(fields, cmd.body) is None
     assert cmd.serialize_type == SerializeType.JSON
+
+
+@needs_native
+def test_header_numbers_parse_as_java_does_in_both():
+    texts = ["0", "-0", "+7", "007", "-", "+", "", " 1", "1 ", "1_000", "١٢", "²", "0x10", "1.0", "12a",
+             str(2**31 - 1), str(2**31), str(-(2**31)), str(-(2**31) - 1), str(2**63 - 1), str(2**63),
+             str(-(2**63)), str(-(2**63) - 1), "9" * 30, "-" + "0" * 40 + "5"]
+    rng = random.Random(17)
+    texts += [rng.choice(["", "-", "+"]) + str(rng.randrange(2**rng.randrange(1, 70))) for _ in range(3000)]
+    for text in texts:
+        for bits in (32, 64):
+            assert native_header.java_number(text, bits) == py_java_number(text, bits), (text, bits)
+    assert native_header.java_number(str(2**31 - 1), 32) == 2**31 - 1 and native_header.java_number(str(2**31), 32) is None
 
 
 def test_codec_vectors_hold_in_pure_python_too():

@@ -1,8 +1,9 @@
 /*
- * ferrymq.remoting._json_header_codec: the JSON remoting header (wire facts 1.3) of every
- * request and response, compiled (issue 11).
+ * ferrymq.remoting._header_codec: the JSON remoting header (wire facts 1.3) of every
+ * request and response, and the numbers in header fields, compiled (issue 11).
  *
- * The specification is ferrymq/remoting/json_header.py (and command.py's frame layout),
+ * The specification is ferrymq/remoting/json_header.py (and command.py's frame layout and
+ * py_java_number),
  * which stays the fallback: these functions handle the shapes Java and FerryMQ peers
  * actually send and return NotImplemented for anything else (a float, a null, a nested
  * value, a lone surrogate, bad JSON, ...), and the Python code then decides, with its own
@@ -13,6 +14,7 @@
  *       -> (code, language, version, opaque, flag, remark, ext_fields) | NotImplemented
  *   encode_frame(code, language, version, opaque, flag, remark, ext_fields, body,
  *                language_names: dict[int, str]) -> bytes (a whole JSON frame) | NotImplemented
+ *   java_number(text: str, bits: 32 | 64) -> int | None (Integer/Long.parseLong, in range)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -551,21 +553,63 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ header field numbers */
+
+/* Java's Integer.parseInt (bits 32) / Long.parseLong (bits 64) of a header field: an optional
+ * sign and ASCII digits, within the type's range; None for anything else. */
+static PyObject *
+java_number(PyObject *module, PyObject *args)
+{
+    PyObject *text;
+    int bits;
+    if (!PyArg_ParseTuple(args, "Ui:java_number", &text, &bits))
+        return NULL;
+    if (bits != 32 && bits != 64) {
+        PyErr_SetString(PyExc_ValueError, "bits must be 32 or 64");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(text))
+        Py_RETURN_NONE;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(text), *end = p + PyUnicode_GET_LENGTH(text);
+    int negative = 0;
+    if (p < end && (*p == '+' || *p == '-')) {
+        negative = *p == '-';
+        p++;
+    }
+    if (p == end)
+        Py_RETURN_NONE;
+    uint64_t limit = bits == 32 ? (negative ? 0x80000000ull : 0x7FFFFFFFull)
+                                : (negative ? 0x8000000000000000ull : 0x7FFFFFFFFFFFFFFFull);
+    uint64_t v = 0;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            Py_RETURN_NONE;
+        unsigned digit = *p - '0';
+        if (v > (limit - digit) / 10)
+            Py_RETURN_NONE; /* out of range (leading zeros never get here) */
+        v = v * 10 + digit;
+    }
+    if (negative)
+        return PyLong_FromLongLong(v == 0x8000000000000000ull ? INT64_MIN : -(long long)v);
+    return PyLong_FromUnsignedLongLong(v);
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "JSON header bytes -> header fields, or NotImplemented"},
     {"encode_frame", encode_frame, METH_VARARGS, "a whole JSON frame, or NotImplemented"},
+    {"java_number", java_number, METH_VARARGS, "a header field's Java int/long, or None"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "ferrymq.remoting._json_header_codec",
-    "The JSON remoting header, compiled (see ferrymq/remoting/json_header.py).", 0, methods,
+    PyModuleDef_HEAD_INIT, "ferrymq.remoting._header_codec",
+    "The remoting header, compiled (see ferrymq/remoting/json_header.py, command.py).", 0, methods,
 };
 
 PyMODINIT_FUNC
-PyInit__json_header_codec(void)
+PyInit__header_codec(void)
 {
     return PyModuleDef_Init(&module_def);
 }
