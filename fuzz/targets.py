@@ -104,11 +104,12 @@ def _header_roundtrip(decode: Callable, encode: Callable, raw) -> None:
     assert decode(encoded) == fields, (fields, encoded)
 
 
-def _decoded_or_none(decode: Callable, raw) -> object:
+def _outcome(fn: Callable, arg) -> object:
+    """What ``fn(arg)`` answers, a refusal (the decode errors of our codecs) included."""
     try:
-        return decode(raw)
-    except HeaderDecodeError:
-        return None
+        return fn(arg)
+    except (ValueError, HeaderDecodeError) as exc:
+        return "refused", type(exc).__name__, str(exc)
 
 
 def json_header(data: bytes) -> None:
@@ -116,7 +117,7 @@ def json_header(data: bytes) -> None:
     decoder of raw header bytes, where built, answers exactly as the Python one."""
     text = data.decode("utf-8", "replace")
     _header_roundtrip(decode_json_header, encode_json_header, text)
-    assert _decoded_or_none(decode_json_header_bytes, data) == _decoded_or_none(decode_json_header, text), data
+    assert _outcome(decode_json_header_bytes, data) == _outcome(decode_json_header, text), data
 
 
 def rocketmq_header(data: bytes) -> None:
@@ -206,13 +207,6 @@ def records(data: bytes) -> None:
     for m in messages:
         _record_roundtrip(m)
     accept(messages, SubscriptionData(topic=messages[0].topic, sub_string="*"), 0, 0)
-
-
-def _outcome(fn: Callable, arg) -> object:
-    try:
-        return fn(arg)
-    except ValueError as exc:
-        return "refused", str(exc)
 
 
 def batch_body(data: bytes) -> None:

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from ferrymq.common import speedups
 
-native = speedups.load("ferrymq.common._message_codec")
+_native = speedups.load("ferrymq.common._message_codec")
 
 _MASK32 = 0xFFFFFFFF
 
@@ -56,4 +56,4 @@ def py_java_string_hash(s: str) -> int:
     return h - 0x1_0000_0000 if h & 0x8000_0000 else h
 
 
-java_string_hash = native.java_string_hash if native is not None else py_java_string_hash
+java_string_hash = _native.java_string_hash if _native is not None else py_java_string_hash

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ferrymq.common.message_id import offset_msg_id, offset_msg_id_prefix, pack_ip, unpack_ip
 from ferrymq.common import speedups
 
-native = speedups.load("ferrymq.common._message_codec")
+_native = speedups.load("ferrymq.common._message_codec")
 
 MESSAGE_MAGIC = -626843481  # 0xDAA320A7
 BLANK_MAGIC = -875286124  # 0xCBD43194: filler at the end of a CommitLog segment
@@ -129,15 +129,15 @@ def py_decode_properties(s: str) -> dict[str, str]:
     return out
 
 
-if native is not None:
-    _native_encode_properties = native.encode_properties
+if _native is not None:
+    _native_encode_properties = _native.encode_properties
 
     def encode_properties(props: Mapping[str, str]) -> str:
         """``name 0x01 value 0x02 ...`` without the trailing 0x02 (4.9.1+ style)."""
         text = _native_encode_properties(props)
         return py_encode_properties(props) if text is NotImplemented else text
 
-    decode_properties = native.decode_properties
+    decode_properties = _native.decode_properties
 else:
     encode_properties, decode_properties = py_encode_properties, py_decode_properties
 
@@ -344,7 +344,7 @@ def py_pack_record(
     return buf
 
 
-pack_record = native.pack_record if native is not None else py_pack_record
+pack_record = _native.pack_record if _native is not None else py_pack_record
 
 
 def stamp_record(buf: bytearray, queue_offset: int, physical_offset: int, store_timestamp: int, pos: int = 0) -> None:
@@ -530,4 +530,4 @@ def py_decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]
     return out
 
 
-decode_batch_body = native.decode_batch_body if native is not None else py_decode_batch_body
+decode_batch_body = _native.decode_batch_body if _native is not None else py_decode_batch_body

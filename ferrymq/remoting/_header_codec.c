@@ -351,12 +351,8 @@ closed:
     result = Py_BuildValue("(LLLLLOO)", code, language, version, opaque, flag, remark ? remark : Py_None, ext);
     goto fail; /* releases what the tuple now holds its own references to */
 not_ours:
-    if (!PyErr_Occurred()) {
+    if (!PyErr_Occurred()) /* else an error of ours (no memory): raised */
         result = Py_NewRef(Py_NotImplemented);
-    } else if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { /* cannot happen with "replace" */
-        PyErr_Clear();
-        result = Py_NewRef(Py_NotImplemented);
-    }
 fail:
     Py_XDECREF(remark);
     Py_XDECREF(ext);

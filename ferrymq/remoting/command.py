@@ -150,10 +150,8 @@ class RemotingCommand:
         return value.lower() == "true"  # Boolean.parseBoolean: anything else is false
 
     def _get_number(self, name: str, default: int | None, required: bool, bits: int) -> int | None:
-        value = self.ext_fields.get(name)
-        if not value:
-            if required:
-                raise HeaderFieldError(name)
+        value = self.get_str(name, required=required)
+        if value is None:
             return default
         # A malformed number fails even for optional fields: Java's header decoding
         # throws NumberFormatException there too, which the peer sees as SYSTEM_ERROR.
