@@ -14,6 +14,16 @@ hop each way. Everything else that may touch the disk (older reads, fsyncs, rete
 and shutdown) runs in threads; reads use a small pool so a cold read never delays a send. After a write the arrival is announced on
 the loop to wake held pulls for that queue.
 
+Dispatch rounds: when one read from a connection holds several requests, the connection opens
+a round (``open_round``), runs the requests eagerly, and closes it (``close_round``) before any
+answer of that read leaves. Puts that would append on the loop park meanwhile
+(common/eager.py) and are written at the close with ``MessageStore.put_group``: one pwrite for
+all their CommitLog records, one per ConsumeQueue and one for the index entries, instead of
+three per message (a Java producer with 64 sends in flight delivers ~11 per read; measured in
+bench/RESULTS.md). Each parked send then continues with its own result, so a failed write
+fails exactly the sends it held. A put that must go to the writer thread first writes the puts
+parked before it, so no queue's order changes.
+
 Writes through the writer thread keep their arrival order (one thread; an append runs on the
 loop only while that thread has nothing queued or running). Its hand-offs are batched both
 ways: the thread takes every put queued since it last looked, and the results (and
@@ -42,6 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
+from ferrymq.common.eager import Parked
 from ferrymq.common.message import MessageExt, record_store_timestamp
 from ferrymq.store.flush import settle_flush_wait
 from ferrymq.store.message_store import MessageStore
@@ -296,6 +307,9 @@ class AsyncMessageStore:
         self.appends_in_thread = 0  # puts handed to the writer thread (slow disk, a new queue, or configured)
         self.reads_on_loop = 0  # pull reads of recent data done on the event loop
         self.reads_in_pool = 0  # pull reads done in the read pool (older data, or configured)
+        self._round: list[tuple[MessageExt | list[MessageExt], Parked]] | None = None  # puts parked in the open round
+        self.round_writes = 0  # writes of parked puts (each: one write per file for all of them)
+        self.round_puts = 0  # puts written so
         self._completions: _LoopCompletions | None = None
         self._flush_waits: _FlushWaits  # made with the loop's completions
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
@@ -325,24 +339,72 @@ class AsyncMessageStore:
         self._writer.submit(completions, future, fn, args, kwargs)
         return await future
 
-    async def _append(self, topic: str, queue_id: int, fn: Callable[..., T], *args, **kwargs) -> T:
-        """A put to one queue: on the loop while appends are fast and the writer thread is idle,
-        else queued. A queue's first put goes to the thread too: it creates the queue's
-        directory and files, file-system work rather than a copy (8 000 new queues at once held
-        the loop for seconds: bench/RESULTS.md, broker memory)."""
+    async def _append(self, put: MessageExt | list[MessageExt]) -> AppendResult:
+        """A put (a message, or a batch for one queue): on the loop while appends are fast and
+        the writer thread is idle, else queued. A queue's first put goes to the thread too: it
+        creates the queue's directory and files, file-system work rather than a copy (8 000
+        new queues at once held the loop for seconds: bench/RESULTS.md, broker memory).
+        While a dispatch round is open (``open_round``) an on-loop put parks until the round
+        closes, and is written with the round's other puts."""
+        first = put if isinstance(put, MessageExt) else put[0]
         started = time.monotonic()
         if (not self._append_on_loop or not self._writer.idle or started < self._offloaded_until
-                or not self.sync_store.has_queue(topic, queue_id)):
+                or not self.sync_store.has_queue(first.topic, first.queue_id)):
+            if self._round:  # puts parked before this one are written before it, as they came
+                self._write_round()
             self.appends_in_thread += 1
-            return await self._write(fn, *args, **kwargs)
+            return await self._write(self._put_one, put)
         self.appends_on_loop += 1
-        result = fn(*args, **kwargs)
+        if self._round is not None:
+            ticket = Parked()
+            self._round.append((put, ticket))
+            return await ticket
+        result = self.sync_store.put_group([put])[0]
+        self._check_append_time(started)
+        return result
+
+    def _put_one(self, put: MessageExt | list[MessageExt]) -> AppendResult:
+        return self.sync_store.put_group([put])[0]
+
+    def _check_append_time(self, started: float) -> None:
+        """An append that held the loop too long moves appends to the writer thread for a while."""
         took = time.monotonic() - started
         if took > self._slow_append_s:
             self._offloaded_until = started + took + OFFLOAD_SECONDS
             log.warning("an append took %.0f ms on the event loop: appends go to the writer thread for %.0f s",
                         took * 1000, OFFLOAD_SECONDS)
-        return result
+
+    def open_round(self) -> None:
+        """A connection starts dispatching the requests of one read: puts made on the loop
+        until ``close_round`` park (their coroutines are run eagerly by the connection, see
+        common/eager.py) and are then written together, with one write per file."""
+        self._round = []
+
+    def close_round(self) -> None:
+        """Write the puts parked since ``open_round``; the connection then resumes their
+        coroutines, which find their results (before any answer of that read leaves)."""
+        self._write_round()
+        self._round = None
+
+    def _write_round(self) -> None:
+        """Write the puts parked in the open round so far and give each its result."""
+        parked = self._round
+        if not parked:
+            return
+        self._round = []
+        self.round_writes += 1
+        self.round_puts += len(parked)
+        started = time.monotonic()
+        try:
+            results = self.sync_store.put_group([put for put, _ in parked])
+        except Exception as exc:  # a bug of ours: every parked send hears of it
+            log.exception("writing a round of %d puts failed", len(parked))
+            for _, ticket in parked:
+                ticket.error = exc
+            return
+        for (_, ticket), result in zip(parked, results):
+            ticket.result = result
+        self._check_append_time(started)
 
     @property
     def appends_offloaded(self) -> bool:
@@ -359,7 +421,7 @@ class AsyncMessageStore:
 
     async def put_message(self, msg: MessageExt, *, wait: bool = True) -> AppendResult:
         """Store one message; answer per the flush policy (``wait``: the message's WAIT flag)."""
-        result = await self._append(msg.topic, msg.queue_id, self.sync_store.put_message, msg, wait_flush=False)
+        result = await self._append(msg)
         self._announce(msg.topic, msg.queue_id, result, (msg,))
         replica = self._replica_wait(result, wait and msg.wait_store_msg_ok)
         return await self._replicated(await self._flushed(result, wait and msg.wait_store_msg_ok), replica)
@@ -367,8 +429,7 @@ class AsyncMessageStore:
     async def put_messages(self, msgs: list[MessageExt], *, wait: bool = True) -> AppendResult:
         if not msgs:
             return self.sync_store.put_messages(msgs)  # refused: an empty batch
-        result = await self._append(msgs[0].topic, msgs[0].queue_id, self.sync_store.put_messages, msgs,
-                                    wait_flush=False)
+        result = await self._append(msgs)
         self._announce(msgs[0].topic, msgs[0].queue_id, result, msgs)
         wait = wait and all(m.wait_store_msg_ok for m in msgs)
         replica = self._replica_wait(result, wait)

@@ -159,6 +159,8 @@ class Broker:
             self.server.register(code, reply)
         for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             self.server.register(code, send, eager=True)  # most sends never wait: no task for them
+        # The sends of one read are written together (one write per file, not three a message).
+        self.server.set_dispatch_rounds(ctx.store)
         self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection,
                                                                      self.pop.classic_pull_refusal))
         for code, handler in PopProcessors(self.pop, self.config.enable_property_filter).handlers().items():

@@ -10,6 +10,14 @@ The part that runs before the first suspension is not inside a task: it must not
 ``asyncio.current_task()`` or ``asyncio.timeout()`` (which needs the current task) before
 its first ``await`` of something that really waits. Callers therefore opt in per coroutine
 kind (the remoting server per request code), never for every coroutine.
+
+Parking: a caller that runs several coroutines eagerly in one go (the remoting connection,
+for the requests of one read) may let them *park*: a coroutine that awaits ``Parked()``
+yields the ``PARK`` marker to the caller, which keeps it in ``parked`` and later continues it
+with ``resume_parked`` (no task, no loop pass), after doing what they parked for at once
+(the broker writes the sends of one read with one write per file). Only code that knows it
+runs under such a caller may await ``Parked()`` (the store parks only while a connection's
+dispatch round is open); a task that meets the marker fails with "bad yield".
 """
 
 from __future__ import annotations
@@ -18,7 +26,34 @@ import asyncio
 from collections.abc import Coroutine, Generator
 from typing import Any
 
-__all__ = ["start_eagerly"]
+__all__ = ["PARK", "Parked", "resume_parked", "start_eagerly"]
+
+
+class _ParkMarker:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PARK"
+
+
+PARK = _ParkMarker()
+
+
+class Parked:
+    """Awaiting this parks the coroutine with the caller that runs it eagerly (see above);
+    it continues with ``resume_parked``, receiving ``result`` (or raising ``error``) set meanwhile."""
+
+    __slots__ = ("result", "error")
+
+    def __init__(self) -> None:
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        yield PARK
+        if self.error is not None:
+            raise self.error
+        return self.result
 
 
 class _Resume:
@@ -55,13 +90,35 @@ async def _finish(resume: _Resume) -> Any:
     return await resume
 
 
-def start_eagerly(coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task | None:
-    """Run ``coro`` now; None if it finished without suspending, else the task finishing it.
+def start_eagerly(coro: Coroutine[Any, Any, Any], name: str | None = None,
+                  parked: list[Coroutine[Any, Any, Any]] | None = None) -> asyncio.Task | None:
+    """Run ``coro`` now; None if it finished without suspending (or parked: then it is
+    appended to ``parked``), else the task finishing it.
 
     An exception raised before the first suspension propagates to the caller, as it would
     from a plain call."""
     try:
         pending = coro.send(None)
     except StopIteration:
+        return None
+    return _after_suspension(coro, pending, name, parked)
+
+
+def resume_parked(coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task | None:
+    """Continue a parked coroutine now; None if it finished, else the task finishing it."""
+    try:
+        pending = coro.send(None)
+    except StopIteration:
+        return None
+    return _after_suspension(coro, pending, name, None)
+
+
+def _after_suspension(coro: Coroutine[Any, Any, Any], pending: Any, name: str | None,
+                      parked: list[Coroutine[Any, Any, Any]] | None) -> asyncio.Task | None:
+    if pending is PARK:
+        if parked is None:
+            coro.close()
+            raise RuntimeError("a coroutine parked where no caller takes parked coroutines")
+        parked.append(coro)
         return None
     return asyncio.get_running_loop().create_task(_finish(_Resume(coro, pending)), name=name)

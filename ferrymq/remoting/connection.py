@@ -13,9 +13,9 @@ import contextlib
 import logging
 import time
 from functools import partial
-from typing import Any, AsyncIterator, Awaitable, Callable, Collection, cast
+from typing import Any, AsyncIterator, Awaitable, Callable, Collection, Coroutine, Protocol, cast
 
-from ferrymq.common.eager import start_eagerly
+from ferrymq.common.eager import resume_parked, start_eagerly
 from ferrymq.remoting.codes import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from ferrymq.remoting.command import FrameDecoder, RemotingCommand, encode_frame
 from ferrymq.remoting.errors import (
@@ -35,6 +35,18 @@ log = logging.getLogger(__name__)
 RequestHandler = Callable[[RemotingCommand, "Connection"], Awaitable["RemotingCommand | None"]]
 CloseListener = Callable[["Connection"], None]
 ResponseCallback = Callable[["RemotingCommand | None", "BaseException | None"], None]
+
+
+class DispatchRounds(Protocol):
+    """Told when a connection starts and ends dispatching the requests of one read, when it
+    holds more than one. Eager requests may park meanwhile (common/eager.py); the connection
+    resumes them right after ``close_round``, before the read's answers leave. The broker's
+    store writes the sends of a read together so (broker/async_store.py)."""
+
+    def open_round(self) -> None: ...
+
+    def close_round(self) -> None: ...
+
 
 # Java client defaults for in-flight async and oneway requests (wire facts 1.8).
 DEFAULT_PERMITS = 65535
@@ -81,6 +93,7 @@ class Connection(asyncio.Protocol):
         oneway_permits: int = DEFAULT_PERMITS,
         opened: Callable[["Connection"], None] | None = None,
         eager_codes: Collection[int] = (),
+        rounds: DispatchRounds | None = None,
     ) -> None:
         self.remote_address: tuple[str, int] = ("", 0)
         self.local_address: tuple[str, int] = ("", 0)
@@ -90,6 +103,7 @@ class Connection(asyncio.Protocol):
         self._handler = handler or _serve_nothing
         self._opened = opened
         self._eager_codes = eager_codes  # requests served at once, a task only if they wait
+        self._rounds = rounds  # told of reads with several requests (eager ones may park meanwhile)
         self._max_frame = max_frame
         self._decoder = FrameDecoder(max_frame)
         self._responses = ResponseTable(self._peer)
@@ -136,17 +150,34 @@ class Connection(asyncio.Protocol):
         # Answers given while these frames are dispatched (eager requests) are gathered and
         # leave in one write when all are dispatched: no syscall each, no extra loop pass.
         self._gathering = True
+        rounds = self._rounds if len(commands) > 1 else None
+        parked: list[Coroutine[Any, Any, None]] | None = None  # requests parked in this read's round
         try:
+            if rounds is not None:
+                parked = []
+                rounds.open_round()
             for command in commands:
                 command.received_at = self.last_active
-                self._dispatch(command)
+                self._dispatch(command, parked)
         except Exception:
             log.exception("reader of %s crashed", self._peer)  # a bug of ours: be loud
             self._shutdown("reader crashed")
         finally:
+            if rounds is not None and parked is not None:
+                self._end_round(rounds, parked)
             self._gathering = False
             if self._outbox and not self._flush_scheduled:
                 self._flush_outbox()
+
+    def _end_round(self, rounds: DispatchRounds, parked: list[Coroutine[Any, Any, None]]) -> None:
+        try:
+            rounds.close_round()
+        finally:  # the parked requests go on (and answer) whatever the round did
+            for coro in parked:
+                try:
+                    self._track(resume_parked(coro))
+                except Exception:
+                    log.exception("request of %s failed when resumed", self._peer)
 
     def eof_received(self) -> bool:
         return False  # the peer is done sending: close our side too (RocketMQ closes the channel)
@@ -314,7 +345,7 @@ class Connection(asyncio.Protocol):
 
     # --- incoming frames ----------------------------------------------------------------------
 
-    def _dispatch(self, command: RemotingCommand) -> None:
+    def _dispatch(self, command: RemotingCommand, parked: list[Coroutine[Any, Any, None]] | None = None) -> None:
         if command.is_response:
             if not self._responses.complete(command):
                 log.debug("dropping response with unknown or expired opaque %d from %s", command.opaque, self._peer)
@@ -323,11 +354,14 @@ class Connection(asyncio.Protocol):
         # heartbeats or other requests on this connection. Codes the server marked eager
         # (sends) run at once and become a task only if they wait (a flush, a full writer).
         if command.code in self._eager_codes:
-            task = start_eagerly(self._serve(command))
-            if task is None:
-                return
+            self._track(start_eagerly(self._serve(command), parked=parked))
         else:
-            task = asyncio.get_running_loop().create_task(self._serve(command))
+            self._track(asyncio.get_running_loop().create_task(self._serve(command)))
+
+    def _track(self, task: asyncio.Task[None] | None) -> None:
+        """Count a request being served in a task (reading pauses when too many are)."""
+        if task is None:
+            return
         self._handler_tasks.add(task)
         task.add_done_callback(self._handler_done)
         if len(self._handler_tasks) >= MAX_HANDLERS and not self._reading_paused and self._transport is not None:

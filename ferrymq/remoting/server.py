@@ -11,7 +11,7 @@ from typing import Callable
 
 from ferrymq.remoting.codes import DEFAULT_MAX_FRAME
 from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.connection import Connection, RequestHandler, not_supported
+from ferrymq.remoting.connection import Connection, DispatchRounds, RequestHandler, not_supported
 from ferrymq.remoting.tls import TLS_RECORD_HANDSHAKE, ServerTls, TlsMode, first_byte
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ class RemotingServer:
         self._max_frame = max_frame
         self._processors: dict[int, RequestHandler] = {}
         self._eager_codes: set[int] = set()
+        self._rounds: DispatchRounds | None = None
         self._default_processor: RequestHandler | None = None
         self._guard: RequestGuard | None = None
         self._open_listeners: list[ConnectionListener] = []
@@ -70,6 +71,13 @@ class RemotingServer:
         for mirror in self._mirrors:
             mirror.register_default(processor)
 
+    def set_dispatch_rounds(self, rounds: DispatchRounds | None) -> None:
+        """Tell ``rounds`` about each read that holds several requests (see DispatchRounds);
+        applies to connections accepted from now on."""
+        self._rounds = rounds
+        for mirror in self._mirrors:
+            mirror.set_dispatch_rounds(rounds)
+
     def set_request_guard(self, guard: RequestGuard | None) -> None:
         self._guard = guard
         for mirror in self._mirrors:
@@ -82,6 +90,7 @@ class RemotingServer:
                                max_idle_seconds=self.max_idle_seconds)
         other._processors = self._processors  # shared tables: registrations made later apply to both
         other._eager_codes = self._eager_codes
+        other._rounds = self._rounds
         other._open_listeners = self._open_listeners
         other._close_listeners = self._close_listeners
         other._default_processor = self._default_processor
@@ -144,7 +153,7 @@ class RemotingServer:
 
     def _new_connection(self) -> Connection:
         return Connection(self._dispatch, max_frame=self._max_frame, opened=self._accept,
-                          eager_codes=self._eager_codes)
+                          eager_codes=self._eager_codes, rounds=self._rounds)
 
     def _accept(self, connection: Connection) -> None:
         self.connections.add(connection)

@@ -1,8 +1,9 @@
 """The CommitLog: every record of every topic, appended in one sequence of segments.
 
-Writers serialise on one lock; inside it a put only rolls the segment if needed, stamps
-the offsets and store time into records encoded beforehand, writes them with one
-pwrite and indexes them (the ``dispatch`` callback), so the critical section stays short.
+Writers serialise on one lock; inside it a put (or a run of puts written together) only
+rolls the segment if needed, stamps the offsets and store time into records encoded
+beforehand, writes them with one pwrite and indexes them (the ``dispatch`` callback), so the
+critical section stays short.
 Readers take no lock: they only read below ``max_offset``, which moves after the bytes
 are in the file.
 
@@ -42,9 +43,9 @@ _READ_AHEAD = 4096  # a single-record read guesses the record fits in this
 _MAX_RUN_GAP = 16 * 1024  # reading over a gap this small is cheaper than another pread
 _STORE_TIMESTAMP_SPAN = 48 + 20 + 8  # bytes of a record that always include STORETIMESTAMP
 
-# dispatch(first queue offset, first physical offset, store timestamp), called under the lock for
-# every put (the store decides what goes to ConsumeQueues and the IndexFile)
-Dispatch = Callable[[int, int, int], None]
+# dispatch(where each put of a run went, their store timestamp), called under the lock for every
+# run of puts (the store decides what goes to ConsumeQueues and the IndexFile)
+DispatchRun = Callable[[list["Appended"], int], None]
 # roll listener: called under the lock when a new segment starts (the disk guard looks then)
 RollListener = Callable[[], None]
 
@@ -58,6 +59,16 @@ class Appended:
     phys_offset: int  # where the first record starts
     queue_offset: int  # first record's queue offset (0 for records that are not dispatched)
     store_timestamp: int
+
+
+@dataclass(slots=True)
+class PendingPut:
+    """One put's records, encoded with placeholder offsets (stamped when written)."""
+
+    data: bytearray
+    record_sizes: Sequence[int]
+    queue_key: str  # "topic-queueId"
+    dispatched: bool  # False: prepared/rollback transaction records (no queue offset, no entry)
 
 
 @dataclass(slots=True)
@@ -156,39 +167,54 @@ class CommitLog:
 
     # ------------------------------------------------------------ writing
 
-    def put(
-        self, data: bytearray, record_sizes: Sequence[int], queue_key: str, dispatched: bool, dispatch: Dispatch
-    ) -> Appended | None:
-        """Append one record, or a batch of records back to back, contiguously.
+    def put_run(self, puts: Sequence["PendingPut"], dispatch: DispatchRun) -> list[Appended] | None:
+        """Append several puts back to back with one write: as many of ``puts`` as fit in the
+        current segment, from the first (rolling to the next segment first if even the first
+        does not fit). Returns where each written put went: a prefix of ``puts``; the caller
+        puts the rest with another call. ``dispatch(appended, store_timestamp)`` indexes them,
+        under the lock. On an I/O error nothing of this call stays visible. None once closed.
 
-        ``data`` holds records encoded with placeholder offsets; they are stamped here.
-        ``dispatched`` is False for prepared/rollback transaction records: queue offset 0,
-        no ConsumeQueue entry, the queue's counter does not move.
-        On an I/O error nothing stays visible: the write and its index entries are undone.
-        Returns None once the log is closed.
-        """
-        n = len(data)
-        if n + BLANK_SIZE > self.segment_size:
-            raise ValueError(f"{n} bytes of records cannot fit in a CommitLog segment of {self.segment_size}")
+        Records come encoded with placeholder offsets; they are stamped here. A put that is not
+        ``dispatched`` (prepared/rollback transaction records) gets queue offset 0 and its
+        queue's counter does not move. A put that cannot fit even in an empty segment raises ValueError."""
         with self.lock:
             if self.closed:
                 return None
             seg = self._files.last()
-            if seg is None or seg.remaining < n + BLANK_SIZE:
+            if seg is None or seg.remaining < len(puts[0].data) + BLANK_SIZE:
                 seg = self._roll(seg)
+            room = seg.remaining - BLANK_SIZE
             pos = seg.write_position
             phys = seg.start_offset + pos
-            queue_offset = self.queue_offsets.get(queue_key, 0) if dispatched else 0
             now = self.clock()
+            next_offsets: dict[str, int] = {}  # queues this run moves (the table moves once written)
+            placed: list[Appended] = []
             at = 0
-            for i, size in enumerate(record_sizes):
-                stamp_record(data, queue_offset + i if dispatched else 0, phys + at, now, at)
-                at += size
+            for put in puts:
+                n = len(put.data)
+                if at + n > room:
+                    break
+                key = put.queue_key
+                queue_offset = 0
+                if put.dispatched:
+                    queue_offset = next_offsets.get(key)
+                    if queue_offset is None:
+                        queue_offset = self.queue_offsets.get(key, 0)
+                    next_offsets[key] = queue_offset + len(put.record_sizes)
+                record_at = 0
+                for i, size in enumerate(put.record_sizes):
+                    stamp_record(put.data, queue_offset + i if put.dispatched else 0, phys + at + record_at, now, record_at)
+                    record_at += size
+                placed.append(Appended(phys + at, queue_offset, now))
+                at += n
+            if not placed:
+                raise ValueError(f"{len(puts[0].data)} bytes of records cannot fit in a CommitLog segment of {self.segment_size}")
+            data = puts[0].data if len(placed) == 1 else bytearray().join(p.data for p in puts[:len(placed)])
             head = self._head
             try:
                 seg.append(data)
-                self._head = (phys + n, now)  # before dispatch: an indexed record must be readable
-                dispatch(queue_offset, phys, now)
+                self._head = (phys + at, now)  # before dispatch: an indexed record must be readable
+                dispatch(placed, now)
             except BaseException:
                 self._head = head
                 try:
@@ -196,9 +222,8 @@ class CommitLog:
                 except OSError:
                     seg.write_position = pos  # at least the next record overwrites it
                 raise
-            if dispatched:
-                self.queue_offsets[queue_key] = queue_offset + len(record_sizes)
-            return Appended(phys, queue_offset, now)
+            self.queue_offsets.update(next_offsets)
+            return placed
 
     def append_copy(self, offset: int, data: bytes | memoryview, store_timestamp: int,
                     dispatch: Callable[[], None]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from ferrymq.common.java_hash import java_string_hash
 from ferrymq.common.message import MessageExt, Prop, SysFlag
@@ -92,6 +93,19 @@ class ConsumeQueueTable:
         shutil.rmtree(self.root_dir, ignore_errors=True)
 
 
+@dataclass(slots=True)
+class StoredPut:
+    """Where one put's records went: contiguous records of one queue."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int  # of the first record
+    phys: int  # CommitLog offset of the first record
+    msgs: Sequence[MessageExt]
+    sizes: Sequence[int]
+    to_queue: bool  # False: prepared/rollback transaction records get no ConsumeQueue entry
+
+
 class Dispatcher:
     """Writes the ConsumeQueue entries and index keys of records in the CommitLog."""
 
@@ -103,28 +117,47 @@ class Dispatcher:
 
     def appended(self, topic: str, queue_id: int, queue_offset: int, phys: int, msgs: Sequence[MessageExt],
                  sizes: Sequence[int], store_ts: int, *, to_queue: bool) -> None:
-        """Records just appended (contiguous, one queue): entries, then keys. If indexing
-        fails the entries are taken back, so the put that failed leaves nothing visible."""
-        if to_queue:
-            self.queue_entries(topic, queue_id, queue_offset, phys, msgs, sizes, store_ts)
-        if self.index is not None:
-            try:
-                self.index.build_index_many(topic, _records_at(msgs, sizes, phys), store_ts)
-            except BaseException:
-                if to_queue:
-                    self.queues.get_or_create(topic, queue_id).truncate_to(queue_offset)
-                raise
+        """Records of one put just appended (contiguous, one queue): entries, then keys."""
+        self.appended_run([StoredPut(topic, queue_id, queue_offset, phys, msgs, sizes, to_queue)], store_ts)
+
+    def appended_run(self, puts: Sequence["StoredPut"], store_ts: int) -> None:
+        """Puts written together (in CommitLog order): each queue's entries with one write,
+        then every key with one. If indexing fails the entries are taken back, so puts that
+        failed leave nothing visible."""
+        by_queue: dict[tuple[str, int], list[StoredPut]] = {}
+        for put in puts:
+            if put.to_queue:
+                by_queue.setdefault((put.topic, put.queue_id), []).append(put)
+        written: list[tuple[str, int]] = []
+        try:
+            for (topic, queue_id), queue_puts in by_queue.items():
+                self._queue_entries(topic, queue_id, queue_puts, store_ts)
+                written.append((topic, queue_id))
+            if self.index is not None:
+                self.index.build_index_run(
+                    [(put.topic, record) for put in puts for record in _records_at(put.msgs, put.sizes, put.phys)], store_ts)
+        except BaseException:
+            for topic, queue_id in written:
+                self.queues.get_or_create(topic, queue_id).truncate_to(by_queue[topic, queue_id][0].queue_offset)
+            raise
         self.last_dispatched_ts = store_ts
 
     def queue_entries(self, topic: str, queue_id: int, queue_offset: int, phys: int, msgs: Sequence[MessageExt],
                       sizes: Sequence[int], store_ts: int) -> None:
         """Append the ConsumeQueue entries (offset, size, tagsCode) of contiguous records; a
         queue that already has an entry for ``queue_offset`` ignores it (recovery)."""
+        self._queue_entries(topic, queue_id, [StoredPut(topic, queue_id, queue_offset, phys, msgs, sizes, True)], store_ts)
+
+    def _queue_entries(self, topic: str, queue_id: int, puts: Sequence["StoredPut"], store_ts: int) -> None:
+        """The entries of puts to one queue with consecutive queue offsets, in one write."""
         entries = []
-        for m, size in zip(msgs, sizes):
-            entries.append(CQ_ENTRY.pack(phys, size, self.tags_code(topic, m.properties, store_ts)))
-            phys += size
-        self.queues.get_or_create(topic, queue_id).append(queue_offset, b"".join(entries), phys)
+        phys = 0
+        for put in puts:
+            phys = put.phys
+            for m, size in zip(put.msgs, put.sizes):
+                entries.append(CQ_ENTRY.pack(phys, size, self.tags_code(topic, m.properties, store_ts)))
+                phys += size
+        self.queues.get_or_create(topic, queue_id).append(puts[0].queue_offset, b"".join(entries), phys)
 
     def record_entry(self, m: MessageExt, phys: int) -> None:
         """The ConsumeQueue entry of one record read back from the CommitLog (recovery, a

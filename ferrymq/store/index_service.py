@@ -125,7 +125,13 @@ class IndexService:
     def build_index_many(self, topic: str, records: Iterable[tuple[int, dict[str, str], int]],
                          store_timestamp: int) -> None:
         """Index records stored together (one put): (sysFlag, properties, CommitLog offset) each."""
-        postings = [(key, phy_offset) for sys_flag, properties, phy_offset in records
+        self.build_index_run([(topic, record) for record in records], store_timestamp)
+
+    def build_index_run(self, records: Iterable[tuple[str, tuple[int, dict[str, str], int]]],
+                        store_timestamp: int) -> None:
+        """Index records of any topics stored together, in CommitLog order: (topic, (sysFlag,
+        properties, CommitLog offset)) each; their entries go out with one write per file."""
+        postings = [(key, phy_offset) for topic, (sys_flag, properties, phy_offset) in records
                     if SysFlag.transaction_type(sys_flag) != SysFlag.TRANSACTION_ROLLBACK_TYPE
                     for key in index_keys(topic, properties)]
         while postings:

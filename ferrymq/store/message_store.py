@@ -21,6 +21,7 @@ import errno
 import logging
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ferrymq.common.message import (
     MAX_PROPERTIES_LENGTH,
@@ -33,11 +34,11 @@ from ferrymq.common.message import (
 from ferrymq.common.message_id import offset_msg_id, pack_ip
 from ferrymq.common.validators import validate_topic
 from ferrymq.store.checkpoint import StoreCheckpoint
-from ferrymq.store.commit_log import BLANK_SIZE, CommitLog, RecoveryReport
+from ferrymq.store.commit_log import BLANK_SIZE, Appended, CommitLog, PendingPut, RecoveryReport
 from ferrymq.store.config import StoreConfig
 from ferrymq.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from ferrymq.store.dir_lock import StoreDirLock
-from ferrymq.store.dispatch import ConsumeQueueTable, Dispatcher
+from ferrymq.store.dispatch import ConsumeQueueTable, Dispatcher, StoredPut
 from ferrymq.store.flush import FlushDone, GroupCommitService, StoreFlusher
 from ferrymq.store.index_service import IndexService
 from ferrymq.store.recovery import StoreRecovery
@@ -57,6 +58,19 @@ log = logging.getLogger(__name__)
 
 MAX_FILTER_SCAN_BYTES = 16000  # ConsumeQueue bytes a filtered pull may scan (at least)
 _DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A put that passed its checks: its messages and their encoded records."""
+
+    msgs: Sequence[MessageExt]
+    put: PendingPut
+
+    def stored_at(self, appended: Appended) -> StoredPut:
+        first = self.msgs[0]
+        return StoredPut(first.topic, first.queue_id, appended.queue_offset, appended.phys_offset, self.msgs,
+                         self.put.record_sizes, self.put.dispatched)
 
 
 def _total_physical_memory() -> int:
@@ -150,30 +164,76 @@ class MessageStore:
 
         With SYNC_FLUSH and ``wait_flush`` (and the message's WAIT not false) it returns once
         the record is fsynced; without ``wait_flush`` the caller waits (``request_flush``)."""
-        return self._put([msg], wait_flush)
+        return self._flush_wait(self.put_group([msg])[0], [msg], wait_flush)
 
     def put_messages(self, msgs: list[MessageExt], *, wait_flush: bool = True) -> AppendResult:
         """Store a batch contiguously with consecutive queue offsets (same topic and queue)."""
-        if not msgs:
-            return refused(PutStatus.MESSAGE_ILLEGAL, "empty batch")
-        topic, queue_id = msgs[0].topic, msgs[0].queue_id
-        for m in msgs:
-            if m.topic != topic or m.queue_id != queue_id:
-                return refused(PutStatus.MESSAGE_ILLEGAL, "all messages of a batch must have the same topic and queue")
-            if SysFlag.transaction_type(m.sys_flag) != SysFlag.TRANSACTION_NOT_TYPE:
-                return refused(PutStatus.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
-            if m.delay_level > 0:
-                return refused(PutStatus.MESSAGE_ILLEGAL, "batch messages cannot have a delay level")
-        return self._put(msgs, wait_flush)
+        return self._flush_wait(self.put_group([msgs])[0], msgs, wait_flush)
 
-    def _put(self, msgs: Sequence[MessageExt], wait_flush: bool = True) -> AppendResult:
+    def put_group(self, puts: Sequence[MessageExt | list[MessageExt]]) -> list[AppendResult]:
+        """Store several puts, each a message (as ``put_message``) or a batch (a list, as
+        ``put_messages``), in order, writing each file once for as many as fit in the CommitLog's
+        current segment: the broker stores the sends of one read from a connection so (one
+        pwrite for all their records instead of three per message: bench/RESULTS.md). Each put
+        gets its own result, as ``put_message``/``put_messages`` with ``wait_flush=False`` give
+        it: a put refused on its own (too large, a bad topic) holds up no other; a write that
+        fails fails its puts and every later one, and stores nothing of them."""
+        results: list[AppendResult | None] = [None] * len(puts)
+        pending: list[tuple[int, _Prepared]] = []
+        for i, put in enumerate(puts):
+            prepared = self._prepare([put] if isinstance(put, MessageExt) else put, batch=not isinstance(put, MessageExt))
+            if isinstance(prepared, AppendResult):
+                results[i] = prepared
+            else:
+                pending.append((i, prepared))
+
+        def dispatch(placed: list[Appended], store_ts: int) -> None:
+            self.dispatcher.appended_run([p.stored_at(a) for (_, p), a in zip(pending, placed)], store_ts)
+
+        while pending:
+            failure = None
+            try:
+                placed = self.commit_log.put_run([p.put for _, p in pending], dispatch)
+            except OSError as exc:  # the write and its index entries were undone: nothing was stored
+                if exc.errno in _DISK_FULL_ERRNOS:
+                    self.disk_guard.mark_full(f"write failed: {exc}")
+                    failure = refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark(f"write failed: {exc}"))
+                else:
+                    log.error("CommitLog write failed: %s", exc)
+                    failure = refused(PutStatus.UNKNOWN_ERROR, f"write failed: {exc}")
+            except ValueError as exc:
+                failure = refused(PutStatus.UNKNOWN_ERROR, f"write failed: {exc}")
+            else:
+                if placed is None:
+                    failure = refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark("message store is not running"))
+            if failure is not None:
+                for i, _ in pending:
+                    results[i] = AppendResult(failure.status, remark=failure.remark)
+                break
+            for (i, prepared), appended in zip(pending, placed):
+                results[i] = self._stored(prepared, appended)
+            pending = pending[len(placed):]
+        return results  # type: ignore[return-value]  # every slot is set by now
+
+    def _prepare(self, msgs: Sequence[MessageExt], *, batch: bool) -> "_Prepared | AppendResult":
+        """A put's records encoded (offsets still to stamp), or why it is refused."""
         if not self._running:
             return refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark("message store is not running"))
         if self.disk_guard.full_reason is not None:
             return refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark(self.disk_guard.full_reason))
         if self.refuse_puts is not None:
             return refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark(self.refuse_puts))
+        if not msgs:
+            return refused(PutStatus.MESSAGE_ILLEGAL, "empty batch")
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
+        if batch:
+            for m in msgs:
+                if m.topic != topic or m.queue_id != queue_id:
+                    return refused(PutStatus.MESSAGE_ILLEGAL, "all messages of a batch must have the same topic and queue")
+                if SysFlag.transaction_type(m.sys_flag) != SysFlag.TRANSACTION_NOT_TYPE:
+                    return refused(PutStatus.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
+                if m.delay_level > 0:
+                    return refused(PutStatus.MESSAGE_ILLEGAL, "batch messages cannot have a delay level")
         if (topic, queue_id) not in self.queues:  # known queues were validated when created
             error = validate_topic(topic)
             if error or queue_id < 0:
@@ -203,40 +263,32 @@ class MessageStore:
                 f"{len(data)} bytes of records do not fit in a CommitLog file of {self.commit_log.segment_size}",
             )
         sizes = [len(r) for r in records]
-        dispatched = SysFlag.is_dispatched(msgs[0].sys_flag)
+        return _Prepared(msgs, PendingPut(data, sizes, f"{topic}-{queue_id}", SysFlag.is_dispatched(msgs[0].sys_flag)))
 
-        def dispatch(queue_offset: int, phys: int, store_ts: int) -> None:
-            self.dispatcher.appended(topic, queue_id, queue_offset, phys, msgs, sizes, store_ts, to_queue=dispatched)
-
-        try:
-            appended = self.commit_log.put(data, sizes, f"{topic}-{queue_id}", dispatched, dispatch)
-        except OSError as exc:  # the write and its index entries were undone: nothing was stored
-            if exc.errno in _DISK_FULL_ERRNOS:
-                self.disk_guard.mark_full(f"write failed: {exc}")
-                return refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark(f"write failed: {exc}"))
-            log.error("CommitLog write failed: %s", exc)
-            return refused(PutStatus.UNKNOWN_ERROR, f"write failed: {exc}")
-        except ValueError as exc:
-            return refused(PutStatus.UNKNOWN_ERROR, f"write failed: {exc}")
-        if appended is None:
-            return refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark("message store is not running"))
-
+    def _stored(self, prepared: "_Prepared", appended: Appended) -> AppendResult:
+        """The result of a written put; its messages learn their offsets and store time."""
+        msgs, dispatched = prepared.msgs, prepared.put.dispatched
         phys, ids = appended.phys_offset, []
         host, port = self.store_host
-        for i, (m, size) in enumerate(zip(msgs, sizes)):
+        for i, (m, size) in enumerate(zip(msgs, prepared.put.record_sizes)):
             m.commit_log_offset = phys
             m.queue_offset = appended.queue_offset + i if dispatched else 0
             m.store_timestamp = appended.store_timestamp
             ids.append(offset_msg_id(host, port, phys))
             phys += size
-        result = AppendResult(
-            PutStatus.PUT_OK, appended.phys_offset, len(data), ids, appended.queue_offset, len(msgs),
+        return AppendResult(
+            PutStatus.PUT_OK, appended.phys_offset, len(prepared.put.data), ids, appended.queue_offset, len(msgs),
             appended.store_timestamp,
         )  # fmt: skip
-        if self.config.sync_flush and wait_flush:
-            if all(m.wait_store_msg_ok for m in msgs):
-                return self.flusher.wait_flushed(phys, result)
-            self.flusher.request_flush(phys, None)
+
+    def _flush_wait(self, result: AppendResult, msgs: Sequence[MessageExt], wait_flush: bool) -> AppendResult:
+        """SYNC_FLUSH for a direct caller: wait for the fsync (or just ask for one, WAIT=false)."""
+        if result.status is not PutStatus.PUT_OK or not self.config.sync_flush or not wait_flush:
+            return result
+        end = result.wrote_offset + result.wrote_bytes
+        if all(m.wait_store_msg_ok for m in msgs):
+            return self.flusher.wait_flushed(end, result)
+        self.flusher.request_flush(end, None)
         return result
 
     # ------------------------------------------------------------ replication (store/replica.py)

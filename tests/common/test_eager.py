@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from ferrymq.common.eager import start_eagerly
+from ferrymq.common.eager import Parked, resume_parked, start_eagerly
 
 
 async def test_a_coroutine_that_never_waits_finishes_before_the_call_returns():
@@ -86,3 +86,48 @@ async def test_after_its_first_wait_the_coroutine_runs_inside_its_task():
     task = start_eagerly(looks())
     await task
     assert seen[0] is not task and seen[1] is task
+
+
+async def test_a_parked_coroutine_waits_for_its_caller_and_gets_what_was_set_meanwhile():
+    tickets, steps = [], []
+
+    async def parks(name):
+        ticket = Parked()
+        tickets.append(ticket)
+        steps.append(f"{name} parked")
+        got = await ticket
+        steps.append(f"{name} got {got}")
+        return got
+
+    parked = []
+    assert start_eagerly(parks("a"), parked=parked) is None
+    assert start_eagerly(parks("b"), parked=parked) is None
+    assert steps == ["a parked", "b parked"] and len(parked) == 2  # nothing resumed them yet
+    tickets[0].result, tickets[1].error = 1, ValueError("refused")
+    assert resume_parked(parked[0]) is None
+    assert steps[-1] == "a got 1"
+    with pytest.raises(ValueError, match="refused"):  # raised in the coroutine, which did not catch it
+        resume_parked(parked[1])
+
+
+async def test_a_resumed_coroutine_that_then_waits_is_finished_by_a_task():
+    gate = asyncio.get_running_loop().create_future()
+
+    async def parks_then_waits():
+        first = await Parked()
+        return (first, await gate)
+
+    parked = []
+    start_eagerly(parks_then_waits(), parked=parked)
+    task = resume_parked(parked[0])
+    assert task is not None and not task.done()
+    gate.set_result("later")
+    assert await task == (None, "later")
+
+
+async def test_parking_where_nobody_takes_parked_coroutines_is_an_error_not_a_hang():
+    async def parks():
+        await Parked()
+
+    with pytest.raises(RuntimeError, match="parked"):
+        start_eagerly(parks())
