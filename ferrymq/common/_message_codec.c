@@ -12,6 +12,7 @@
  *   encode_properties(d)       ferrymq.common.message.py_encode_properties (dicts only)
  *   decode_batch_body(b)       ferrymq.common.message.py_decode_batch_body
  *   pack_record(...)           ferrymq.common.message.py_pack_record
+ *   index_entries(...)         ferrymq.store.index_file.py_index_entries
  *
  * Plain CPython C API, no dependency beyond the interpreter's headers.
  */
@@ -25,13 +26,9 @@
 
 /* ------------------------------------------------------------------ Java String.hashCode */
 
-static PyObject *
-java_string_hash(PyObject *module, PyObject *arg)
+static int32_t
+java_hash_of(PyObject *arg)  /* arg: a str */
 {
-    if (!PyUnicode_Check(arg)) {
-        PyErr_Format(PyExc_TypeError, "java_string_hash() needs a str, not %.100s", Py_TYPE(arg)->tp_name);
-        return NULL;
-    }
     Py_ssize_t n = PyUnicode_GET_LENGTH(arg);
     int kind = PyUnicode_KIND(arg);
     const void *data = PyUnicode_DATA(arg);
@@ -56,7 +53,17 @@ java_string_hash(PyObject *module, PyObject *arg)
             }
         }
     }
-    return PyLong_FromLong((long)(int32_t)h);
+    return (int32_t)h;
+}
+
+static PyObject *
+java_string_hash(PyObject *module, PyObject *arg)
+{
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "java_string_hash() needs a str, not %.100s", Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    return PyLong_FromLong((long)java_hash_of(arg));
 }
 
 /* ------------------------------------------------------------------ properties */
@@ -332,6 +339,111 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------------ IndexFile entries */
+
+static inline void
+put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16); p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+
+/* index_entries(postings, slots, slot_num, first, begin_ts, store_ts) -> (entries, linked, new_slots):
+ * postings a list of (str key, int CommitLog offset), slots the writer's array('i') of the file's
+ * slot table (updated in place). NotImplemented (nothing changed) for any other shape. */
+static PyObject *
+index_entries(PyObject *module, PyObject *args)
+{
+    PyObject *postings, *slots_obj;
+    long long slot_num, first, begin_ts, store_ts;
+    if (!PyArg_ParseTuple(args, "O!OLLLL", &PyList_Type, &postings, &slots_obj, &slot_num, &first, &begin_ts, &store_ts))
+        return NULL;
+    Py_buffer slots;
+    if (PyObject_GetBuffer(slots_obj, &slots, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(postings);
+    if (slots.itemsize != 4 || slots.format == NULL || strcmp(slots.format, "i") != 0 || slot_num <= 0
+            || slots.len / 4 < slot_num || first < 0 || first + count > INT32_MAX) {
+        PyBuffer_Release(&slots);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    /* First pass: read every posting, so an odd one leaves everything untouched. */
+    int32_t *hashes = PyMem_Malloc(sizeof(int32_t) * (count ? count : 1));
+    long long *offsets = PyMem_Malloc(sizeof(long long) * (count ? count : 1));
+    if (hashes == NULL || offsets == NULL) {
+        PyMem_Free(hashes); PyMem_Free(offsets); PyBuffer_Release(&slots);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(postings, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(item, 0))
+                || !PyLong_Check(PyTuple_GET_ITEM(item, 1))) {
+            goto not_implemented;
+        }
+        int overflow = 0;
+        long long offset = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(item, 1), &overflow);
+        if (overflow || (offset == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            goto not_implemented;
+        }
+        int32_t h = java_hash_of(PyTuple_GET_ITEM(item, 0));
+        hashes[i] = h == INT32_MIN ? 0 : (h < 0 ? -h : h);  /* Math.abs, with MIN_VALUE as 0 */
+        offsets[i] = offset;
+    }
+    PyObject *entries = PyBytes_FromStringAndSize(NULL, count * 20);
+    PyObject *linked = PyList_New(count);
+    if (entries == NULL || linked == NULL) {
+        Py_XDECREF(entries); Py_XDECREF(linked);
+        PyMem_Free(hashes); PyMem_Free(offsets); PyBuffer_Release(&slots);
+        return NULL;
+    }
+    int32_t *table = (int32_t *)slots.buf;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(entries);
+    long long n = first, new_slots = 0;
+    for (Py_ssize_t i = 0; i < count; i++, n++, out += 20) {
+        long long slot = hashes[i] % slot_num;
+        int32_t previous = table[slot];
+        int32_t slot_value = previous;
+        if (slot_value <= 0 || slot_value > n) {  /* (a key of this record may have linked it already) */
+            slot_value = 0;
+            new_slots++;
+        }
+        long long time_diff = 0;
+        if (begin_ts > 0) {
+            long long d = store_ts - begin_ts;
+            time_diff = d <= 0 ? 0 : d / 1000;
+            if (time_diff > INT32_MAX)
+                time_diff = INT32_MAX;
+        }
+        if (n <= 1)
+            begin_ts = store_ts;
+        put_be32(out, (uint32_t)hashes[i]);
+        put_be32(out + 4, (uint32_t)((unsigned long long)offsets[i] >> 32));
+        put_be32(out + 8, (uint32_t)offsets[i]);
+        put_be32(out + 12, (uint32_t)time_diff);
+        put_be32(out + 16, (uint32_t)slot_value);
+        PyObject *pair = Py_BuildValue("(Li)", slot, previous);
+        if (pair == NULL) {  /* undo the slots moved so far: the caller sees no change */
+            for (Py_ssize_t j = i - 1; j >= 0; j--) {
+                PyObject *done = PyList_GET_ITEM(linked, j);
+                table[PyLong_AsLongLong(PyTuple_GET_ITEM(done, 0))] = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(done, 1));
+            }
+            Py_DECREF(entries); Py_DECREF(linked);
+            PyMem_Free(hashes); PyMem_Free(offsets); PyBuffer_Release(&slots);
+            return NULL;
+        }
+        PyList_SET_ITEM(linked, i, pair);
+        table[slot] = (int32_t)n;
+    }
+    PyMem_Free(hashes); PyMem_Free(offsets); PyBuffer_Release(&slots);
+    return Py_BuildValue("(NNL)", entries, linked, new_slots);
+
+not_implemented:
+    PyMem_Free(hashes); PyMem_Free(offsets); PyBuffer_Release(&slots);
+    Py_RETURN_NOTIMPLEMENTED;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -341,6 +453,8 @@ static PyMethodDef methods[] = {
      "dict -> name\\x01value\\x02... (NotImplemented unless a dict of str to str)"},
     {"decode_batch_body", decode_batch_body, METH_O, "SEND_BATCH_MESSAGE body -> [(flag, body, properties)]"},
     {"pack_record", pack_record, METH_VARARGS, "one CommitLog record's bytes"},
+    {"index_entries", index_entries, METH_VARARGS,
+     "IndexFile entries of postings, linking the slot table in place -> (entries, linked, new_slots)"},
     {NULL, NULL, 0, NULL},
 };
 

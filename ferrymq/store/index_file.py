@@ -41,6 +41,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ferrymq.common import speedups
 from ferrymq.common.java_hash import java_string_hash
 from ferrymq.store.mapped_file import fdatasync
 
@@ -51,12 +52,59 @@ INDEX_ENTRY_SIZE = INDEX_ENTRY.size  # 20
 _SLOT = struct.Struct(">i")
 _INT_MAX = 2**31 - 1
 _EMPTY_ENTRY = bytes(INDEX_ENTRY_SIZE)
+_native = speedups.load("ferrymq.common._message_codec")
 
 
 def index_key_hash(key: str) -> int:
     """Java's ``Math.abs(key.hashCode())``, with Integer.MIN_VALUE (whose abs overflows) as 0."""
     h = abs(java_string_hash(key))
     return 0 if h > _INT_MAX else h
+
+
+def py_index_entries(postings: list[tuple[str, int]], slots: array, slot_num: int, first: int, begin_ts: int,
+                     store_timestamp: int) -> tuple[bytes, list[tuple[int, int]], int]:
+    """The entries of ``postings`` (key, CommitLog offset), numbered from ``first``, each
+    linked into ``slots`` (the file's slot table, updated in place). Returns the packed
+    entries, (slot, the value it had before) per entry, in order, and how many slots were
+    empty before. The compiled twin is ferrymq/common/_message_codec.c's ``index_entries``."""
+    linked: list[tuple[int, int]] = []
+    entries = bytearray()
+    new_slots = 0
+    n = first
+    try:
+        for key, phy_offset in postings:
+            key_hash = index_key_hash(key)
+            slot = key_hash % slot_num
+            slot_value = slots[slot]
+            if slot_value <= 0 or slot_value > n:  # (a key of this record may have linked it already)
+                slot_value = 0
+                new_slots += 1
+            # As RocketMQ: the seconds since the file's begin time, which the first entry resets.
+            time_diff = 0 if begin_ts <= 0 else min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
+            if n <= 1:
+                begin_ts = store_timestamp
+            entries += INDEX_ENTRY.pack(key_hash, phy_offset, time_diff, slot_value)
+            linked.append((slot, slots[slot]))
+            slots[slot] = n
+            n += 1
+    except BaseException:  # (a value out of range) the table is as it was
+        for slot, previous in reversed(linked):
+            slots[slot] = previous
+        raise
+    return bytes(entries), linked, new_slots
+
+
+if _native is not None:
+    _native_index_entries = _native.index_entries
+
+    def index_entries(postings: list[tuple[str, int]], slots: array, slot_num: int, first: int, begin_ts: int,
+                      store_timestamp: int) -> tuple[bytes, list[tuple[int, int]], int]:
+        got = _native_index_entries(postings, slots, slot_num, first, begin_ts, store_timestamp)
+        if got is NotImplemented:  # an unusual shape: Python decides (and raises, if it must)
+            return py_index_entries(postings, slots, slot_num, first, begin_ts, store_timestamp)
+        return got
+else:
+    index_entries = py_index_entries
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -187,27 +235,9 @@ class IndexFile:
             return 0
         if len(postings) > room:
             postings = postings[:room]
-        begin_ts = header.begin_timestamp
-        slot_num = self.hash_slot_num
-        linked: list[tuple[int, int]] = []  # (slot, value it had before this record)
-        entries = bytearray()
-        new_slots = 0
-        n = first
-        for key, phy_offset in postings:
-            key_hash = index_key_hash(key)
-            slot = key_hash % slot_num
-            slot_value = slots[slot]
-            if slot_value <= 0 or slot_value > n:  # (a key of this record may have linked it already)
-                slot_value = 0
-                new_slots += 1
-            # As RocketMQ: the seconds since the file's begin time, which the first entry resets.
-            time_diff = 0 if begin_ts <= 0 else min(max((store_timestamp - begin_ts) // 1000, 0), _INT_MAX)
-            if n <= 1:
-                begin_ts = store_timestamp
-            entries += INDEX_ENTRY.pack(key_hash, phy_offset, time_diff, slot_value)
-            linked.append((slot, slots[slot]))
-            slots[slot] = n
-            n += 1
+        entries, linked, new_slots = index_entries(postings, slots, self.hash_slot_num, first,
+                                                   header.begin_timestamp, store_timestamp)
+        n = first + len(postings)
         try:
             _pwrite(self._fd, entries, self._entry_pos(first))
             for (slot, _), number in zip(linked, range(first, n)):

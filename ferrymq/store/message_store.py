@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from ferrymq.common.message import (
     MAX_PROPERTIES_LENGTH,
     MessageExt,
+    Prop,
     SysFlag,
     encode_properties,
     encode_record,
     record_store_timestamp,
 )
-from ferrymq.common.message_id import offset_msg_id, pack_ip
+from ferrymq.common.message_id import offset_msg_id_prefix, pack_ip
 from ferrymq.common.validators import validate_topic
 from ferrymq.store.checkpoint import StoreCheckpoint
 from ferrymq.store.commit_log import BLANK_SIZE, Appended, CommitLog, PendingPut, RecoveryReport
@@ -232,7 +233,7 @@ class MessageStore:
                     return refused(PutStatus.MESSAGE_ILLEGAL, "all messages of a batch must have the same topic and queue")
                 if SysFlag.transaction_type(m.sys_flag) != SysFlag.TRANSACTION_NOT_TYPE:
                     return refused(PutStatus.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
-                if m.delay_level > 0:
+                if Prop.DELAY in m.properties and m.delay_level > 0:
                     return refused(PutStatus.MESSAGE_ILLEGAL, "batch messages cannot have a delay level")
         if (topic, queue_id) not in self.queues:  # known queues were validated when created
             error = validate_topic(topic)
@@ -269,12 +270,12 @@ class MessageStore:
         """The result of a written put; its messages learn their offsets and store time."""
         msgs, dispatched = prepared.msgs, prepared.put.dispatched
         phys, ids = appended.phys_offset, []
-        host, port = self.store_host
+        id_prefix = offset_msg_id_prefix(*self.store_host)  # offset msgIds: host, port, then the offset
         for i, (m, size) in enumerate(zip(msgs, prepared.put.record_sizes)):
             m.commit_log_offset = phys
             m.queue_offset = appended.queue_offset + i if dispatched else 0
             m.store_timestamp = appended.store_timestamp
-            ids.append(offset_msg_id(host, port, phys))
+            ids.append(f"{id_prefix}{phys:016X}")
             phys += size
         return AppendResult(
             PutStatus.PUT_OK, appended.phys_offset, len(prepared.put.data), ids, appended.queue_offset, len(msgs),

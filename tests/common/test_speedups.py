@@ -236,6 +236,44 @@ def test_header_numbers_parse_as_java_does_in_both():
     assert native_header.java_number(str(2**31 - 1), 32) == 2**31 - 1 and native_header.java_number(str(2**31), 32) is None
 
 
+def _slot_table(rng: random.Random, size: int, first: int):
+    from array import array
+    return array("i", [rng.choice([0, 0, -1, rng.randrange(1, first + 6)]) for _ in range(size)])
+
+
+@needs_native
+def test_index_entries_match_python():
+    from ferrymq.store.index_file import py_index_entries
+    rng = random.Random(11)
+    for _ in range(3000):
+        slot_num = rng.choice([1, 2, 7, 64, 5003])
+        first = rng.choice([0, 1, 2, rng.randrange(3, 10_000)])
+        postings = [(_random_text(rng), rng.choice([0, rng.randrange(2**63), -rng.randrange(2**63)]))
+                    for _ in range(rng.randrange(0, 40))]
+        begin_ts = rng.choice([0, -5, 1_700_000_000_000])
+        store_ts = rng.choice([begin_ts, begin_ts + rng.randrange(10**9), begin_ts - 1000, 2**62])
+        slots = _slot_table(rng, slot_num, first)
+        native_slots = slots[:]
+        want = py_index_entries(list(postings), slots, slot_num, first, begin_ts, store_ts)
+        got = native.index_entries(list(postings), native_slots, slot_num, first, begin_ts, store_ts)
+        assert got == want and native_slots == slots, (postings, slot_num, first, begin_ts, store_ts)
+
+
+@needs_native
+@pytest.mark.parametrize("postings", [[("k", 2**63)], [(7, 1)], [("k", 1, 2)], [["k", 1]], [("a", 1), ("b", "x")]])
+def test_index_postings_the_compiled_version_leaves_to_python(postings):
+    """Nothing is linked by the compiled code for a shape it does not take; Python's answer
+    (or error) is the answer, and a failing call leaves the slot table as it was."""
+    from ferrymq.store.index_file import index_entries, py_index_entries
+    rng = random.Random(3)
+    slots = _slot_table(rng, 7, 5)
+    before = slots[:]
+    assert native.index_entries(postings, slots, 7, 5, 0, 1) is NotImplemented and slots == before
+    python_slots = slots[:]
+    assert _outcome(index_entries, postings, slots, 7, 5, 0, 1) == _outcome(py_index_entries, postings, python_slots, 7, 5, 0, 1)
+    assert slots == python_slots
+
+
 def test_codec_vectors_hold_in_pure_python_too():
     """The layout's byte vectors, the codec tests and the fuzz regressions, run again with
     the extension switched off: both implementations answer to the same specification."""
