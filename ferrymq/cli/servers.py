@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import load_broker_settings
+from ferrymq.common import gc_tuning
 from ferrymq.common.config_loader import apply_settings
 from ferrymq.common.http_endpoints import HttpEndpoints
 from ferrymq.controller.controller import Controller, ControllerConfig
@@ -115,6 +116,7 @@ async def run_standalone(args: argparse.Namespace) -> int:
     try:
         await broker.start()
         await until(stop, asyncio.wait_for(broker.registered.wait(), 10))
+        gc_tuning.settle()
         print(f"FerryMQ standalone is ready: name server {namesrv.address}, broker {broker.address}, "
               f"data in {broker.store_config.store_path_root_dir}", flush=True)
         if getattr(args, "demo", False):
@@ -135,6 +137,7 @@ async def run_namesrv(args: argparse.Namespace) -> int:
                                        tls_server_cert_path=args.tls_cert, tls_server_key_path=args.tls_key,
                                        acl_enable=args.acl_file is not None, acl_file=args.acl_file or ""))
     await namesrv.start()
+    gc_tuning.settle()
     book = NamesrvAddressBook(dns=args.address_service_dns)
     if book.configured:
         if args.http_port is None:
@@ -157,6 +160,7 @@ async def run_broker(args: argparse.Namespace) -> int:
     http = await start_http(args, broker)
     try:
         await broker.start()
+        gc_tuning.settle()
         print(f"FerryMQ broker {broker.config.broker_name} is ready on {broker.address}", flush=True)
         await until(broker.demoted, stop.wait())  # controller mode: replaced as master, restart to rejoin
         if broker.demoted.is_set():
