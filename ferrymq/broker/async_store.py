@@ -309,7 +309,7 @@ class AsyncMessageStore:
         self.reads_in_pool = 0  # pull reads done in the read pool (older data, or configured)
         self._round: list[tuple[MessageExt | list[MessageExt], Parked]] | None = None  # puts parked in the open round
         self.round_writes = 0  # writes of parked puts (each: one write per file for all of them)
-        self.round_puts = 0  # puts written so
+        self.round_puts = 0  # puts written by those writes
         self._completions: _LoopCompletions | None = None
         self._flush_waits: _FlushWaits  # made with the loop's completions
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
@@ -359,7 +359,7 @@ class AsyncMessageStore:
             ticket = Parked()
             self._round.append((put, ticket))
             return await ticket
-        result = self.sync_store.put_group([put])[0]
+        result = self._put_one(put)
         self._check_append_time(started)
         return result
 

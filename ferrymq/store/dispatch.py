@@ -115,11 +115,6 @@ class Dispatcher:
         self._delay_ms = list(delay_levels_ms)
         self.last_dispatched_ts = 0  # store time of the newest record dispatched (the checkpoint's logics time)
 
-    def appended(self, topic: str, queue_id: int, queue_offset: int, phys: int, msgs: Sequence[MessageExt],
-                 sizes: Sequence[int], store_ts: int, *, to_queue: bool) -> None:
-        """Records of one put just appended (contiguous, one queue): entries, then keys."""
-        self.appended_run([StoredPut(topic, queue_id, queue_offset, phys, msgs, sizes, to_queue)], store_ts)
-
     def appended_run(self, puts: Sequence["StoredPut"], store_ts: int) -> None:
         """Puts written together (in CommitLog order): each queue's entries with one write,
         then every key with one. If indexing fails the entries are taken back, so puts that

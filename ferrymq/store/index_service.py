@@ -120,12 +120,7 @@ class IndexService:
 
     def build_index(self, topic: str, sys_flag: int, properties: dict[str, str], phy_offset: int,
                     store_timestamp: int) -> None:
-        self.build_index_many(topic, [(sys_flag, properties, phy_offset)], store_timestamp)
-
-    def build_index_many(self, topic: str, records: Iterable[tuple[int, dict[str, str], int]],
-                         store_timestamp: int) -> None:
-        """Index records stored together (one put): (sysFlag, properties, CommitLog offset) each."""
-        self.build_index_run([(topic, record) for record in records], store_timestamp)
+        self.build_index_run([(topic, (sys_flag, properties, phy_offset))], store_timestamp)
 
     def build_index_run(self, records: Iterable[tuple[str, tuple[int, dict[str, str], int]]],
                         store_timestamp: int) -> None:

@@ -32,7 +32,7 @@ from ferrymq.common.message import (
     encode_record,
     record_store_timestamp,
 )
-from ferrymq.common.message_id import offset_msg_id_prefix, pack_ip
+from ferrymq.common.message_id import offset_msg_id, pack_ip
 from ferrymq.common.validators import validate_topic
 from ferrymq.store.checkpoint import StoreCheckpoint
 from ferrymq.store.commit_log import BLANK_SIZE, Appended, CommitLog, PendingPut, RecoveryReport
@@ -270,12 +270,12 @@ class MessageStore:
         """The result of a written put; its messages learn their offsets and store time."""
         msgs, dispatched = prepared.msgs, prepared.put.dispatched
         phys, ids = appended.phys_offset, []
-        id_prefix = offset_msg_id_prefix(*self.store_host)  # offset msgIds: host, port, then the offset
+        host, port = self.store_host
         for i, (m, size) in enumerate(zip(msgs, prepared.put.record_sizes)):
             m.commit_log_offset = phys
             m.queue_offset = appended.queue_offset + i if dispatched else 0
             m.store_timestamp = appended.store_timestamp
-            ids.append(f"{id_prefix}{phys:016X}")
+            ids.append(offset_msg_id(host, port, phys))
             phys += size
         return AppendResult(
             PutStatus.PUT_OK, appended.phys_offset, len(prepared.put.data), ids, appended.queue_offset, len(msgs),
