@@ -165,17 +165,23 @@ class _FlushWaits:
         self._completions = completions
         self._store = store
         self._deadlines = _Deadlines(completions.loop)  # the waits' syncFlushTimeout, one timer for all
-        self._waits: collections.deque[tuple[int, asyncio.Future[bool | None]]] = collections.deque()
+        # [end, future, how many puts share the future] in offset order
+        self._waits: collections.deque[list] = collections.deque()
         self._asked: int | None = None  # the end offset of the fsync request that is out, if one is
         self._max_end = 0  # the furthest end a wait needs fsynced
 
     def add(self, end: int, timeout_s: float) -> asyncio.Future[bool | None]:
         """A future resolved with True once the CommitLog is fsynced up to ``end``, False if the
-        fsync failed, None after ``timeout_s``."""
+        fsync failed, None after ``timeout_s``; the same future as the wait before when that
+        one waits for the same end."""
+        waits = self._waits
+        if waits and waits[-1][0] == end and not waits[-1][1].done():
+            waits[-1][2] += 1  # waits for the same end share one future (the sends of a round)
+            return waits[-1][1]
         future: asyncio.Future[bool | None] = self._completions.loop.create_future()
         # (Reset when no wait is left: a CommitLog truncated back, a slave rejoining, ends lower.)
         self._max_end = max(self._max_end, end) if self._waits else end
-        self._waits.append((end, future))
+        self._waits.append([end, future, 1])
         self._deadlines.add(future, timeout_s)
         if self._asked is None:
             self._ask(self._max_end)
@@ -193,10 +199,10 @@ class _FlushWaits:
         self._asked = None
         waits, answered = self._waits, 0
         while waits and waits[0][0] <= covered:
-            _, future = waits.popleft()
+            _, future, puts = waits.popleft()
             if not future.done():  # (not timed out meanwhile)
                 future.set_result(answer)
-                answered += 1
+                answered += puts
         if answered:
             self._store.count_flush_acks(answered)
         while waits and waits[0][1].done():
@@ -463,6 +469,9 @@ class AsyncMessageStore:
         if timeout_ms <= 0:  # no time to wait at all: timed out (the fsync still happens)
             store.request_flush(end, None)
             return settle_flush_wait(result, timeout_ms, None)
+        # Puts written together (a round's) wait for the group's end, all for the same one: they
+        # share one wait and are answered together (one fsync covers them all anyway).
+        end = max(end, result.group_end)
         waits = self._loop_flush_waits()
         return settle_flush_wait(result, timeout_ms, await waits.add(end, timeout_ms / 1000))
 

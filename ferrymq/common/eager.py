@@ -14,10 +14,15 @@ kind (the remoting server per request code), never for every coroutine.
 Parking: a caller that runs several coroutines eagerly in one go (the remoting connection,
 for the requests of one read) may let them *park*: a coroutine that awaits ``Parked()``
 yields the ``PARK`` marker to the caller, which keeps it in ``parked`` and later continues it
-with ``resume_parked`` (no task, no loop pass), after doing what they parked for at once
+with a ``Resumption`` (no task, no loop pass), after doing what they parked for at once
 (the broker writes the sends of one read with one write per file). Only code that knows it
 runs under such a caller may await ``Parked()`` (the store parks only while a connection's
 dispatch round is open); a task that meets the marker fails with "bad yield".
+
+Waiting together: parked coroutines resumed one after another with a ``Resumption`` that then
+wait on the same future (the sends of one round waiting for the one fsync that covers them
+all) are finished by one task, which waits once and continues each in turn, instead of a task,
+a wake-up and a callback each.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import asyncio
 from collections.abc import Coroutine, Generator
 from typing import Any
 
-__all__ = ["PARK", "Parked", "resume_parked", "start_eagerly"]
+__all__ = ["PARK", "Parked", "Resumption", "start_eagerly"]
 
 
 class _ParkMarker:
@@ -41,7 +46,7 @@ PARK = _ParkMarker()
 
 class Parked:
     """Awaiting this parks the coroutine with the caller that runs it eagerly (see above);
-    it continues with ``resume_parked``, receiving ``result`` (or raising ``error``) set meanwhile."""
+    it continues when a ``Resumption`` resumes it, receiving ``result`` (or raising ``error``) set meanwhile."""
 
     __slots__ = ("result", "error")
 
@@ -90,6 +95,98 @@ async def _finish(resume: _Resume) -> Any:
     return await resume
 
 
+class _Done:
+    """Awaiting this waits until ``future`` is done, without taking its result or exception
+    (they are for the coroutines that await it)."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: asyncio.Future) -> None:
+        self._future = future
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        future = self._future
+        if not future.done():
+            future._asyncio_future_blocking = True  # what Future.__await__ sets before it yields
+            yield future
+
+
+async def _finish_together(future: asyncio.Future, coros: list[Coroutine[Any, Any, Any]]) -> None:
+    """Wait for ``future`` once, then continue every coroutine suspended on it, in order.
+
+    One that waits again after that (rare: a replication wait, a full socket) gets a task of its
+    own, awaited here. A cancellation of this task goes to every coroutine, as a task's would;
+    the first exception a coroutine raises is raised here after the others have run."""
+    thrown: BaseException | None = None
+    try:
+        await _Done(future)
+    except BaseException as exc:
+        thrown = exc
+    loop = asyncio.get_running_loop()
+    later: list[asyncio.Task] = []
+    failure: BaseException | None = None
+    for coro in coros:
+        try:
+            pending = coro.send(None) if thrown is None else coro.throw(thrown)
+        except StopIteration:
+            continue
+        except BaseException as exc:
+            failure = failure or exc
+            continue
+        later.append(loop.create_task(_finish(_Resume(coro, pending))))
+    for task in later:
+        try:
+            await task
+        except BaseException as exc:
+            failure = failure or exc
+    if thrown is not None:
+        raise thrown
+    if failure is not None:
+        raise failure
+
+
+class Resumption:
+    """Resumes parked coroutines (``resume`` each, then ``start``): those that then wait on the
+    same future are finished together by one task; each of the others by a task of its own."""
+
+    __slots__ = ("_waiting",)
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, tuple[Any, list[Coroutine[Any, Any, Any]]]] = {}
+
+    def resume(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Continue ``coro`` now; what it raises before it waits propagates, as from a call."""
+        try:
+            pending = coro.send(None)
+        except StopIteration:
+            return
+        if pending is PARK:
+            coro.close()
+            raise RuntimeError("a coroutine parked where no caller takes parked coroutines")
+        if getattr(pending, "_asyncio_future_blocking", False):
+            # Taken as a task takes it: the next coroutine may await the same future only then.
+            pending._asyncio_future_blocking = False
+        waiting = self._waiting.get(id(pending))
+        if waiting is None:
+            self._waiting[id(pending)] = (pending, [coro])  # holds pending: its id stays its own
+        else:
+            waiting[1].append(coro)
+
+    def start(self) -> list[asyncio.Task]:
+        """The tasks that finish what the resumed coroutines wait for."""
+        loop = asyncio.get_running_loop()
+        tasks = []
+        for pending, coros in self._waiting.values():
+            if len(coros) > 1 and isinstance(pending, asyncio.Future):
+                tasks.append(loop.create_task(_finish_together(pending, coros)))
+            else:  # (a bare yield, as asyncio.sleep(0)'s, reschedules each on its own)
+                if isinstance(pending, asyncio.Future):
+                    pending._asyncio_future_blocking = True  # as the coroutine yielded it
+                tasks.extend(loop.create_task(_finish(_Resume(coro, pending))) for coro in coros)
+        self._waiting = {}
+        return tasks
+
+
 def start_eagerly(coro: Coroutine[Any, Any, Any], name: str | None = None,
                   parked: list[Coroutine[Any, Any, Any]] | None = None) -> asyncio.Task | None:
     """Run ``coro`` now; None if it finished without suspending (or parked: then it is
@@ -102,15 +199,6 @@ def start_eagerly(coro: Coroutine[Any, Any, Any], name: str | None = None,
     except StopIteration:
         return None
     return _after_suspension(coro, pending, name, parked)
-
-
-def resume_parked(coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task | None:
-    """Continue a parked coroutine now; None if it finished, else the task finishing it."""
-    try:
-        pending = coro.send(None)
-    except StopIteration:
-        return None
-    return _after_suspension(coro, pending, name, None)
 
 
 def _after_suspension(coro: Coroutine[Any, Any, Any], pending: Any, name: str | None,

@@ -15,7 +15,7 @@ import time
 from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable, Collection, Coroutine, Protocol, cast
 
-from ferrymq.common.eager import resume_parked, start_eagerly
+from ferrymq.common.eager import Resumption, start_eagerly
 from ferrymq.remoting.codes import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from ferrymq.remoting.command import FrameDecoder, RemotingCommand, encode_frame
 from ferrymq.remoting.errors import (
@@ -173,11 +173,15 @@ class Connection(asyncio.Protocol):
         try:
             rounds.close_round()
         finally:  # the parked requests go on (and answer) whatever the round did
+            # Those that then wait for the same thing (one fsync for the round) wait together.
+            resumption = Resumption()
             for coro in parked:
                 try:
-                    self._track(resume_parked(coro))
+                    resumption.resume(coro)
                 except Exception:
                     log.exception("request of %s failed when resumed", self._peer)
+            for task in resumption.start():
+                self._track(task)
 
     def eof_received(self) -> bool:
         return False  # the peer is done sending: close our side too (RocketMQ closes the channel)

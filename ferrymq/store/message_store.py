@@ -214,6 +214,11 @@ class MessageStore:
             for (i, prepared), appended in zip(pending, placed):
                 results[i] = self._stored(prepared, appended)
             pending = pending[len(placed):]
+        stored = [r for r in results if r is not None and r.wrote_bytes]
+        if stored:
+            group_end = stored[-1].wrote_offset + stored[-1].wrote_bytes  # in CommitLog order
+            for r in stored:
+                r.group_end = group_end
         return results  # type: ignore[return-value]  # every slot is set by now
 
     def _prepare(self, msgs: Sequence[MessageExt], *, batch: bool) -> "_Prepared | AppendResult":

@@ -32,6 +32,7 @@ class AppendResult:
     msg_num: int = 0
     store_timestamp: int = 0
     remark: str | None = None
+    group_end: int = 0  # stored: the CommitLog end after the puts written with this one (put_group)
 
     @property
     def ok(self) -> bool:

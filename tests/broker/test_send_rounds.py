@@ -13,11 +13,13 @@ from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.eager import start_eagerly
 from ferrymq.common.message import Message, MessageExt, decode_records
+from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import FrameDecoder, RemotingCommand, encode_frame
 from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store import MessageStore, PutStatus, StoreConfig
+from tests.support import InProcessCluster
 
 pytestmark = pytest.mark.integration
 
@@ -125,3 +127,26 @@ async def test_parked_puts_are_written_before_a_later_put_leaves_for_the_writer_
         assert [m.body for m in decode_records(b"".join(got.records))] == [b"first", b"a", b"b"]
     finally:
         await store.shutdown()
+
+
+async def test_under_sync_flush_the_sends_of_a_round_are_answered_after_the_fsync_that_covers_them(tmp_path):
+    """The round's sends wait for the round's end together: each is answered SUCCESS once an
+    fsync covers all of them, and every one is counted as an acknowledgement."""
+    c = await InProcessCluster(tmp_path / "store", settings={"flushDiskType": "SYNC_FLUSH"}).start()
+    try:
+        await make_queues(c, "Durable", range(4))
+        sync_store = c.broker.ctx.store.sync_store
+        stats = sync_store.group_commit.stats
+        acks_before, fsyncs_before, rounds_before = stats.acks, stats.fsyncs, c.broker.ctx.store.round_writes
+        sends = [("Durable", i % 4, f"d{i}".encode()) for i in range(40)]
+        answers = await burst(c.broker_addr, sends)
+        assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 40
+        ends = [decode_offset_msg_id(a.ext_fields["msgId"])[2] for a in answers]
+        assert sync_store.commit_log.flushed_offset > max(ends)
+        assert stats.acks - acks_before == 40
+        assert c.broker.ctx.store.round_writes > rounds_before
+        assert stats.fsyncs - fsyncs_before < 40  # shared, not one per send
+        for q in range(4):
+            assert await queue_bodies(c, "Durable", q) == [b"first"] + [f"d{i}".encode() for i in range(q, 40, 4)]
+    finally:
+        await c.stop()

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from ferrymq.common.eager import Parked, resume_parked, start_eagerly
+from ferrymq.common.eager import Parked, Resumption, start_eagerly
 
 
 async def test_a_coroutine_that_never_waits_finishes_before_the_call_returns():
@@ -104,10 +104,12 @@ async def test_a_parked_coroutine_waits_for_its_caller_and_gets_what_was_set_mea
     assert start_eagerly(parks("b"), parked=parked) is None
     assert steps == ["a parked", "b parked"] and len(parked) == 2  # nothing resumed them yet
     tickets[0].result, tickets[1].error = 1, ValueError("refused")
-    assert resume_parked(parked[0]) is None
+    resumption = Resumption()
+    resumption.resume(parked[0])
     assert steps[-1] == "a got 1"
     with pytest.raises(ValueError, match="refused"):  # raised in the coroutine, which did not catch it
-        resume_parked(parked[1])
+        resumption.resume(parked[1])
+    assert resumption.start() == []  # neither waits for anything
 
 
 async def test_a_resumed_coroutine_that_then_waits_is_finished_by_a_task():
@@ -119,10 +121,96 @@ async def test_a_resumed_coroutine_that_then_waits_is_finished_by_a_task():
 
     parked = []
     start_eagerly(parks_then_waits(), parked=parked)
-    task = resume_parked(parked[0])
-    assert task is not None and not task.done()
+    resumption = Resumption()
+    resumption.resume(parked[0])
+    [task] = resumption.start()
+    assert not task.done()
     gate.set_result("later")
     assert await task == (None, "later")
+
+
+def _parked(*coros):
+    parked = []
+    for coro in coros:
+        assert start_eagerly(coro, parked=parked) is None
+    return parked
+
+
+async def test_resumed_coroutines_that_wait_for_the_same_future_are_finished_by_one_task_in_order():
+    fsync = asyncio.get_running_loop().create_future()
+    other = asyncio.get_running_loop().create_future()
+    answers = []
+
+    async def send(name, waits_for):
+        await Parked()
+        answers.append((name, await waits_for))
+
+    resumption = Resumption()
+    for coro in _parked(send("a", fsync), send("b", fsync), send("c", other), send("d", fsync)):
+        resumption.resume(coro)
+    tasks = resumption.start()
+    assert len(tasks) == 2  # one for the three waiting on fsync, one for c
+    fsync.set_result(True)
+    await asyncio.wait(tasks, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    assert answers == [("a", True), ("b", True), ("d", True)]  # c still waits, the others did not wait for it
+    other.set_result("late")
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert answers[-1] == ("c", "late")
+
+
+async def test_waiting_together_each_gets_the_futures_error_and_one_that_waits_again_still_finishes():
+    fsync = asyncio.get_running_loop().create_future()
+    later = asyncio.get_running_loop().create_future()
+    seen = []
+
+    async def catches():
+        await Parked()
+        try:
+            await fsync
+        except OSError as exc:
+            seen.append(f"caught {exc}")
+
+    async def waits_again():
+        await Parked()
+        try:
+            await fsync
+        except OSError:
+            seen.append("then waits")
+        seen.append(await later)
+
+    resumption = Resumption()
+    for coro in _parked(catches(), waits_again()):
+        resumption.resume(coro)
+    [task] = resumption.start()
+    fsync.set_exception(OSError("disk gone"))
+    await asyncio.sleep(0.01)
+    assert seen == ["caught disk gone", "then waits"] and not task.done()  # the group task waits for it
+    later.set_result("done")
+    await asyncio.wait_for(task, 5)
+    assert seen[-1] == "done"
+
+
+async def test_cancelling_the_shared_task_cancels_every_coroutine_waiting_in_it():
+    fsync = asyncio.get_running_loop().create_future()
+    outcomes = []
+
+    async def send(name):
+        await Parked()
+        try:
+            await fsync
+        except asyncio.CancelledError:
+            outcomes.append(f"{name} cancelled")
+            raise
+
+    resumption = Resumption()
+    for coro in _parked(send("a"), send("b")):
+        resumption.resume(coro)
+    [task] = resumption.start()
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert outcomes == ["a cancelled", "b cancelled"]
 
 
 async def test_parking_where_nobody_takes_parked_coroutines_is_an_error_not_a_hang():
