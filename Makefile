@@ -19,9 +19,17 @@ run: $(STAMP)
 	@$(PY) -m ferrymq.cli.main standalone --data-dir .data --demo
 
 ## test: the full suite (unit, integration, compatibility with the official Java client,
-## Spark local mode); the Kubernetes layer has its own target, k8s-test
+## Spark local mode) but for its few tests of 25 s or more (test-slow); the Kubernetes layer
+## has its own target, k8s-test
 test: $(STAMP) chromium
-	@$(PY) -m pytest -q -ra --durations=25 --ignore=tests/k8s
+	@$(PY) -m pytest -q -ra --durations=25 --ignore=tests/k8s -m "not slow"
+
+## test-slow: the single tests of 25 s or more (kill -9 with failover, a consumer moving to the
+## slave, the gRPC Java client's push/FIFO/simple consumers, a Spark job crashing between write
+## and commit), about 4 min; CI runs it after make test
+.PHONY: test-slow
+test-slow: $(STAMP)
+	@$(PY) -m pytest -q -ra --durations=10 --ignore=tests/k8s -m slow
 
 ## chromium: Debian's chromium for the console's browser tests (Playwright drives it; no browser
 ## download), installed with apt when missing

@@ -57,6 +57,7 @@ from ferrymq.client.pull_consumer import PullConsumer, PullStatus  # noqa: E402
 from ferrymq.common.message import Message  # noqa: E402
 from tests.support import StandaloneProcess  # noqa: E402
 
+RATIO_CLIENT = "java"  # the load the ratios against Apache are judged with (bench/targets.py)
 SCENARIOS = ("sync1", "sync64", "batch32", "pull")  # the default set; syncN and batchK take any N, K
 SCENARIO_RE = re.compile(r"sync[1-9]\d*|batch[1-9]\d*|pull")
 
@@ -201,9 +202,13 @@ def print_problems(p, results: dict) -> None:
                 p(f"  {line[:200]}")
 
 
-def write_json(path: str | None, info: dict, args, results: dict) -> None:
+def write_json(path: str | None, info: dict, args, results: dict, rounds: list[dict] | None = None) -> None:
+    """``results``: the first round; ``rounds`` (with --rounds > 1): every round's, the first included."""
     if path:
-        Path(path).write_text(json.dumps({"machine": info, "args": vars(args), "results": results}, indent=2))
+        doc = {"machine": info, "args": vars(args), "results": results}
+        if rounds is not None:
+            doc["rounds"] = rounds
+        Path(path).write_text(json.dumps(doc, indent=2))
         print(f"results written to {path}")
 
 
@@ -672,6 +677,22 @@ def print_report(info: dict, results: dict, args, scenarios: list[str], clients:
             p(r["profile"])
 
 
+def print_rounds(rounds: list[dict], scenarios: list[str], file=sys.stdout) -> None:
+    """msgs/s F/A of each round with the ratio client, and their median (what bench/targets.py judges)."""
+    p = lambda *a: print(*a, file=file)  # noqa: E731
+    p("")
+    p(f"== rounds: FerryMQ / Apache msgs/s per round ({RATIO_CLIENT} client; the median is the figure judged) ==")
+    for scenario in scenarios:
+        ratios = []
+        for r in rounds:
+            f = r.get("FerryMQ", {}).get("clients", {}).get(RATIO_CLIENT, {}).get(scenario)
+            a = r.get("Apache", {}).get("clients", {}).get(RATIO_CLIENT, {}).get(scenario)
+            ratios.append(f["msgsPerSec"] / a["msgsPerSec"] if f and a and a.get("msgsPerSec") else None)
+        known = sorted(x for x in ratios if x is not None)
+        median = f"{known[(len(known) - 1) // 2]:.2f}x" if known else "-"
+        p(f"  {scenario:<9} " + "  ".join("-" if x is None else f"{x:.2f}x" for x in ratios) + f"   median {median}")
+
+
 async def amain(args) -> int:
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
@@ -692,14 +713,30 @@ async def amain(args) -> int:
             kinds = [FerryBroker]
         elif args.only == "apache":
             kinds = [ApacheBroker]
-        for kind in kinds:
-            broker = kind(workdir, args.flush)
-            results[broker.name] = await bench_broker(broker, args, scenarios, clients, workdir)
+        rounds: list[dict[str, dict]] = []
+        for n in range(args.rounds):
+            # Later rounds: the other broker first (drift of the machine hits both alike), only
+            # the client the ratios are taken with, fresh data (the pull drains what the sends put).
+            order = kinds if n % 2 == 0 else kinds[::-1]
+            round_clients = clients if n == 0 else [c for c in clients if c == RATIO_CLIENT] or clients
+            if args.rounds > 1:
+                log(f"round {n + 1} of {args.rounds}: {', '.join(k.name for k in order)}")
+            results = {}
+            for kind in order:
+                round_dir = workdir / f"round{n + 1}"
+                round_dir.mkdir(exist_ok=True)
+                broker = kind(round_dir, args.flush)
+                results[broker.name] = await bench_broker(broker, args, scenarios, round_clients, round_dir)
+            rounds.append({k.name: results[k.name] for k in kinds if k.name in results})
+            shutil.rmtree(workdir / f"round{n + 1}", ignore_errors=True)
     load.finish()
+    results = rounds[0]
     print_report(info, results, args, scenarios, clients)
+    if len(rounds) > 1:
+        print_rounds(rounds, scenarios)
     print(f"\nbenchmark run time: {info['elapsedS']:.0f} s")
-    write_json(args.json, info, args, results)
-    failed = any("failed" in c for r in results.values() for c in r["clients"].values())
+    write_json(args.json, info, args, results, rounds if len(rounds) > 1 else None)
+    failed = any("failed" in c for r in rounds for b in r.values() for c in b["clients"].values())
     return 1 if failed else 0
 
 
@@ -721,6 +758,9 @@ def main() -> None:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"default {','.join(SCENARIOS)}")
     parser.add_argument("--profile", action="store_true", help="sample the FerryMQ broker with py-spy")
     parser.add_argument("--json", default=None, help="also write the raw results to this file")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure each broker this many times, alternating which goes first; rounds after "
+                             "the first run only the Java client; the summary takes the median ratio (default 1)")
     args = parser.parse_args()
     if args.messages is None:
         args.messages = 5000 if args.quick else 50000
@@ -730,6 +770,8 @@ def main() -> None:
         args.warmup = 1000 if args.quick else 5000
     if args.broker_warmup is None:
         args.broker_warmup = 10000 if args.quick else 20000
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     sys.exit(asyncio.run(amain(args)))
 
 

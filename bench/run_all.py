@@ -5,7 +5,8 @@ wake latency; push consumers end to end, catch-up included; Spark batch read aga
 then the storage-layer benchmarks (throughput, SYNC_FLUSH group commit, recovery of a 1 GiB
 CommitLog). Arguments are passed to bench/broker_bench.py (e.g. ``--quick``; the SYNC_FLUSH run
 gets them too, then its own ``--flush SYNC_FLUSH --scenarios sync128``); ``--quick`` also
-shortens the others.
+shortens the others. A full run measures the broker rows in three rounds (``--rounds 3``, the
+brokers alternating which goes first) and judges their median ratio; ``--quick`` in one.
 
 Each benchmark that has ``--json`` writes its figures to .cache/bench/last-run/<name>.json (the
 previous run's file removed first); at the end, issue 11's target rows are printed from those
@@ -25,6 +26,7 @@ import targets
 
 BENCH = Path(__file__).resolve().parent
 JSON_DIR = BENCH.parent / ".cache" / "bench" / "last-run"
+BROKER_ROUNDS = 3  # rounds of the broker and SYNC_FLUSH rows in a full run (--quick: one)
 
 
 def run(title: str, cmd: list[str], timeout: float) -> int:
@@ -59,10 +61,14 @@ def main() -> int:
     t0 = time.monotonic()
     JSON_DIR.mkdir(parents=True, exist_ok=True)
     docs: dict = {}
-    rc = run_with_json(targets.BROKER, "broker benchmark", bench("broker_bench.py", *args), 900, docs)
+    # Three rounds of the broker rows, the brokers alternating which goes first, judged on the
+    # median ratio: a single round's ratio swings by up to 2x on a shared 2-core VM (RESULTS.md).
+    rounds = [] if quick or any(a.startswith("--rounds") for a in args) else ["--rounds", str(BROKER_ROUNDS)]
+    rc = run_with_json(targets.BROKER, "broker benchmark", bench("broker_bench.py", *args, *rounds), 1800, docs)
     # issue 11's SYNC_FLUSH row: 128 producers, both brokers acknowledging after fsync (group commit)
     rc |= run_with_json(targets.SYNC_FLUSH, "broker benchmark, SYNC_FLUSH",
-                        bench("broker_bench.py", *args, "--flush", "SYNC_FLUSH", "--scenarios", "sync128"), 600, docs)
+                        bench("broker_bench.py", *args, *rounds, "--flush", "SYNC_FLUSH", "--scenarios", "sync128"),
+                        1200, docs)
     quick_flag = ["--quick"] if quick else []
     # issue 13's row: master + slave, ASYNC_MASTER beside SYNC_MASTER, FerryMQ's pair against Apache's
     rc |= run_with_json(targets.REPLICATION, "replication (master + slave)",

@@ -52,6 +52,7 @@ class Figures:
     ratio: float | None
     met: bool
     cpu: str = ""
+    runs: str = ""  # with several rounds: every round's ratio (the median is ``ratio``)
 
 
 @dataclass(frozen=True)
@@ -169,17 +170,36 @@ def cpu_cell(f: dict, a: dict) -> str:
     return text + (f" ({fc / ac:.2f}x)" if fc is not None and ac else "")
 
 
+def broker_rounds(doc: dict, scenario: str) -> list[tuple[float, dict, dict]]:
+    """(msgs/s ratio, FerryMQ's figures, Apache's) of a scenario in each round of a broker_bench
+    document (``rounds`` with --rounds > 1, else its one ``results``), by ratio; Missing when no
+    round has both brokers' figures."""
+    docs = [{"results": r} for r in doc.get("rounds") or []] or [doc]
+    found, why = [], None
+    for d in docs:
+        try:
+            f, a = broker_scenario(d, "FerryMQ", scenario), broker_scenario(d, "Apache", scenario)
+            found.append((ratio_of(dig(f, "msgsPerSec"), dig(a, "msgsPerSec")), f, a))
+        except Missing as e:
+            why = why or e
+    if not found:
+        raise why or Missing("no round")
+    return sorted(found, key=lambda x: x[0])
+
+
 def broker_figures(doc: dict, scenario: str, min_ratio: float, with_p99: bool = False) -> Figures:
     """A broker_bench scenario: msgs/s ratio >= ``min_ratio`` (and, ``with_p99``, FerryMQ's p99
-    per request no higher than Apache's)."""
-    f, a = broker_scenario(doc, "FerryMQ", scenario), broker_scenario(doc, "Apache", scenario)
-    r = ratio_of(dig(f, "msgsPerSec"), dig(a, "msgsPerSec"))
+    per request no higher than Apache's). With several rounds the round of the median ratio is
+    judged (the lower middle one of an even count) and every round's ratio is shown."""
+    found = broker_rounds(doc, scenario)
+    r, f, a = found[(len(found) - 1) // 2]
+    runs = f" (median of {', '.join(times(x) for x, _, _ in found)})" if len(found) > 1 else ""
     met = r >= min_ratio
     if with_p99:
         met = met and dig(f, "p99Ms") <= dig(a, "p99Ms")
         return Figures(f"{rate(f['msgsPerSec'])}, p99 {ms(f['p99Ms'])}",
-                       f"{rate(a['msgsPerSec'])}, p99 {ms(a['p99Ms'])}", r, met, cpu_cell(f, a))
-    return Figures(rate(f["msgsPerSec"]), rate(a["msgsPerSec"]), r, met, cpu_cell(f, a))
+                       f"{rate(a['msgsPerSec'])}, p99 {ms(a['p99Ms'])}", r, met, cpu_cell(f, a), runs)
+    return Figures(rate(f["msgsPerSec"]), rate(a["msgsPerSec"]), r, met, cpu_cell(f, a), runs)
 
 
 def catch_up_figures(doc: dict, min_ratio: float) -> Figures:
@@ -330,7 +350,7 @@ def cells(row: Row) -> tuple[str, ...]:
     f = row.figures
     if f is None:
         return (row.name, "-", "-", "-", "", row.target, row.verdict)
-    return (row.name, f.ferrymq, f.apache, times(f.ratio), f.cpu, row.target, row.verdict)
+    return (row.name, f.ferrymq, f.apache, times(f.ratio) + f.runs, f.cpu, row.target, row.verdict)
 
 
 def table(rows: list[Row]) -> list[str]:

@@ -159,6 +159,39 @@ def test_sync1_needs_the_p99_too():
     assert "p99 0.90 ms" in row.figures.ferrymq
 
 
+def with_rounds(doc: dict, *ferrymq_sync64: float) -> dict:
+    """``doc`` (a broker_bench sample) as --rounds writes it: its results as the first round, then
+    one round per rate given, FerryMQ's sync64 at that rate (Apache's unchanged)."""
+    rounds = [doc["results"]]
+    for rate in ferrymq_sync64:
+        r = copy.deepcopy(doc["results"])
+        r["FerryMQ"]["clients"]["java"]["sync64"]["msgsPerSec"] = rate
+        del r["FerryMQ"]["clients"]["python"]  # later rounds run the Java client only
+        rounds.append(r)
+    return {**doc, "rounds": rounds}
+
+
+def test_several_rounds_are_judged_by_their_median_ratio_and_every_ratio_is_shown():
+    docs = all_met()  # sync64: FerryMQ 20 000 against Apache 15 000 in the first round
+    docs[targets.BROKER] = with_rounds(docs[targets.BROKER], 12000, 14000)  # 0.80x, 0.93x
+    row = by_name(docs)["sync64 msgs/s"]
+    assert row.verdict == "NOT met" and round(row.figures.ratio, 2) == 0.93
+    assert row.figures.ferrymq == "14,000 msg/s"  # the figures of the round judged
+    line = next(line for line in targets.summary_lines(docs) if "sync64" in line)
+    assert "0.93x (median of 0.80x, 0.93x, 1.33x)" in line
+    docs[targets.BROKER] = with_rounds(all_met()[targets.BROKER], 16000, 9000)  # 1.07x, 0.60x
+    assert by_name(docs)["sync64 msgs/s"].verdict == "met"  # 0.60 / 1.07 / 1.33: the median is met
+
+
+def test_a_round_without_figures_leaves_the_median_to_the_others():
+    docs = all_met()
+    doc = with_rounds(docs[targets.BROKER], 16000, 16000)
+    doc["rounds"][1]["Apache"]["clients"]["java"] = {"failed": "TimeoutExpired: 60 s"}
+    docs[targets.BROKER] = doc
+    row = by_name(docs)["sync64 msgs/s"]
+    assert row.verdict == "met" and "median of 1.07x, 1.33x" in targets.cells(row)[3]
+
+
 def test_a_benchmark_without_json_makes_its_rows_missing():
     docs = all_met()
     docs[targets.BROKER] = "broker_bench.py wrote no JSON, exit 1"

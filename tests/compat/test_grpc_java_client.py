@@ -36,6 +36,7 @@ def received(events) -> list[dict]:
     return events.of("received")
 
 
+@pytest.mark.slow
 def test_producer_and_simple_consumer_every_message_once(broker):
     _, endpoint = broker
     topic, group = names("J5Simple")
@@ -54,6 +55,7 @@ def test_producer_and_simple_consumer_every_message_once(broker):
     assert received(again) == []
 
 
+@pytest.mark.slow
 def test_fifo_messages_arrive_in_order_within_their_message_group(broker):
     server, endpoint = broker
     topic, group = names("J5Fifo")
@@ -100,6 +102,7 @@ def test_unacked_message_comes_back_after_its_invisible_duration(broker):
     assert second[0]["at"] >= first[0]["at"] + 2000 - 250, "visible again before its invisible duration ended"
 
 
+@pytest.mark.slow
 def test_push_consumer_receives_every_message_and_acks_stop_redelivery(broker):
     _, endpoint = broker
     topic, group = names("J5Push")

@@ -405,6 +405,7 @@ async def _is(value, expected) -> bool:
     return (await value) == expected
 
 
+@pytest.mark.slow
 def test_random_kill_9_with_failover_on_loses_nothing_acknowledged(group):
     """SYNC_MASTER under continuous load, failover on, while either broker (at random) is
     killed -9 and restarted, KILLS times: masters change whenever the controller finds one

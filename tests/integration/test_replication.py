@@ -232,6 +232,7 @@ async def consumer_offsets(addr: str, group: str) -> dict[int, int]:
         await client.close()
 
 
+@pytest.mark.slow
 def test_a_consumer_keeps_consuming_from_the_slave_when_the_master_is_killed(pair):
     """kill -9 the master: the route lists only the slave; a FerryMQ push consumer reads its
     offsets there (copied from the master) and consumes the replicated backlog from it,

@@ -38,6 +38,7 @@ def summary(proc: subprocess.CompletedProcess) -> dict:
     return json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
 
 
+@pytest.mark.slow
 def test_rerun_after_a_crash_between_write_and_commit_duplicates_nothing(spark, broker_process, tmp_path):
     namesrv, output = broker_process.namesrv_addr, tmp_path / "lake"
     asyncio.run(create_topic(namesrv, "SparkDrain", 4))
