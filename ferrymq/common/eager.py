@@ -28,7 +28,7 @@ a wake-up and a callback each.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 __all__ = ["PARK", "Parked", "Resumption", "start_eagerly"]
@@ -111,8 +111,10 @@ class _Done:
             yield future
 
 
-async def _finish_together(future: asyncio.Future, coros: list[Coroutine[Any, Any, Any]]) -> None:
-    """Wait for ``future`` once, then continue every coroutine suspended on it, in order.
+async def _finish_together(future: asyncio.Future, coros: list[Coroutine[Any, Any, Any]],
+                           before: Callable[[], None] | None) -> None:
+    """Wait for ``future`` once, then (after calling ``before``) continue every coroutine
+    suspended on it, in order.
 
     One that waits again after that (rare: a replication wait, a full socket) gets a task of its
     own, awaited here. A cancellation of this task goes to every coroutine, as a task's would;
@@ -125,6 +127,8 @@ async def _finish_together(future: asyncio.Future, coros: list[Coroutine[Any, An
     loop = asyncio.get_running_loop()
     later: list[asyncio.Task] = []
     failure: BaseException | None = None
+    if before is not None:
+        before()
     for coro in coros:
         try:
             pending = coro.send(None) if thrown is None else coro.throw(thrown)
@@ -147,12 +151,15 @@ async def _finish_together(future: asyncio.Future, coros: list[Coroutine[Any, An
 
 class Resumption:
     """Resumes parked coroutines (``resume`` each, then ``start``): those that then wait on the
-    same future are finished together by one task; each of the others by a task of its own."""
+    same future are finished together by one task; each of the others by a task of its own.
+    ``before_together`` is called each time such a task is about to continue its coroutines
+    (the connection then lets their answers leave in one write)."""
 
-    __slots__ = ("_waiting",)
+    __slots__ = ("_waiting", "_before")
 
-    def __init__(self) -> None:
+    def __init__(self, before_together: Callable[[], None] | None = None) -> None:
         self._waiting: dict[int, tuple[Any, list[Coroutine[Any, Any, Any]]]] = {}
+        self._before = before_together
 
     def resume(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Continue ``coro`` now; what it raises before it waits propagates, as from a call."""
@@ -178,7 +185,7 @@ class Resumption:
         tasks = []
         for pending, coros in self._waiting.values():
             if len(coros) > 1 and isinstance(pending, asyncio.Future):
-                tasks.append(loop.create_task(_finish_together(pending, coros)))
+                tasks.append(loop.create_task(_finish_together(pending, coros, self._before)))
             else:  # (a bare yield, as asyncio.sleep(0)'s, reschedules each on its own)
                 if isinstance(pending, asyncio.Future):
                     pending._asyncio_future_blocking = True  # as the coroutine yielded it

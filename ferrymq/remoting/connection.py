@@ -174,7 +174,7 @@ class Connection(asyncio.Protocol):
             rounds.close_round()
         finally:  # the parked requests go on (and answer) whatever the round did
             # Those that then wait for the same thing (one fsync for the round) wait together.
-            resumption = Resumption()
+            resumption = Resumption(self._write_at_end_of_pass)
             for coro in parked:
                 try:
                     resumption.resume(coro)
@@ -434,6 +434,14 @@ class Connection(asyncio.Protocol):
         self._transport.write(frame)
         self._flush_scheduled = True
         asyncio.get_running_loop().call_soon(self._flush_outbox)
+
+    def _write_at_end_of_pass(self) -> None:
+        """Frames enqueued from now to the end of this loop pass leave in one write, the first
+        one included: a round's answers after their fsync (and other rounds' answered by the
+        same fsync) come together."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_outbox)
 
     def _flush_outbox(self) -> None:
         self._flush_scheduled = False
