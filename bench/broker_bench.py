@@ -57,7 +57,7 @@ from ferrymq.client.pull_consumer import PullConsumer, PullStatus  # noqa: E402
 from ferrymq.common.message import Message  # noqa: E402
 from tests.support import StandaloneProcess  # noqa: E402
 
-RATIO_CLIENT = "java"  # the load the ratios against Apache are judged with (bench/targets.py)
+import targets  # noqa: E402  (bench/, beside this script: how the rounds are judged)
 SCENARIOS = ("sync1", "sync64", "batch32", "pull")  # the default set; syncN and batchK take any N, K
 SCENARIO_RE = re.compile(r"sync[1-9]\d*|batch[1-9]\d*|pull")
 
@@ -678,19 +678,19 @@ def print_report(info: dict, results: dict, args, scenarios: list[str], clients:
 
 
 def print_rounds(rounds: list[dict], scenarios: list[str], file=sys.stdout) -> None:
-    """msgs/s F/A of each round with the ratio client, and their median (what bench/targets.py judges)."""
+    """Each scenario's msgs/s F/A over the rounds, as bench/targets.py judges them (its median)."""
     p = lambda *a: print(*a, file=file)  # noqa: E731
     p("")
-    p(f"== rounds: FerryMQ / Apache msgs/s per round ({RATIO_CLIENT} client; the median is the figure judged) ==")
+    p(f"== rounds: FerryMQ / Apache msgs/s, every round's ratio ({targets.LOAD_CLIENT} client) and the median "
+      "judged ==")
     for scenario in scenarios:
-        ratios = []
-        for r in rounds:
-            f = r.get("FerryMQ", {}).get("clients", {}).get(RATIO_CLIENT, {}).get(scenario)
-            a = r.get("Apache", {}).get("clients", {}).get(RATIO_CLIENT, {}).get(scenario)
-            ratios.append(f["msgsPerSec"] / a["msgsPerSec"] if f and a and a.get("msgsPerSec") else None)
-        known = sorted(x for x in ratios if x is not None)
-        median = f"{known[(len(known) - 1) // 2]:.2f}x" if known else "-"
-        p(f"  {scenario:<9} " + "  ".join("-" if x is None else f"{x:.2f}x" for x in ratios) + f"   median {median}")
+        try:
+            found = targets.broker_rounds({"rounds": rounds}, scenario)
+        except targets.Missing as e:
+            p(f"  {scenario:<9} missing ({e})")
+            continue
+        p(f"  {scenario:<9} " + "  ".join(targets.times(r) for r, _, _ in found)
+          + f"   median {targets.times(found[(len(found) - 1) // 2][0])}")
 
 
 async def amain(args) -> int:
@@ -718,17 +718,17 @@ async def amain(args) -> int:
             # Later rounds: the other broker first (drift of the machine hits both alike), only
             # the client the ratios are taken with, fresh data (the pull drains what the sends put).
             order = kinds if n % 2 == 0 else kinds[::-1]
-            round_clients = clients if n == 0 else [c for c in clients if c == RATIO_CLIENT] or clients
+            round_clients = clients if n == 0 else [c for c in clients if c == targets.LOAD_CLIENT] or clients
             if args.rounds > 1:
                 log(f"round {n + 1} of {args.rounds}: {', '.join(k.name for k in order)}")
+            round_dir = workdir / f"round{n + 1}"
+            round_dir.mkdir()
             results = {}
             for kind in order:
-                round_dir = workdir / f"round{n + 1}"
-                round_dir.mkdir(exist_ok=True)
                 broker = kind(round_dir, args.flush)
                 results[broker.name] = await bench_broker(broker, args, scenarios, round_clients, round_dir)
             rounds.append({k.name: results[k.name] for k in kinds if k.name in results})
-            shutil.rmtree(workdir / f"round{n + 1}", ignore_errors=True)
+            shutil.rmtree(round_dir, ignore_errors=True)
     load.finish()
     results = rounds[0]
     print_report(info, results, args, scenarios, clients)

@@ -148,6 +148,15 @@ class _Deadlines:
             self._timer = self.loop.call_at(waits[0][0], self._expire)
 
 
+class _FlushWait:
+    """Puts waiting for the CommitLog to be fsynced up to ``end``, all on one future."""
+
+    __slots__ = ("end", "future", "puts")
+
+    def __init__(self, end: int, future: asyncio.Future[bool | None]) -> None:
+        self.end, self.future, self.puts = end, future, 1
+
+
 class _FlushWaits:
     """SYNC_FLUSH puts of one loop waiting for their fsync, with at most one request to the
     group-commit thread at a time.
@@ -165,8 +174,7 @@ class _FlushWaits:
         self._completions = completions
         self._store = store
         self._deadlines = _Deadlines(completions.loop)  # the waits' syncFlushTimeout, one timer for all
-        # [end, future, how many puts share the future] in offset order
-        self._waits: collections.deque[list] = collections.deque()
+        self._waits: collections.deque[_FlushWait] = collections.deque()  # in offset order
         self._asked: int | None = None  # the end offset of the fsync request that is out, if one is
         self._max_end = 0  # the furthest end a wait needs fsynced
 
@@ -174,14 +182,14 @@ class _FlushWaits:
         """A future resolved with True once the CommitLog is fsynced up to ``end``, False if the
         fsync failed, None after ``timeout_s``; the same future as the wait before when that
         one waits for the same end."""
-        waits = self._waits
-        if waits and waits[-1][0] == end and not waits[-1][1].done():
-            waits[-1][2] += 1  # waits for the same end share one future (the sends of a round)
-            return waits[-1][1]
+        last = self._waits[-1] if self._waits else None
+        if last is not None and last.end == end and not last.future.done():
+            last.puts += 1  # waits for the same end share one future (the sends of a round)
+            return last.future
         future: asyncio.Future[bool | None] = self._completions.loop.create_future()
         # (Reset when no wait is left: a CommitLog truncated back, a slave rejoining, ends lower.)
         self._max_end = max(self._max_end, end) if self._waits else end
-        self._waits.append([end, future, 1])
+        self._waits.append(_FlushWait(end, future))
         self._deadlines.add(future, timeout_s)
         if self._asked is None:
             self._ask(self._max_end)
@@ -198,14 +206,14 @@ class _FlushWaits:
         covered, answer = (self._store.flushed_phy_offset, True) if ok else (self._asked, False)
         self._asked = None
         waits, answered = self._waits, 0
-        while waits and waits[0][0] <= covered:
-            _, future, puts = waits.popleft()
-            if not future.done():  # (not timed out meanwhile)
-                future.set_result(answer)
-                answered += puts
+        while waits and waits[0].end <= covered:
+            wait = waits.popleft()
+            if not wait.future.done():  # (not timed out meanwhile)
+                wait.future.set_result(answer)
+                answered += wait.puts
         if answered:
             self._store.count_flush_acks(answered)
-        while waits and waits[0][1].done():
+        while waits and waits[0].future.done():
             waits.popleft()
         if waits:
             self._ask(self._max_end)
