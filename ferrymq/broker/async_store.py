@@ -228,6 +228,9 @@ class WriteBacklog:
     running_ms: int  # how long the running write has run (a slow disk holds every put)
 
 
+IDLE_BACKLOG = WriteBacklog(pending=0, oldest_wait_ms=0, running_ms=0)
+
+
 class _WriterThread:
     """The store's one writer: runs queued calls in order, all that queued up per wake-up."""
 
@@ -244,6 +247,8 @@ class _WriterThread:
         self._running_since: float | None = None
 
     def backlog(self) -> "WriteBacklog":
+        if self._submitted == self._finished:  # the common case, asked on every send: nothing queued
+            return IDLE_BACKLOG
         now = time.monotonic()
         enqueued = self._enqueued_at
         oldest = enqueued[0] if enqueued else None
@@ -343,8 +348,11 @@ class AsyncMessageStore:
         return self._completions
 
     def _loop_flush_waits(self) -> _FlushWaits:
-        """This loop's SYNC_FLUSH waits, made together with its completions."""
-        self._loop_completions()
+        """This loop's SYNC_FLUSH waits, made together with its completions. Asked on every
+        SYNC_FLUSH send: once made, they are not checked against the running loop again (a
+        store serves one loop; ``load`` and every offloaded write make them for theirs)."""
+        if self._completions is None:
+            self._loop_completions()
         return self._flush_waits
 
     async def _write(self, fn: Callable[..., T], *args, **kwargs) -> T:
