@@ -1,17 +1,21 @@
-"""Spark batch read throughput: ``spark.read.format("ferrymq")`` against Spark reading the same
-messages from Parquet files, in the same run, same session, same cores. The ratio is the figure.
+"""Spark batch read throughput: a FerryMQ batch read (``ferrymq_spark.read_batch``, by the JVM
+reader or the Python source) against Spark reading the same messages from Parquet files, in the
+same run, same session, same cores. The ratio is the figure.
 
 Not a test. Run: .venv/bin/python bench/spark_read_bench.py [--messages 100000] [--cores 2]
                  [--body-size 1024] [--queues 8] [--rounds 3] [--no-record] [--json FILE]
-                 [--no-bulk-caps] [--broker-set KEY=VALUE ...] [--option KEY=VALUE ...]
+                 [--reader jvm|python] [--no-bulk-caps] [--broker-set KEY=VALUE ...]
+                 [--option KEY=VALUE ...]
 
 A ``ferrymq standalone`` broker (subprocess, 127.0.0.1, temp dir; by default with its per-pull
 caps raised for bulk reads, ``BULK_CAPS``, as the README advises for a broker that feeds Spark)
 gets ``--messages`` messages of ``--body-size`` bytes over ``--queues`` queues (batch sends). A local[cores] SparkSession then,
 ``--rounds`` times, alternating the order:
 
-* reads the topic through the ferrymq data source (one task per queue) into Spark's ``noop``
-  sink, which materialises every row and column without writing anything;
+* reads the topic (one task per queue) into Spark's ``noop`` sink, which materialises every row
+  and column without writing anything: with ``--reader jvm`` (default) through the JVM reader
+  (format ``ferrymq-jvm``, planned on the driver), with ``--reader python`` through the Python
+  data source (format ``ferrymq``);
 * reads the same rows (written once beforehand by Spark from the source: same schema, same
   bytes) from Parquet into the ``noop`` sink.
 
@@ -40,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "spark-jobs"))
 
+from ferrymq_spark.jvm_reader import read_batch  # noqa: E402
 from ferrymq_spark.options import BULK_READ_BROKER_SETTINGS  # noqa: E402
 from tests.spark.spark_support import create_topic, make_spark_session, produce  # noqa: E402
 from tests.support import StandaloneProcess  # noqa: E402
@@ -47,6 +52,8 @@ from tests.support import StandaloneProcess  # noqa: E402
 
 # The per-pull caps the README advises for a broker that feeds Spark.
 BULK_CAPS = tuple(f"{key}={value}" for key, value in BULK_READ_BROKER_SETTINGS.items())
+READER_TEXT = {"jvm": "the JVM reader (format ferrymq-jvm, no Python worker on the executors)",
+               "python": "the Python data source (format ferrymq, Arrow batches from Python workers)"}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -74,6 +81,8 @@ def main() -> int:
                    help="a broker config key for the standalone broker (repeatable)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a ferrymq source option, e.g. ferrymq.pullBatchSize=1024 (repeatable)")
+    p.add_argument("--reader", choices=("jvm", "python"), default="jvm",
+                   help="the FerryMQ reader: jvm (format ferrymq-jvm, default) or python (format ferrymq)")
     p.add_argument("--record", action=argparse.BooleanOptionalAction, default=True,
                    help="append the figures to bench/RESULTS.md (default on)")
     p.add_argument("--json", default=None, help="also write the measured figures to this file")
@@ -81,7 +90,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="ferrymq-spark-bench-"))
     broker_settings = (list(BULK_CAPS) if args.bulk_caps else []) + args.broker_set
-    print(f"broker settings: {' '.join(broker_settings) or 'defaults'}; source options: "
+    print(f"reader: {args.reader}; broker settings: {' '.join(broker_settings) or 'defaults'}; source options: "
           f"{' '.join(args.option) or 'defaults'}", flush=True)
     broker = StandaloneProcess(work / "store", settings=broker_settings).start()
     try:
@@ -95,18 +104,22 @@ def main() -> int:
               f"({args.messages / produce_s:,.0f} msg/s, batch sends of 128)", flush=True)
 
         spark = make_spark_session("ferrymq-spark-bench", cores=args.cores)
-        source = spark.read.format("ferrymq").options(namesrv=namesrv, subscribe="SparkBench")
+        options = {"namesrv": namesrv, "subscribe": "SparkBench"}
         for kv in args.option:
             key, _, value = kv.partition("=")
-            source = source.option(key, value)
+            options[key] = value
+
+        def load():  # planned anew for every read, as a job would
+            return read_batch(spark, options, args.reader)
+
         parquet_dir = str(work / "parquet")
         t = time.perf_counter()
-        source.load().write.parquet(parquet_dir)  # the same rows, once, as Parquet
+        load().write.parquet(parquet_dir)  # the same rows, once, as Parquet
         copy_s = time.perf_counter() - t
         assert spark.read.parquet(parquet_dir).count() == args.messages
 
         def read_ferrymq() -> None:
-            source.load().write.format("noop").mode("overwrite").save()
+            load().write.format("noop").mode("overwrite").save()
 
         def read_parquet() -> None:
             spark.read.parquet(parquet_dir).write.format("noop").mode("overwrite").save()
@@ -164,10 +177,11 @@ def record(args, rows, ratio: float, broker_cpu: float, produce_s: float, copy_s
     import pyspark
     lines = [
         "",
-        f"## Spark batch read: ferrymq source vs Parquet ({datetime.date.today().isoformat()})",
+        f"## Spark batch read: ferrymq source ({args.reader} reader) vs Parquet ({datetime.date.today().isoformat()})",
         "",
         f"`bench/spark_read_bench.py --messages {args.messages} --body-size {args.body_size} --queues {args.queues} "
-        f"--cores {args.cores} --rounds {args.rounds}{'' if args.bulk_caps else ' --no-bulk-caps'}`: broker "
+        f"--cores {args.cores} --rounds {args.rounds} --reader {args.reader}"
+        f"{'' if args.bulk_caps else ' --no-bulk-caps'}`: {READER_TEXT[args.reader]}; broker "
         f"{'with ' + ' '.join(BULK_CAPS) if args.bulk_caps else 'with RocketMQ per-pull caps (32 / 256 KiB)'}; "
         f"pyspark {pyspark.__version__}, local[{args.cores}], "
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs shared with the broker process. "

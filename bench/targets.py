@@ -243,11 +243,13 @@ def wake_figures(doc: dict) -> Figures:
 
 
 def spark_figures(doc: dict, min_ratio: float) -> Figures:
-    """spark_read_bench.py: rows/s of spark.read.format("ferrymq") over rows/s of Spark reading
-    the same rows from Parquet (medians of the rounds); Parquet stands where Apache does elsewhere."""
+    """spark_read_bench.py: rows/s of a FerryMQ batch read (``read_batch``: the JVM reader by
+    default, ``--reader python`` the Python source) over rows/s of Spark reading the same rows from
+    Parquet (medians of the rounds); Parquet stands where Apache does elsewhere."""
     f, p = dig(doc, "results", "ferrymq", "rowsPerSec"), dig(doc, "results", "parquet", "rowsPerSec")
     r = ratio_of(f, p)
-    return Figures(f"{f:,.0f} rows/s", f"Parquet: {p:,.0f} rows/s", r, r >= min_ratio)
+    reader = (doc.get("args") or {}).get("reader", "python")  # runs from before the JVM reader: the Python source
+    return Figures(f"{f:,.0f} rows/s ({reader} reader)", f"Parquet: {p:,.0f} rows/s", r, r >= min_ratio)
 
 
 def memory_figures(doc: dict) -> Figures:

@@ -5,6 +5,9 @@ around it: plan a read's offsets, commit them back to the consumer group.
     spark.dataSource.register(FerryMQDataSource)
     df = spark.read.format("ferrymq").option("namesrv", "127.0.0.1:9876").option("subscribe", "Orders").load()
 
+    from ferrymq_spark import read_batch  # batch reads by the JVM reader where the session has its jar
+    df = read_batch(spark, {"namesrv": "127.0.0.1:9876", "subscribe": "Orders"})
+
 Names are imported on first use, so ``ferrymq_spark.k8s_cronjob`` (pure manifest building)
 imports without pyspark or pyarrow installed.
 """
@@ -21,6 +24,8 @@ _EXPORTS = {
     "OffsetsError": "ferrymq_spark.offsets",
     "OptionsError": "ferrymq_spark.options",
     "DataLossError": "ferrymq_spark.queue_reader",
+    "read_batch": "ferrymq_spark.jvm_reader",
+    "JvmReaderUnavailable": "ferrymq_spark.jvm_reader",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -18,7 +18,7 @@ from typing import Awaitable, Callable, Iterable, Iterator, TypeVar
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQClientError
 from ferrymq.client.pull_consumer import PullConsumer
-from ferrymq.common.protocol import MessageQueue
+from ferrymq.common.protocol import MASTER_ID, MessageQueue
 
 from ferrymq_spark.offsets import Offsets, QueueKey
 
@@ -135,6 +135,12 @@ class BlockingConsumer:
             else:
                 lo = m.queue_offset + 1
         return lo
+
+    def read_address(self, topic: str, broker_name: str) -> str:
+        """The broker that serves reads of ``broker_name``'s queues of ``topic``: its master, or
+        a slave while the master is not in the route (as the pull consumer chooses)."""
+        addr, _ = self._call(self.consumer.instance.find_subscribe_addr(broker_name, MASTER_ID, topic))
+        return addr
 
     def commit_offsets(self, offsets: Offsets) -> None:
         async def run() -> None:

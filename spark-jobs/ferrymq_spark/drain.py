@@ -24,6 +24,7 @@ import os
 import signal
 from dataclasses import dataclass, field
 
+from ferrymq_spark.jvm_reader import read_plan
 from ferrymq_spark.offsets import Offsets, offsets_from_json, offsets_to_json, ranges_between, run_id
 from ferrymq_spark.options import SourceOptions
 from ferrymq_spark.planning import BatchPlan, open_client, plan_with
@@ -148,7 +149,7 @@ def drain(spark, opts: SourceOptions, output: str, *, crash_after_write: bool = 
 
             written = files.exists(f"{path}/_SUCCESS")
             if not written:  # first attempt, or a partial write by a run that died: (over)write
-                df = spark.read.format("ferrymq").options(**plan.reader_options()).load()
+                df = read_plan(spark, plan, client)  # the JVM reader where the session has it
                 (df.withColumn("date", F.date_format("storeTimestamp", "yyyy-MM-dd"))
                    .write.mode("overwrite").partitionBy("date").parquet(path))
             if crash_after_write:  # fault injection for tests: die like a killed driver would

@@ -29,7 +29,8 @@ class Sent:
 
 def make_spark_session(app: str = "ferrymq-tests", cores: int = 2):
     """A local SparkSession whose Python workers run this interpreter (so they import
-    ferrymq and ferrymq_spark from this venv), with the ferrymq format registered."""
+    ferrymq and ferrymq_spark from this venv), with the ferrymq format registered and the JVM
+    reader's jar (format ferrymq-jvm) on its classpath."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise RuntimeError("Java 17 is needed for Spark (no java on PATH and no JAVA_HOME)")
     # PySpark starts its Python workers with PYSPARK_PYTHON (default: python3 on PATH), not with
@@ -38,7 +39,9 @@ def make_spark_session(app: str = "ferrymq-tests", cores: int = 2):
     from pyspark.sql import SparkSession
 
     from ferrymq_spark import FerryMQDataSource
+    from ferrymq_spark.jvm_reader import jar_path
     spark = (SparkSession.builder.master(f"local[{cores}]").appName(app)
+             .config("spark.jars", str(jar_path()))  # the JVM reader (format ferrymq-jvm), built if needed
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", str(cores))

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ferrymq_spark.jvm_reader import jar_path
+
 from tests.spark.spark_support import create_topic, produce
 from tests.spark.test_batch_read import _committed
 from tests.support import REPO
@@ -22,14 +24,16 @@ JOB = REPO / "spark-jobs" / "jobs" / "consume_to_parquet.py"
 
 def run_job(namesrv: str, output, *extra: str, spark_submit: bool = False, timeout: float = 240) -> subprocess.CompletedProcess:
     """The job as ``python job.py --master local[2]``, or as the CronJob runs it: ``spark-submit
-    --deploy-mode client`` with a ``local:`` application path (here with a local master)."""
+    --deploy-mode client`` with a ``local:`` application path (here with a local master). Either
+    way with the JVM reader's jar on the classpath, as the Spark image has it in $SPARK_HOME/jars."""
     job_args = ["--namesrv", namesrv, "--group", "drainer", "--topics", "SparkDrain", "--output", str(output), *extra]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     if spark_submit:
         cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", "--deploy-mode", "client",
-               "--conf", "spark.sql.session.timeZone=UTC", f"local://{JOB}", *job_args]
+               "--conf", "spark.sql.session.timeZone=UTC", "--jars", str(jar_path()), f"local://{JOB}", *job_args]
     else:
         cmd = [sys.executable, str(JOB), "--master", "local[2]", *job_args]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        env["PYSPARK_SUBMIT_ARGS"] = f"--jars {jar_path()} pyspark-shell"  # what pyspark's gateway launch reads
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
 
 
@@ -46,13 +50,16 @@ def test_rerun_after_a_crash_between_write_and_commit_duplicates_nothing(spark, 
 
     crashed = run_job(namesrv, output, "--crash-after-write")
     assert crashed.returncode == -9, crashed.stderr[-5000:]  # killed after writing, before committing
+    assert "1500 messages in 4 ranges with the JVM reader" in crashed.stderr
     [run_dir] = [p for p in output.iterdir() if p.name.startswith("run=")]
     assert (run_dir / "_SUCCESS").exists()
     # Nothing committed (a group without offsets reads as 0 while the queue starts at 0, as in RocketMQ).
     assert set(asyncio.run(_committed(namesrv, "drainer", "SparkDrain", 4)).values()) <= {-1, 0}
 
     second = asyncio.run(produce(namesrv, "SparkDrain", 600, queues=4, batch=50, seed=22))  # arrives meanwhile
-    result = summary(run_job(namesrv, output, spark_submit=True))
+    resumed_run = run_job(namesrv, output, spark_submit=True)
+    result = summary(resumed_run)
+    assert "600 messages in 4 ranges with the JVM reader" in resumed_run.stdout + resumed_run.stderr
     resumed, fresh = result["runs"]
     assert resumed["path"].endswith(run_dir.name) and resumed["resumed"] and not resumed["written"]
     assert (resumed["messages"], fresh["messages"], result["messages"]) == (1500, 600, 2100)
