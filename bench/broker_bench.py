@@ -140,6 +140,13 @@ def system_busy_seconds() -> float:
     return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
+def steal_seconds() -> float:
+    """CPU seconds the hypervisor gave other guests while this machine wanted them, since boot
+    (/proc/stat's steal): counted in ``system_busy_seconds``, reported apart (a shared VM)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return fields[7] / os.sysconf("SC_CLK_TCK")
+
+
 def own_cpu_seconds() -> float:
     """CPU seconds of this process and its reaped children (brokers, JVMs: all reaped by the end)."""
     import resource
@@ -172,12 +179,22 @@ class OutsideLoad:
         self.info = info
         info["loadavg_before"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
         self._busy0, self._own0, self._t0 = system_busy_seconds(), own_cpu_seconds(), time.monotonic()
+        self._steal0 = steal_seconds()
 
     def finish(self) -> None:
         info = self.info
         info["elapsedS"] = round(time.monotonic() - self._t0, 1)
         other = (system_busy_seconds() - self._busy0) - (own_cpu_seconds() - self._own0)
         info["other_cpu_cores"] = round(max(0.0, other) / max(info["elapsedS"], 1e-9), 2)
+        info["steal_cores"] = round((steal_seconds() - self._steal0) / max(info["elapsedS"], 1e-9), 2)
+
+
+def outside_load_line(info: dict, warning: str = "figures are disturbed") -> str:
+    """The report's line on what else the machine did during the run (``OutsideLoad``)."""
+    other = info.get("other_cpu_cores", 0)
+    return (f"load average before the run: {info.get('loadavg_before')}   CPU used by other processes during the run: "
+            f"{other:.2f} cores on average (of which hypervisor steal {info.get('steal_cores', 0):.2f})"
+            + (f"   WARNING: the machine was not idle, {warning}" if other > 0.15 else ""))
 
 
 async def apache_available(without: str) -> bool:
@@ -618,10 +635,7 @@ def print_report(info: dict, results: dict, args, scenarios: list[str], clients:
       f"after {args.warmup} warm-up messages")
     p(f"topics: {QUEUES} queues   brokers: {args.flush} on 127.0.0.1, each warmed up with {args.broker_warmup} messages "
       f"first   ratio F/A = FerryMQ / Apache: msgs/s > 1 means FerryMQ is faster, latency > 1 means slower")
-    p(f"load average before the run: {info.get('loadavg_before')}   CPU used by other processes during the run: "
-      f"{info.get('other_cpu_cores', 0):.2f} cores on average"
-      + ("   WARNING: the machine was not idle, figures are disturbed"
-         if info.get("other_cpu_cores", 0) > 0.15 else ""))
+    p(outside_load_line(info))
     for name, r in results.items():
         p(f"{name}: started in {r.get('startupS', 0):.1f}s")
     brokers = list(results)

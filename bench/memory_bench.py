@@ -47,7 +47,7 @@ from ferrymq.remoting.connection import Connection, open_connection  # noqa: E40
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag, SendMessageHeader  # noqa: E402
 from tests.support import FerryProcess, free_port  # noqa: E402
 from broker_bench import (APACHE_BROKER_JVM, ApacheBroker, OutsideLoad, apache_available, log,  # noqa: E402
-                          machine_info, print_problems, write_json)
+                          machine_info, outside_load_line, print_problems, write_json)
 
 PHASES = ("idle", "topics", "messages", "held", "answered")
 STATUS_KEYS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "Threads")
@@ -348,10 +348,7 @@ def print_report(info: dict, results: dict, args, file=sys.stdout) -> None:
       f"{args.connections} connections (suspend {SUSPEND_MS // 1000} s), 1 KiB messages, ASYNC_FLUSH, 127.0.0.1")
     p("FerryMQ: `ferrymq broker` process alone (name server in its own process); "
       f"Apache: broker JVM {' '.join(a for a in APACHE_BROKER_JVM if a.startswith('-Xm'))}")
-    p(f"load average before the run: {info.get('loadavg_before')}   CPU used by other processes during the run: "
-      f"{info.get('other_cpu_cores', 0):.2f} cores on average"
-      + ("   WARNING: the machine was not idle (RSS is hardly affected, times are)"
-         if info.get("other_cpu_cores", 0) > 0.15 else ""))
+    p(outside_load_line(info, "RSS is hardly affected, times are"))
     for name, r in results.items():
         if r.get("failed"):
             p(f"{name}: FAILED: {r['failed']}")

@@ -56,7 +56,7 @@ from tests.replication_support import BrokerPair  # noqa: E402
 from tests.support import free_port  # noqa: E402
 from broker_bench import (APACHE_BROKER_CONF, APACHE_BROKER_JVM, LOADGEN_JVM, QUEUES, TOPICS,  # noqa: E402
                           WARMUP_TOPIC, OutsideLoad, PythonLoad, _num, _ratio, apache_available, describe, log,
-                          machine_info, print_problems, proc_cpu_seconds, wait_for_route, write_json)
+                          machine_info, outside_load_line, print_problems, proc_cpu_seconds, wait_for_route, write_json)
 
 ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 SCENARIOS = ("sync1", "sync64", "batch32")
@@ -466,10 +466,7 @@ def print_report(info: dict, results: dict, args, scenarios: list[str], clients:
       f"master + slave per broker and role, warmed up with {args.broker_warmup} messages first")
     p("F/A = FerryMQ / Apache, SYNC/ASYNC = SYNC_MASTER / ASYNC_MASTER: msgs/s > 1 means faster, latency > 1 slower; "
       "CPU = the process's utime+stime per message; lag = master's minus slave's commitLogMaxOffset (2 Hz)")
-    p(f"load average before the run: {info.get('loadavg_before')}   CPU used by other processes during the run: "
-      f"{info.get('other_cpu_cores', 0):.2f} cores on average"
-      + ("   WARNING: the machine was not idle, figures are disturbed"
-         if info.get("other_cpu_cores", 0) > 0.15 else ""))
+    p(outside_load_line(info))
     for key, r in results.items():
         p(f"{key}: started in {r.get('startupS', 0):.1f}s, slave replicating {r.get('slaveReadyS', 0):.1f}s later")
 

@@ -313,12 +313,14 @@ def build_rows(docs: dict) -> list[Row]:
 def outside_load(docs: dict) -> list[str]:
     """The CPU other processes used during each benchmark that measured it (broker_bench's
     OutsideLoad: cores on average over the run), and the load average before the first."""
-    cores, before, loops = [], None, []
+    cores, steal, before, loops = [], [], None, []
     for key, label in SOURCE_LABELS.items():
         doc = docs.get(key)
         machine = (doc.get("machine") or {}) if isinstance(doc, dict) else {}
         if machine.get("other_cpu_cores") is not None:
             cores.append((label, machine["other_cpu_cores"]))
+            if machine.get("steal_cores") is not None:
+                steal.append((label, machine["steal_cores"]))
             before = before or machine.get("loadavg_before")
         if machine.get("python_loop_s") is not None:
             loops.append(machine["python_loop_s"])
@@ -326,6 +328,8 @@ def outside_load(docs: dict) -> list[str]:
         return ["outside load: not measured (no benchmark wrote it)"]
     line = "outside load, CPU cores used by other processes (average over each bench): " + \
         ", ".join(f"{label} {c:.2f}" for label, c in cores)
+    if steal:  # a shared VM: the hypervisor's share is in the figure above, said apart here
+        line += " (of which hypervisor steal: " + ", ".join(f"{label} {c:.2f}" for label, c in steal) + ")"
     busy = [label for label, c in cores if c > BUSY_CORES]
     lines = [line, f"load average before the first: {before}"]
     if loops:

@@ -56,7 +56,7 @@ from ferrymq.remoting.connection import Connection, open_connection  # noqa: E40
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag, SendMessageHeader  # noqa: E402
 from tests.support import free_port  # noqa: E402
 from broker_bench import (ApacheBroker, FerryBroker, OutsideLoad, apache_available, log,  # noqa: E402
-                          machine_info, percentile, print_problems, write_json)
+                          machine_info, outside_load_line, percentile, print_problems, write_json)
 
 TOPIC = "WakeBench"
 GROUP = "wake_bench_group"
@@ -290,10 +290,7 @@ def print_report(info: dict, results: dict, args, file=sys.stdout) -> None:
     p(f"python {info['python']}   java: {info['java']}   ferrymq {info['ferrymq_commit']}")
     p(f"{args.wakes} wakes after {args.warmup} warm-up, one at a time: a held pull (SUSPEND) on queue 0, then after "
       f"{args.hold_ms:g} ms one 1 KiB send to it; FerryMQ standalone / Apache 4.9.7 broker, ASYNC_FLUSH, 127.0.0.1")
-    p(f"load average before the run: {info.get('loadavg_before')}   CPU used by other processes during the run: "
-      f"{info.get('other_cpu_cores', 0):.2f} cores on average"
-      + ("   WARNING: the machine was not idle, figures are disturbed"
-         if info.get("other_cpu_cores", 0) > 0.15 else ""))
+    p(outside_load_line(info))
     p("")
     p("== client e2e: send issued -> held pull's response received (ms); send = the send's own round trip ==")
     p("   load generator 'normal': this client at the default scheduling policy; 'batch': at SCHED_BATCH, so a")

@@ -272,6 +272,13 @@ def test_summary_prints_every_row_and_the_outside_load():
     assert "8 of 9 targets met, 1 missing" in text
 
 
+def test_summary_says_how_much_of_the_outside_load_the_hypervisor_took():
+    docs = all_met()
+    docs[targets.BROKER]["machine"]["steal_cores"] = 0.27  # a shared VM's neighbours
+    text = "\n".join(targets.summary_lines(docs))
+    assert "(of which hypervisor steal: broker 0.27)" in text
+
+
 def test_summary_says_how_fast_the_host_ran_python():
     docs = all_met()
     docs[targets.BROKER]["machine"]["python_loop_s"] = 1.41  # a slow session among quick ones
