@@ -134,17 +134,22 @@ def machine_info() -> dict:
     }
 
 
+def _all_cpus_seconds() -> list[float]:
+    """/proc/stat's first line since boot, in seconds: user nice system idle iowait irq softirq steal ..."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    return [int(x) / ticks for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+
+
 def system_busy_seconds() -> float:
-    """CPU seconds all CPUs spent busy since boot (/proc/stat: everything but idle and iowait)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds all CPUs spent busy since boot (everything but idle and iowait)."""
+    t = _all_cpus_seconds()
+    return sum(t[:8]) - t[3] - t[4]
 
 
 def steal_seconds() -> float:
     """CPU seconds the hypervisor gave other guests while this machine wanted them, since boot
-    (/proc/stat's steal): counted in ``system_busy_seconds``, reported apart (a shared VM)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    return fields[7] / os.sysconf("SC_CLK_TCK")
+    (steal): counted in ``system_busy_seconds``, reported apart (a shared VM)."""
+    return _all_cpus_seconds()[7]
 
 
 def own_cpu_seconds() -> float:
@@ -704,7 +709,7 @@ def print_rounds(rounds: list[dict], scenarios: list[str], file=sys.stdout) -> N
             p(f"  {scenario:<9} missing ({e})")
             continue
         p(f"  {scenario:<9} " + "  ".join(targets.times(r) for r, _, _ in found)
-          + f"   median {targets.times(found[(len(found) - 1) // 2][0])}")
+          + f"   median {targets.times(targets.median_round(found)[0])}")
 
 
 async def amain(args) -> int:

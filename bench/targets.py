@@ -187,12 +187,17 @@ def broker_rounds(doc: dict, scenario: str) -> list[tuple[float, dict, dict]]:
     return sorted(found, key=lambda x: x[0])
 
 
+def median_round(found: list[tuple[float, dict, dict]]) -> tuple[float, dict, dict]:
+    """The round judged among ``broker_rounds``' (sorted): the median, the lower middle one of an even count."""
+    return found[(len(found) - 1) // 2]
+
+
 def broker_figures(doc: dict, scenario: str, min_ratio: float, with_p99: bool = False) -> Figures:
     """A broker_bench scenario: msgs/s ratio >= ``min_ratio`` (and, ``with_p99``, FerryMQ's p99
     per request no higher than Apache's). With several rounds the round of the median ratio is
     judged (the lower middle one of an even count) and every round's ratio is shown."""
     found = broker_rounds(doc, scenario)
-    r, f, a = found[(len(found) - 1) // 2]
+    r, f, a = median_round(found)
     runs = f" (median of {', '.join(times(x) for x, _, _ in found)})" if len(found) > 1 else ""
     met = r >= min_ratio
     if with_p99:

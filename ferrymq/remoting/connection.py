@@ -432,16 +432,19 @@ class Connection(asyncio.Protocol):
         if self._transport is None:
             raise RemotingConnectionError("connection is not open yet")
         self._transport.write(frame)
-        self._flush_scheduled = True
-        asyncio.get_running_loop().call_soon(self._flush_outbox)
+        self._schedule_flush()
 
     def _write_at_end_of_pass(self) -> None:
         """Frames enqueued from now to the end of this loop pass leave in one write, the first
         one included: a round's answers after their fsync (and other rounds' answered by the
         same fsync) come together."""
         if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_outbox)
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """Frames enqueued from now on queue in the outbox, which leaves at the end of this pass."""
+        self._flush_scheduled = True
+        asyncio.get_running_loop().call_soon(self._flush_outbox)
 
     def _flush_outbox(self) -> None:
         self._flush_scheduled = False
