@@ -131,7 +131,22 @@ def machine_info() -> dict:
         "java": java[0] if java else "?",
         "ferrymq_commit": commit + ("+dirty" if dirty else ""),
         "python_loop_s": python_loop_seconds(),
+        "disk_used_pct": disk_used_percent(),
     }
+
+
+# Apache's broker refuses writes once its disk is 90 % full ("disk full [CL: 0.92]"), and a
+# nearly full file system slows both brokers' appends: the reports warn well before that.
+DISK_WARN_PCT = 85
+
+
+def disk_used_percent(path: Path = REPO) -> float:
+    """How full the file system holding ``path`` (the brokers' stores live under the repository's
+    .cache and the system's temporary directory, one file system on the machines we bench) is, as df says."""
+    st = os.statvfs(path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    usable = used + st.f_bavail * st.f_frsize  # df's Use%: the root-reserved blocks do not count
+    return round(100.0 * used / usable, 1) if usable else 0.0
 
 
 def _all_cpus_seconds() -> list[float]:
@@ -197,9 +212,13 @@ class OutsideLoad:
 def outside_load_line(info: dict, warning: str = "figures are disturbed") -> str:
     """The report's line on what else the machine did during the run (``OutsideLoad``)."""
     other = info.get("other_cpu_cores", 0)
+    disk = info.get("disk_used_pct")
     return (f"load average before the run: {info.get('loadavg_before')}   CPU used by other processes during the run: "
             f"{other:.2f} cores on average (of which hypervisor steal {info.get('steal_cores', 0):.2f})"
-            + (f"   WARNING: the machine was not idle, {warning}" if other > 0.15 else ""))
+            + (f"   disk {disk:.0f} % used" if disk is not None else "")
+            + (f"   WARNING: the machine was not idle, {warning}" if other > 0.15 else "")
+            + (f"   WARNING: the disk is {disk:.0f} % full (Apache refuses writes at 90 %)"
+               if disk is not None and disk > DISK_WARN_PCT else ""))
 
 
 async def apache_available(without: str) -> bool:

@@ -32,6 +32,7 @@ SOURCE_LABELS = {BROKER: "broker", SYNC_FLUSH: "broker SYNC_FLUSH", E2E: "push e
                  MEMORY: "memory", SPARK: "spark", REPLICATION: "replication"}
 LOAD_CLIENT = "java"  # the load generator / consumer the ratios are taken with
 BUSY_CORES = 0.15  # outside load above which the benches warn that figures are disturbed
+DISK_FULL_PCT = 85  # disk use above which the summary warns (Apache refuses writes at 90 %)
 MEMORY_SHAPE = (1000, 8, 10000)  # the memory row's topics, queues per topic, held pulls
 RSS_TARGET_MIB = 200.0
 WAKE_P50_MS, WAKE_P99_MS = 1.0, 5.0
@@ -318,7 +319,7 @@ def build_rows(docs: dict) -> list[Row]:
 def outside_load(docs: dict) -> list[str]:
     """The CPU other processes used during each benchmark that measured it (broker_bench's
     OutsideLoad: cores on average over the run), and the load average before the first."""
-    cores, steal, before, loops = [], [], None, []
+    cores, steal, before, loops, disk = [], [], None, [], []
     for key, label in SOURCE_LABELS.items():
         doc = docs.get(key)
         machine = (doc.get("machine") or {}) if isinstance(doc, dict) else {}
@@ -329,6 +330,8 @@ def outside_load(docs: dict) -> list[str]:
             before = before or machine.get("loadavg_before")
         if machine.get("python_loop_s") is not None:
             loops.append(machine["python_loop_s"])
+        if machine.get("disk_used_pct") is not None:
+            disk.append(machine["disk_used_pct"])
     if not cores:
         return ["outside load: not measured (no benchmark wrote it)"]
     line = "outside load, CPU cores used by other processes (average over each bench): " + \
@@ -340,8 +343,13 @@ def outside_load(docs: dict) -> list[str]:
     if loops:
         lines.append(f"CPU calibration, a 10 M-iteration Python loop: {min(loops):.2f}-{max(loops):.2f} s "
                      "(compare runs only at similar values)")
+    if disk:
+        lines.append(f"disk used: {min(disk):.0f}-{max(disk):.0f} %")
     if busy:
         lines.append(f"WARNING: the machine was not idle during {', '.join(busy)}: those figures are disturbed")
+    if disk and max(disk) > DISK_FULL_PCT:
+        lines.append(f"WARNING: the disk was up to {max(disk):.0f} % full: Apache refuses writes at 90 % and "
+                     "appends slow down near it; free space and run again")
     return lines
 
 

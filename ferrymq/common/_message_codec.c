@@ -13,6 +13,14 @@
  *   decode_batch_body(b)       ferrymq.common.message.py_decode_batch_body
  *   pack_record(...)           ferrymq.common.message.py_pack_record
  *   index_entries(...)         ferrymq.store.index_file.py_index_entries
+ *   encode_records(...)        ferrymq.common.message.py_encode_records
+ *   stamp_records(...)         ferrymq.common.message.py_stamp_records
+ *   place_records(...)         ferrymq.common.message.py_place_records
+ *   queue_entries(...)         ferrymq.store.dispatch.py_queue_entries
+ *
+ * The last four are a put's whole run of messages in one call each (encode the records, stamp
+ * their offsets, give the messages their place, make their ConsumeQueue entries): a batch of 32
+ * is one call, not 32 trips through the interpreter (issue 11, batch32).
  *
  * Plain CPython C API, no dependency beyond the interpreter's headers.
  */
@@ -444,6 +452,442 @@ not_implemented:
     Py_RETURN_NOTIMPLEMENTED;
 }
 
+/* ------------------------------------------------------------------ a put's run of records */
+
+static PyObject *s_topic, *s_body, *s_properties, *s_queue_id, *s_flag, *s_queue_offset, *s_commit_log_offset,
+    *s_sys_flag, *s_born_timestamp, *s_born_host, *s_store_timestamp, *s_store_host, *s_reconsume_times,
+    *s_prepared_transaction_offset, *s_body_crc, *s_store_size, *s_tags, *s_crc32;
+static PyObject *zlib_crc32;  /* zlib.crc32: the interpreter's own, so both versions agree by construction */
+static PyObject *pack_ip_fn;  /* ferrymq.common.message_id.pack_ip (cached IP literal -> bytes), on first use */
+
+#define SYSFLAG_BORNHOST_V6 0x10
+#define SYSFLAG_STOREHOST_V6 0x20
+#define MAX_TOPIC_BYTES 127
+#define MAX_PROPERTIES_BYTES 32767
+
+static int
+init_names(void)
+{
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return -1
+    INTERN(s_topic, "topic"); INTERN(s_body, "body"); INTERN(s_properties, "properties");
+    INTERN(s_queue_id, "queue_id"); INTERN(s_flag, "flag"); INTERN(s_queue_offset, "queue_offset");
+    INTERN(s_commit_log_offset, "commit_log_offset"); INTERN(s_sys_flag, "sys_flag");
+    INTERN(s_born_timestamp, "born_timestamp"); INTERN(s_born_host, "born_host");
+    INTERN(s_store_timestamp, "store_timestamp"); INTERN(s_store_host, "store_host");
+    INTERN(s_reconsume_times, "reconsume_times"); INTERN(s_prepared_transaction_offset, "prepared_transaction_offset");
+    INTERN(s_body_crc, "body_crc"); INTERN(s_store_size, "store_size"); INTERN(s_tags, "TAGS");
+    INTERN(s_crc32, "crc32");
+#undef INTERN
+    PyObject *zlib = PyImport_ImportModule("zlib");
+    if (zlib == NULL)
+        return -1;
+    zlib_crc32 = PyObject_GetAttr(zlib, s_crc32);
+    Py_DECREF(zlib);
+    return zlib_crc32 == NULL ? -1 : 0;
+}
+
+/* An int attribute of a message, in a C long long; -1 with an error set on failure. */
+static int
+attr_ll(PyObject *m, PyObject *name, long long *out)
+{
+    PyObject *v = PyObject_GetAttr(m, name);
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int
+set_attr_ll(PyObject *m, PyObject *name, long long value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(m, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* A (host, port) pair: its packed IP (through the caller's pack_ip, reusing the previous answer
+ * for the same host object) and its port. 0, or -1 with an error set. */
+typedef struct { PyObject *host; PyObject *ip; } ip_memo;
+
+static int
+host_ip(PyObject *pair, PyObject *pack_ip, ip_memo *memo, PyObject **ip, long long *port)
+{
+    if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+        PyErr_SetString(PyExc_ValueError, "a host is a (host, port) pair");
+        return -1;
+    }
+    PyObject *host = PyTuple_GET_ITEM(pair, 0);
+    if (host != memo->host) {
+        PyObject *packed = PyObject_CallOneArg(pack_ip, host);
+        if (packed == NULL)
+            return -1;
+        if (!PyBytes_Check(packed) || (PyBytes_GET_SIZE(packed) != 4 && PyBytes_GET_SIZE(packed) != 16)) {
+            Py_DECREF(packed);
+            PyErr_SetString(PyExc_ValueError, "an IP address is 4 or 16 bytes");
+            return -1;
+        }
+        Py_XSETREF(memo->ip, packed);
+        Py_INCREF(host);
+        Py_XSETREF(memo->host, host);
+    }
+    *ip = memo->ip;
+    *port = PyLong_AsLongLong(PyTuple_GET_ITEM(pair, 1));
+    return (*port == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int
+fits_i32(long long v)
+{
+    return v >= INT32_MIN && v <= INT32_MAX;
+}
+
+/* encode_records(msgs, store_host, max_body_size) -> (bytearray, [sizes]) | (index, "body" | "properties") */
+static PyObject *
+encode_records(PyObject *module, PyObject *args)
+{
+    PyObject *msgs, *store_host;
+    long long max_body;
+    if (!PyArg_ParseTuple(args, "OOL:encode_records", &msgs, &store_host, &max_body))
+        return NULL;
+    if (pack_ip_fn == NULL) {
+        PyObject *ids = PyImport_ImportModule("ferrymq.common.message_id");
+        if (ids == NULL)
+            return NULL;
+        pack_ip_fn = PyObject_GetAttrString(ids, "pack_ip");
+        Py_DECREF(ids);
+        if (pack_ip_fn == NULL)
+            return NULL;
+    }
+    PyObject *pack_ip = pack_ip_fn;
+    PyObject *seq = PySequence_Fast(msgs, "encode_records() needs a sequence of messages");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    /* One buffer for the run, sized for the bodies plus room for their headers up front. */
+    Py_ssize_t guess = 0, used = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *body = PyObject_GetAttr(PySequence_Fast_GET_ITEM(seq, i), s_body);
+        if (body == NULL) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        Py_ssize_t n = PyObject_Length(body);
+        Py_DECREF(body);
+        if (n < 0)
+            PyErr_Clear();  /* the main pass reports it */
+        else if (n <= max_body)
+            guess += n + 256;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, guess), *sizes = PyList_New(0), *result = NULL;
+    ip_memo born_memo = {NULL, NULL}, store_memo = {NULL, NULL};
+    PyObject *store_ip;
+    long long store_port;
+    if (out == NULL || sizes == NULL || host_ip(store_host, pack_ip, &store_memo, &store_ip, &store_port) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *m = PySequence_Fast_GET_ITEM(seq, i);
+        PyObject *body = NULL, *props = NULL, *props_text = NULL, *topic = NULL, *born = NULL, *crc_obj = NULL;
+        Py_buffer bview = {0};
+        int ok = 0;
+        long long queue_id, flag, queue_offset, phys, sys_flag, born_ts, store_ts, reconsume, prepared, born_port, crc;
+        PyObject *born_ip;
+        if ((body = PyObject_GetAttr(m, s_body)) == NULL || PyObject_GetBuffer(body, &bview, PyBUF_SIMPLE) < 0)
+            goto next;
+        if (bview.len > max_body) {
+            result = Py_BuildValue("(ns)", i, "body");
+            goto next;
+        }
+        if ((props = PyObject_GetAttr(m, s_properties)) == NULL)
+            goto next;
+        props_text = encode_properties(module, props);
+        if (props_text == Py_NotImplemented) {
+            PyErr_SetString(PyExc_TypeError, "message properties must be a dict of str to str");
+            goto next;
+        }
+        if (props_text == NULL)
+            goto next;
+        Py_ssize_t props_len;
+        const char *props_utf8 = PyUnicode_AsUTF8AndSize(props_text, &props_len);
+        if (props_utf8 == NULL)
+            goto next;
+        if (props_len > MAX_PROPERTIES_BYTES) {
+            result = Py_BuildValue("(ns)", i, "properties");
+            goto next;
+        }
+        if (PyObject_SetAttr(m, s_store_host, store_host) < 0)
+            goto next;
+        Py_ssize_t topic_len;
+        if ((topic = PyObject_GetAttr(m, s_topic)) == NULL)
+            goto next;
+        const char *topic_utf8 = PyUnicode_AsUTF8AndSize(topic, &topic_len);
+        if (topic_utf8 == NULL)
+            goto next;
+        if (topic_len > MAX_TOPIC_BYTES) {
+            PyErr_Format(PyExc_ValueError, "topic is %zd bytes, at most %d allowed", topic_len, MAX_TOPIC_BYTES);
+            goto next;
+        }
+        if ((born = PyObject_GetAttr(m, s_born_host)) == NULL || host_ip(born, pack_ip, &born_memo, &born_ip, &born_port) < 0)
+            goto next;
+        if (attr_ll(m, s_queue_id, &queue_id) < 0 || attr_ll(m, s_flag, &flag) < 0
+                || attr_ll(m, s_queue_offset, &queue_offset) < 0 || attr_ll(m, s_commit_log_offset, &phys) < 0
+                || attr_ll(m, s_sys_flag, &sys_flag) < 0 || attr_ll(m, s_born_timestamp, &born_ts) < 0
+                || attr_ll(m, s_store_timestamp, &store_ts) < 0 || attr_ll(m, s_reconsume_times, &reconsume) < 0
+                || attr_ll(m, s_prepared_transaction_offset, &prepared) < 0) {
+            if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                PyErr_Clear();
+                PyErr_SetString(PyExc_ValueError, "record field out of range");
+            }
+            goto next;
+        }
+        sys_flag &= ~(long long)(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6);
+        if (PyBytes_GET_SIZE(born_ip) == 16)
+            sys_flag |= SYSFLAG_BORNHOST_V6;
+        if (PyBytes_GET_SIZE(store_ip) == 16)
+            sys_flag |= SYSFLAG_STOREHOST_V6;
+        if (!fits_i32(queue_id) || !fits_i32(flag) || !fits_i32(sys_flag) || !fits_i32(born_port)
+                || !fits_i32(store_port) || !fits_i32(reconsume)) {
+            PyErr_SetString(PyExc_ValueError, "record field out of range");
+            goto next;
+        }
+        if ((crc_obj = PyObject_CallOneArg(zlib_crc32, body)) == NULL)
+            goto next;
+        crc = PyLong_AsLongLong(crc_obj) & 0x7FFFFFFF;
+        Py_ssize_t born_len = PyBytes_GET_SIZE(born_ip), store_len = PyBytes_GET_SIZE(store_ip);
+        Py_ssize_t fixed = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born_len + 4 + 8 + store_len + 4 + 4 + 8 + 4;
+        Py_ssize_t total = fixed + bview.len + 1 + topic_len + 2 + props_len;
+        if (total > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "record too long");
+            goto next;
+        }
+        if (used + total > PyByteArray_GET_SIZE(out)) {  /* room for this record and as much again */
+            if (PyByteArray_Resize(out, 2 * (used + total)) < 0)
+                goto next;
+        }
+        unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(out) + used;
+        used += total;
+        p = put_i32(p, (int32_t)total);
+        p = put_i32(p, MESSAGE_MAGIC);
+        p = put_i32(p, (int32_t)crc);
+        p = put_i32(p, (int32_t)queue_id);
+        p = put_i32(p, (int32_t)flag);
+        p = put_i64(p, queue_offset);
+        p = put_i64(p, phys);
+        p = put_i32(p, (int32_t)sys_flag);
+        p = put_i64(p, born_ts);
+        memcpy(p, PyBytes_AS_STRING(born_ip), born_len);
+        p += born_len;
+        p = put_i32(p, (int32_t)born_port);
+        p = put_i64(p, store_ts);
+        memcpy(p, PyBytes_AS_STRING(store_ip), store_len);
+        p += store_len;
+        p = put_i32(p, (int32_t)store_port);
+        p = put_i32(p, (int32_t)reconsume);
+        p = put_i64(p, prepared);
+        p = put_i32(p, (int32_t)bview.len);
+        if (bview.len)
+            memcpy(p, bview.buf, bview.len);
+        p += bview.len;
+        *p++ = (unsigned char)topic_len;
+        memcpy(p, topic_utf8, topic_len);
+        p += topic_len;
+        *p++ = (unsigned char)(props_len >> 8);
+        *p++ = (unsigned char)props_len;
+        if (props_len)
+            memcpy(p, props_utf8, props_len);
+        if (set_attr_ll(m, s_sys_flag, sys_flag) < 0 || set_attr_ll(m, s_body_crc, crc) < 0
+                || set_attr_ll(m, s_store_size, total) < 0)
+            goto next;
+        PyObject *size = PyLong_FromSsize_t(total);
+        if (size == NULL || PyList_Append(sizes, size) < 0) {
+            Py_XDECREF(size);
+            goto next;
+        }
+        Py_DECREF(size);
+        ok = 1;
+    next:
+        if (bview.obj != NULL)
+            PyBuffer_Release(&bview);
+        Py_XDECREF(body); Py_XDECREF(props); Py_XDECREF(props_text); Py_XDECREF(topic); Py_XDECREF(born);
+        Py_XDECREF(crc_obj);
+        if (!ok)
+            goto done;  /* an error is set, or result holds the refusal */
+    }
+    if (PyByteArray_Resize(out, used) == 0)
+        result = PyTuple_Pack(2, out, sizes);
+done:
+    Py_DECREF(seq);
+    Py_XDECREF(out); Py_XDECREF(sizes);
+    Py_XDECREF(born_memo.host); Py_XDECREF(born_memo.ip); Py_XDECREF(store_memo.host); Py_XDECREF(store_memo.ip);
+    return result;
+}
+
+#define QUEUE_OFFSET_POS 20
+#define SYS_FLAG_POS 36
+#define BORN_HOST_POS 48
+
+/* stamp_records(data, sizes, queue_offset, phys, store_ts): the three fields only known under the
+ * store's lock, in every record of a run (queue_offset < 0: not dispatched, 0 in every record). */
+static PyObject *
+stamp_records(PyObject *module, PyObject *args)
+{
+    PyObject *data_obj, *sizes;
+    long long queue_offset, phys, store_ts;
+    if (!PyArg_ParseTuple(args, "OOLLL:stamp_records", &data_obj, &sizes, &queue_offset, &phys, &store_ts))
+        return NULL;
+    Py_buffer data;
+    if (PyObject_GetBuffer(data_obj, &data, PyBUF_WRITABLE) < 0)
+        return NULL;
+    PyObject *seq = PySequence_Fast(sizes, "stamp_records() needs a sequence of sizes");
+    if (seq == NULL) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), pos = 0;
+    unsigned char *buf = (unsigned char *)data.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
+        if (size == -1 && PyErr_Occurred())
+            goto fail;
+        if (size < BORN_HOST_POS + 28 || pos + size > data.len) {
+            PyErr_Format(PyExc_ValueError, "record %zd of %zd bytes at %zd does not fit the data", i, size, pos);
+            goto fail;
+        }
+        unsigned char *r = buf + pos;
+        put_i64(r + QUEUE_OFFSET_POS, queue_offset >= 0 ? queue_offset + i : 0);
+        put_i64(r + QUEUE_OFFSET_POS + 8, phys + pos);
+        put_i64(r + BORN_HOST_POS + ((get_i32(r + SYS_FLAG_POS) & SYSFLAG_BORNHOST_V6) ? 20 : 8), store_ts);
+        pos += size;
+    }
+    Py_DECREF(seq);
+    PyBuffer_Release(&data);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(seq);
+    PyBuffer_Release(&data);
+    return NULL;
+}
+
+/* place_records(msgs, sizes, phys, queue_offset, store_ts, id_prefix) -> [offset msgIds]: each
+ * message learns its CommitLog offset, queue offset (queue_offset < 0: 0) and store time. */
+static PyObject *
+place_records(PyObject *module, PyObject *args)
+{
+    PyObject *msgs, *sizes, *prefix;
+    long long phys, queue_offset, store_ts;
+    if (!PyArg_ParseTuple(args, "OOLLLU:place_records", &msgs, &sizes, &phys, &queue_offset, &store_ts, &prefix))
+        return NULL;
+    PyObject *mseq = PySequence_Fast(msgs, "place_records() needs a sequence of messages");
+    if (mseq == NULL)
+        return NULL;
+    PyObject *sseq = PySequence_Fast(sizes, "place_records() needs a sequence of sizes");
+    if (sseq == NULL) {
+        Py_DECREF(mseq);
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(prefix)) {
+        Py_DECREF(mseq); Py_DECREF(sseq);
+        PyErr_SetString(PyExc_ValueError, "an offset msgId prefix is hex digits");
+        return NULL;
+    }
+    Py_ssize_t prefix_len = PyUnicode_GET_LENGTH(prefix);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(mseq);
+    if (PySequence_Fast_GET_SIZE(sseq) < n)
+        n = PySequence_Fast_GET_SIZE(sseq);  /* as zip() */
+    PyObject *ids = PyList_New(n), *ts = PyLong_FromLongLong(store_ts);
+    if (ids == NULL || ts == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PySequence_Fast_GET_ITEM(mseq, i);
+        if (phys < 0) {
+            PyErr_Format(PyExc_ValueError, "negative physical offset %lld", phys);
+            goto fail;
+        }
+        if (set_attr_ll(m, s_commit_log_offset, phys) < 0
+                || set_attr_ll(m, s_queue_offset, queue_offset >= 0 ? queue_offset + i : 0) < 0
+                || PyObject_SetAttr(m, s_store_timestamp, ts) < 0)
+            goto fail;
+        PyObject *id = PyUnicode_New(prefix_len + 16, 127);
+        if (id == NULL)
+            goto fail;
+        Py_UCS1 *chars = PyUnicode_1BYTE_DATA(id);
+        memcpy(chars, PyUnicode_1BYTE_DATA(prefix), prefix_len);
+        unsigned long long v = (unsigned long long)phys;
+        for (int d = 15; d >= 0; d--, v >>= 4)
+            chars[prefix_len + d] = "0123456789ABCDEF"[v & 0xF];
+        PyList_SET_ITEM(ids, i, id);
+        Py_ssize_t size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(sseq, i));
+        if (size == -1 && PyErr_Occurred())
+            goto fail;
+        phys += size;
+    }
+    Py_DECREF(mseq); Py_DECREF(sseq); Py_DECREF(ts);
+    return ids;
+fail:
+    Py_DECREF(mseq); Py_DECREF(sseq); Py_XDECREF(ts); Py_XDECREF(ids);
+    return NULL;
+}
+
+/* queue_entries(msgs, sizes, phys) -> bytes: the ConsumeQueue entries (CommitLog offset i64, size
+ * i32, tagsCode i64 = Java hash of TAGS or 0) of contiguous records starting at phys. */
+static PyObject *
+queue_entries(PyObject *module, PyObject *args)
+{
+    PyObject *msgs, *sizes;
+    long long phys;
+    if (!PyArg_ParseTuple(args, "OOL:queue_entries", &msgs, &sizes, &phys))
+        return NULL;
+    PyObject *mseq = PySequence_Fast(msgs, "queue_entries() needs a sequence of messages");
+    if (mseq == NULL)
+        return NULL;
+    PyObject *sseq = PySequence_Fast(sizes, "queue_entries() needs a sequence of sizes");
+    if (sseq == NULL) {
+        Py_DECREF(mseq);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(mseq);
+    if (PySequence_Fast_GET_SIZE(sseq) < n)
+        n = PySequence_Fast_GET_SIZE(sseq);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * 20);
+    if (out == NULL)
+        goto fail;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *props = PyObject_GetAttr(PySequence_Fast_GET_ITEM(mseq, i), s_properties);
+        if (props == NULL)
+            goto fail;
+        long long tags_code = 0;
+        PyObject *tags = PyDict_Check(props) ? PyDict_GetItemWithError(props, s_tags) : PyObject_GetItem(props, s_tags);
+        if (tags == NULL && PyErr_Occurred()) {
+            if (PyDict_Check(props) || !PyErr_ExceptionMatches(PyExc_KeyError)) {
+                Py_DECREF(props);
+                goto fail;
+            }
+            PyErr_Clear();
+        }
+        if (tags != NULL && PyUnicode_Check(tags) && PyUnicode_GET_LENGTH(tags) > 0)
+            tags_code = java_hash_of(tags);
+        if (!PyDict_Check(props))
+            Py_XDECREF(tags);  /* PyObject_GetItem gave a new reference */
+        Py_DECREF(props);
+        Py_ssize_t size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(sseq, i));
+        if (size == -1 && PyErr_Occurred())
+            goto fail;
+        p = put_i64(p, phys);
+        p = put_i32(p, (int32_t)size);
+        p = put_i64(p, tags_code);
+        phys += size;
+    }
+    Py_DECREF(mseq); Py_DECREF(sseq);
+    return out;
+fail:
+    Py_DECREF(mseq); Py_DECREF(sseq); Py_XDECREF(out);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -455,6 +899,11 @@ static PyMethodDef methods[] = {
     {"pack_record", pack_record, METH_VARARGS, "one CommitLog record's bytes"},
     {"index_entries", index_entries, METH_VARARGS,
      "IndexFile entries of postings, linking the slot table in place -> (entries, linked, new_slots)"},
+    {"encode_records", encode_records, METH_VARARGS,
+     "a put's records back to back -> (bytearray, sizes), or (index, 'body'|'properties') for a message refused"},
+    {"stamp_records", stamp_records, METH_VARARGS, "stamp queue offsets, CommitLog offsets and store time into a run"},
+    {"place_records", place_records, METH_VARARGS, "give a run's messages their offsets and store time -> msgIds"},
+    {"queue_entries", queue_entries, METH_VARARGS, "a run's ConsumeQueue entries"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -465,5 +914,7 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__message_codec(void)
 {
+    if (zlib_crc32 == NULL && init_names() < 0)
+        return NULL;
     return PyModuleDef_Init(&module_def);
 }

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ferrymq.common.message_id import offset_msg_id, offset_msg_id_prefix, pack_ip, unpack_ip
@@ -345,6 +345,69 @@ def py_pack_record(
 
 
 pack_record = _native.pack_record if _native is not None else py_pack_record
+
+
+# ---------------------------------------------------------------- a put's run of records
+# One call per put for the per-message steps of storing it (a batch of 32 is one call into the
+# compiled twins, not 32 trips through the interpreter: bench/RESULTS.md, batch32).
+
+
+def py_encode_records(msgs: Sequence[MessageExt], store_host: tuple[str, int],
+                      max_body_size: int) -> tuple[bytearray, list[int]] | tuple[int, str]:
+    """The records of one put's messages back to back, with the offsets and store time the
+    messages carry (the store stamps the real ones under its lock: ``stamp_records``), and their
+    sizes. Each message gets ``store_host`` and the derived fields of ``encode_record``.
+
+    A message the store refuses stops it there, returned as (its index, what): "body" when its
+    body is over ``max_body_size``, "properties" when its encoded properties are over
+    MAX_PROPERTIES_LENGTH. A field out of its range raises ValueError, as ``encode_record``."""
+    records = []
+    for i, m in enumerate(msgs):
+        if len(m.body) > max_body_size:
+            return i, "body"
+        props = encode_properties(m.properties).encode()
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            return i, "properties"
+        m.store_host = store_host
+        records.append(encode_record(m, props))
+    return bytearray().join(records), [len(r) for r in records]
+
+
+def py_stamp_records(data: bytearray, sizes: Sequence[int], queue_offset: int, physical_offset: int,
+                     store_timestamp: int) -> None:
+    """``stamp_record`` for every record of a run written at ``physical_offset``: queue offsets
+    from ``queue_offset`` up (a negative one: 0 in every record, not dispatched)."""
+    pos = 0
+    for i, size in enumerate(sizes):
+        if size < BORN_HOST_POS + 28 or pos + size > len(data):
+            raise ValueError(f"record {i} of {size} bytes at {pos} does not fit the data")
+        stamp_record(data, queue_offset + i if queue_offset >= 0 else 0, physical_offset + pos, store_timestamp, pos)
+        pos += size
+
+
+def py_place_records(msgs: Sequence[MessageExt], sizes: Sequence[int], physical_offset: int, queue_offset: int,
+                     store_timestamp: int, id_prefix: str) -> list[str]:
+    """A written run's messages learn their CommitLog offset, queue offset (from ``queue_offset``
+    up; a negative one: 0) and store time; returns their offset msgIds (``id_prefix``: the store
+    host's, ``offset_msg_id_prefix``)."""
+    if not id_prefix.isascii():
+        raise ValueError("an offset msgId prefix is hex digits")
+    ids = []
+    for i, (m, size) in enumerate(zip(msgs, sizes)):
+        if physical_offset < 0:
+            raise ValueError(f"negative physical offset {physical_offset}")
+        m.commit_log_offset = physical_offset
+        m.queue_offset = queue_offset + i if queue_offset >= 0 else 0
+        m.store_timestamp = store_timestamp
+        ids.append(f"{id_prefix}{physical_offset:016X}")
+        physical_offset += size
+    return ids
+
+
+if _native is not None:
+    encode_records, stamp_records, place_records = _native.encode_records, _native.stamp_records, _native.place_records
+else:
+    encode_records, stamp_records, place_records = py_encode_records, py_stamp_records, py_place_records
 
 
 def stamp_record(buf: bytearray, queue_offset: int, physical_offset: int, store_timestamp: int, pos: int = 0) -> None:

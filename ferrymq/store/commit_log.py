@@ -29,7 +29,7 @@ from ferrymq.common.message import (
     RECORD_HEADER,
     check_record,
     record_store_timestamp,
-    stamp_record,
+    stamp_records,
 )
 from ferrymq.store.mapped_file import MappedFile, MappedFileQueue
 
@@ -201,10 +201,7 @@ class CommitLog:
                     if queue_offset is None:
                         queue_offset = self.queue_offsets.get(key, 0)
                     next_offsets[key] = queue_offset + len(put.record_sizes)
-                record_at = 0
-                for i, size in enumerate(put.record_sizes):
-                    stamp_record(put.data, queue_offset + i if put.dispatched else 0, phys + at + record_at, now, record_at)
-                    record_at += size
+                stamp_records(put.data, put.record_sizes, queue_offset if put.dispatched else -1, phys + at, now)
                 placed.append(Appended(phys + at, queue_offset, now))
                 at += n
             if not placed:

@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from ferrymq.common import speedups
 from ferrymq.common.java_hash import java_string_hash
 from ferrymq.common.message import MessageExt, Prop, SysFlag
 from ferrymq.common.protocol import SCHEDULE_TOPIC
@@ -24,6 +25,20 @@ def tag_hash(props: dict[str, str]) -> int:
     """A message's tagsCode outside the delay topic: the Java hashCode of its TAGS (0 if none)."""
     tags = props.get(Prop.TAGS)
     return java_string_hash(tags) if tags else 0
+
+
+def py_queue_entries(msgs: Sequence[MessageExt], sizes: Sequence[int], phys: int) -> bytes:
+    """The ConsumeQueue entries (CommitLog offset, size, tagsCode: ``tag_hash``) of contiguous
+    records starting at ``phys``, outside the delay topic."""
+    entries = []
+    for m, size in zip(msgs, sizes):
+        entries.append(CQ_ENTRY.pack(phys, size, tag_hash(m.properties)))
+        phys += size
+    return b"".join(entries)
+
+
+_native = speedups.load("ferrymq.common._message_codec")
+queue_entries = _native.queue_entries if _native is not None else py_queue_entries
 
 
 class ConsumeQueueTable:
@@ -148,10 +163,14 @@ class Dispatcher:
         entries = []
         phys = 0
         for put in puts:
-            phys = put.phys
-            for m, size in zip(put.msgs, put.sizes):
-                entries.append(CQ_ENTRY.pack(phys, size, self.tags_code(topic, m.properties, store_ts)))
-                phys += size
+            if topic == SCHEDULE_TOPIC:  # tagsCode is when each message is due
+                phys = put.phys
+                for m, size in zip(put.msgs, put.sizes):
+                    entries.append(CQ_ENTRY.pack(phys, size, self.tags_code(topic, m.properties, store_ts)))
+                    phys += size
+            else:
+                entries.append(queue_entries(put.msgs, put.sizes, put.phys))
+                phys = put.phys + sum(put.sizes)
         self.queues.get_or_create(topic, queue_id).append(puts[0].queue_offset, b"".join(entries), phys)
 
     def record_entry(self, m: MessageExt, phys: int) -> None:

@@ -29,10 +29,11 @@ from ferrymq.common.message import (
     Prop,
     SysFlag,
     encode_properties,
-    encode_record,
+    encode_records,
+    place_records,
     record_store_timestamp,
 )
-from ferrymq.common.message_id import offset_msg_id, pack_ip
+from ferrymq.common.message_id import offset_msg_id_prefix
 from ferrymq.common.validators import validate_topic
 from ferrymq.store.checkpoint import StoreCheckpoint
 from ferrymq.store.commit_log import BLANK_SIZE, Appended, CommitLog, PendingPut, RecoveryReport
@@ -104,6 +105,7 @@ class MessageStore:
         self.last_exit_clean = True
         # Why puts are refused while the store runs (a slave takes data only from its master).
         self.refuse_puts: str | None = None
+        self._msg_id_prefix = ""  # the store host's part of every offset msgId (set by load)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -112,7 +114,7 @@ class MessageStore:
         self.store_host = store_host or self.store_host
         if self.store_host is None:
             raise ValueError("the store needs its store host (IP literal, port) before it loads")
-        pack_ip(self.store_host[0])  # offset msgIds embed it: it must be an IP literal
+        self._msg_id_prefix = offset_msg_id_prefix(*self.store_host)  # offset msgIds embed it: an IP literal
         os.makedirs(self.config.store_path_root_dir, exist_ok=True)
         clean = self.dir_lock.acquire()
         self.last_exit_clean = clean
@@ -244,44 +246,31 @@ class MessageStore:
             error = validate_topic(topic)
             if error or queue_id < 0:
                 return refused(PutStatus.MESSAGE_ILLEGAL, error or f"bad queue id {queue_id}")
-        records = []
-        for m in msgs:
-            if len(m.body) > self.config.max_message_size:
-                return refused(
-                    PutStatus.MESSAGE_ILLEGAL,
-                    f"message body size {len(m.body)} exceeds maxMessageSize {self.config.max_message_size}",
-                )
-            props = encode_properties(m.properties).encode()
-            if len(props) > MAX_PROPERTIES_LENGTH:
-                return refused(
-                    PutStatus.PROPERTIES_SIZE_EXCEEDED,
-                    f"message properties length {len(props)} exceeds {MAX_PROPERTIES_LENGTH}",
-                )
-            m.store_host = self.store_host
-            try:
-                records.append(encode_record(m, props))
-            except ValueError as exc:
-                return refused(PutStatus.MESSAGE_ILLEGAL, str(exc))
-        data = records[0] if len(records) == 1 else bytearray().join(records)
+        try:
+            encoded = encode_records(msgs, self.store_host, self.config.max_message_size)
+        except ValueError as exc:
+            return refused(PutStatus.MESSAGE_ILLEGAL, str(exc))
+        if isinstance(encoded[0], int):  # a message refused: (its index, what)
+            m = msgs[encoded[0]]
+            if encoded[1] == "body":
+                return refused(PutStatus.MESSAGE_ILLEGAL,
+                               f"message body size {len(m.body)} exceeds maxMessageSize {self.config.max_message_size}")
+            length = len(encode_properties(m.properties).encode())
+            return refused(PutStatus.PROPERTIES_SIZE_EXCEEDED,
+                           f"message properties length {length} exceeds {MAX_PROPERTIES_LENGTH}")
+        data, sizes = encoded
         if len(data) + BLANK_SIZE > self.commit_log.segment_size:
             return refused(
                 PutStatus.MESSAGE_ILLEGAL,
                 f"{len(data)} bytes of records do not fit in a CommitLog file of {self.commit_log.segment_size}",
             )
-        sizes = [len(r) for r in records]
         return _Prepared(msgs, PendingPut(data, sizes, f"{topic}-{queue_id}", SysFlag.is_dispatched(msgs[0].sys_flag)))
 
     def _stored(self, prepared: "_Prepared", appended: Appended) -> AppendResult:
         """The result of a written put; its messages learn their offsets and store time."""
-        msgs, dispatched = prepared.msgs, prepared.put.dispatched
-        phys, ids = appended.phys_offset, []
-        host, port = self.store_host
-        for i, (m, size) in enumerate(zip(msgs, prepared.put.record_sizes)):
-            m.commit_log_offset = phys
-            m.queue_offset = appended.queue_offset + i if dispatched else 0
-            m.store_timestamp = appended.store_timestamp
-            ids.append(offset_msg_id(host, port, phys))
-            phys += size
+        msgs, put = prepared.msgs, prepared.put
+        ids = place_records(msgs, put.record_sizes, appended.phys_offset,
+                            appended.queue_offset if put.dispatched else -1, appended.store_timestamp, self._msg_id_prefix)
         return AppendResult(
             PutStatus.PUT_OK, appended.phys_offset, len(prepared.put.data), ids, appended.queue_offset, len(msgs),
             appended.store_timestamp,

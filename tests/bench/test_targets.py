@@ -279,6 +279,16 @@ def test_summary_says_how_much_of_the_outside_load_the_hypervisor_took():
     assert "(of which hypervisor steal: broker 0.27)" in text
 
 
+def test_summary_warns_of_a_nearly_full_disk():
+    docs = all_met()
+    assert "disk was up to" not in "\n".join(targets.summary_lines(docs))
+    docs[targets.BROKER]["machine"]["disk_used_pct"] = 91.6  # Apache's broker refuses writes above 90 %
+    docs[targets.WAKE]["machine"]["disk_used_pct"] = 64.0
+    text = "\n".join(targets.summary_lines(docs))
+    assert "disk used: 64-92 %" in text
+    assert "WARNING: the disk was up to 92 % full" in text
+
+
 def test_summary_says_how_fast_the_host_ran_python():
     docs = all_met()
     docs[targets.BROKER]["machine"]["python_loop_s"] = 1.41  # a slow session among quick ones
