@@ -17,6 +17,7 @@
  *   stamp_records(...)         ferrymq.common.message.py_stamp_records
  *   place_records(...)         ferrymq.common.message.py_place_records
  *   queue_entries(...)         ferrymq.store.dispatch.py_queue_entries
+ *   index_postings(...)        ferrymq.store.index_service.py_index_postings
  *
  * The last four are a put's whole run of messages in one call each (encode the records, stamp
  * their offsets, give the messages their place, make their ConsumeQueue entries): a batch of 32
@@ -456,7 +457,8 @@ not_implemented:
 
 static PyObject *s_topic, *s_body, *s_properties, *s_queue_id, *s_flag, *s_queue_offset, *s_commit_log_offset,
     *s_sys_flag, *s_born_timestamp, *s_born_host, *s_store_timestamp, *s_store_host, *s_reconsume_times,
-    *s_prepared_transaction_offset, *s_body_crc, *s_store_size, *s_tags, *s_crc32;
+    *s_prepared_transaction_offset, *s_body_crc, *s_store_size, *s_tags, *s_crc32, *s_uniq_key, *s_keys, *s_hash,
+    *s_space;
 static PyObject *zlib_crc32;  /* zlib.crc32: the interpreter's own, so both versions agree by construction */
 static PyObject *pack_ip_fn;  /* ferrymq.common.message_id.pack_ip (cached IP literal -> bytes), on first use */
 
@@ -476,7 +478,8 @@ init_names(void)
     INTERN(s_store_timestamp, "store_timestamp"); INTERN(s_store_host, "store_host");
     INTERN(s_reconsume_times, "reconsume_times"); INTERN(s_prepared_transaction_offset, "prepared_transaction_offset");
     INTERN(s_body_crc, "body_crc"); INTERN(s_store_size, "store_size"); INTERN(s_tags, "TAGS");
-    INTERN(s_crc32, "crc32");
+    INTERN(s_crc32, "crc32"); INTERN(s_uniq_key, "UNIQ_KEY"); INTERN(s_keys, "KEYS"); INTERN(s_hash, "#");
+    INTERN(s_space, " ");
 #undef INTERN
     PyObject *zlib = PyImport_ImportModule("zlib");
     if (zlib == NULL)
@@ -888,6 +891,108 @@ fail:
     return NULL;
 }
 
+/* Append (topic#key, phys) to out for a non-empty key. */
+static int
+add_posting(PyObject *out, PyObject *topic_hash, PyObject *key, PyObject *phys)
+{
+    if (!PyUnicode_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "message properties must be a dict of str to str");
+        return -1;
+    }
+    if (PyUnicode_GET_LENGTH(key) == 0)
+        return 0;
+    PyObject *full = PyUnicode_Concat(topic_hash, key);
+    if (full == NULL)
+        return -1;
+    PyObject *pair = PyTuple_Pack(2, full, phys);
+    Py_DECREF(full);
+    if (pair == NULL)
+        return -1;
+    int rc = PyList_Append(out, pair);
+    Py_DECREF(pair);
+    return rc;
+}
+
+/* index_postings(topic, msgs, sizes, phys, out): append (topic#UNIQ_KEY, offset) and (topic#k,
+ * offset) for each KEYS value of every record of a run but rolled-back transaction records. */
+static PyObject *
+index_postings(PyObject *module, PyObject *args)
+{
+    PyObject *topic, *msgs, *sizes, *out;
+    long long phys;
+    if (!PyArg_ParseTuple(args, "UOOLO!:index_postings", &topic, &msgs, &sizes, &phys, &PyList_Type, &out))
+        return NULL;
+    PyObject *topic_hash = PyUnicode_Concat(topic, s_hash);
+    if (topic_hash == NULL)
+        return NULL;
+    PyObject *mseq = PySequence_Fast(msgs, "index_postings() needs a sequence of messages");
+    PyObject *sseq = mseq == NULL ? NULL : PySequence_Fast(sizes, "index_postings() needs a sequence of sizes");
+    if (sseq == NULL) {
+        Py_XDECREF(mseq);
+        Py_DECREF(topic_hash);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(mseq);
+    if (PySequence_Fast_GET_SIZE(sseq) < n)
+        n = PySequence_Fast_GET_SIZE(sseq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PySequence_Fast_GET_ITEM(mseq, i);
+        long long sys_flag;
+        if (attr_ll(m, s_sys_flag, &sys_flag) < 0)
+            goto fail;
+        if ((sys_flag & 0xC) != 0xC) {  /* not a rolled-back transaction record */
+            PyObject *props = PyObject_GetAttr(m, s_properties), *offset = NULL;
+            if (props == NULL)
+                goto fail;
+            if (!PyDict_Check(props)) {
+                Py_DECREF(props);
+                PyErr_SetString(PyExc_TypeError, "message properties must be a dict of str to str");
+                goto fail;
+            }
+            if ((offset = PyLong_FromLongLong(phys)) == NULL) {
+                Py_DECREF(props);
+                goto fail;
+            }
+            PyObject *uniq = PyDict_GetItemWithError(props, s_uniq_key), *keys = NULL, *parts = NULL;
+            int rc = 0;
+            if (uniq == NULL && PyErr_Occurred())
+                rc = -1;
+            else if (uniq != NULL)
+                rc = add_posting(out, topic_hash, uniq, offset);
+            if (rc == 0) {
+                keys = PyDict_GetItemWithError(props, s_keys);
+                if (keys == NULL && PyErr_Occurred())
+                    rc = -1;
+                else if (keys != NULL) {
+                    if (!PyUnicode_Check(keys)) {
+                        PyErr_SetString(PyExc_TypeError, "message properties must be a dict of str to str");
+                        rc = -1;
+                    } else if ((parts = PyUnicode_Split(keys, s_space, -1)) == NULL) {
+                        rc = -1;
+                    } else {
+                        for (Py_ssize_t k = 0; rc == 0 && k < PyList_GET_SIZE(parts); k++)
+                            rc = add_posting(out, topic_hash, PyList_GET_ITEM(parts, k), offset);
+                        Py_DECREF(parts);
+                    }
+                }
+            }
+            Py_DECREF(offset);
+            Py_DECREF(props);
+            if (rc < 0)
+                goto fail;
+        }
+        Py_ssize_t size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(sseq, i));
+        if (size == -1 && PyErr_Occurred())
+            goto fail;
+        phys += size;
+    }
+    Py_DECREF(mseq); Py_DECREF(sseq); Py_DECREF(topic_hash);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(mseq); Py_DECREF(sseq); Py_DECREF(topic_hash);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -904,6 +1009,7 @@ static PyMethodDef methods[] = {
     {"stamp_records", stamp_records, METH_VARARGS, "stamp queue offsets, CommitLog offsets and store time into a run"},
     {"place_records", place_records, METH_VARARGS, "give a run's messages their offsets and store time -> msgIds"},
     {"queue_entries", queue_entries, METH_VARARGS, "a run's ConsumeQueue entries"},
+    {"index_postings", index_postings, METH_VARARGS, "append a run's index keys with their CommitLog offsets"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -18,7 +18,7 @@ from ferrymq.common.java_hash import java_string_hash
 from ferrymq.common.message import MessageExt, Prop, SysFlag
 from ferrymq.common.protocol import SCHEDULE_TOPIC
 from ferrymq.store.consume_queue import CQ_ENTRY, ConsumeQueue
-from ferrymq.store.index_service import IndexService
+from ferrymq.store.index_service import IndexService, index_postings
 
 
 def tag_hash(props: dict[str, str]) -> int:
@@ -144,8 +144,10 @@ class Dispatcher:
                 self._queue_entries(topic, queue_id, queue_puts, store_ts)
                 written.append((topic, queue_id))
             if self.index is not None:
-                self.index.build_index_run(
-                    [(put.topic, record) for put in puts for record in _records_at(put.msgs, put.sizes, put.phys)], store_ts)
+                postings: list[tuple[str, int]] = []
+                for put in puts:
+                    index_postings(put.topic, put.msgs, put.sizes, put.phys, postings)
+                self.index.add_postings(postings, store_ts)
         except BaseException:
             for topic, queue_id in written:
                 self.queues.get_or_create(topic, queue_id).truncate_to(by_queue[topic, queue_id][0].queue_offset)
@@ -194,9 +196,3 @@ class Dispatcher:
                 return store_ts + self._delay_ms[level - 1]
         return tag_hash(props)
 
-
-def _records_at(msgs: Sequence[MessageExt], sizes: Sequence[int], phys: int) -> Iterator[tuple[int, dict[str, str], int]]:
-    """(sysFlag, properties, CommitLog offset) of contiguous records starting at ``phys``."""
-    for m, size in zip(msgs, sizes):
-        yield m.sys_flag, m.properties, phys
-        phys += size

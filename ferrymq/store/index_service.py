@@ -12,10 +12,11 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ferrymq.common.message import Prop, SysFlag
+from ferrymq.common import speedups
+from ferrymq.common.message import MessageExt, Prop, SysFlag
 from ferrymq.store.config import StoreConfig
 from ferrymq.store.index_file import IndexFile
 
@@ -46,6 +47,21 @@ def index_keys(topic: str, properties: dict[str, str]) -> list[str]:
         if k:
             keys.append(build_key(topic, k))
     return keys
+
+
+def py_index_postings(topic: str, msgs: Sequence[MessageExt], sizes: Sequence[int], phys: int,
+                      out: list[tuple[str, int]]) -> None:
+    """Append the postings (key, CommitLog offset) of a run of contiguous records starting at
+    ``phys``: every ``index_keys`` of each record but rolled-back transaction records. Their
+    properties are a dict of str to str (the records were encoded from them)."""
+    for m, size in zip(msgs, sizes):
+        if SysFlag.transaction_type(m.sys_flag) != SysFlag.TRANSACTION_ROLLBACK_TYPE:
+            out.extend((key, phys) for key in index_keys(topic, m.properties))
+        phys += size
+
+
+_native = speedups.load("ferrymq.common._message_codec")
+index_postings = _native.index_postings if _native is not None else py_index_postings
 
 
 class IndexService:
@@ -120,15 +136,13 @@ class IndexService:
 
     def build_index(self, topic: str, sys_flag: int, properties: dict[str, str], phy_offset: int,
                     store_timestamp: int) -> None:
-        self.build_index_run([(topic, (sys_flag, properties, phy_offset))], store_timestamp)
+        """Index one record (recovery, a slave's replication)."""
+        if SysFlag.transaction_type(sys_flag) != SysFlag.TRANSACTION_ROLLBACK_TYPE:
+            self.add_postings([(key, phy_offset) for key in index_keys(topic, properties)], store_timestamp)
 
-    def build_index_run(self, records: Iterable[tuple[str, tuple[int, dict[str, str], int]]],
-                        store_timestamp: int) -> None:
-        """Index records of any topics stored together, in CommitLog order: (topic, (sysFlag,
-        properties, CommitLog offset)) each; their entries go out with one write per file."""
-        postings = [(key, phy_offset) for topic, (sys_flag, properties, phy_offset) in records
-                    if SysFlag.transaction_type(sys_flag) != SysFlag.TRANSACTION_ROLLBACK_TYPE
-                    for key in index_keys(topic, properties)]
+    def add_postings(self, postings: list[tuple[str, int]], store_timestamp: int) -> None:
+        """Index the postings (key, CommitLog offset) of records stored together, in CommitLog
+        order (``index_postings`` makes them); their entries go out with one write per file."""
         while postings:
             f = self._writable_file(store_timestamp)
             done = f.put(postings, store_timestamp)

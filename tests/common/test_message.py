@@ -4,6 +4,7 @@ import zlib
 import pytest
 
 from ferrymq.common.message import (
+    batch_messages,
     BLANK_MAGIC,
     MESSAGE_MAGIC,
     Message,
@@ -301,3 +302,13 @@ def test_group_names():
     assert validate_group("g" * 255) is None
     assert "longer" in validate_group("g" * 256)
     assert "illegal" in validate_group("g:1")
+
+
+def test_batch_messages_are_the_messages_keyword_construction_makes():
+    elements = [(0, b"a", {"UNIQ_KEY": "u1"}), (7, b"bb", {"UNIQ_KEY": "u2", "CLUSTER": "theirs"})]
+    shared = dict(queue_id=3, sys_flag=0x1, born_timestamp=1_700_000_000_000, born_host=("10.0.0.1", 5),
+                  store_host=("10.0.0.2", 10911), reconsume_times=2)
+    msgs = batch_messages("T", [(f, b, dict(p)) for f, b, p in elements], {"CLUSTER": "DefaultCluster"}, **shared)
+    assert msgs == [MessageExt(topic="T", body=b, flag=f, properties={**p, "CLUSTER": "DefaultCluster"}, **shared)
+                    for f, b, p in elements]
+    assert msgs[0].queue_offset == msgs[0].commit_log_offset == msgs[0].store_timestamp == 0

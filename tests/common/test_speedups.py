@@ -25,7 +25,7 @@ from ferrymq.remoting import json_header
 from ferrymq.remoting.codes import LanguageCode, SerializeType
 from ferrymq.remoting.command import RemotingCommand, encode_frame, py_java_number
 from ferrymq.remoting.errors import HeaderDecodeError
-from ferrymq.store import dispatch
+from ferrymq.store import dispatch, index_service
 
 native = speedups.load("ferrymq.common._message_codec")
 native_header = speedups.load("ferrymq.remoting._header_codec")
@@ -200,6 +200,24 @@ def test_a_runs_records_match_python(born, store):
         assert [(d.queue_offset, d.commit_log_offset, d.store_timestamp, d.body) for d in decoded] == \
             [(m.queue_offset, m.commit_log_offset, m.store_timestamp, m.body) for m in a]
         assert native.queue_entries(a, sizes_a, phys) == dispatch.py_queue_entries(b, sizes_b, phys)
+
+
+@needs_native
+def test_a_runs_index_postings_match_python():
+    rng = random.Random(19)
+    for _ in range(300):
+        msgs = _run_of_messages(rng, "10.0.0.1", rng.randrange(0, 12))
+        for m in msgs:  # keys with runs of spaces, empty ones, none at all; rolled-back records
+            if rng.random() < 0.3:
+                m.properties["KEYS"] = rng.choice([" a  b ", "", " ", "k1 k2 k3", "é 中 😀"])
+            if rng.random() < 0.2:
+                m.properties.pop("UNIQ_KEY", None)
+        sizes, phys = [rng.randrange(100, 2000) for _ in msgs], rng.randrange(2**40)
+        topic = _random_text(rng, 8) or "T"
+        a, b = [("earlier", 1)], [("earlier", 1)]
+        native.index_postings(topic, msgs, sizes, phys, a)
+        index_service.py_index_postings(topic, msgs, sizes, phys, b)
+        assert a == b
 
 
 @needs_native

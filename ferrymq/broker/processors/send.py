@@ -17,7 +17,7 @@ from ferrymq.broker.flow_control import send_refusal
 from ferrymq.broker.schedule import ScheduleMessageService, divert_to_schedule, is_delayable
 from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
 from ferrymq.broker.transactions import TransactionService, divert_to_half, is_transactional
-from ferrymq.common.message import MessageExt, Prop, decode_batch_body, decode_properties
+from ferrymq.common.message import MessageExt, Prop, batch_messages, decode_batch_body, decode_properties
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, Perm, dlq_topic
 from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
@@ -97,8 +97,7 @@ class SendProcessor:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"malformed batch body: {e}")
             if not elements:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
-            msgs = [MessageExt(topic=topic, body=body, flag=flag, properties={**props, **batch_props}, **common)
-                    for flag, body, props in elements]
+            msgs = batch_messages(topic, elements, batch_props, **common)
             result = await ctx.store.put_messages(msgs, wait=wait)
         else:
             msg = MessageExt(topic=topic, body=req.body or b"", flag=header.flag, properties=batch_props, **common)
