@@ -370,7 +370,7 @@ def py_encode_records(msgs: Sequence[MessageExt], store_host: tuple[str, int],
             return i, "properties"
         m.store_host = store_host
         records.append(encode_record(m, props))
-    return bytearray().join(records), [len(r) for r in records]
+    return (records[0] if len(records) == 1 else bytearray().join(records)), [len(r) for r in records]
 
 
 def py_stamp_records(data: bytearray, sizes: Sequence[int], queue_offset: int, physical_offset: int,

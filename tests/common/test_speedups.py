@@ -235,16 +235,18 @@ def test_a_run_stops_at_the_message_the_store_refuses_in_both():
 
 
 @needs_native
-@pytest.mark.parametrize("field, value", [("queue_id", 2**31), ("flag", -(2**31) - 1), ("queue_offset", 2**63),
-                                          ("born_timestamp", -(2**63) - 1), ("reconsume_times", 2**40),
-                                          ("topic", "T" * 128), ("born_host", ("not an ip", 1))])
-def test_a_run_with_a_field_out_of_range_fails_in_both(field, value):
+@pytest.mark.parametrize("field, value, error", [
+    ("queue_id", 2**31, "ValueError"), ("flag", -(2**31) - 1, "ValueError"), ("queue_offset", 2**63, "ValueError"),
+    ("born_timestamp", -(2**63) - 1, "ValueError"), ("reconsume_times", 2**40, "ValueError"),
+    ("topic", "T" * 128, "ValueError"), ("born_host", ("not an ip", 1), "ValueError"),
+    ("prepared_transaction_offset", None, "TypeError"), ("flag", "7", "TypeError")])  # a bug of ours, not input
+def test_a_run_with_a_field_out_of_range_fails_in_both(field, value, error):
     msgs = [MessageExt("T", b"body", born_host=("10.0.0.1", 1)) for _ in range(3)]
     setattr(msgs[1], field, value)
     a, b = _twins(msgs)
     native_error, python_error = _outcome(native.encode_records, a, ("10.0.0.2", 2), 1024), \
         _outcome(message.py_encode_records, b, ("10.0.0.2", 2), 1024)
-    assert native_error[0] == python_error[0] == "ValueError"
+    assert native_error[0] == python_error[0] == error
     assert python_error[1].startswith(native_error[1])  # Python's may add struct's detail
 
 
