@@ -502,29 +502,25 @@ class AsyncMessageStore:
                            record_filter: Callable[[bytes], bool] | None = None) -> GetResult:
         """A pull's read: on the loop when what it reads was written lately (page-cache copies,
         as appends are), else in the read pool so a cold read never stalls the loop."""
-        if self._recent(topic, queue_id, offset):
-            self.reads_on_loop += 1
-            return self.sync_store.get_messages(group, topic, queue_id, offset, max_msg_nums, tag_filter,
-                                                record_filter)
+        if self._recent_entries(topic, queue_id, offset):
+            result = self.sync_store.get_messages(group, topic, queue_id, offset, max_msg_nums, tag_filter,
+                                                  record_filter, hot_only=True)
+            if result is not None:
+                self.reads_on_loop += 1
+                return result
         self.reads_in_pool += 1
         return await self._read(self.sync_store.get_messages, group, topic, queue_id, offset, max_msg_nums, tag_filter,
                                 record_filter)
 
-    def _recent(self, topic: str, queue_id: int, offset: int) -> bool:
-        """Whether a read from ``offset`` touches only pages written lately: the queue's entry is
-        among its last RECENT_QUEUE_ENTRIES (the ConsumeQueue pages written lately) and its record
-        within the in-memory window of the CommitLog head (accessMessageInMemoryMaxRatio), and
-        appends themselves are on the loop (configured so, and no slow disk keeps them off it)."""
+    def _recent_entries(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether a read from ``offset`` may be tried on the loop: the queue's entry is among its
+        last RECENT_QUEUE_ENTRIES (ConsumeQueue pages written lately) and appends themselves are on
+        the loop (configured so, and no slow disk keeps them off it). The read itself then declines
+        (``hot_only``) when the first record is outside the in-memory window of the CommitLog head
+        (accessMessageInMemoryMaxRatio): one ConsumeQueue read decides, not a read of its own."""
         if self.appends_offloaded:
             return False
-        store = self.sync_store
-        behind = store.get_max_offset_in_queue(topic, queue_id) - offset
-        if behind <= 0:
-            return True  # nothing to read: answered from memory
-        if behind > RECENT_QUEUE_ENTRIES:
-            return False
-        phys = store.get_commit_log_offset_in_queue(topic, queue_id, offset)
-        return phys >= 0 and store.is_in_memory(phys)
+        return self.sync_store.get_max_offset_in_queue(topic, queue_id) - offset <= RECENT_QUEUE_ENTRIES
 
     async def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
         return await self._read(self.sync_store.query_message, topic, key, max_num, begin, end)

@@ -345,13 +345,17 @@ class MessageStore:
         max_msg_nums: int,
         tag_filter: Callable[[int], bool] | None = None,
         record_filter: Callable[[bytes], bool] | None = None,
-    ) -> GetResult:
+        *,
+        hot_only: bool = False,
+    ) -> GetResult | None:
         """A pull: statuses and nextBeginOffset as RocketMQ 4.9 (wire facts 7.4).
 
         ``tag_filter`` gets each entry's raw tagsCode (i64) and says whether it matches;
         ``record_filter`` then each read record (SQL92 on its properties). Messages either
         filter leaves out still advance nextBeginOffset.
         ``group`` is accepted for parity with RocketMQ (it only feeds its statistics).
+        ``hot_only``: read no record outside the CommitLog's in-memory window; None instead
+        when the first one is (the caller reads again where a cold read may block).
         """
         self._check_running()
         cq = self.queues.get(topic, queue_id)
@@ -368,7 +372,7 @@ class MessageStore:
             # RocketMQ 4.x sends the consumer back to the start when nothing was ever deleted.
             nxt = min_offset if min_offset == 0 else max_offset
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
-        return self._read_queue(cq, offset, max_msg_nums, tag_filter, min_offset, max_offset, record_filter)
+        return self._read_queue(cq, offset, max_msg_nums, tag_filter, min_offset, max_offset, record_filter, hot_only)
 
     def _read_queue(
         self,
@@ -379,13 +383,16 @@ class MessageStore:
         min_offset: int,
         max_offset: int,
         record_filter: Callable[[bytes], bool] | None = None,
-    ) -> GetResult:
+        hot_only: bool = False,
+    ) -> GetResult | None:
         cl = self.commit_log
         max_phy, cl_min, window = cl.max_offset, cl.min_offset, self.in_memory_window
         scan_entries = max(MAX_FILTER_SCAN_BYTES, max_msg_nums * CQ_ENTRY_SIZE) // CQ_ENTRY_SIZE
         data = cq.read_entries(offset, scan_entries)
         if data is None:  # the ConsumeQueue file holding offset is gone
             return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
+        if hot_only and data and max_phy - CQ_ENTRY.unpack_from(data)[0] > window:
+            return None
 
         status = GetStatus.NO_MATCHED_MESSAGE
         picked: list[tuple[int, int]] = []

@@ -286,7 +286,8 @@ async def test_short_polling_holds_a_pull_only_short_polling_time_mills(tmp_path
 
 async def test_pulls_of_recent_data_read_on_the_loop_older_ones_in_the_read_pool(cluster, monkeypatch):
     """A pull from one of a queue's newest entries reads on the event loop (no thread hop);
-    one further behind goes to the read pool. Both answer the same records."""
+    one further behind, or whose records left the in-memory window, goes to the read pool.
+    All answer the same records."""
     import ferrymq.broker.async_store as async_store
     monkeypatch.setattr(async_store, "RECENT_QUEUE_ENTRIES", 10)
     mq = MessageQueue("Recent", "broker-a", 0)
@@ -300,6 +301,12 @@ async def test_pulls_of_recent_data_read_on_the_loop_older_ones_in_the_read_pool
         assert (store.reads_on_loop, store.reads_in_pool) == (on_loop, in_pool + 1)
         recent = await consumer.pull(mq, 35, max_nums=8)  # 5 behind
         assert (store.reads_on_loop, store.reads_in_pool) == (on_loop + 1, in_pool + 1)
+        # Recent entries whose records are no longer in the CommitLog's in-memory window: the
+        # read on the loop declines after its ConsumeQueue read, and the pool reads them.
+        monkeypatch.setattr(store.sync_store, "in_memory_window", 0)
+        cold = await consumer.pull(mq, 35, max_nums=8)
+        assert (store.reads_on_loop, store.reads_in_pool) == (on_loop + 1, in_pool + 2)
     assert [m.body for m in old.messages] == [f"m{i}".encode() for i in range(8)]
-    assert [m.body for m in recent.messages] == [f"m{i}".encode() for i in range(35, 40)]
-    assert recent.next_begin_offset == 40
+    assert [m.body for m in recent.messages] == [m.body for m in cold.messages] == \
+        [f"m{i}".encode() for i in range(35, 40)]
+    assert recent.next_begin_offset == cold.next_begin_offset == 40
