@@ -391,9 +391,40 @@ class MessageStore:
         data = cq.read_entries(offset, scan_entries)
         if data is None:  # the ConsumeQueue file holding offset is gone
             return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
-        if hot_only and data and max_phy - CQ_ENTRY.unpack_from(data)[0] > window:
+        first_phys = CQ_ENTRY.unpack_from(data)[0] if data else -1
+        if hot_only and data and max_phy - first_phys > window:
             return None
+        if tag_filter is None and data and first_phys >= cl_min and max_phy - first_phys <= window:
+            # The common pull (a queue's entries ascend, so the first decides): nothing to filter,
+            # nothing removed, every record in the page cache.
+            status = GetStatus.FOUND
+            picked, scanned, last_phys = self._pick_in_memory(data, max_msg_nums)
+        else:
+            status, picked, scanned, last_phys = self._pick(data, max_msg_nums, tag_filter, max_phy, cl_min, window)
 
+        records = [r for r in cl.read_many(picked) if r is not None] if picked else []
+        if picked and not records:  # deleted between the checks above and the read
+            status = GetStatus.MESSAGE_WAS_REMOVING
+        elif records and record_filter is not None:
+            records = [r for r in records if record_filter(r)]
+            if not records:
+                status = GetStatus.NO_MATCHED_MESSAGE
+        fall_behind = max_phy - last_phys
+        return GetResult(
+            status,
+            offset + scanned,
+            min_offset,
+            max_offset,
+            records,
+            suggest_pull_from_slave=fall_behind > window,
+            first_store_timestamp=record_store_timestamp(records[0]) if records else 0,
+            fall_behind_bytes=fall_behind,
+        )
+
+    def _pick(self, data: bytes, max_msg_nums: int, tag_filter: Callable[[int], bool] | None, max_phy: int,
+              cl_min: int, window: int) -> tuple[GetStatus, list[tuple[int, int]], int, int]:
+        """Which of the ConsumeQueue entries in ``data`` a pull answers with: (status, the picked
+        (CommitLog offset, size) pairs, entries scanned, the CommitLog offset of the last entry looked at)."""
         status = GetStatus.NO_MATCHED_MESSAGE
         picked: list[tuple[int, int]] = []
         picked_bytes = 0
@@ -414,31 +445,31 @@ class MessageStore:
             if phys < cl_min:
                 if not picked:
                     status = GetStatus.MESSAGE_WAS_REMOVING
-                skip_below = cl.roll_next_file(phys)
+                skip_below = self.commit_log.roll_next_file(phys)
                 continue
             picked.append((phys, size))
             picked_bytes += size
             status = GetStatus.FOUND
             skip_below = -1
+        return status, picked, scanned, last_phys
 
-        records = [r for r in cl.read_many(picked) if r is not None] if picked else []
-        if picked and not records:  # deleted between the checks above and the read
-            status = GetStatus.MESSAGE_WAS_REMOVING
-        elif records and record_filter is not None:
-            records = [r for r in records if record_filter(r)]
-            if not records:
-                status = GetStatus.NO_MATCHED_MESSAGE
-        fall_behind = max_phy - last_phys
-        return GetResult(
-            status,
-            offset + scanned,
-            min_offset,
-            max_offset,
-            records,
-            suggest_pull_from_slave=fall_behind > window,
-            first_store_timestamp=record_store_timestamp(records[0]) if records else 0,
-            fall_behind_bytes=fall_behind,
-        )
+    def _pick_in_memory(self, data: bytes, max_msg_nums: int) -> tuple[list[tuple[int, int]], int, int]:
+        """``_pick`` where no entry is filtered out or removed and every record is in memory: the
+        first ones up to the in-memory batch limits (at least one)."""
+        cfg = self.config
+        total = len(data) // CQ_ENTRY_SIZE
+        limit = max(1, min(total, max_msg_nums, cfg.max_transfer_count_on_message_in_memory))
+        max_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        picked: list[tuple[int, int]] = []
+        picked_bytes = 0
+        for phys, size, _ in CQ_ENTRY.iter_unpack(data[:limit * CQ_ENTRY_SIZE]):
+            if picked and picked_bytes + size > max_bytes:
+                break
+            picked.append((phys, size))
+            picked_bytes += size
+        if len(picked) < total:  # the next entry is where the next pull starts
+            return picked, len(picked), CQ_ENTRY.unpack_from(data, len(picked) * CQ_ENTRY_SIZE)[0]
+        return picked, total, picked[-1][0]
 
     def _batch_full(self, count: int, total: int, size: int, max_msg_nums: int, on_disk: bool) -> bool:
         """RocketMQ's isTheBatchFull; only asked once the batch holds a message (one always goes)."""

@@ -210,6 +210,27 @@ def test_batch_limits_in_memory_and_on_disk(open_store):
     assert store.get_messages("g", "TopicTest", 2, 0, 32).message_count == 1  # at least one, whatever its size
 
 
+def test_unfiltered_pulls_of_records_in_memory_answer_as_the_general_scan(open_store):
+    """A pull without a tag filter whose records are all in memory takes a short cut past the
+    per-entry scan: for any sizes, limits and offsets it answers exactly as the scan does (a
+    filter that passes everything takes the scan)."""
+    import random
+
+    rng = random.Random(21)
+    store = open_store(mapped_file_size_commit_log=8 << 20)
+    for _ in range(300):  # two queues interleaved, bodies of very different sizes
+        put_all(store, [make_msg(queue_id=rng.randrange(2), body=b"x" * rng.choice([10, 900, 5000, 40000]))])
+    for limits in [(32, 256 * 1024), (5, 12000), (0, 1), (1000, 1 << 30)]:
+        store.config.max_transfer_count_on_message_in_memory, store.config.max_transfer_bytes_on_message_in_memory = limits
+        for _ in range(60):
+            queue_id = rng.randrange(2)
+            top = store.get_max_offset_in_queue("TopicTest", queue_id)
+            offset, max_nums = rng.randrange(top), rng.choice([1, 3, 32, 100])
+            fast = store.get_messages("g", "TopicTest", queue_id, offset, max_nums)
+            scanned = store.get_messages("g", "TopicTest", queue_id, offset, max_nums, lambda _tags: True)
+            assert fast == scanned and fast.status is GetStatus.FOUND
+
+
 def test_message_was_removing_and_offset_found_null(open_store):
     store = open_store()
     put_all(store, [make_msg(body=b"x" * 1000) for _ in range(150)])  # 60 per CommitLog file, 100 per CQ file
