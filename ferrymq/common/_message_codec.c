@@ -774,6 +774,23 @@ fail:
     return NULL;
 }
 
+/* A run's messages and their record sizes as fast sequences; returns how many pairs (as zip()),
+ * or -1 with an error set and nothing held. */
+static Py_ssize_t
+run_sequences(PyObject *msgs, PyObject *sizes, PyObject **mseq, PyObject **sseq)
+{
+    *mseq = PySequence_Fast(msgs, "a run's messages must be a sequence");
+    if (*mseq == NULL)
+        return -1;
+    *sseq = PySequence_Fast(sizes, "a run's sizes must be a sequence");
+    if (*sseq == NULL) {
+        Py_CLEAR(*mseq);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(*mseq);
+    return PySequence_Fast_GET_SIZE(*sseq) < n ? PySequence_Fast_GET_SIZE(*sseq) : n;
+}
+
 /* place_records(msgs, sizes, phys, queue_offset, store_ts, id_prefix) -> [offset msgIds]: each
  * message learns its CommitLog offset, queue offset (queue_offset < 0: 0) and store time. */
 static PyObject *
@@ -783,23 +800,15 @@ place_records(PyObject *module, PyObject *args)
     long long phys, queue_offset, store_ts;
     if (!PyArg_ParseTuple(args, "OOLLLU:place_records", &msgs, &sizes, &phys, &queue_offset, &store_ts, &prefix))
         return NULL;
-    PyObject *mseq = PySequence_Fast(msgs, "place_records() needs a sequence of messages");
-    if (mseq == NULL)
-        return NULL;
-    PyObject *sseq = PySequence_Fast(sizes, "place_records() needs a sequence of sizes");
-    if (sseq == NULL) {
-        Py_DECREF(mseq);
-        return NULL;
-    }
     if (!PyUnicode_IS_ASCII(prefix)) {
-        Py_DECREF(mseq); Py_DECREF(sseq);
         PyErr_SetString(PyExc_ValueError, "an offset msgId prefix is hex digits");
         return NULL;
     }
     Py_ssize_t prefix_len = PyUnicode_GET_LENGTH(prefix);
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(mseq);
-    if (PySequence_Fast_GET_SIZE(sseq) < n)
-        n = PySequence_Fast_GET_SIZE(sseq);  /* as zip() */
+    PyObject *mseq, *sseq;
+    Py_ssize_t n = run_sequences(msgs, sizes, &mseq, &sseq);
+    if (n < 0)
+        return NULL;
     PyObject *ids = PyList_New(n), *ts = PyLong_FromLongLong(store_ts);
     if (ids == NULL || ts == NULL)
         goto fail;
@@ -843,17 +852,10 @@ queue_entries(PyObject *module, PyObject *args)
     long long phys;
     if (!PyArg_ParseTuple(args, "OOL:queue_entries", &msgs, &sizes, &phys))
         return NULL;
-    PyObject *mseq = PySequence_Fast(msgs, "queue_entries() needs a sequence of messages");
-    if (mseq == NULL)
+    PyObject *mseq, *sseq;
+    Py_ssize_t n = run_sequences(msgs, sizes, &mseq, &sseq);
+    if (n < 0)
         return NULL;
-    PyObject *sseq = PySequence_Fast(sizes, "queue_entries() needs a sequence of sizes");
-    if (sseq == NULL) {
-        Py_DECREF(mseq);
-        return NULL;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(mseq);
-    if (PySequence_Fast_GET_SIZE(sseq) < n)
-        n = PySequence_Fast_GET_SIZE(sseq);
     PyObject *out = PyBytes_FromStringAndSize(NULL, n * 20);
     if (out == NULL)
         goto fail;
@@ -925,16 +927,12 @@ index_postings(PyObject *module, PyObject *args)
     PyObject *topic_hash = PyUnicode_Concat(topic, s_hash);
     if (topic_hash == NULL)
         return NULL;
-    PyObject *mseq = PySequence_Fast(msgs, "index_postings() needs a sequence of messages");
-    PyObject *sseq = mseq == NULL ? NULL : PySequence_Fast(sizes, "index_postings() needs a sequence of sizes");
-    if (sseq == NULL) {
-        Py_XDECREF(mseq);
+    PyObject *mseq, *sseq;
+    Py_ssize_t n = run_sequences(msgs, sizes, &mseq, &sseq);
+    if (n < 0) {
         Py_DECREF(topic_hash);
         return NULL;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(mseq);
-    if (PySequence_Fast_GET_SIZE(sseq) < n)
-        n = PySequence_Fast_GET_SIZE(sseq);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *m = PySequence_Fast_GET_ITEM(mseq, i);
         long long sys_flag;
