@@ -1,7 +1,8 @@
 """Loading the compiled twins of hot pure-Python codecs, when they are there.
 
 Two C extensions (``ferrymq/common/_message_codec.c``: records, properties, batch bodies, Java
-string hashes; ``ferrymq/remoting/_header_codec.c``: JSON remoting headers) are built
+string hashes, and a put's run of records in one call per step: encode, stamp, place, ConsumeQueue
+entries, index postings; ``ferrymq/remoting/_header_codec.c``: JSON remoting headers) are built
 wherever a C compiler and the Python headers are there. ``load`` returns one, or None when it
 was not built or ``FERRYMQ_NO_EXTENSIONS`` is set to anything but ""/"0". Modules with a
 compiled twin pick it at import time, so a process runs one implementation throughout. The
