@@ -24,11 +24,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +40,8 @@ from ferrymq.client.push_config import ConsumeFromWhere  # noqa: E402
 from ferrymq.client.push_consumer import PushConsumer  # noqa: E402
 from ferrymq.common.message import Message  # noqa: E402
 # The brokers and helpers are the throughput bench's (same set-up, one definition).
-from broker_bench import ApacheBroker, FerryBroker, log, percentile, wait_for_route  # noqa: E402
+from broker_bench import (ApacheBroker, FerryBroker, OutsideLoad, log, machine_info, outside_load_line,  # noqa: E402
+                          percentile, wait_for_route)
 
 QUEUES = 8
 BODY = 1024
@@ -231,25 +229,12 @@ def _median_of(rounds: list[dict]) -> dict:
     return out
 
 
-def machine() -> dict:
-    def run(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return "?"
-
-    model = next((ln.split(":", 1)[1].strip() for ln in run(["lscpu"]).splitlines() if ln.lower().startswith("model name")), "")
-    return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "nproc": run(["nproc"]),
-            "cpu": model or platform.processor(), "python": platform.python_version(),
-            "commit": run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])}
-
-
 def markdown(results: dict, args: argparse.Namespace) -> str:
     m = results["machine"]
     lines = [f"## Push consumer end to end: latency and catch-up, FerryMQ vs Apache RocketMQ ({m['date'][:10]})", "",
              f"`bench/e2e_latency.py --rate {args.rate:g} --seconds {args.seconds:g} --backlog {args.backlog} "
              f"--rounds {args.rounds}`: medians of {args.rounds} rounds; "
-             f"{m['nproc']} CPUs ({m['cpu']}), Python {m['python']}, commit {m['commit']}. 8 queues, 1 KiB bodies, "
+             f"{m['nproc']} CPUs ({m['cpu']}), Python {m['python']}, commit {m['ferrymq_commit']}. 8 queues, 1 KiB bodies, "
              "ASYNC_FLUSH, broker, producer (FerryMQ Python client, own process) and consumer on one host. "
              "Latency = listener clock minus the broker's store timestamp (ms resolution).", "",
              "| broker | consumer | msgs | p50 ms | p99 ms | max ms | catch-up msg/s |", "|---|---|---:|---:|---:|---:|---:|"]
@@ -282,12 +267,14 @@ async def main_async(args: argparse.Namespace) -> dict:
     brokers = [FerryBroker, ApacheBroker]
     if args.only:
         brokers = [b for b in brokers if b.name.lower() == args.only]
-    results = {"machine": machine(), "runs": []}
+    results = {"machine": machine_info(), "runs": []}
+    load = OutsideLoad(results["machine"])  # what else the machine did meanwhile (every report says)
     workdir = Path(tempfile.mkdtemp(prefix="ferrymq-e2e-bench-"))
     try:
         await _run_all(args, brokers, kinds, results, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        load.finish()
     return results
 
 
@@ -348,6 +335,7 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
+    print(outside_load_line(results["machine"]))
     if args.markdown:
         print(markdown(results, args))
     return 0 if results["runs"] else 1
