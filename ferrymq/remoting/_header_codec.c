@@ -551,6 +551,8 @@ fail:
 
 /* ------------------------------------------------------------------ header field numbers */
 
+static int parse_java_number(PyObject *text, int bits, long long *out);
+
 /* Java's Integer.parseInt (bits 32) / Long.parseLong (bits 64) of a header field: an optional
  * sign and ASCII digits, within the type's range; None for anything else. */
 static PyObject *
@@ -564,8 +566,20 @@ java_number(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bits must be 32 or 64");
         return NULL;
     }
-    if (!PyUnicode_IS_ASCII(text))
+    long long number;
+    if (parse_java_number(text, bits, &number) < 0)
         Py_RETURN_NONE;
+    return PyLong_FromLongLong(number);
+}
+
+/* ------------------------------------------------------------------ a header's typed fields */
+
+/* Java's number of ASCII digits with an optional sign, within bits; 0, or -1 when malformed. */
+static int
+parse_java_number(PyObject *text, int bits, long long *out)
+{
+    if (!PyUnicode_IS_ASCII(text))
+        return -1;
     const unsigned char *p = PyUnicode_1BYTE_DATA(text), *end = p + PyUnicode_GET_LENGTH(text);
     int negative = 0;
     if (p < end && (*p == '+' || *p == '-')) {
@@ -573,21 +587,104 @@ java_number(PyObject *module, PyObject *args)
         p++;
     }
     if (p == end)
-        Py_RETURN_NONE;
+        return -1;
     uint64_t limit = bits == 32 ? (negative ? 0x80000000ull : 0x7FFFFFFFull)
                                 : (negative ? 0x8000000000000000ull : 0x7FFFFFFFFFFFFFFFull);
     uint64_t v = 0;
     for (; p < end; p++) {
         if (*p < '0' || *p > '9')
-            Py_RETURN_NONE;
+            return -1;
         unsigned digit = *p - '0';
         if (v > (limit - digit) / 10)
-            Py_RETURN_NONE; /* out of range (leading zeros never get here) */
+            return -1;
         v = v * 10 + digit;
     }
-    if (negative)
-        return PyLong_FromLongLong(v == 0x8000000000000000ull ? INT64_MIN : -(long long)v);
-    return PyLong_FromUnsignedLongLong(v);
+    *out = negative ? (v == 0x8000000000000000ull ? INT64_MIN : -(long long)v) : (long long)v;
+    return 0;
+}
+
+#define FIELD_STR 0
+#define FIELD_INT 1
+#define FIELD_LONG 2
+#define FIELD_BOOL 3
+
+/* header_values(ext_fields, spec) -> tuple | int | NotImplemented: spec is a tuple of (name, kind,
+ * default, required) with kind 0 str, 1 int, 2 long, 3 bool. The values in spec order; the index
+ * of the first field that is missing but required or not a number; NotImplemented when the ext
+ * fields are not a dict of str (the Python version then reads them). */
+static PyObject *
+header_values(PyObject *module, PyObject *args)
+{
+    PyObject *ext, *spec;
+    if (!PyArg_ParseTuple(args, "O!O!:header_values", &PyDict_Type, &ext, &PyTuple_Type, &spec))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *field = PyTuple_GET_ITEM(spec, i);
+        if (!PyTuple_Check(field) || PyTuple_GET_SIZE(field) != 4) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_TypeError, "a header field spec is (name, kind, default, required)");
+            return NULL;
+        }
+        PyObject *name = PyTuple_GET_ITEM(field, 0), *def = PyTuple_GET_ITEM(field, 2);
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(field, 1));
+        int required = PyObject_IsTrue(PyTuple_GET_ITEM(field, 3));
+        if ((kind == -1 && PyErr_Occurred()) || required < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *value = PyDict_GetItemWithError(ext, name), *item;
+        if (value == NULL && PyErr_Occurred()) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (value != NULL && !PyUnicode_Check(value)) {
+            Py_DECREF(out);
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        if (value == NULL || PyUnicode_GET_LENGTH(value) == 0) {  /* absent: empty counts as absent */
+            if (required) {
+                Py_DECREF(out);
+                return PyLong_FromSsize_t(i);
+            }
+            item = def;
+            Py_INCREF(item);
+        } else if (kind == FIELD_STR) {
+            item = value;
+            Py_INCREF(item);
+        } else if (kind == FIELD_BOOL) {  /* Boolean.parseBoolean: "true" in any case, else false */
+            int is_true = 0;
+            if (PyUnicode_GET_LENGTH(value) == 4 && PyUnicode_IS_ASCII(value)) {
+                const char *c = (const char *)PyUnicode_1BYTE_DATA(value);
+                is_true = (c[0] | 0x20) == 't' && (c[1] | 0x20) == 'r' && (c[2] | 0x20) == 'u' && (c[3] | 0x20) == 'e';
+            } else if (PyUnicode_GET_LENGTH(value) == 4) {  /* non-ASCII: as str.lower() would */
+                PyObject *lower = PyObject_CallMethod(value, "lower", NULL);
+                if (lower == NULL) {
+                    Py_DECREF(out);
+                    return NULL;
+                }
+                is_true = PyUnicode_CompareWithASCIIString(lower, "true") == 0;
+                Py_DECREF(lower);
+            }
+            item = is_true ? Py_True : Py_False;
+            Py_INCREF(item);
+        } else {
+            long long number;
+            if (parse_java_number(value, kind == FIELD_INT ? 32 : 64, &number) < 0) {
+                Py_DECREF(out);
+                return PyLong_FromSsize_t(i);
+            }
+            if ((item = PyLong_FromLongLong(number)) == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        PyTuple_SET_ITEM(out, i, item);
+    }
+    return out;
 }
 
 /* ------------------------------------------------------------------ module */
@@ -596,6 +693,8 @@ static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "JSON header bytes -> header fields, or NotImplemented"},
     {"encode_frame", encode_frame, METH_VARARGS, "a whole JSON frame, or NotImplemented"},
     {"java_number", java_number, METH_VARARGS, "a header field's Java int/long, or None"},
+    {"header_values", header_values, METH_VARARGS,
+     "a header's typed field values by spec, the index of a bad field, or NotImplemented"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -65,6 +65,41 @@ def py_java_number(text: str, bits: int) -> int | None:
 _native = speedups.load("ferrymq.remoting._header_codec")
 java_number = _native.java_number if _native is not None else py_java_number
 
+# Kinds of a header field for ``RemotingCommand.header_values``: how its Java text is read.
+FIELD_STR, FIELD_INT, FIELD_LONG, FIELD_BOOL = 0, 1, 2, 3
+HeaderSpec = tuple[tuple[str, int, object, bool], ...]  # (name, kind, default, required) per field
+
+
+def py_header_values(ext_fields: dict[str, str], spec: HeaderSpec) -> tuple | int:
+    """The values of a header's fields in ``spec`` order, read as ``RemotingCommand.get_str`` /
+    ``get_int`` / ``get_long`` / ``get_bool`` read them; or the index of the first field that is
+    missing but required or not a number (the caller raises that field's error)."""
+    out = []
+    for i, (name, kind, default, required) in enumerate(spec):
+        value = ext_fields.get(name)
+        if not value:
+            if required:
+                return i
+            out.append(default)
+        elif kind == FIELD_STR:
+            out.append(value)
+        elif kind == FIELD_BOOL:
+            out.append(value.lower() == "true")
+        else:
+            number = java_number(value, 32 if kind == FIELD_INT else 64)
+            if number is None:
+                return i
+            out.append(number)
+    return tuple(out)
+
+
+def header_values(ext_fields: dict[str, str], spec: HeaderSpec) -> tuple | int:
+    if _native is not None:
+        values = _native.header_values(ext_fields, spec)
+        if values is not NotImplemented:
+            return values
+    return py_header_values(ext_fields, spec)
+
 
 @dataclass(slots=True)
 class RemotingCommand:
@@ -128,6 +163,18 @@ class RemotingCommand:
     # --- typed access to custom header fields ------------------------------------------
     # An empty string counts as absent everywhere: a ROCKETMQ header from a 4.9.4+ peer
     # cannot even carry one, so treating both serializations alike avoids surprises.
+
+    def header_values(self, spec: HeaderSpec) -> tuple:
+        """Several custom fields at once, typed as ``spec`` says (name, kind, default, required):
+        one call instead of one ``get_*`` per field; a field that is missing but required or not
+        a number raises the HeaderFieldError its ``get_*`` would."""
+        values = header_values(self.ext_fields, spec)
+        if isinstance(values, int):
+            name, kind, default, required = spec[values]
+            getter = (self.get_str, self.get_int, self.get_long, self.get_bool)[kind]
+            getter(name, default, required=required)  # raises
+            raise AssertionError(f"header field {name} read differently twice")  # pragma: no cover
+        return values
 
     def get_str(self, name: str, default: str | None = None, *, required: bool = False) -> str | None:
         value = self.ext_fields.get(name)

@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass
 
 from ferrymq.remoting.codes import RequestCode
-from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.command import FIELD_BOOL, FIELD_INT, FIELD_LONG, FIELD_STR, HeaderSpec, RemotingCommand
 from ferrymq.remoting.errors import HeaderFieldError
 
 __all__ = ["MAX_RECONSUME_TIMES_VERSION", "PullMessageHeader", "PullSysFlag", "SendMessageHeader"]
@@ -30,6 +30,23 @@ _SEND_V2_KEYS = {
 _SEND_V1_KEYS = {name: name for name in _SEND_V2_KEYS}
 _SEND_NAME_OF = {key: name for name, key in _SEND_V2_KEYS.items()}
 _SEND_V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2)
+
+
+def _send_spec(keys: dict[str, str]) -> HeaderSpec:
+    """SendMessageRequestHeader's fields in SendMessageHeader's order (maxReconsumeTimes as text:
+    it is read only from clients new enough to send it)."""
+    return (
+        (keys["producerGroup"], FIELD_STR, "", False), (keys["topic"], FIELD_STR, None, True),
+        (keys["queueId"], FIELD_INT, -1, False), (keys["defaultTopic"], FIELD_STR, "", False),
+        (keys["defaultTopicQueueNums"], FIELD_INT, 4, False), (keys["sysFlag"], FIELD_INT, 0, False),
+        (keys["bornTimestamp"], FIELD_LONG, 0, False), (keys["flag"], FIELD_INT, 0, False),
+        (keys["properties"], FIELD_STR, "", False), (keys["reconsumeTimes"], FIELD_INT, 0, False),
+        (keys["unitMode"], FIELD_BOOL, False, False), (keys["maxReconsumeTimes"], FIELD_STR, None, False),
+        (keys["batch"], FIELD_BOOL, False, False), (keys["bname"], FIELD_STR, None, False),
+    )
+
+
+_SEND_V1_SPEC, _SEND_V2_SPEC = _send_spec(_SEND_V1_KEYS), _send_spec(_SEND_V2_KEYS)
 
 
 class PullSysFlag(enum.IntFlag):
@@ -80,20 +97,15 @@ class SendMessageHeader:
         """Read either form (by the request code); a missing topic or a malformed number raises
         HeaderFieldError, which the server answers as a bad request. On the send path: one
         lookup per field, no intermediate dict."""
-        k = _SEND_V2_KEYS if req.code in _SEND_V2_CODES else _SEND_V1_KEYS
+        v2 = req.code in _SEND_V2_CODES
+        k = _SEND_V2_KEYS if v2 else _SEND_V1_KEYS
         try:
-            max_times = None
-            if req.version >= MAX_RECONSUME_TIMES_VERSION and req.get_str(k["maxReconsumeTimes"]):
-                max_times = req.get_int(k["maxReconsumeTimes"])
-            return cls(
-                producer_group=req.get_str(k["producerGroup"], ""), topic=req.get_str(k["topic"], required=True),
-                queue_id=req.get_int(k["queueId"], -1), default_topic=req.get_str(k["defaultTopic"], ""),
-                default_topic_queue_nums=req.get_int(k["defaultTopicQueueNums"], 4),
-                sys_flag=req.get_int(k["sysFlag"], 0), born_timestamp=req.get_long(k["bornTimestamp"], 0),
-                flag=req.get_int(k["flag"], 0), properties=req.get_str(k["properties"], ""),
-                reconsume_times=req.get_int(k["reconsumeTimes"], 0), unit_mode=req.get_bool(k["unitMode"]),
-                max_reconsume_times=max_times, batch=req.get_bool(k["batch"]), broker_name=req.get_str(k["bname"]),
-            )
+            values = req.header_values(_SEND_V2_SPEC if v2 else _SEND_V1_SPEC)
+            header = cls(*values)
+            if header.max_reconsume_times is not None:
+                header.max_reconsume_times = (req.get_int(k["maxReconsumeTimes"])
+                                              if req.version >= MAX_RECONSUME_TIMES_VERSION else None)
+            return header
         except HeaderFieldError as e:
             name = _SEND_NAME_OF.get(e.field)
             if name is None or k is _SEND_V1_KEYS:
@@ -127,12 +139,17 @@ class PullMessageHeader:
 
     @classmethod
     def from_request(cls, req: RemotingCommand) -> "PullMessageHeader":
-        return cls(
-            consumer_group=req.get_str("consumerGroup", required=True), topic=req.get_str("topic", required=True),
-            queue_id=req.get_int("queueId", required=True), queue_offset=req.get_long("queueOffset", required=True),
-            max_msg_nums=max(1, req.get_int("maxMsgNums", 32)), sys_flag=PullSysFlag(req.get_int("sysFlag", 0)),
-            commit_offset=req.get_long("commitOffset", -1),
-            suspend_timeout_millis=req.get_long("suspendTimeoutMillis", 15_000),
-            subscription=req.get_str("subscription"), sub_version=req.get_long("subVersion", 0),
-            expression_type=req.get_str("expressionType") or "TAG",
-        )
+        (group, topic, queue_id, queue_offset, max_nums, sys_flag, commit_offset, suspend_millis, subscription,
+         sub_version, expression_type) = req.header_values(_PULL_SPEC)
+        return cls(group, topic, queue_id, queue_offset, max(1, max_nums), PullSysFlag(sys_flag), commit_offset,
+                   suspend_millis, subscription, sub_version, expression_type)
+
+
+# PullMessageRequestHeader's fields in PullMessageHeader's order.
+_PULL_SPEC: HeaderSpec = (
+    ("consumerGroup", FIELD_STR, None, True), ("topic", FIELD_STR, None, True), ("queueId", FIELD_INT, None, True),
+    ("queueOffset", FIELD_LONG, None, True), ("maxMsgNums", FIELD_INT, 32, False), ("sysFlag", FIELD_INT, 0, False),
+    ("commitOffset", FIELD_LONG, -1, False), ("suspendTimeoutMillis", FIELD_LONG, 15_000, False),
+    ("subscription", FIELD_STR, None, False), ("subVersion", FIELD_LONG, 0, False),
+    ("expressionType", FIELD_STR, "TAG", False),
+)

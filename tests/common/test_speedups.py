@@ -302,6 +302,23 @@ def test_json_header_decoding_matches_python_on_random_headers():
         assert json_header.decode_json_header_bytes(raw) == json_header.decode_json_header(raw.decode()) == fields
 
 
+@needs_native
+def test_header_values_match_python():
+    """A header's typed fields read in one call, both versions: values, the bad field's index."""
+    from ferrymq.remoting import command
+
+    kinds = (command.FIELD_STR, command.FIELD_INT, command.FIELD_LONG, command.FIELD_BOOL)
+    texts = ["", "0", "-0", "+7", "12", "-2147483648", "2147483648", "9223372036854775807", "-9223372036854775809",
+             "true", "TRUE", "True ", "false", "x", "1.0", "٣", "tRuE", "İrue", " 5"]
+    rng = random.Random(22)
+    for _ in range(3000):
+        spec = tuple((f"f{i}", rng.choice(kinds), rng.choice([None, -1, "d", False]), rng.random() < 0.2)
+                     for i in range(rng.randrange(1, 8)))
+        ext = {name: rng.choice(texts) for name, *_ in spec if rng.random() < 0.8}
+        assert native_header.header_values(ext, spec) == command.py_header_values(ext, spec)
+    assert native_header.header_values({"a": 5}, (("a", 0, None, False),)) is NotImplemented
+
+
 def _python_frame(cmd: RemotingCommand) -> bytes:
     header = json_header.encode_json_header((int(cmd.code), int(cmd.language), int(cmd.version), int(cmd.opaque),
                                              int(cmd.flag), cmd.remark, cmd.ext_fields))
