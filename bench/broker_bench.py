@@ -135,11 +135,6 @@ def machine_info() -> dict:
     }
 
 
-# Apache's broker refuses writes once its disk is 90 % full ("disk full [CL: 0.92]"), and a
-# nearly full file system slows both brokers' appends: the reports warn well before that.
-DISK_WARN_PCT = 85
-
-
 def disk_used_percent(path: Path = REPO) -> float:
     """How full the file system holding ``path`` (the brokers' stores live under the repository's
     .cache and the system's temporary directory, one file system on the machines we bench) is, as df says."""
@@ -218,7 +213,7 @@ def outside_load_line(info: dict, warning: str = "figures are disturbed") -> str
             + (f"   disk {disk:.0f} % used" if disk is not None else "")
             + (f"   WARNING: the machine was not idle, {warning}" if other > 0.15 else "")
             + (f"   WARNING: the disk is {disk:.0f} % full (Apache refuses writes at 90 %)"
-               if disk is not None and disk > DISK_WARN_PCT else ""))
+               if disk is not None and disk > targets.DISK_FULL_PCT else ""))
 
 
 async def apache_available(without: str) -> bool:

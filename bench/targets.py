@@ -32,7 +32,9 @@ SOURCE_LABELS = {BROKER: "broker", SYNC_FLUSH: "broker SYNC_FLUSH", E2E: "push e
                  MEMORY: "memory", SPARK: "spark", REPLICATION: "replication"}
 LOAD_CLIENT = "java"  # the load generator / consumer the ratios are taken with
 BUSY_CORES = 0.15  # outside load above which the benches warn that figures are disturbed
-DISK_FULL_PCT = 85  # disk use above which the summary warns (Apache refuses writes at 90 %)
+# Disk use above which the reports warn: Apache's broker refuses writes at 90 % ("disk full [CL:
+# 0.92]") and a nearly full file system slows both brokers' appends.
+DISK_FULL_PCT = 85
 MEMORY_SHAPE = (1000, 8, 10000)  # the memory row's topics, queues per topic, held pulls
 RSS_TARGET_MIB = 200.0
 WAKE_P50_MS, WAKE_P99_MS = 1.0, 5.0

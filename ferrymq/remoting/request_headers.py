@@ -100,12 +100,10 @@ class SendMessageHeader:
         v2 = req.code in _SEND_V2_CODES
         k = _SEND_V2_KEYS if v2 else _SEND_V1_KEYS
         try:
-            values = req.header_values(_SEND_V2_SPEC if v2 else _SEND_V1_SPEC)
-            header = cls(*values)
-            if header.max_reconsume_times is not None:
-                header.max_reconsume_times = (req.get_int(k["maxReconsumeTimes"])
-                                              if req.version >= MAX_RECONSUME_TIMES_VERSION else None)
-            return header
+            *head, max_times, batch, broker_name = req.header_values(_SEND_V2_SPEC if v2 else _SEND_V1_SPEC)
+            if max_times is not None:  # its text: honoured only from clients new enough to send it
+                max_times = req.get_int(k["maxReconsumeTimes"]) if req.version >= MAX_RECONSUME_TIMES_VERSION else None
+            return cls(*head, max_times, batch, broker_name)
         except HeaderFieldError as e:
             name = _SEND_NAME_OF.get(e.field)
             if name is None or k is _SEND_V1_KEYS:

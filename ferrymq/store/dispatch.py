@@ -162,18 +162,18 @@ class Dispatcher:
 
     def _queue_entries(self, topic: str, queue_id: int, puts: Sequence["StoredPut"], store_ts: int) -> None:
         """The entries of puts to one queue with consecutive queue offsets, in one write."""
-        entries = []
-        phys = 0
-        for put in puts:
-            if topic == SCHEDULE_TOPIC:  # tagsCode is when each message is due
+        if topic == SCHEDULE_TOPIC:  # tagsCode is when each message is due
+            entries = []
+            for put in puts:
                 phys = put.phys
                 for m, size in zip(put.msgs, put.sizes):
                     entries.append(CQ_ENTRY.pack(phys, size, self.tags_code(topic, m.properties, store_ts)))
                     phys += size
-            else:
-                entries.append(queue_entries(put.msgs, put.sizes, put.phys))
-                phys = put.phys + sum(put.sizes)
-        self.queues.get_or_create(topic, queue_id).append(puts[0].queue_offset, b"".join(entries), phys)
+        else:
+            entries = [queue_entries(put.msgs, put.sizes, put.phys) for put in puts]
+        last = puts[-1]
+        self.queues.get_or_create(topic, queue_id).append(puts[0].queue_offset, b"".join(entries),
+                                                          last.phys + sum(last.sizes))
 
     def record_entry(self, m: MessageExt, phys: int) -> None:
         """The ConsumeQueue entry of one record read back from the CommitLog (recovery, a

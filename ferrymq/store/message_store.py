@@ -392,9 +392,10 @@ class MessageStore:
         if data is None:  # the ConsumeQueue file holding offset is gone
             return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
         first_phys = CQ_ENTRY.unpack_from(data)[0] if data else -1
-        if hot_only and data and max_phy - first_phys > window:
+        first_in_memory = bool(data) and max_phy - first_phys <= window
+        if hot_only and data and not first_in_memory:
             return None
-        if tag_filter is None and data and first_phys >= cl_min and max_phy - first_phys <= window:
+        if tag_filter is None and first_in_memory and first_phys >= cl_min:
             # The common pull (a queue's entries ascend, so the first decides): nothing to filter,
             # nothing removed, every record in the page cache.
             status = GetStatus.FOUND
