@@ -7,6 +7,12 @@ bench/RESULTS.md). An append that takes longer than ``slow_append_ms`` (dirty-pa
 throttling, a stalled disk) moves appends to the store's single writer thread for
 ``OFFLOAD_SECONDS``, so the loop keeps serving pulls, heartbeats and admin requests while
 the disk is slow, and admission control (broker/flow_control.py) sees the writer's queue.
+A put on the loop is answered before its ConsumeQueue entries and index keys are written
+(``defer_dispatch``, RocketMQ's ReputMessageService): they are written by a callback queued
+right behind it, so they run after the answer leaves and before the loop reads anything else
+(any request a client sends after reading the answer finds the message). The arrival is
+announced after that callback. A failed dispatch (a full disk) is retried every
+``DISPATCH_RETRY_SECONDS`` while the store refuses new puts; the stored messages stay.
 With ``append_on_loop`` false every append goes to the writer thread. A pull of data written
 lately (one of its queue's newest entries, its record within the in-memory window of the
 CommitLog head) reads on the loop too: page-cache copies, cheaper than the read pool's thread
@@ -66,6 +72,8 @@ log = logging.getLogger(__name__)
 
 # How long appends stay in the writer thread after one was slow on the loop.
 OFFLOAD_SECONDS = 10.0
+# How soon a dispatch that failed (a full disk) is tried again.
+DISPATCH_RETRY_SECONDS = 1.0
 # A pull from one of a queue's newest entries (1.25 MiB of ConsumeQueue) reads on the loop.
 RECENT_QUEUE_ENTRIES = 65536
 
@@ -337,6 +345,10 @@ class AsyncMessageStore:
         # Retention deletes files and may take a while: it must not hold up the timed flushes.
         self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="store-clean")
         self.arrival_listeners: list[ArrivalListener] = []
+        # The dispatch of puts made on the loop, queued behind them (or its retry after a failure),
+        # and the arrivals to announce once it has run.
+        self._dispatch_handle: asyncio.Handle | None = None
+        self._arrivals: list[tuple[str, int, int, Sequence[MessageExt]]] = []
         # SYNC_MASTER (broker/ha): for a stored put, a future of the status its replication ends with
         self.replication_wait: Callable[[AppendResult], asyncio.Future[PutStatus]] | None = None
 
@@ -381,12 +393,28 @@ class AsyncMessageStore:
             ticket = Parked()
             self._round.append((put, ticket))
             return await ticket
-        result = self._put_one(put)
+        result = self.sync_store.put_group([put], defer_dispatch=True)[0]
+        self._dispatch_soon()
         self._check_append_time(started)
         return result
 
     def _put_one(self, put: MessageExt | list[MessageExt]) -> AppendResult:
+        """In the writer thread: dispatched before it returns (after any deferred runs)."""
         return self.sync_store.put_group([put])[0]
+
+    def _dispatch_soon(self) -> None:
+        if self._dispatch_handle is None:
+            self._dispatch_handle = asyncio.get_running_loop().call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        """Make the puts stored on the loop consumable, then announce their arrivals."""
+        self._dispatch_handle = None
+        if not self.sync_store.dispatch_pending():
+            self._dispatch_handle = asyncio.get_running_loop().call_later(DISPATCH_RETRY_SECONDS, self._dispatch)
+            return
+        arrivals, self._arrivals = self._arrivals, []
+        for arrival in arrivals:
+            self._notify_arrival(*arrival)
 
     def _check_append_time(self, started: float) -> None:
         """An append that held the loop too long moves appends to the writer thread for a while."""
@@ -418,7 +446,8 @@ class AsyncMessageStore:
         self.round_puts += len(parked)
         started = time.monotonic()
         try:
-            results = self.sync_store.put_group([put for put, _ in parked])
+            results = self.sync_store.put_group([put for put, _ in parked], defer_dispatch=True)
+            self._dispatch_soon()
         except Exception as exc:  # a bug of ours: every parked send hears of it
             log.exception("writing a round of %d puts failed", len(parked))
             for _, ticket in parked:
@@ -492,10 +521,16 @@ class AsyncMessageStore:
         return settle_flush_wait(result, timeout_ms, await waits.add(end, timeout_ms / 1000))
 
     def _announce(self, topic: str, queue_id: int, result: AppendResult, msgs: Sequence[MessageExt]) -> None:
+        """Tell the arrival listeners (held pulls) of a stored put, once it is consumable."""
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
-            max_offset = result.queue_offset + result.msg_num
-            for listener in self.arrival_listeners:
-                listener(topic, queue_id, max_offset, msgs)
+            if self._dispatch_handle is not None:  # its dispatch (or an earlier one) is still to run
+                self._arrivals.append((topic, queue_id, result.queue_offset + result.msg_num, msgs))
+            else:
+                self._notify_arrival(topic, queue_id, result.queue_offset + result.msg_num, msgs)
+
+    def _notify_arrival(self, topic: str, queue_id: int, max_offset: int, msgs: Sequence[MessageExt]) -> None:
+        for listener in self.arrival_listeners:
+            listener(topic, queue_id, max_offset, msgs)
 
     async def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                            tag_filter: Callable[[int], bool] | None = None,

@@ -17,9 +17,11 @@ here is the facade's own job (put, get, query, lifecycle), each part already els
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -106,6 +108,10 @@ class MessageStore:
         # Why puts are refused while the store runs (a slave takes data only from its master).
         self.refuse_puts: str | None = None
         self._msg_id_prefix = ""  # the store host's part of every offset msgId (set by load)
+        # Runs put with defer_dispatch and not yet in their ConsumeQueues and IndexFile, in
+        # CommitLog order (appended under the CommitLog's lock); drained under _dispatch_lock.
+        self._undispatched: collections.deque[tuple[list[StoredPut], int]] = collections.deque()
+        self._dispatch_lock = threading.Lock()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -140,6 +146,7 @@ class MessageStore:
         """Flush and close. Call after the broker stopped calling in."""
         if not self._running:
             return
+        self.dispatch_pending()
         self._running = False
         self.flusher.stop_group_commit()
         self._close_files()
@@ -173,14 +180,20 @@ class MessageStore:
         """Store a batch contiguously with consecutive queue offsets (same topic and queue)."""
         return self._flush_wait(self.put_group([msgs])[0], msgs, wait_flush)
 
-    def put_group(self, puts: Sequence[MessageExt | list[MessageExt]]) -> list[AppendResult]:
+    def put_group(self, puts: Sequence[MessageExt | list[MessageExt]], *,
+                  defer_dispatch: bool = False) -> list[AppendResult]:
         """Store several puts, each a message (as ``put_message``) or a batch (a list, as
         ``put_messages``), in order, writing each file once for as many as fit in the CommitLog's
         current segment: the broker stores the sends of one read from a connection so (one
         pwrite for all their records instead of three per message: bench/RESULTS.md). Each put
         gets its own result, as ``put_message``/``put_messages`` with ``wait_flush=False`` give
         it: a put refused on its own (too large, a bad topic) holds up no other; a write that
-        fails fails its puts and every later one, and stores nothing of them."""
+        fails fails its puts and every later one, and stores nothing of them.
+
+        ``defer_dispatch``: the puts' ConsumeQueue entries and index keys are written by the
+        next ``dispatch_pending`` instead of before this returns (RocketMQ's ReputMessageService:
+        the broker answers a send first and makes it consumable right after, so the answer does
+        not wait for those writes). A put without it dispatches the deferred runs first."""
         results: list[AppendResult | None] = [None] * len(puts)
         pending: list[tuple[int, _Prepared]] = []
         for i, put in enumerate(puts):
@@ -190,8 +203,14 @@ class MessageStore:
             else:
                 pending.append((i, prepared))
 
-        def dispatch(placed: list[Appended], store_ts: int) -> None:
-            self.dispatcher.appended_run([p.stored_at(a) for (_, p), a in zip(pending, placed)], store_ts)
+        def dispatch(placed: list[Appended], store_ts: int) -> None:  # under the CommitLog's lock
+            run = [p.stored_at(a) for (_, p), a in zip(pending, placed)]
+            if defer_dispatch:
+                self._undispatched.append((run, store_ts))
+                return
+            with self._dispatch_lock:
+                self._dispatch_undispatched()  # a queue's entries go in in CommitLog order
+                self.dispatcher.appended_run(run, store_ts)
 
         while pending:
             failure = None
@@ -222,6 +241,37 @@ class MessageStore:
             for r in stored:
                 r.group_end = group_end
         return results  # type: ignore[return-value]  # every slot is set by now
+
+    @property
+    def dispatch_backlog(self) -> int:
+        """Runs stored with ``defer_dispatch`` that are not yet consumable."""
+        return len(self._undispatched)
+
+    def dispatch_pending(self) -> bool:
+        """Write the ConsumeQueue entries and index keys of the runs put with ``defer_dispatch``,
+        in CommitLog order. False when a write failed: the error is logged, a full disk refuses
+        puts from then on (as a failed put does), and the runs not dispatched stay for the next
+        call; their records are in the CommitLog (a restart's recovery would dispatch them too)."""
+        if not self._undispatched:
+            return True
+        with self._dispatch_lock:
+            try:
+                self._dispatch_undispatched()
+            except OSError as exc:
+                if exc.errno in _DISK_FULL_ERRNOS:
+                    self.disk_guard.mark_full(f"write failed: {exc}")
+                log.error("indexing stored messages failed (%d run(s) wait for the next try): %s",
+                          len(self._undispatched), exc)
+                return False
+        return True
+
+    def _dispatch_undispatched(self) -> None:
+        """Under ``_dispatch_lock``: dispatch the deferred runs; a failed one stays first."""
+        pending = self._undispatched
+        while pending:
+            run, store_ts = pending[0]
+            self.dispatcher.appended_run(run, store_ts)  # all or nothing (Dispatcher.appended_run)
+            pending.popleft()
 
     def _prepare(self, msgs: Sequence[MessageExt], *, batch: bool) -> "_Prepared | AppendResult":
         """A put's records encoded (offsets still to stamp), or why it is refused."""
@@ -298,6 +348,7 @@ class MessageStore:
         returns the CommitLog's new end. A broker rejoining its group as a slave truncates
         back to the start of the first epoch it does not share with the new master."""
         self._check_running()
+        self.dispatch_pending()
         report = self.commit_log.truncate(offset)
         recovery = StoreRecovery(self.commit_log, self.queues, self.dispatcher, self.checkpoint, self.flusher,
                                  check_crc=False, abort_path=self.dir_lock.abort_path)
@@ -587,6 +638,7 @@ class MessageStore:
         self.flusher.flush_consume_queues_timed()
 
     def flush(self) -> None:
+        self.dispatch_pending()
         self.flush_commit_log()
         self.flush_consume_queues()
 
