@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ferrymq.client.admin import AdminClient
+from ferrymq.client.errors import MQClientError
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
@@ -79,9 +80,12 @@ def test_topic_spans_brokers_producers_survive_a_dead_broker_and_it_rejoins(clus
             for port in cluster3.namesrv_ports:
                 async with AdminClient(namesrv_addr=f"127.0.0.1:{port}") as single:
                     async def full_route():
-                        route = await single.topic_route("Spread")
+                        try:
+                            route = await single.topic_route("Spread")
+                        except MQClientError:  # this name server has not heard of the topic yet
+                            return None
                         return sorted(q.broker_name for q in route.queue_datas) == brokers and route
-                    route = await wait_until(full_route)
+                    route = await wait_until(full_route, what=f"the full route of Spread from name server {port}")
                     assert all(q.write_queue_nums == QUEUES for q in route.queue_datas)
 
         acks: list[tuple[MessageQueue, int, bytes]] = []
