@@ -32,6 +32,7 @@ from ferrymq.common.message import (
     stamp_records,
 )
 from ferrymq.store.mapped_file import MappedFile, MappedFileQueue
+from ferrymq.store.results import JoinedRecords
 
 log = logging.getLogger(__name__)
 
@@ -326,6 +327,26 @@ class CommitLog:
                 out.extend(data[p - start : p - start + s] for p, s in entries[i:j])
             i = j
         return out
+
+    def read_joined(self, entries: Sequence[tuple[int, int]]) -> JoinedRecords | None:
+        """The records at ascending (phys offset, size) pairs copied back to back into one
+        buffer out of their segment's mapping: only their own bytes, where ``read_many``'s pread
+        of a span copies the other queues' records between them too. For records in the page
+        cache (a copy out of a mapping holds the GIL, and a page not in memory would hold it
+        for a disk read). None unless all of them are written and in one segment."""
+        start, (last, last_size) = entries[0][0], entries[-1]
+        if start < self.min_offset or last + last_size > self._max_offset:
+            return None
+        seg = self._files.find(start)
+        if seg is None or last + last_size > seg.end_offset:
+            return None
+        try:
+            view = seg.view()
+        except ValueError:  # closed: deleted by retention meanwhile
+            return None
+        base = seg.start_offset
+        data = b"".join([view[p - base : p - base + s] for p, s in entries])
+        return JoinedRecords(data, [s for _, s in entries])
 
     def iter_records(self, start: int, end: int) -> Iterator[tuple[int, bytes]]:
         """(phys offset, record bytes) of every record in [start, end), hopping over blanks."""

@@ -4,7 +4,11 @@ A segment is named by the absolute offset of its first byte (20 digits) and crea
 full size as a sparse file, so a segment's size never changes and offsets map to
 (segment, position) by arithmetic. Data goes in with os.pwrite and comes out with
 os.pread: both are thread-safe and release the GIL, and a failed write (disk full)
-is an OSError rather than the SIGBUS an mmap store would take on a sparse file.
+is an OSError rather than the SIGBUS an mmap store would take on a sparse file. Records
+known to be in the page cache may also be copied out of a read-only mapping of the whole
+segment (``view``): only their own bytes, where a pread of a span copies everything between
+them. A segment therefore never shrinks while the store runs (a mapping must never point
+past the file's end): ``truncate`` punches a hole, or writes zeros, instead.
 
 Concurrency contract: one writer at a time (the caller's lock); any number of readers.
 ``write_position`` moves only after the bytes are in the file, so a reader that stays
@@ -14,7 +18,10 @@ reader holding a snapshot is never confused by a concurrent roll or delete.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import logging
+import mmap
 import os
 import re
 import threading
@@ -31,6 +38,39 @@ _CLOSED = -2
 fdatasync = getattr(os, "fdatasync", os.fsync)  # size never changes, so data-only sync suffices
 
 
+def _load_fallocate():
+    try:
+        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):  # not Linux (or no libc symbol): zeros are written instead
+        return None
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fallocate.restype = ctypes.c_int
+    return fallocate
+
+
+_fallocate = _load_fallocate()
+_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+_ZEROS = bytes(1 << 20)
+
+
+def punch_hole(fd: int, pos: int, length: int) -> bool:
+    """Zero ``length`` bytes from ``pos`` and free their blocks, keeping the file's size; False
+    where the file system (or the platform) cannot."""
+    if _fallocate is None or length <= 0:
+        return length <= 0
+    if _fallocate(fd, _PUNCH_HOLE, pos, length) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(err, f"punching a hole: {os.strerror(err)}")
+
+
+def _write_zeros(fd: int, pos: int, end: int) -> None:
+    while pos < end:
+        pos += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), end - pos)], pos)
+
+
 def segment_name(start_offset: int) -> str:
     return f"{start_offset:020d}"
 
@@ -45,6 +85,7 @@ class MappedFile:
         self.write_position = 0
         self.flushed_position = 0
         self._fd = -1
+        self._view: memoryview | None = None  # the read-only mapping, made by the first ``view``
         self._open_lock = threading.Lock()
         if create:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -115,6 +156,21 @@ class MappedFile:
         except (FileNotFoundError, ValueError):  # deleted (or closed) under a late reader: gone
             return b""
 
+    def view(self) -> memoryview:
+        """The whole segment mapped read-only (made on first use): slicing it copies nothing;
+        copying from it holds the GIL, so only for data in the page cache. Valid below
+        ``write_position`` as ``read`` is; it stays valid for whoever holds it after ``close``."""
+        view = self._view
+        if view is None:
+            fd = self.fd
+            with self._open_lock:
+                if self._fd == _CLOSED:
+                    raise ValueError(f"segment {self.path} is closed")
+                if self._view is None:
+                    self._view = memoryview(mmap.mmap(fd, self.size, prot=mmap.PROT_READ))
+                view = self._view
+        return view
+
     def read_raw(self, pos: int, length: int) -> bytes:
         """Bytes as they are on disk, ignoring write_position (recovery looks past it)."""
         return os.pread(self.fd, max(0, min(length, self.size - pos)), pos)
@@ -126,10 +182,18 @@ class MappedFile:
             self.flushed_position = written
 
     def truncate(self, pos: int) -> None:
-        """Forget everything from ``pos`` on and zero it on disk (shrink + regrow keeps it sparse)."""
+        """Forget everything from ``pos`` on and zero it on disk, keeping the file's size (a
+        mapping of it must never point past its end): a hole punched where the file system can
+        (sparse again), else zeros written over what was written; a segment nobody mapped is
+        shrunk and regrown instead."""
         fd = self.fd
-        os.ftruncate(fd, pos)
-        os.ftruncate(fd, self.size)
+        if not punch_hole(fd, pos, self.size - pos):
+            with self._open_lock:  # no mapping appears meanwhile
+                if self._view is None:
+                    os.ftruncate(fd, pos)
+                    os.ftruncate(fd, self.size)
+                else:
+                    _write_zeros(fd, pos, max(pos, min(self.write_position, self.size)))
         self.write_position = pos
         self.flushed_position = min(self.flushed_position, pos)
 
@@ -138,6 +202,7 @@ class MappedFile:
             if self._fd >= 0:
                 os.close(self._fd)
             self._fd = _CLOSED  # for good: a late reader must not reopen (and leak) it
+            self._view = None  # unmapped once nobody holds it (or a slice of it) any more
 
     def last_modified_ms(self) -> int:
         try:

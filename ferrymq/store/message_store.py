@@ -451,10 +451,17 @@ class MessageStore:
             # nothing removed, every record in the page cache.
             status = GetStatus.FOUND
             picked, scanned, last_phys = self._pick_in_memory(data, max_msg_nums)
+            # In the page cache: copied out of the CommitLog's mapping, only the records themselves.
+            joined = cl.read_joined(picked) if record_filter is None else None
         else:
             status, picked, scanned, last_phys = self._pick(data, max_msg_nums, tag_filter, max_phy, cl_min, window)
+            joined = None
 
-        records = [r for r in cl.read_many(picked) if r is not None] if picked else []
+        records: Sequence[bytes]
+        if joined is not None:
+            records = joined
+        else:
+            records = [r for r in cl.read_many(picked) if r is not None] if picked else []
         if picked and not records:  # deleted between the checks above and the read
             status = GetStatus.MESSAGE_WAS_REMOVING
         elif records and record_filter is not None:
@@ -469,7 +476,7 @@ class MessageStore:
             max_offset,
             records,
             suggest_pull_from_slave=fall_behind > window,
-            first_store_timestamp=record_store_timestamp(records[0]) if records else 0,
+            first_store_timestamp=record_store_timestamp(records.data if joined is not None else records[0]) if records else 0,
             fall_behind_bytes=fall_behind,
         )
 

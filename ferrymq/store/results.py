@@ -4,6 +4,8 @@ GetMessageResult, QueryMessageResult)."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -56,13 +58,56 @@ class GetStatus(Enum):
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
+class JoinedRecords(Sequence[bytes]):
+    """Records read back to back into one buffer (``data``, a pull's body as it leaves), each
+    sliced out only when asked for on its own."""
+
+    __slots__ = ("data", "_sizes", "_bounds")
+
+    def __init__(self, data: bytes, sizes: Sequence[int]) -> None:
+        if sum(sizes) != len(data):
+            raise ValueError(f"{len(sizes)} records of {sum(sizes)} bytes in all, but {len(data)} bytes given")
+        self.data = data
+        self._sizes = sizes
+        self._bounds: list[tuple[int, int]] | None = None  # (start, end) of each, made when first asked
+
+    def _record_bounds(self) -> list[tuple[int, int]]:
+        if self._bounds is None:
+            ends = list(itertools.accumulate(self._sizes))
+            self._bounds = [(end - size, end) for end, size in zip(ends, self._sizes)]
+        return self._bounds
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self.data[a:b] for a, b in self._record_bounds()[i]]
+        a, b = self._record_bounds()[i]
+        return self.data[a:b]
+
+    def __iter__(self) -> Iterator[bytes]:
+        data = self.data
+        return (data[a:b] for a, b in self._record_bounds())
+
+    def __eq__(self, other: object) -> bool:  # equal to a list of the same records
+        if isinstance(other, JoinedRecords):
+            return self.data == other.data and list(self._sizes) == list(other._sizes)
+        return isinstance(other, (list, tuple)) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"JoinedRecords({len(self._sizes)} records, {len(self.data)} bytes)"
+
+
 @dataclass
 class GetResult:
     status: GetStatus
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    records: list[bytes] = field(default_factory=list)  # raw records; b"".join() is a pull body
+    records: Sequence[bytes] = field(default_factory=list)  # raw records (a list, or JoinedRecords); body() joins them
     suggest_pull_from_slave: bool = False
     first_store_timestamp: int = 0  # of records[0], 0 when none
     fall_behind_bytes: int = 0  # CommitLog max offset - last scanned record (consumer lag in bytes)
@@ -73,10 +118,13 @@ class GetResult:
 
     @property
     def buffer_total_size(self) -> int:
-        return sum(map(len, self.records))
+        records = self.records
+        return len(records.data) if isinstance(records, JoinedRecords) else sum(map(len, records))
 
     def body(self) -> bytes:
-        return b"".join(self.records)
+        """The records back to back: a pull's body."""
+        records = self.records
+        return records.data if isinstance(records, JoinedRecords) else b"".join(records)
 
 
 @dataclass

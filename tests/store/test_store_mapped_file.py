@@ -2,6 +2,7 @@ import os
 
 import pytest
 
+from ferrymq.store import mapped_file
 from ferrymq.store.mapped_file import MappedFile, MappedFileQueue, segment_name
 
 
@@ -120,3 +121,36 @@ def test_a_segment_cut_short_reads_as_zeros_after_its_end(tmp_path, caplog):
     assert queue.segments[0].read_raw(0, 100) == b"q" * 60 + bytes(40)
     assert "is 60 bytes, expected 100" in caplog.text
     queue.close()
+
+
+@pytest.mark.parametrize("hole_punching", [True, False])
+def test_a_mapped_segment_is_truncated_without_shrinking_and_its_readers_see_zeros(tmp_path, monkeypatch, hole_punching):
+    if not hole_punching:  # a file system (or platform) without FALLOC_FL_PUNCH_HOLE: zeros are written
+        monkeypatch.setattr(mapped_file, "_fallocate", None)
+    seg = MappedFile(str(tmp_path / segment_name(0)), 0, 1 << 20, create=True)
+    seg.append(b"x" * 300_000)
+    view = seg.view()  # a reader's mapping, held across the cut
+    assert view[299_990:300_000] == b"x" * 10
+    sizes = []
+    real_ftruncate = os.ftruncate
+    monkeypatch.setattr(mapped_file.os, "ftruncate", lambda fd, n: (sizes.append(n), real_ftruncate(fd, n)))
+    seg.truncate(1000)
+    assert sizes == [] and os.path.getsize(seg.path) == 1 << 20  # never shorter than the mapping
+    assert bytes(view[990:300_010]) == b"x" * 10 + bytes(299_010)  # what a reader sees now: zeros, no SIGBUS
+    seg.append(b"new")
+    assert bytes(view[1000:1003]) == b"new" == seg.read(1000, 3)
+    seg.close()
+    assert bytes(view[1000:1003]) == b"new"  # still mapped for whoever holds it
+    with pytest.raises(ValueError):
+        seg.view()
+
+
+def test_an_unmapped_segment_without_hole_punching_is_shrunk_and_regrown_sparse(tmp_path, monkeypatch):
+    monkeypatch.setattr(mapped_file, "_fallocate", None)
+    seg = MappedFile(str(tmp_path / segment_name(0)), 0, 1 << 20, create=True)
+    seg.append(b"x" * 300_000)
+    seg.flush()
+    seg.truncate(1000)
+    assert os.path.getsize(seg.path) == 1 << 20 and seg.read_raw(990, 20) == b"x" * 10 + bytes(10)
+    assert os.stat(seg.path).st_blocks * 512 < 100_000  # the dropped tail holds no blocks
+    seg.close()

@@ -141,8 +141,8 @@ class PullProcessor:
                  suggest: int) -> RemotingCommand:
         body = None
         if code == ResponseCode.SUCCESS:
-            body = b"".join(result.records)
-            self.ctx.stats.record_get(topic, len(result.records), len(body))
+            body = result.body()
+            self.ctx.stats.record_get(topic, result.message_count, len(body))
         return req.response(code, remark=result.status.name, body=body, ext_fields={
             "suggestWhichBrokerId": suggest, "nextBeginOffset": result.next_begin_offset,
             "minOffset": result.min_offset, "maxOffset": result.max_offset,
