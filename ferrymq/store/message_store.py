@@ -439,14 +439,22 @@ class MessageStore:
         cl = self.commit_log
         max_phy, cl_min, window = cl.max_offset, cl.min_offset, self.in_memory_window
         scan_entries = max(MAX_FILTER_SCAN_BYTES, max_msg_nums * CQ_ENTRY_SIZE) // CQ_ENTRY_SIZE
-        data = cq.read_entries(offset, scan_entries)
+        # Without a tag filter the common pull takes at most max_msg_nums entries and looks at the
+        # next: those are read first, the whole scan window only if the general scan needs it.
+        first_read = min(scan_entries, max_msg_nums + 1) if tag_filter is None else scan_entries
+        data = cq.read_entries(offset, first_read)
         if data is None:  # the ConsumeQueue file holding offset is gone
             return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
         first_phys = CQ_ENTRY.unpack_from(data)[0] if data else -1
         first_in_memory = bool(data) and max_phy - first_phys <= window
         if hot_only and data and not first_in_memory:
             return None
-        if tag_filter is None and first_in_memory and first_phys >= cl_min:
+        fast = tag_filter is None and first_in_memory and first_phys >= cl_min
+        if not fast and first_read < scan_entries and len(data) == first_read * CQ_ENTRY_SIZE:
+            data = cq.read_entries(offset, scan_entries)  # (cold or removed records: scan as far as RocketMQ does)
+            if data is None:
+                return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
+        if fast:
             # The common pull (a queue's entries ascend, so the first decides): nothing to filter,
             # nothing removed, every record in the page cache.
             status = GetStatus.FOUND
