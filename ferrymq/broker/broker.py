@@ -161,8 +161,9 @@ class Broker:
             self.server.register(code, send, eager=True)  # most sends never wait: no task for them
         # The sends of one read are written together (one write per file, not three a message).
         self.server.set_dispatch_rounds(ctx.store)
-        self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection,
-                                                                     self.pop.classic_pull_refusal))
+        # Most pulls find their messages (or nothing, without holding) at once: no task for them either.
+        self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection, self.pop.classic_pull_refusal),
+                             eager=True)
         for code, handler in PopProcessors(self.pop, self.config.enable_property_filter).handlers().items():
             self.server.register(code, handler)
         offsets = OffsetProcessors(self.store, self.offsets)

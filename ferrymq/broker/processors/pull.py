@@ -8,6 +8,7 @@ is then answered from a fresh read (PULL_NOT_FOUND when nothing came).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable
 
@@ -117,6 +118,9 @@ class PullProcessor:
                     wanted: MessageFilter, suspend_millis: int) -> tuple[GetResult, float | None]:
         """The answer's read, and when the arrival that woke the pull was announced (None if
         none did: timeout, shutdown, a message stored before the pull was held)."""
+        # Pulls start eagerly (common/eager.py), outside a task; the hold's timeout needs one:
+        # this first suspension hands the pull over to its task.
+        await asyncio.sleep(0)
         ctx = self.ctx
         if ctx.config.long_polling_enable:
             hold_seconds = suspend_millis / 1000
