@@ -523,10 +523,11 @@ class AsyncMessageStore:
     def _announce(self, topic: str, queue_id: int, result: AppendResult, msgs: Sequence[MessageExt]) -> None:
         """Tell the arrival listeners (held pulls) of a stored put, once it is consumable."""
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+            arrival = (topic, queue_id, result.queue_offset + result.msg_num, msgs)
             if self._dispatch_handle is not None:  # its dispatch (or an earlier one) is still to run
-                self._arrivals.append((topic, queue_id, result.queue_offset + result.msg_num, msgs))
+                self._arrivals.append(arrival)
             else:
-                self._notify_arrival(topic, queue_id, result.queue_offset + result.msg_num, msgs)
+                self._notify_arrival(*arrival)
 
     def _notify_arrival(self, topic: str, queue_id: int, max_offset: int, msgs: Sequence[MessageExt]) -> None:
         for listener in self.arrival_listeners:

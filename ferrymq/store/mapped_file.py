@@ -56,8 +56,10 @@ _ZEROS = bytes(1 << 20)
 def punch_hole(fd: int, pos: int, length: int) -> bool:
     """Zero ``length`` bytes from ``pos`` and free their blocks, keeping the file's size; False
     where the file system (or the platform) cannot."""
-    if _fallocate is None or length <= 0:
-        return length <= 0
+    if length <= 0:
+        return True  # nothing to zero
+    if _fallocate is None:
+        return False
     if _fallocate(fd, _PUNCH_HOLE, pos, length) == 0:
         return True
     err = ctypes.get_errno()

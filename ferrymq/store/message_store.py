@@ -465,11 +465,8 @@ class MessageStore:
             status, picked, scanned, last_phys = self._pick(data, max_msg_nums, tag_filter, max_phy, cl_min, window)
             joined = None
 
-        records: Sequence[bytes]
-        if joined is not None:
-            records = joined
-        else:
-            records = [r for r in cl.read_many(picked) if r is not None] if picked else []
+        records: Sequence[bytes] = joined if joined is not None else (
+            [r for r in cl.read_many(picked) if r is not None] if picked else [])
         if picked and not records:  # deleted between the checks above and the read
             status = GetStatus.MESSAGE_WAS_REMOVING
         elif records and record_filter is not None:
@@ -484,7 +481,7 @@ class MessageStore:
             max_offset,
             records,
             suggest_pull_from_slave=fall_behind > window,
-            first_store_timestamp=record_store_timestamp(records.data if joined is not None else records[0]) if records else 0,
+            first_store_timestamp=record_store_timestamp(joined.data if joined is not None else records[0]) if records else 0,
             fall_behind_bytes=fall_behind,
         )
 
