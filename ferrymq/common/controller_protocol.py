@@ -16,6 +16,15 @@ CONTROLLER_PROMOTED: brokerName, brokerId, epoch, startOffset (the CommitLog end
   master's epoch begins, read after it stopped copying from the old master). SUCCESS once
   recorded (fsynced); anything else: the promotion is off.
 
+CONTROLLER_ALTER_IN_SYNC (the master only): brokerName, brokerId (its identity), epoch, inSyncEpoch
+  (the version of the in-sync set it changes), inSync (the new set of slave identities, comma
+  separated; the master is always a member). SUCCESS with the new inSyncEpoch once recorded;
+  anything else: the set is unchanged (a stale epoch, a broker that is not master).
+
+A controller replica that does not lead (several replicas behind Lease election) answers every
+request with CONTROLLER_NOT_LEADER and ext field leaderAddr (the leader's address when it knows
+it, else empty): brokers try that address, then the others they were given.
+
 CONTROLLER_GET_STATE: no fields; the body is JSON, per broker group its epoch history and the
   brokers last heard of (tests, ``ferrymq admin`` and the operator read it).
 """
@@ -25,6 +34,9 @@ from __future__ import annotations
 CONTROLLER_HEARTBEAT = 9001
 CONTROLLER_PROMOTED = 9002
 CONTROLLER_GET_STATE = 9003
+CONTROLLER_ALTER_IN_SYNC = 9004
+
+CONTROLLER_NOT_LEADER = 9010  # response code: this replica does not lead; see leaderAddr
 
 MASTER, SLAVE, WAIT, NONE = "MASTER", "SLAVE", "WAIT", "NONE"
 ROLES = (MASTER, SLAVE, WAIT)
