@@ -57,7 +57,7 @@ class BrokerConfig:
     max_frame_size: int = 16 * 1024 * 1024
     # A client connection with no traffic this long is closed (RocketMQ's NettyServerConfig).
     server_channel_max_idle_time_seconds: int = 120
-    # Broker protection (wire facts 7.7): disable a group that reads too far behind the head.
+    # Broker protection (docs/wire-format.md#broker-protection): disable a group that reads too far behind the head.
     disable_consume_if_consumer_read_slowly: bool = field(default=False, metadata=LIVE)
     consumer_fallbehind_threshold: int = field(default=16 * 1024**3, metadata=LIVE)
     # RocketMQ's fixed 3 min, configurable here; re-read every round

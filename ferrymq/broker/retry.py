@@ -5,7 +5,7 @@ message by its physical offset and stores a copy in ``%RETRY%<group>`` through t
 schedule (level ``3 + reconsumeTimes`` unless the consumer asked for one: 10 s, 30 s, 1 m, ...),
 with reconsumeTimes + 1 and the original topic and id in RETRY_TOPIC / ORIGIN_MESSAGE_ID. A
 message that used up maxReconsumeTimes (or is sent back with a negative level) goes to
-``%DLQ%<group>`` instead, undelayed, where it waits for a human (wire facts 7.5).
+``%DLQ%<group>`` instead, undelayed, where it waits for a human (docs/wire-format.md#retry-and-dlq).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Push consumer settings, with RocketMQ 4.9's DefaultMQPushConsumer defaults (wire facts 7.10)."""
+"""Push consumer settings, with RocketMQ 4.9's DefaultMQPushConsumer defaults (docs/wire-format.md#client-defaults)."""
 
 from __future__ import annotations
 

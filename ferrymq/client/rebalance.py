@@ -225,7 +225,7 @@ class Rebalancer:
     # ------------------------------------------------------------------ where to start
 
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
-        """The group's committed offset, else the configured starting point (wire facts 8.3 step 5)."""
+        """The group's committed offset, else the configured starting point (docs/wire-format.md#push-consumer-call-sequence, step 5)."""
         last = await self.offset_store.read(mq, ReadFrom.STORE)
         if last >= 0:
             return last

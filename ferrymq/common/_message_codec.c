@@ -277,7 +277,7 @@ fail:
 /* pack_record(topic, body, props, crc, queue_id, flag, queue_offset, commit_log_offset,
  *             sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,
  *             store_port, reconsume_times, prepared_transaction_offset) -> bytearray
- * The record's bytes in the layout of ferrymq/common/message.py (wire facts 5). Field
+ * The record's bytes in the layout of ferrymq/common/message.py (docs/wire-format.md#commitlog-record). Field
  * values out of their Java type's range raise OverflowError; an IP of other than 4 or
  * 16 bytes, a topic over 255 or properties over 65535 bytes raise ValueError. */
 static PyObject *

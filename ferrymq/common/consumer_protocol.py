@@ -1,7 +1,7 @@
 """Bodies of the consumer-group calls (queue locks, connection lists, consume stats, offset
 resets) and the subscription expression both sides parse.
 
-Field names follow RocketMQ 4.9 (wire facts 4.5, 4.8, 4.12); ``Map<MessageQueue, X>`` fields
+Field names follow RocketMQ 4.9 (docs/wire-format.md#client-registry, #queue-locks, #consume-stats); ``Map<MessageQueue, X>`` fields
 travel with fastjson's object keys, which :class:`JsonModel` writes and reads.
 """
 

@@ -1,4 +1,4 @@
-"""The message model and its one byte encoding (wire facts section 5).
+"""The message model and its one byte encoding (docs/wire-format.md#commitlog-record).
 
 A CommitLog record, a pull/view/query body element and what the Java client decodes
 are the same bytes, so this module is the single place they are written and read:
@@ -81,7 +81,7 @@ class Prop:
 
 
 class SysFlag:
-    """Record sysFlag bits (wire facts 5.4)."""
+    """Record sysFlag bits (docs/wire-format.md#sysflag-bits)."""
 
     COMPRESSED = 0x1
     MULTI_TAGS = 0x2
@@ -560,7 +560,7 @@ _BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC(0), BODYCRC(0), FLAG, 
 
 
 def encode_batch_body(messages: Iterable[Message]) -> bytes:
-    """The body of SEND_BATCH_MESSAGE (wire facts 5.6)."""
+    """The body of SEND_BATCH_MESSAGE (docs/wire-format.md#batch-body)."""
     parts: list[bytes] = []
     for m in messages:
         props = encode_properties(m.properties).encode()

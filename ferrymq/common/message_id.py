@@ -1,4 +1,4 @@
-"""The two message ids RocketMQ hands out (wire facts 5.5).
+"""The two message ids RocketMQ hands out (docs/wire-format.md#message-ids).
 
 * The **offset msgId** names where a record lives: store host IP + port + CommitLog
   offset. Admin tools decode it and connect to that address, so it must be exact.

@@ -1,6 +1,6 @@
 """RocketMQ protocol bodies: topics, routes, heartbeats, subscriptions and friends.
 
-Field names and defaults follow RocketMQ 4.9 (see the wire facts, section 4). Each type is
+Field names and defaults follow RocketMQ 4.9 (see docs/wire-format.md#request-headers-and-bodies). Each type is
 a dataclass with fastjson-compatible JSON through :class:`JsonModel`.
 """
 

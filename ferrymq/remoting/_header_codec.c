@@ -1,5 +1,5 @@
 /*
- * ferrymq.remoting._header_codec: the JSON remoting header (wire facts 1.3) of every
+ * ferrymq.remoting._header_codec: the JSON remoting header (docs/wire-format.md#json-header) of every
  * request and response, and the numbers in header fields, compiled (issue 11).
  *
  * The specification is ferrymq/remoting/json_header.py (and command.py's frame layout and

@@ -1,4 +1,4 @@
-"""Numeric codes of the RocketMQ 4.x remoting protocol (wire facts, sections 1 to 3)."""
+"""Numeric codes of the RocketMQ 4.x remoting protocol (docs/wire-format.md#request-codes, #response-codes)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ CURRENT_VERSION = 407
 # prefix itself, so the largest accepted `length` field is this minus 4.
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 
-# flag bits (wire facts 1.5)
+# flag bits (docs/wire-format.md#flag-bits)
 FLAG_RESPONSE = 1
 FLAG_ONEWAY = 2
 

@@ -1,6 +1,6 @@
 """RemotingCommand and its frame codec (sans-I/O).
 
-A frame is `length:i32 | serType:u8 hdrLen:u24 | header | body` (wire facts 1.1); the
+A frame is `length:i32 | serType:u8 hdrLen:u24 | header | body` (docs/wire-format.md#remoting-frame); the
 header is JSON or ROCKETMQ binary, chosen per frame by the high byte, so both are decoded
 on every connection.
 """

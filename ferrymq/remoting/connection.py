@@ -48,7 +48,7 @@ class DispatchRounds(Protocol):
     def close_round(self) -> None: ...
 
 
-# Java client defaults for in-flight async and oneway requests (wire facts 1.8).
+# Java client defaults for in-flight async and oneway requests (docs/wire-format.md#server-handling-rules).
 DEFAULT_PERMITS = 65535
 
 # How long a closing connection may take to flush what is already buffered before the

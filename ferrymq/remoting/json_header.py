@@ -1,4 +1,4 @@
-"""The JSON header serialization (wire facts 1.3).
+"""The JSON header serialization (docs/wire-format.md#json-header).
 
 Encoding mimics fastjson's output for RemotingCommand: keys in alphabetical order, null
 `remark`/`extFields` left out, `language` as the enum name. Decoding is as forgiving as

@@ -4,7 +4,7 @@
 A header's fields travel as the request's custom (ext) fields, Java text each ("true",
 decimal numbers; an absent optional field is left out). SEND_MESSAGE_V2 and
 SEND_BATCH_MESSAGE carry SendMessageRequestHeaderV2, the same fields under one-letter
-keys; SEND_MESSAGE carries the long names (wire facts 3.2).
+keys; SEND_MESSAGE carries the long names (docs/wire-format.md#send-headers).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ROCKETMQ binary header serialization (wire facts 1.4).
+"""The ROCKETMQ binary header serialization (docs/wire-format.md#rocketmq-binary-header).
 
 Layout: code i16, language u8, version i16, opaque i32, flag i32, remarkLen i32, remark,
 extLen i32, then extLen bytes of (keyLen i16, key, valLen i32, value) entries, all

@@ -1,4 +1,4 @@
-"""The store's ``checkpoint`` file (wire facts 6.4): how far each kind of data is durable.
+"""The store's ``checkpoint`` file (docs/wire-format.md#checkpoint): how far each kind of data is durable.
 
 A 4 KiB file holding, big-endian, the store timestamp of the newest record whose bytes
 are fsynced in the CommitLog (@0), in the ConsumeQueues (@8) and in the IndexFiles (@16).

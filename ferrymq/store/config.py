@@ -1,4 +1,4 @@
-"""Store settings; names and defaults follow RocketMQ's MessageStoreConfig (wire facts 7.8)."""
+"""Store settings; names and defaults follow RocketMQ's MessageStoreConfig (docs/wire-format.md#store-settings)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class StoreConfig:
     mapped_file_size_consume_queue: int = 300_000 * CQ_ENTRY_SIZE
     # compared to the BODY length (4.9.4+ semantics)
     max_message_size: int = field(default=4 * 1024 * 1024, metadata=LIVE)
-    # ---- flushing (wire facts 7.8)
+    # ---- flushing (docs/wire-format.md#store-settings)
     flush_disk_type: str = ASYNC_FLUSH  # SYNC_FLUSH: a send is answered after its fsync (group commit)
     # ms; a slower fsync answers FLUSH_DISK_TIMEOUT (the message is stored)
     sync_flush_timeout: int = field(default=5000, metadata=LIVE)
@@ -42,7 +42,7 @@ class StoreConfig:
     access_message_in_memory_max_ratio: int = 40  # % of RAM behind the CommitLog head counted "in memory"
     # ---- recovery
     check_crc_on_recover: bool = True  # only after an unclean exit: a CRC per record is slow in Python
-    # ---- message index (IndexFile, wire facts 6.3) and queries
+    # ---- message index (IndexFile, docs/wire-format.md#indexfile) and queries
     message_index_enable: bool = True
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000

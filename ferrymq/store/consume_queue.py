@@ -1,4 +1,4 @@
-"""One topic/queue's index into the CommitLog (wire facts 6.2).
+"""One topic/queue's index into the CommitLog (docs/wire-format.md#consumequeue-entry).
 
 Entry n (the queue's logical offset n) is the 20 bytes at byte n*20 of the queue's
 segments: ``commitLogOffset i64 | size i32 | tagsCode i64``. Entries are appended in

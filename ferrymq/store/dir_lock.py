@@ -1,4 +1,4 @@
-"""The store directory's ``lock`` file and ``abort`` marker (wire facts 6.5).
+"""The store directory's ``lock`` file and ``abort`` marker (docs/wire-format.md#abort-marker-and-lock).
 
 ``lock`` keeps a second store off the same directory. ``abort`` exists while a store
 runs; finding it at startup means the last run did not shut down cleanly, so recovery

@@ -1,4 +1,4 @@
-"""One IndexFile (wire facts 6.3): a hash table on disk from ``topic#key`` to CommitLog offsets.
+"""One IndexFile (docs/wire-format.md#indexfile): a hash table on disk from ``topic#key`` to CommitLog offsets.
 
 Layout, big-endian, exactly RocketMQ's:
 

@@ -1,7 +1,7 @@
 """The IndexFiles of a store (``index/<yyyyMMddHHmmssSSS>``): building, querying, recovery, retention.
 
 Every record but a rolled-back transaction is indexed under ``topic#UNIQ_KEY`` and under
-``topic#k`` for each space-separated KEYS value (wire facts 6.3), in CommitLog order, by
+``topic#k`` for each space-separated KEYS value (docs/wire-format.md#indexfile), in CommitLog order, by
 the writer thread inside the store's put lock. Queries read without a lock.
 """
 

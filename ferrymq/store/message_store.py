@@ -10,7 +10,7 @@ The parts, each handed only what it uses: the CommitLog (commit_log.py), the tab
 ConsumeQueues and the Dispatcher (dispatch.py), the IndexFiles (index_service.py), the
 flusher with SYNC_FLUSH's group commit and ASYNC_FLUSH's timed flushes (flush.py),
 retention and the disk guard (retention.py), recovery at load (recovery.py, RocketMQ's
-normal and abnormal recovery: wire facts 6.4, 6.5), the checkpoint and the directory lock.
+normal and abnormal recovery: docs/wire-format.md#checkpoint), the checkpoint and the directory lock.
 Results are in results.py. Slightly past the usual module size on purpose: what is left
 here is the facade's own job (put, get, query, lifecycle), each part already elsewhere.
 """
@@ -399,7 +399,7 @@ class MessageStore:
         *,
         hot_only: bool = False,
     ) -> GetResult | None:
-        """A pull: statuses and nextBeginOffset as RocketMQ 4.9 (wire facts 7.4).
+        """A pull: statuses and nextBeginOffset as RocketMQ 4.9 (docs/wire-format.md#pull-statuses).
 
         ``tag_filter`` gets each entry's raw tagsCode (i64) and says whether it matches;
         ``record_filter`` then each read record (SQL92 on its properties). Messages either

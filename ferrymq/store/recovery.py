@@ -1,4 +1,4 @@
-"""Recovery at load (wire facts 6.4, 6.5): RocketMQ's normal and abnormal CommitLog recovery.
+"""Recovery at load (docs/wire-format.md#checkpoint, #abort-marker-and-lock): RocketMQ's normal and abnormal CommitLog recovery.
 
 After a clean exit (no ``abort`` file) only the tail of the last CommitLog file is walked,
 from the end of the newest ConsumeQueue entry. After an unclean one, every record from the

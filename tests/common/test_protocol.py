@@ -18,7 +18,7 @@ JAVA_ROUTE = ('{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.1:10911",1:"10.0.0.2:10
               '"cluster":"DefaultCluster"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,'
               '"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}')
 
-# The example heartbeat of wire facts 4.6, as a Java 4.9 client sends it.
+# The example heartbeat of docs/wire-format.md#heartbeat-body, as a Java 4.9 client sends it.
 JAVA_HEARTBEAT = ('{"clientID":"10.0.0.5@1234#987","consumerDataSet":[{"consumeFromWhere":"CONSUME_FROM_LAST_OFFSET",'
                   '"consumeType":"CONSUME_PASSIVELY","groupName":"g1","messageModel":"CLUSTERING",'
                   '"subscriptionDataSet":[{"classFilterMode":false,"codeSet":[2598919],"expressionType":"TAG",'

@@ -78,7 +78,7 @@ def test_round_trip(command: RemotingCommand, serialize_type: SerializeType) -> 
     assert decoded.serialize_type is serialize_type
 
 
-# --- byte vectors worked out by hand from the wire facts --------------------------------
+# --- byte vectors worked out by hand from docs/wire-format.md --------------------------------
 
 ROCKETMQ_HEARTBEAT = bytes(
     [
@@ -111,7 +111,7 @@ ROCKETMQ_RESPONSE = bytes(
     ]
 )  # fmt: skip
 
-# The request header of wire facts 1.3 (Java 4.9.7 heartbeat), 97 bytes of text.
+# The request header of docs/wire-format.md#json-header (Java 4.9.7 heartbeat), 97 bytes of text.
 JSON_HEARTBEAT_TEXT = (
     b'{"code":34,"flag":0,"language":"JAVA","opaque":12,"serializeTypeCurrentRPC":"JSON","version":407}'
 )
@@ -349,7 +349,7 @@ def test_codes() -> None:
     assert (RequestCode.SEND_BATCH_MESSAGE, RequestCode.QUERY_DATA_VERSION, RequestCode.DELETE_EXPIRED_COMMITLOG) == (
         320, 322, 329,
     )  # fmt: skip
-    assert len(RequestCode) == 99  # every code of wire facts section 2, and RocketMQ 5's POP codes
+    assert len(RequestCode) == 99  # every code of docs/wire-format.md#request-codes, and RocketMQ 5's POP codes
     assert (RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME) == (
         200050, 200051, 200053,
     )  # fmt: skip

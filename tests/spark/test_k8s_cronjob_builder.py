@@ -15,7 +15,7 @@ from ferrymq_spark.k8s_cronjob import (
     spark_job_status,
 )
 
-# spark.kubernetes.* properties from Spark's "Running on Kubernetes" page (docs/running-on-kubernetes.md)
+# spark.kubernetes.* properties from Spark's "Running on Kubernetes" page (apache/spark/docs/running-on-kubernetes.md)
 # that the builder may set; [Name] entries are documented prefixes.
 DOCUMENTED = {
     "spark.kubernetes.namespace", "spark.kubernetes.container.image", "spark.kubernetes.container.image.pullPolicy",

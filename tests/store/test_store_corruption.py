@@ -1,4 +1,4 @@
-"""Abnormal recovery (wire facts 6.4, 6.5): damaged CommitLog data is found record by record,
+"""Abnormal recovery (docs/wire-format.md#checkpoint, #abort-marker-and-lock): damaged CommitLog data is found record by record,
 cut off at the exact offset, logged with it, and everything before it is served."""
 
 import logging

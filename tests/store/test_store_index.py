@@ -1,4 +1,4 @@
-"""IndexFile (wire facts 6.3) byte for byte, and QUERY_MESSAGE at the store level."""
+"""IndexFile (docs/wire-format.md#indexfile) byte for byte, and QUERY_MESSAGE at the store level."""
 
 import errno
 import os

@@ -140,7 +140,7 @@ def test_other_limits(open_store):
     assert store.max_phy_offset == 0
 
 
-# ------------------------------------------------------------------ get statuses (wire facts 7.4)
+# ------------------------------------------------------------------ get statuses (docs/wire-format.md#pull-statuses)
 
 
 def test_get_statuses(open_store):

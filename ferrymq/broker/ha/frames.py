@@ -1,4 +1,4 @@
-"""RocketMQ 4.x HA frames (wire facts: "Master–slave replication").
+"""RocketMQ 4.x HA frames (docs/wire-format.md#ha-frames).
 
 Two frames travel on a plain TCP connection, no remoting header:
 - slave -> master: an 8-byte big-endian long, the slave's CommitLog max offset (the first

@@ -1,5 +1,5 @@
 """Message and time queries: QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33),
-SEARCH_OFFSET_BY_TIMESTAMP (29) and GET_EARLIEST_MSG_STORETIME (32) (wire facts 4.3).
+SEARCH_OFFSET_BY_TIMESTAMP (29) and GET_EARLIEST_MSG_STORETIME (32) (docs/wire-format.md#offset-and-query-headers).
 
 Bodies are raw CommitLog records, back to back, exactly as stored. QUERY_MESSAGE answers
 the IndexFile's candidates (the index is hash based): clients check the keys themselves.

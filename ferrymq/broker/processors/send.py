@@ -112,7 +112,7 @@ class SendProcessor:
                                                                             "sending transaction message is forbidden")
                 self.transactions.ensure_topics()
                 divert_to_half(msg)
-            elif is_delayable(msg):  # held in SCHEDULE_TOPIC_XXXX until due (wire facts 7.3 step 6)
+            elif is_delayable(msg):  # held in SCHEDULE_TOPIC_XXXX until due (docs/wire-format.md#send-processing, step 6)
                 divert_to_schedule(msg, self.schedule.level_count)
             result = await ctx.store.put_message(msg, wait=wait)
 

@@ -10,7 +10,7 @@ import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * A record's properties ({@code name 0x01 value 0x02 ...}, wire facts 5.3), parsed as the record
+ * A record's properties ({@code name 0x01 value 0x02 ...}, docs/wire-format.md#properties), parsed as the record
  * codec parses them: UTF-8 with bad sequences replaced, a trailing 0x02 accepted, entries with
  * an empty name or value dropped, a repeated name keeping its last value. MIN_OFFSET and
  * MAX_OFFSET are left out: the pull consumer adds them to describe a pull, not the message.

@@ -5,7 +5,7 @@ import java.nio.charset.StandardCharsets;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * The offset msgId (wire facts 5.5, ferrymq.common.message_id.offset_msg_id): upper-case hex of
+ * The offset msgId (docs/wire-format.md#message-ids, ferrymq.common.message_id.offset_msg_id): upper-case hex of
  * the store host's IP (4 or 16 bytes) and port (i32), then the physical offset (i64). In a
  * record these bytes are stored just so, so the id is their hex.
  */

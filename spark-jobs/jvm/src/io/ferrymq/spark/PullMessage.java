@@ -7,7 +7,7 @@ import java.util.Map;
 /**
  * PULL_MESSAGE (code 11) as the Python client's raw pull sends it: the subscription in the
  * request ("*", SUBSCRIPTION flag), no commit offset, no suspension (the range exists: nothing
- * is waited for), and the answer's code mapped to a pull status (wire facts 3, 4.2).
+ * is waited for), and the answer's code mapped to a pull status (docs/wire-format.md#response-codes, #pull-headers).
  */
 final class PullMessage {
 

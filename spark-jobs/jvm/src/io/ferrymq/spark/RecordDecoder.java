@@ -10,7 +10,7 @@ import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * Turns the CommitLog records of a pull body (wire facts 5.1, ferrymq.common.message) into rows
+ * Turns the CommitLog records of a pull body (docs/wire-format.md#commitlog-record, ferrymq.common.message) into rows
  * of {@link RowSchema#SCHEMA}, one record at a time, with the values the Python reader gives:
  * msgId = UNIQ_KEY else the offset msgId, keys/tags from the properties, compressed bodies
  * inflated, timestamps in microseconds. Records outside the segment's [first, end) are skipped.

@@ -20,7 +20,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 
 /**
  * One blocking connection to one broker, speaking RocketMQ remoting frames with JSON headers
- * (wire facts 1.1-1.5): {@code length:i32 | serType:u8 headerLength:u24 | header | body}.
+ * (docs/wire-format.md#remoting-frame): {@code length:i32 | serType:u8 headerLength:u24 | header | body}.
  * Several requests may be in flight; {@link #receive()} returns responses as they come, and the
  * caller matches them by opaque.
  */
