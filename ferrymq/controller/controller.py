@@ -3,7 +3,9 @@ group is master. Brokers with ``enableControllerMode`` heartbeat it; when a mast
 for ``failoverTimeout`` it elects a slave that holds everything the master acknowledged,
 bumps the group's epoch, and records where the new epoch starts once the new master reports
 it. Its state (each group's epoch history) is written with fsync before any broker hears of a
-change, so a restarted controller keeps the epochs. Run exactly one (``ferrymq controller``).
+change, so a restarted controller keeps the epochs. With the file state (default) run exactly
+one (``ferrymq controller``); with ``--state kubernetes`` run several: the state is a ConfigMap
+changed by compare-and-swap and only the holder of a Lease answers brokers (docs/failover-kubernetes.md).
 """
 
 from __future__ import annotations
@@ -12,19 +14,21 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ferrymq.common.controller_protocol import (
     CONTROLLER_GET_STATE,
     CONTROLLER_HEARTBEAT,
+    CONTROLLER_NOT_LEADER,
     CONTROLLER_PROMOTED,
     NONE,
     WAIT,
 )
 from ferrymq.controller.metrics import controller_registry
+from ferrymq.controller.state_store import FileStateStore, StateStore, StateStoreError
 from ferrymq.controller.state import (
     ACTING,
     BrokerSeen,
@@ -41,9 +45,15 @@ from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.server import RemotingServer
 from ferrymq.remoting.tls import ServerTls
 
+if TYPE_CHECKING:
+    from ferrymq.kube.election import LeaseElector
+
 log = logging.getLogger(__name__)
 
 STATE_FILE = "controller.json"
+# On the Lease (--state kubernetes): the leader's advertised address, which the other replicas
+# name in their CONTROLLER_NOT_LEADER answers.
+LEADER_ADDR_ANNOTATION = "ferrymq.io/controller-address"
 
 
 @dataclass
@@ -60,6 +70,9 @@ class ControllerConfig:
     tls_mode: str = "disabled"
     tls_server_cert_path: str = ""
     tls_server_key_path: str = ""
+    # host:port other replicas give brokers when this one leads (several replicas); default: the
+    # bound address
+    advertise_addr: str = ""
 
     def __post_init__(self) -> None:
         if self.failover_timeout < 1000:
@@ -69,7 +82,8 @@ class ControllerConfig:
 
 
 class Controller:
-    def __init__(self, config: ControllerConfig) -> None:
+    def __init__(self, config: ControllerConfig, store: StateStore | None = None,
+                 elector: "LeaseElector | None" = None) -> None:
         self.config = config
         self.groups: dict[str, Group] = {}
         tls = ServerTls.build(config.tls_mode, config.tls_server_cert_path, config.tls_server_key_path)
@@ -77,11 +91,24 @@ class Controller:
         self.server.register(CONTROLLER_HEARTBEAT, self.heartbeat)
         self.server.register(CONTROLLER_PROMOTED, self.promoted)
         self.server.register(CONTROLLER_GET_STATE, self.get_state)
-        self._path = Path(config.data_dir) / STATE_FILE
+        # Persistence (state_store.py) and leadership. Without an elector this is the only
+        # controller and leads from start() on. With one (several replicas, the state in a
+        # ConfigMap) it answers brokers only while it holds the Lease and has read the state
+        # since it took it; everyone else gets CONTROLLER_NOT_LEADER (_refuse_unless_leading).
+        self.store: StateStore = store or FileStateStore(Path(config.data_dir) / STATE_FILE)
+        self.elector = elector
+        self.leading = False
+        self._term = 0  # counts leadership changes: a take-over that finishes after its term ended does nothing
+        self._campaign: asyncio.Task | None = None
+        self._taking_over: asyncio.Task | None = None
+        self.server.set_request_guard(self._refuse_unless_leading)
+        if elector is not None:
+            elector.on_started_leading = self._on_started_leading
+            elector.on_stopped_leading = self._on_stopped_leading
         self._lock = asyncio.Lock()  # one state change (and its fsync) at a time
         self._scan: asyncio.Task | None = None
         self._saved = ""
-        self.started = time.monotonic()
+        self.started = time.monotonic()  # when it began leading: masters' silence counts from no earlier
         self.serving = False
         self.metrics_registry = controller_registry(lambda: self.groups)
 
@@ -93,14 +120,23 @@ class Controller:
     def timeout_s(self) -> float:
         return self.config.failover_timeout / 1000
 
+    @property
+    def advertised_address(self) -> str:
+        return self.config.advertise_addr or self.address
+
     async def start(self) -> None:
-        await asyncio.to_thread(self._load)
-        self.started = time.monotonic()
-        await self.server.start()
+        if self.elector is None:
+            await self._begin_leading(self._term)  # the only controller: read the state and lead
+            await self.server.start()
+        else:
+            await self.server.start()  # answers CONTROLLER_NOT_LEADER until it leads
+            self.elector.annotations[LEADER_ADDR_ANNOTATION] = self.advertised_address
+            self._campaign = asyncio.create_task(self.elector.run(), name="controller-lease")
         self.serving = True
-        self._scan = asyncio.create_task(self._scan_loop(), name="controller-elections")
-        log.info("controller listening on %s (failoverTimeout %d ms, %d broker group(s) from %s)", self.address,
-                 self.config.failover_timeout, len(self.groups), self._path)
+        log.info("controller listening on %s (failoverTimeout %d ms, state in %s%s)", self.address,
+                 self.config.failover_timeout, self.store.description,
+                 f", {len(self.groups)} broker group(s)" if self.elector is None else
+                 f", leading while it holds Lease {self.elector.namespace}/{self.elector.name}")
 
     async def stop(self) -> None:
         self.serving = False
@@ -110,21 +146,92 @@ class Controller:
                 await self._scan
         await self.server.stop()
         async with self._lock:
-            await self._save()
+            if self.leading:
+                with contextlib.suppress(StateStoreError):  # logged; a replica behind a Lease only
+                    await self._save()
+        if self._campaign is not None:
+            self._campaign.cancel()  # releases the Lease: a standby takes over at its next retry
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._campaign
+        if self._taking_over is not None:
+            self._taking_over.cancel()
 
     def readiness(self) -> tuple[bool, str]:
         return (True, "") if self.serving else (False, "controller not serving")
 
+    # ------------------------------------------------------------------ leadership
+
+    def _refuse_unless_leading(self, req: RemotingCommand, peer_host: str) -> RemotingCommand | None:
+        """Only the leader answers; any other replica (or the leader before it has read the
+        state) answers every request with CONTROLLER_NOT_LEADER and the leader's address if it
+        knows it (the Lease's annotation), so brokers go there."""
+        if self.leading and (self.elector is None or self.elector.is_leader):
+            return None
+        leader = ""
+        if self.elector is not None and self.elector.holder not in ("", self.elector.identity):
+            leader = self.elector.holder_annotations.get(LEADER_ADDR_ANNOTATION, "")
+        return req.response(CONTROLLER_NOT_LEADER, ext_fields={"leaderAddr": leader},
+                            remark=f"controller {self.advertised_address} does not lead"
+                                   + (f"; {leader} does" if leader else ""))
+
+    def _on_started_leading(self) -> None:
+        self._term += 1
+        self._taking_over = asyncio.create_task(self._take_over(self._term), name="controller-take-over")
+
+    def _on_stopped_leading(self) -> None:
+        """At once, before anything else runs: refuse requests, stop electing, forget the state
+        (another replica may change it from now on; it is read again on the next term)."""
+        self._term += 1
+        self.leading = False
+        self.groups = {}
+        self._saved = ""
+        for task in (self._scan, self._taking_over):
+            if task is not None:
+                task.cancel()
+        self._scan = self._taking_over = None
+        log.warning("controller %s stopped leading: it answers no broker until it leads again", self.advertised_address)
+
+    async def _take_over(self, term: int) -> None:
+        try:
+            await self._begin_leading(term)
+        except (StateStoreError, ValueError) as exc:
+            log.error("controller %s took the Lease but cannot read its state (%s); stepping down",
+                      self.advertised_address, exc)
+            if term == self._term and self.elector is not None:
+                self.elector.step_down()
+
+    async def _begin_leading(self, term: int) -> None:
+        """Read the state afresh and start deciding. No master is replaced before it has been
+        silent for a failover timeout counted from now: a new leader has not heard the brokers yet."""
+        async with self._lock:
+            if term != self._term:
+                return
+            self.groups, self._saved = {}, ""
+            await self._load()
+            self.started = time.monotonic()
+            self.leading = True
+            self._scan = asyncio.create_task(self._run_scan(), name="controller-elections")
+        if self.elector is not None:
+            log.warning("controller %s leads: %d broker group(s) from %s", self.advertised_address, len(self.groups),
+                        self.store.description)
+
+    async def _run_scan(self) -> None:
+        try:
+            await self._scan_loop()
+        except StateStoreError:
+            pass  # the state could not be written: _save logged it and this replica stepped down
+
     # ------------------------------------------------------------------ persistence
 
-    def _load(self) -> None:
-        try:
-            raw = json.loads(self._path.read_text())
-        except FileNotFoundError:
+    async def _load(self) -> None:
+        text = await self.store.load()
+        if text is None:
             return
+        try:
+            raw = json.loads(text)
         except ValueError as exc:
-            raise ValueError(f"controller state {self._path} is not JSON ({exc}); refusing to start without "
-                             f"its epochs") from None
+            raise ValueError(f"controller state {self.store.description} is not JSON ({exc}); refusing to start "
+                             f"without its epochs") from None
         self.groups = {name: Group.from_dict(name, g) for name, g in (raw.get("groups") or {}).items()}
         self._saved = self._render()
 
@@ -133,12 +240,26 @@ class Controller:
                           indent=1, sort_keys=True)
 
     async def _save(self) -> None:
-        """Write the state if it changed: temporary file, fsync, rename, fsync the directory.
-        Callers hold ``_lock``; nobody is told of a change before this returns."""
+        """Write the state if it changed, durably (state_store.py). Callers hold ``_lock``;
+        nobody is told of a change before this returns. A replica behind a Lease writes only
+        while it leads; when a write fails or loses its compare-and-swap, its state may differ
+        from the stored one: it steps down (dropping the state, read again on its next term)
+        and the error goes to the caller."""
         data = self._render()
-        if data != self._saved:
-            await asyncio.to_thread(_write_durably, self._path, data)
-            self._saved = data
+        if data == self._saved:
+            return
+        if self.elector is not None:
+            if not self.leading:
+                raise StateStoreError("this controller replica does not lead: nothing written")
+            try:
+                await self.store.save(data)
+            except StateStoreError as exc:
+                log.error("controller %s: state not written (%s); stepping down", self.advertised_address, exc)
+                self.elector.step_down()
+                raise
+        else:
+            await self.store.save(data)
+        self._saved = data
 
     # ------------------------------------------------------------------ requests
 
@@ -248,19 +369,4 @@ class Controller:
             log.warning("broker group %s: master %d silent for %.1f s; promoting broker %d (%s, offset %d, the "
                         "master acknowledged up to %d) to epoch %d", group.name, cur.master_id, now - silent_since,
                         chosen.broker_id, chosen.addr, chosen.max_offset, group.must_reach, cur.epoch + 1)
-
-
-def _write_durably(path: Path, data: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
