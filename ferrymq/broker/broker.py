@@ -131,6 +131,7 @@ class Broker:
             self.replication.failover.on_lead = self._take_up_mastership
             self.replication.failover.on_role_change = self._register_wanted.set
             self.replication.failover.on_demoted = lambda _reason: self.demoted.set()
+            self.replication.failover.on_fenced = self._drop_client_connections
         self._register_processors()
         self.server.add_connection_listener(on_close=self.consumers.connection_closed)
         self.topics.on_change = self._on_topics_changed
@@ -243,6 +244,16 @@ class Broker:
             self.spawn(self._registration_loop(), "namesrv-registration")
         else:
             log.warning("no name server address (namesrvAddr); clients can reach this broker only directly")
+
+    def _drop_client_connections(self) -> None:
+        """A fenced master closes every client connection at once (no graceful drain): a
+        producer holding one must not be answered by a broker that may not be master any more;
+        it reconnects through the route to whichever broker is."""
+        servers = [self.server] + ([self.vip_server] if self.vip_server is not None else [])
+        connections = [c for server in servers for c in server.connections]
+        log.warning("fenced: closing %d client connection(s)", len(connections))
+        for connection in connections:
+            self._tasks.spawn(connection.close(), "fence-close")
 
     def _take_up_mastership(self) -> None:
         """Controller mode, this broker just became master: a topic whose config the slave had not

@@ -123,6 +123,12 @@ class BrokerConfig:
     enable_controller_mode: bool = False
     controller_addr: str = ""
     controller_heartbeat_interval: int = 1_000  # ms
+    # The in-sync set (RocketMQ 5's SyncStateSet): a master takes sends only while the set, the
+    # master included, has at least min_in_sync_replicas members (IN_SYNC_REPLICAS_NOT_ENOUGH);
+    # a member that has not held everything the master had for ha_max_time_slave_not_catchup ms
+    # (or whose connection is gone) is taken out, with the controller's consent.
+    min_in_sync_replicas: int = 1
+    ha_max_time_slave_not_catchup: int = 15_000  # ms
     # Pulls whose backlog is out of memory are sent to a slave (broker/ha/reads.py).
     slave_read_enable: bool = field(default=False, metadata=LIVE)
     # Request-reply: a reply (SEND_REPLY_MESSAGE) is pushed to the requester and also stored in
@@ -155,7 +161,8 @@ class BrokerConfig:
             raise ValueError(f"brokerRole must be one of {', '.join(_ROLES)}, got {self.broker_role!r}")
         check_range(self, "ha_listen_port", -1, 65535)
         for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
-                     "ha_slave_fallbehind_max", "slave_synchronize_interval", "controller_heartbeat_interval"):
+                     "ha_slave_fallbehind_max", "slave_synchronize_interval", "controller_heartbeat_interval",
+                     "min_in_sync_replicas", "ha_max_time_slave_not_catchup"):
             check_range(self, name, 1)
         check_range(self, "listen_port", 0, 65535)
         check_range(self, "grpc_listen_port", -1, 65535)

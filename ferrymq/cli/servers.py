@@ -11,10 +11,11 @@ from pathlib import Path
 
 from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import load_broker_settings
+from ferrymq.cli import controller_options
 from ferrymq.common import gc_tuning
 from ferrymq.common.config_loader import apply_settings
 from ferrymq.common.http_endpoints import HttpEndpoints
-from ferrymq.controller.controller import Controller, ControllerConfig
+from ferrymq.controller.controller import ControllerConfig
 from ferrymq.namesrv.address_server import ADDRESS_ROUTE, NamesrvAddressBook, NamesrvAddressServer
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 
@@ -178,21 +179,26 @@ async def run_controller(args: argparse.Namespace) -> int:
         config = ControllerConfig(listen_host=args.host, listen_port=args.port, data_dir=args.data_dir,
                                   failover_timeout=args.failover_timeout,
                                   enable_elect_unclean_master=args.elect_unclean_master, tls_mode=args.tls_mode,
-                                  tls_server_cert_path=args.tls_cert, tls_server_key_path=args.tls_key)
+                                  tls_server_cert_path=args.tls_cert, tls_server_key_path=args.tls_key,
+                                  advertise_addr=controller_options.advertise_addr(args))
+        process = controller_options.build(args, config)
     except ValueError as e:
         raise SystemExit(f"ferrymq controller: {e}") from None
-    controller = Controller(config)
+    controller = process.controller
     try:
         await controller.start()
     except ValueError as e:  # a damaged state file: never start without the epochs
+        await process.close()
         raise SystemExit(f"ferrymq controller: {e}") from None
     http = await start_http(args, controller) if args.http_port is not None else None
-    print(f"FerryMQ controller is ready on {controller.address}", flush=True)
+    print(f"FerryMQ controller is ready on {controller.address} (state in {controller.store.description})",
+          flush=True)
     try:
         await stop.wait()
     finally:
         await stop_http(http)
         await controller.stop()
+        await process.close()
     return 0
 
 
@@ -245,6 +251,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tls-cert", default="", help="server certificate (PEM) for --tls-mode")
     p.add_argument("--tls-key", default="", help="its private key (PEM)")
     p.add_argument("--http-port", type=int, default=None, help="serve /healthz, /readyz and /metrics on this port")
+    controller_options.add_arguments(p)
     p.set_defaults(run=run_controller)
 
     p = sub.add_parser("broker", help="run a broker that registers with name servers")

@@ -8,6 +8,10 @@ Epoch history: one ``EpochRecord`` per master term. Epoch N began at ``start_off
 epoch is K shares the group's CommitLog up to the start of the first epoch after K: beyond
 that it holds bytes only its old master wrote (never acknowledged under SYNC_MASTER, see
 ``elect``), and it truncates them before it follows the current master.
+
+In-sync set: the slaves the master counts on to hold everything it acknowledges (RocketMQ 5's
+SyncStateSet). Only the master changes it, by compare-and-swap on its version
+(``alter_in_sync``); a new epoch starts with the new master alone. Elections take only members.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ class Answer:
     master_ha_addr: str = ""
     truncate_offset: int = -1
     promote: bool = False
+    in_sync: frozenset[int] = frozenset()  # the master's answer: its committed in-sync set
+    in_sync_epoch: int = 0
 
 
 @dataclass
@@ -79,6 +85,10 @@ class Group:
     # The highest offset the current master said a successor must hold (persisted: a
     # controller restarted while the master is down must not elect a slave short of it).
     must_reach: int = 0
+    # The slaves (broker identities, the master not included) that hold everything the master
+    # acknowledged, and the version of that set (persisted: elections take only them).
+    in_sync: frozenset[int] = frozenset()
+    in_sync_epoch: int = 0
     brokers: dict[int, BrokerSeen] = field(default_factory=dict)
     pending: Pending | None = None
     no_candidate_logged: bool = False
@@ -88,12 +98,22 @@ class Group:
         return self.history[-1] if self.history else None
 
     def to_dict(self) -> dict:
-        return {"cluster": self.cluster, "history": [r.to_dict() for r in self.history], "mustReach": self.must_reach}
+        return {"cluster": self.cluster, "history": [r.to_dict() for r in self.history], "mustReach": self.must_reach,
+                "inSync": sorted(self.in_sync), "inSyncEpoch": self.in_sync_epoch}
 
     @classmethod
     def from_dict(cls, name: str, d: dict) -> "Group":
         return cls(str(d.get("cluster", "")), name, [EpochRecord.from_dict(r) for r in d.get("history", [])],
-                   int(d.get("mustReach", 0)))
+                   int(d.get("mustReach", 0)), frozenset(int(m) for m in d.get("inSync", [])),
+                   int(d.get("inSyncEpoch", 0)))
+
+    def new_term(self, record: EpochRecord) -> None:
+        """A master's term begins: it is the in-sync set's only member until it proposes more."""
+        self.history.append(record)
+        self.pending = None
+        self.must_reach = record.start_offset
+        self.in_sync = frozenset()
+        self.in_sync_epoch += 1
 
     def status(self, now: float) -> dict:
         cur = self.current
@@ -127,7 +147,8 @@ def heartbeat_answer(group: Group, seen: BrokerSeen) -> Answer:
     if seen.broker_id == cur.master_id:
         if seen.acting == MASTER and seen.epoch == cur.epoch:
             group.must_reach = max(group.must_reach, seen.confirmed_offset)
-        return Answer(MASTER, cur.epoch, cur.start_offset, cur.master_id)
+        return Answer(MASTER, cur.epoch, cur.start_offset, cur.master_id, in_sync=group.in_sync,
+                      in_sync_epoch=group.in_sync_epoch)
     master = group.brokers.get(cur.master_id)
     if master is None or master.acting != MASTER or master.epoch != cur.epoch:
         return Answer(WAIT, cur.epoch)  # the master has not taken up its term (yet)
@@ -136,20 +157,39 @@ def heartbeat_answer(group: Group, seen: BrokerSeen) -> Answer:
 
 
 def elect(group: Group, now: float, timeout_s: float, silent_since: float, unclean: bool) -> BrokerSeen | None:
-    """The broker to promote when the master has been silent since ``silent_since``: a slave
-    heard from after that (its offset is final: nothing flows from a dead master), following
-    the current epoch, holding at least ``must_reach`` (everything the master acknowledged);
-    among those the one with the most data. ``unclean`` (enableElectUncleanMaster) also accepts
-    a slave short of that, losing what it lacks."""
+    """The broker to promote when the master has been silent since ``silent_since``: a member
+    of the in-sync set heard from after that (its offset is final: nothing flows from a dead
+    master), following the current epoch, holding at least ``must_reach`` (everything the
+    master acknowledged); among those the one with the most data. ``unclean``
+    (enableElectUncleanMaster) also accepts any live slave, losing what it lacks."""
     cur = group.current
     live = [b for b in group.brokers.values()
             if b.broker_id != cur.master_id and now - b.seen_at < timeout_s and b.seen_at > silent_since
             and b.acting == SLAVE]
-    clean = [b for b in live if b.epoch == cur.epoch and b.max_offset >= group.must_reach]
+    clean = [b for b in live
+             if b.broker_id in group.in_sync and b.epoch == cur.epoch and b.max_offset >= group.must_reach]
     pool = clean or (live if unclean else [])
     if not pool:
         return None
     return max(pool, key=lambda b: (b.max_offset, -b.broker_id))
+
+
+def alter_in_sync(group: Group, broker_id: int, epoch: int, in_sync_epoch: int, members: frozenset[int]) -> str | None:
+    """Commit the in-sync set the master proposes, or say why not: only the current master of
+    the current epoch, from the version it last saw (so a stale or cut-off master changes
+    nothing), never while an election is under way, never naming the master itself."""
+    cur = group.current
+    if cur is None or cur.master_id != broker_id or cur.epoch != epoch:
+        return f"broker {broker_id} is not the master of epoch {epoch}"
+    if group.pending is not None:
+        return f"an election (epoch {group.pending.epoch}) is under way"
+    if in_sync_epoch != group.in_sync_epoch:
+        return f"the in-sync set is at version {group.in_sync_epoch}, not {in_sync_epoch}"
+    if broker_id in members or any(m < 0 for m in members):
+        return f"the in-sync set names slaves only, got {sorted(members)}"
+    group.in_sync = frozenset(members)
+    group.in_sync_epoch += 1
+    return None
 
 
 def first_master(seen: BrokerSeen) -> EpochRecord:

@@ -107,6 +107,7 @@ class MessageStore:
         self.last_exit_clean = True
         # Why puts are refused while the store runs (a slave takes data only from its master).
         self.refuse_puts: str | None = None
+        self.refuse_status = PutStatus.SERVICE_NOT_AVAILABLE  # what a refused put is answered with
         self._msg_id_prefix = ""  # the store host's part of every offset msgId (set by load)
         # Runs put with defer_dispatch and not yet in their ConsumeQueues and IndexFile, in
         # CommitLog order (appended under the CommitLog's lock); drained under _dispatch_lock.
@@ -280,7 +281,9 @@ class MessageStore:
         if self.disk_guard.full_reason is not None:
             return refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark(self.disk_guard.full_reason))
         if self.refuse_puts is not None:
-            return refused(PutStatus.SERVICE_NOT_AVAILABLE, self.service_unavailable_remark(self.refuse_puts))
+            status = self.refuse_status
+            return refused(status, self.service_unavailable_remark(self.refuse_puts)
+                           if status is PutStatus.SERVICE_NOT_AVAILABLE else self.refuse_puts)
         if not msgs:
             return refused(PutStatus.MESSAGE_ILLEGAL, "empty batch")
         topic, queue_id = msgs[0].topic, msgs[0].queue_id

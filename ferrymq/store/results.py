@@ -18,6 +18,8 @@ class PutStatus(Enum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    # controller mode: the in-sync set is smaller than minInSyncReplicas (nothing stored)
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 

@@ -66,3 +66,19 @@ def test_negative_offsets_cannot_be_encoded():
         encode_offset_report(-1)
     with pytest.raises(HAFrameError):
         encode_transfer(-5, b"x")
+
+
+def test_a_hello_names_the_slave_and_no_offset_report_reads_as_one():
+    from ferrymq.broker.ha.frames import HELLO, OFFSET_REPORT, decode_hello_rest, encode_hello, is_hello
+    frame = encode_hello(2, 7)
+    assert len(frame) == HELLO.size
+    assert is_hello(frame[:OFFSET_REPORT.size])
+    hello = decode_hello_rest(frame[OFFSET_REPORT.size:])
+    assert (hello.identity, hello.epoch) == (2, 7)
+    # a 4.x slave's first report (any real CommitLog offset) is never taken for a hello
+    for offset in (0, 1, 1 << 40, (1 << 62) - 1):
+        assert not is_hello(encode_offset_report(offset))
+    with pytest.raises(HAFrameError):
+        encode_hello(-1, 0)
+    with pytest.raises(HAFrameError):
+        decode_hello_rest(frame[OFFSET_REPORT.size:-1])

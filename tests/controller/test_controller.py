@@ -11,12 +11,13 @@ import json
 import pytest
 
 from ferrymq.common.controller_protocol import (
+    CONTROLLER_ALTER_IN_SYNC,
     CONTROLLER_GET_STATE,
     CONTROLLER_HEARTBEAT,
     CONTROLLER_PROMOTED,
 )
 from ferrymq.controller.controller import Controller, ControllerConfig
-from ferrymq.controller.state import BrokerSeen, EpochRecord, Group, elect, truncation_point
+from ferrymq.controller.state import BrokerSeen, EpochRecord, Group, alter_in_sync, elect, truncation_point
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -43,17 +44,39 @@ def seen(broker_id: int, epoch: int, max_offset: int, at: float, acting: str = "
 
 
 def test_election_takes_the_in_sync_slave_with_most_data_heard_after_the_master_fell_silent():
-    group = Group("c", "b", [EpochRecord(4, 1000, 0)], must_reach=2000)
+    group = Group("c", "b", [EpochRecord(4, 1000, 0)], must_reach=2000, in_sync=frozenset({1, 2, 3, 4, 5}))
     group.brokers = {0: seen(0, 4, 2500, 10.0, "MASTER"),
                      1: seen(1, 4, 2100, 13.0),  # in sync
                      2: seen(2, 4, 2300, 13.5),  # in sync, more data: chosen
                      3: seen(3, 4, 1900, 13.9),  # short of what the master acknowledged
                      4: seen(4, 3, 2600, 13.9),  # still on an older epoch
-                     5: seen(5, 4, 2900, 9.0)}  # not heard from since the master fell silent
+                     5: seen(5, 4, 2900, 9.0),  # not heard from since the master fell silent
+                     6: seen(6, 4, 3000, 13.9)}  # the most data, but not in the in-sync set
     assert elect(group, 14.0, 3.0, 10.0, unclean=False).broker_id == 2
     del group.brokers[1], group.brokers[2]
     assert elect(group, 14.0, 3.0, 10.0, unclean=False) is None
-    assert elect(group, 14.0, 3.0, 10.0, unclean=True).broker_id == 4  # enableElectUncleanMaster: the best left
+    assert elect(group, 14.0, 3.0, 10.0, unclean=True).broker_id == 6  # enableElectUncleanMaster: the best left
+
+
+def test_only_the_current_master_changes_the_in_sync_set_and_only_from_the_version_it_saw():
+    group = Group("c", "b", [EpochRecord(4, 1000, 0)], in_sync=frozenset({1}), in_sync_epoch=7)
+    assert "not the master" in alter_in_sync(group, 1, 4, 7, frozenset())  # a slave cannot
+    assert "not the master" in alter_in_sync(group, 0, 3, 7, frozenset())  # nor a master of an older epoch
+    assert "version 7" in alter_in_sync(group, 0, 4, 6, frozenset())  # a stale view is refused
+    assert "slaves only" in alter_in_sync(group, 0, 4, 7, frozenset({0}))
+    assert (group.in_sync, group.in_sync_epoch) == (frozenset({1}), 7)
+    assert alter_in_sync(group, 0, 4, 7, frozenset({1, 2})) is None
+    assert (group.in_sync, group.in_sync_epoch) == (frozenset({1, 2}), 8)
+    group.new_term(EpochRecord(5, 3000, 2))  # a new master starts alone
+    assert (group.in_sync, group.in_sync_epoch, group.must_reach) == (frozenset(), 9, 3000)
+    assert "not the master" in alter_in_sync(group, 0, 4, 9, frozenset())
+
+
+async def alter(client: RemotingClient, addr: str, broker_id: int, epoch: int, in_sync_epoch: int,
+                members: str) -> RemotingCommand:
+    return await client.invoke(addr, RemotingCommand.request(CONTROLLER_ALTER_IN_SYNC, {
+        "brokerName": "grp", "brokerId": broker_id, "epoch": epoch, "inSyncEpoch": in_sync_epoch,
+        "inSync": members}), 5)
 
 
 async def heartbeat(client: RemotingClient, addr: str, broker_id: int, epoch: int, max_offset: int, acting: str,
@@ -82,6 +105,13 @@ def test_controller_elects_records_and_keeps_epochs_across_a_restart(tmp_path):
             follow = await heartbeat(client, addr, 1, 0, 0, "NONE")
             assert (follow["role"], follow["masterAddr"], follow["masterHaAddr"], follow["masterId"]) == \
                 ("SLAVE", "127.0.0.1:20000", "127.0.0.1:20001", "0")
+            # The master takes the caught-up slave into its in-sync set (else nobody could be elected).
+            master_view = await heartbeat(client, addr, 0, 1, 800, "MASTER", confirmed=700)
+            assert (master_view["inSync"], master_view["inSyncEpoch"]) == ("", "1")
+            assert (await alter(client, addr, 0, 1, 0, "1")).code != ResponseCode.SUCCESS  # stale version
+            grown = await alter(client, addr, 0, 1, 1, "1")
+            assert grown.code == ResponseCode.SUCCESS and grown.ext_fields["inSyncEpoch"] == "2"
+            assert (await heartbeat(client, addr, 0, 1, 800, "MASTER", confirmed=700))["inSync"] == "1"
 
             # The master falls silent; the slave (holding what it acknowledged) is promoted.
             async def promoted():
@@ -106,6 +136,7 @@ def test_controller_elects_records_and_keeps_epochs_across_a_restart(tmp_path):
             state = await client.invoke(restarted.address, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
             group = json.loads(state.body)["groups"]["grp"]
             assert [(h["epoch"], h["startOffset"], h["masterId"]) for h in group["history"]] == [(1, 0, 0), (2, 750, 1)]
+            assert (group["inSync"], group["inSyncEpoch"]) == ([], 3)  # the new master alone, kept on disk
             await heartbeat(client, restarted.address, 1, 2, 750, "MASTER")
             # The old master returns with 150 bytes written after epoch 2 began: cut back to 750.
             back = await heartbeat(client, restarted.address, 0, 1, 900, "NONE")
@@ -140,6 +171,7 @@ def test_a_broker_epochs_behind_is_promoted_only_uncleanly_and_first_cuts_what_t
             await heartbeat(client, addr, 0, 0, 0, "NONE")
             await heartbeat(client, addr, 0, 1, 700, "MASTER", confirmed=700)
             await heartbeat(client, addr, 1, 1, 750, "SLAVE")
+            assert (await alter(client, addr, 0, 1, 1, "1")).code == ResponseCode.SUCCESS
 
             async def told_to_promote(broker_id, epoch, max_offset):
                 answer = await heartbeat(client, addr, broker_id, epoch, max_offset, "SLAVE")

@@ -15,6 +15,7 @@ import asyncio
 import os
 import random
 import re
+import signal
 import time
 import urllib.request
 
@@ -287,11 +288,16 @@ def test_an_async_group_fails_over_and_the_new_master_acknowledges_alone(group):
     assert sum(b.startswith(b"after-") for b in on_master) == 100
 
 
-def test_the_controller_killed_and_restarted_keeps_the_epochs_and_the_master(group):
-    """The controller is the one place that decides: while it is down (kill -9) a master takes
-    sends only until its lease runs out, then refuses them; the restarted controller reads its
-    epochs back (no new election, the same master) and the master takes sends again."""
-    p = group(["syncFlushTimeout=2000"])
+async def in_sync(p: FailoverPair, *members: int) -> bool:
+    """The controller has committed exactly ``members`` as the master's in-sync slaves."""
+    return (await controller_state(p.controller)).get("inSync") == sorted(members)
+
+
+def test_the_controller_killed_for_long_loses_no_send_and_restarted_keeps_the_epochs(group):
+    """The controller decides failover only: while it is down (kill -9, for ten failover
+    timeouts) the master keeps acknowledging every send, as its in-sync slave keeps up; the
+    restarted controller reads its epochs and in-sync set back (no election, the same master)."""
+    p = group(["syncFlushTimeout=2000"], failover_timeout=2000)
     p.start_master()
     p.start_slave()
 
@@ -300,27 +306,64 @@ def test_the_controller_killed_and_restarted_keeps_the_epochs_and_the_master(gro
         producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
         await producer.start()
         try:
-            await wait_until(lambda: send_ok(producer), 30, "the slave replicating")
-            await wait_until(lambda: master_of_epoch(p, 1, 0), 10, "broker 0 master of epoch 1")
+            await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
             p.processes["controller"].kill()
-
-            async def refused() -> bool:
-                try:
-                    await producer.send(Message(TOPIC, b"while the controller is down"))
-                except MQClientError as exc:
-                    return "lost the controller" in str(exc)
-                return False
-            await wait_until(refused, 30, "the master refusing sends without its controller")
+            down_until = time.monotonic() + 10 * p.failover_timeout / 1000
+            results = []
+            while time.monotonic() < down_until:  # every send answered SEND_OK, none refused
+                results += await send_all(producer, 20, f"down-{len(results)}", concurrency=4)
             await asyncio.to_thread(p.start_controller)
-            await wait_until(lambda: send_ok(producer), 30, "sends acknowledged again")
+            await wait_until(lambda: master_of_epoch(p, 1, 0), 30, "the restarted controller: broker 0 master")
+            results += await send_all(producer, 50, "after")
             state = await controller_state(p.controller)
         finally:
             await producer.close()
-        return state
+        return results, state
 
-    state = asyncio.run(scenario())
+    results, state = asyncio.run(scenario())
+    assert len(results) >= 100
+    assert {r.status for r in results} == {SendStatus.SEND_OK}
     assert [(h["epoch"], h["masterId"]) for h in state["history"]] == [(1, 0)]
-    assert "no answer from the controller" in p.processes["master"].log()
+    assert state["inSync"] == [1]
+    assert "taking no sends" not in p.processes["master"].log()
+
+
+def test_without_the_controller_a_master_that_loses_its_last_in_sync_slave_fences_itself(group):
+    """Both the controller and the in-sync slave gone (killed; the slave frozen): another broker
+    might be elected, so the master refuses sends and closes its clients' connections; when the
+    slave thaws and reconnects in the same epoch it takes sends again, the controller still down."""
+    p = group(["syncFlushTimeout=1000", "haHousekeepingInterval=2000", "haSendHeartbeatInterval=500"],
+              failover_timeout=2000)
+    p.start_master()
+    p.start_slave()
+
+    async def scenario():
+        await create_topic(p.namesrv)
+        producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
+        await producer.start()
+        try:
+            await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
+            p.processes["controller"].kill()
+            slave = p.processes["slave"].proc
+            os.kill(slave.pid, signal.SIGSTOP)
+
+            async def refused() -> str | None:
+                try:
+                    await producer.send(Message(TOPIC, b"cut off"))
+                except (MQClientError, RemotingError, OSError) as exc:
+                    return str(exc) if "no in-sync slave" in str(exc) else None
+                return None
+            try:
+                await wait_until(refused, 30, "the cut-off master refusing sends")
+            finally:
+                os.kill(slave.pid, signal.SIGCONT)
+            await wait_until(lambda: send_ok(producer), 30, "SEND_OK again with the slave back")
+        finally:
+            await producer.close()
+
+    asyncio.run(scenario())
+    log = p.processes["master"].log()
+    assert "no in-sync slave connected" in log and "closing" in log and "client connection" in log
 
 
 def test_with_two_slaves_one_is_promoted_and_the_other_and_the_old_master_follow_it(tmp_path):

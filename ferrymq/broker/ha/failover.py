@@ -12,11 +12,24 @@ hold. The answer is its role:
 - WAIT: no master to follow yet; a broker that was master stops taking sends.
 Before its first answer the broker takes no sends and does not register with the name servers.
 
-Fencing: a master whose last answered heartbeat was sent longer ago than the failover timeout
-(less one heartbeat interval) refuses sends until the controller answers again, so an old
-master cut off from the controller stops acknowledging before the controller can elect another
-one. A master the controller has replaced stops the broker process (``on_demoted``): restarted,
-it rejoins as a slave after truncating, through the same path as any returning broker.
+The in-sync set (RocketMQ 5's SyncStateSet): the controller keeps, per group, the slaves that
+hold everything the master acknowledged, and elects only among them. A SYNC_MASTER
+acknowledges a send once every member holds it (broker/ha/master.py); the master proposes
+taking out a member that fell behind or went away, and taking in a slave that caught up, and
+the change applies only once the controller has committed it (CONTROLLER_ALTER_IN_SYNC, a
+compare-and-swap on the set's version). So the master keeps acknowledging while the controller
+is away, as long as its members keep up, and an isolated master can never shrink the set to
+itself.
+
+Fencing: a master refuses sends and drops its clients' connections (``on_fenced``) at once
+when it has lost the controller for longer than the failover timeout (less one heartbeat
+interval, so before the controller may elect) and has no member of the in-sync set connected
+either: then another broker may be elected, and what this one would acknowledge alone could
+be lost. With the master the set's only member no clean election is possible and it keeps
+serving (unless the controller elects uncleanly, which its answers say). The fence lifts when
+the controller answers again or a member reconnects in this epoch. A master the controller has
+replaced stops the broker process (``on_demoted``): restarted, it rejoins as a slave after
+truncating, through the same path as any returning broker.
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.ha.epochs import EpochFile
 from ferrymq.common.controller_protocol import (
+    CONTROLLER_ALTER_IN_SYNC,
     CONTROLLER_HEARTBEAT,
     CONTROLLER_PROMOTED,
     MASTER,
@@ -47,8 +61,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FENCED_REFUSAL = ("the broker lost the controller for longer than the failover timeout: it may not be master any "
-                  "more, so it takes no sends until the controller answers")
+FENCED_REFUSAL = ("the broker lost the controller for longer than the failover timeout and has no in-sync slave: it "
+                  "may not be master any more, so it takes no sends until the controller or a slave is back")
 DEMOTED_REFUSAL = "another broker is master of this group now (the controller said so): sends go there"
 
 
@@ -65,11 +79,14 @@ class FailoverAgent:
         self.epoch = 0
         self.failover_timeout_ms = 0  # from the controller's answers
         self._last_ok_sent = 0.0  # monotonic time the last answered heartbeat was sent
-        self._fenced = False
+        self._fenced = False  # refused by the controller's answer (WAIT, SLAVE) while master
+        self._isolated = False  # fenced by this broker itself: no controller, no in-sync slave
+        self._unclean = False  # the controller may elect a slave outside the in-sync set
         self._unreachable_logged = False
         self.on_lead: Callable[[], None] | None = None  # became master: start master-only services
         self.on_role_change: Callable[[], None] | None = None  # register with the name servers now
         self.on_demoted: Callable[[str], None] | None = None  # replaced while master: stop the broker
+        self.on_fenced: Callable[[], None] | None = None  # fenced itself: drop the clients' connections
 
     @property
     def interval_s(self) -> float:
@@ -78,17 +95,22 @@ class FailoverAgent:
     async def run(self) -> None:
         await asyncio.to_thread(self.epochs.load)
         self.epoch = self.epochs.last_epoch
-        lease = asyncio.ensure_future(self._watch_lease())
+        watch = asyncio.ensure_future(self._watch_isolation())
         try:
             while True:
                 sent = time.monotonic()
                 answer = await self._heartbeat()
                 if answer is not None:
                     await self._apply(answer, sent)
+                    if self.acting == MASTER and not self._fenced:
+                        await self._alter_in_sync()
                 await asyncio.sleep(self.interval_s)
         finally:
-            lease.cancel()
-            await asyncio.gather(lease, return_exceptions=True)
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+
+    async def _invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        return await self.client.invoke(self.config.controller_addr, request, timeout)
 
     async def _heartbeat(self) -> RemotingCommand | None:
         cfg = self.config
@@ -98,7 +120,7 @@ class FailoverAgent:
             "epoch": self.epochs.last_epoch, "maxOffset": self.store.max_phy_offset,
             "confirmedOffset": self.replication.confirmed_offset(), "acting": self.acting})
         try:
-            answer = await self.client.invoke(cfg.controller_addr, request, max(self.interval_s * 2, 1.0))
+            answer = await self._invoke(request, max(self.interval_s * 2, 1.0))
         except (RemotingError, OSError, asyncio.TimeoutError) as exc:
             if not self._unreachable_logged:
                 log.warning("controller %s unreachable: %s", cfg.controller_addr, exc)
@@ -115,15 +137,20 @@ class FailoverAgent:
     async def _apply(self, answer: RemotingCommand, sent: float) -> None:
         role, epoch = answer.get_str("role", WAIT), answer.get_long("epoch", 0)
         self.failover_timeout_ms = answer.get_long("failoverTimeout", self.failover_timeout_ms)
+        self._unclean = answer.get_bool("uncleanElection")
         if role == MASTER:
+            in_sync, in_sync_epoch = _members(answer.get_str("inSync", "")), answer.get_long("inSyncEpoch", 0)
             if answer.get_bool("promote"):
                 if not await self._promote(epoch, answer.get_long("truncateOffset", -1)):
                     return
             elif self.acting != MASTER:
-                await self._take_up(epoch, answer.get_long("epochStartOffset", self.store.max_phy_offset))
+                await self._take_up(epoch, answer.get_long("epochStartOffset", self.store.max_phy_offset),
+                                    in_sync, in_sync_epoch)
+            elif in_sync_epoch > self._in_sync_epoch():
+                self.replication.set_in_sync(in_sync, in_sync_epoch)
             self._last_ok_sent = sent
-            if self._fenced:
-                self._fenced = False
+            if self._fenced or self._isolated:
+                self._fenced = self._isolated = False
                 self.replication.unfence()
                 log.warning("controller reachable again and this broker is still master of epoch %d: taking sends",
                             epoch)
@@ -136,6 +163,35 @@ class FailoverAgent:
             self._fenced = True
             self.replication.fence(DEMOTED_REFUSAL)
             log.warning("the controller is making another broker master (epoch after %d): taking no sends", epoch)
+            self._drop_clients()
+
+    def _in_sync_epoch(self) -> int:
+        master = self.replication.master
+        return master.in_sync_epoch if master is not None else -1
+
+    async def _alter_in_sync(self) -> None:
+        """Propose the in-sync set the master's links show; it applies once the controller committed it."""
+        master = self.replication.master
+        if master is None or master.in_sync is None:
+            return
+        wanted = master.proposed_in_sync(time.monotonic(), self.config.ha_max_time_slave_not_catchup / 1000)
+        if wanted == master.in_sync:
+            return
+        request = RemotingCommand.request(CONTROLLER_ALTER_IN_SYNC, {
+            "brokerName": self.config.broker_name, "brokerId": self.identity, "epoch": self.epoch,
+            "inSyncEpoch": master.in_sync_epoch, "inSync": ",".join(str(m) for m in sorted(wanted))})
+        try:
+            answer = await self._invoke(request, max(self.interval_s * 2, 1.0))
+        except (RemotingError, OSError, asyncio.TimeoutError) as exc:
+            log.info("proposing in-sync set %s failed: %s (proposed again next round)", sorted(wanted), exc)
+            return
+        if answer.code != ResponseCode.SUCCESS:
+            log.warning("the controller refused in-sync set %s: %s", sorted(wanted), answer.remark)
+            return
+        before = sorted(master.in_sync)
+        self.replication.set_in_sync(wanted, answer.get_long("inSyncEpoch", master.in_sync_epoch + 1))
+        log.warning("in-sync set of %s is now %s with the master (was %s, version %d)", self.config.broker_name,
+                    sorted(wanted), before, master.in_sync_epoch)
 
     async def _promote(self, epoch: int, truncate: int) -> bool:
         """Become master of ``epoch``: stop copying, cut what the group does not share (only an
@@ -148,7 +204,7 @@ class FailoverAgent:
         request = RemotingCommand.request(CONTROLLER_PROMOTED, {
             "brokerName": self.config.broker_name, "brokerId": self.identity, "epoch": epoch, "startOffset": start})
         try:
-            answer = await self.client.invoke(self.config.controller_addr, request, 5.0)
+            answer = await self._invoke(request, 5.0)
         except (RemotingError, OSError, asyncio.TimeoutError) as exc:
             log.warning("reporting the promotion to epoch %d failed: %s (the next heartbeat decides)", epoch, exc)
             return False
@@ -159,18 +215,18 @@ class FailoverAgent:
         await asyncio.to_thread(self.epochs.append, epoch, start)
         log.warning("promoted to master of %s, epoch %d from CommitLog offset %d", self.config.broker_name, epoch,
                     start)
-        await self._become_master(epoch)
+        await self._become_master(epoch, frozenset(), answer.get_long("inSyncEpoch", 0))
         return True
 
-    async def _take_up(self, epoch: int, start: int) -> None:
+    async def _take_up(self, epoch: int, start: int, in_sync: frozenset[int], in_sync_epoch: int) -> None:
         """The controller names this broker master of ``epoch`` (at first start, or after a restart)."""
         if self.epochs.last_epoch < epoch:
             await asyncio.to_thread(self.epochs.append, epoch, start)
-        log.info("master of %s, epoch %d", self.config.broker_name, epoch)
-        await self._become_master(epoch)
+        log.info("master of %s, epoch %d, in-sync set %s", self.config.broker_name, epoch, sorted(in_sync))
+        await self._become_master(epoch, in_sync, in_sync_epoch)
 
-    async def _become_master(self, epoch: int) -> None:
-        await self.replication.lead()
+    async def _become_master(self, epoch: int, in_sync: frozenset[int], in_sync_epoch: int) -> None:
+        await self.replication.lead(epoch, in_sync, in_sync_epoch)
         self.acting, self.epoch = MASTER, epoch
         if self.on_lead is not None:
             self.on_lead()
@@ -213,24 +269,45 @@ class FailoverAgent:
             self.on_demoted(f"replaced as master (epoch {epoch})")
 
     def _lease_s(self) -> float:
-        """How long a master goes on taking sends after the last heartbeat the controller answered
-        was sent: less than the failover timeout by one heartbeat interval, so it has stopped
-        before the controller (which counts from when it received that heartbeat) may elect."""
+        """How long a master may go without the controller before it counts as cut off: less
+        than the failover timeout by one heartbeat interval, so a master that fences itself has
+        stopped before the controller (which counts from when it received that heartbeat) may elect."""
         timeout = self.failover_timeout_ms / 1000
         return max(timeout - self.interval_s, timeout / 2)
 
-    async def _watch_lease(self) -> None:
-        """Fence the master the moment its lease runs out (not at the next heartbeat round, which
-        may be held up by a controller that does not answer)."""
+    def _cut_off(self, now: float) -> bool:
+        """Lost the controller past the lease and, with it, every way of acknowledging safely: no
+        member of the in-sync set connected (or none at all while the controller elects uncleanly)."""
+        if now - self._last_ok_sent < self._lease_s():
+            return False
+        master = self.replication.master
+        if master is None or not master.in_sync:
+            return self._unclean  # the only member: no clean election can replace it
+        return not master.member_connected()
+
+    async def _watch_isolation(self) -> None:
+        """Fence the master the moment it is cut off (not at the next heartbeat round, which a
+        controller that does not answer may hold up), and lift the fence when a member is back."""
         while True:
             if self.acting == MASTER and not self._fenced and self.failover_timeout_ms:
-                left = self._last_ok_sent + self._lease_s() - time.monotonic()
-                if left <= 0:
-                    self._fenced = True
+                cut_off = self._cut_off(time.monotonic())
+                if cut_off and not self._isolated:
+                    self._isolated = True
                     self.replication.fence(FENCED_REFUSAL)
-                    log.error("no answer from the controller for %.1f s: taking no sends until it answers",
-                              self._lease_s())
-                    continue
-                await asyncio.sleep(min(left, self.interval_s))
-            else:
-                await asyncio.sleep(self.interval_s)
+                    log.error("no answer from the controller for %.1f s and no in-sync slave connected: taking no "
+                              "sends, dropping client connections", self._lease_s())
+                    self._drop_clients()
+                elif self._isolated and not cut_off:
+                    self._isolated = False
+                    self.replication.unfence()
+                    log.warning("an in-sync slave of epoch %d is connected again: taking sends", self.epoch)
+            await asyncio.sleep(min(self.interval_s, 0.1))
+
+    def _drop_clients(self) -> None:
+        if self.on_fenced is not None:
+            self.on_fenced()
+
+
+def _members(text: str) -> frozenset[int]:
+    """The in-sync set as the controller's answers carry it: comma-separated broker identities."""
+    return frozenset(int(part) for part in text.split(",") if part.strip())

@@ -5,6 +5,11 @@ Two frames travel on a plain TCP connection, no remoting header:
   one is where the transfer starts; 0: the start of the master's last CommitLog file);
 - master -> slave: a 12-byte header, the 8-byte big-endian physical offset and the 4-byte
   big-endian size of the body, then that many raw CommitLog bytes (size 0: a heartbeat).
+
+FerryMQ's controller mode adds one frame of its own, sent once by the slave before its first
+offset report, so the master knows which member of its in-sync set the connection is: a hello
+of three big-endian longs, ``HELLO_MAGIC``, the slave's broker identity and the last epoch in
+its epoch file. No 4.x slave sends it: the magic read as an offset would be 4.6 exabytes.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ from dataclasses import dataclass
 
 OFFSET_REPORT = struct.Struct(">q")
 TRANSFER_HEADER = struct.Struct(">qi")
+
+HELLO = struct.Struct(">qqq")
+HELLO_MAGIC = 0x4652_5259_4841_3031  # b"FRRYHA01": read as an offset, beyond any CommitLog
 
 TRANSFER_BATCH_SIZE = 32 * 1024  # haTransferBatchSize: body bytes per transfer at most
 
@@ -35,6 +43,33 @@ def decode_offset_report(data: bytes) -> int:
     if offset < 0:
         raise HAFrameError(f"slave reported a negative CommitLog offset: {offset}")
     return offset
+
+
+@dataclass(frozen=True)
+class Hello:
+    identity: int  # the slave's own brokerId (its identity in the group, whatever its role)
+    epoch: int  # the last epoch the slave's epoch file records
+
+
+def encode_hello(identity: int, epoch: int) -> bytes:
+    if identity < 0 or epoch < 0:
+        raise HAFrameError(f"a hello needs a broker identity and an epoch of 0 or more, got {identity}, {epoch}")
+    return HELLO.pack(HELLO_MAGIC, identity, epoch)
+
+
+def is_hello(first_report: bytes) -> bool:
+    """Whether the first 8 bytes a slave sent open a hello rather than an offset report."""
+    return OFFSET_REPORT.unpack(first_report)[0] == HELLO_MAGIC
+
+
+def decode_hello_rest(data: bytes) -> Hello:
+    """The 16 bytes after a hello's magic."""
+    if len(data) != HELLO.size - OFFSET_REPORT.size:
+        raise HAFrameError(f"a hello is {HELLO.size} bytes, got {len(data) + OFFSET_REPORT.size}")
+    identity, epoch = struct.unpack(">qq", data)
+    if identity < 0 or epoch < 0:
+        raise HAFrameError(f"hello with broker identity {identity}, epoch {epoch}")
+    return Hello(identity, epoch)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,15 @@ SYNC_MASTER: a put waits (``replication_wait``) until some slave acknowledged an
 or past its end, at most syncFlushTimeout (then FLUSH_SLAVE_TIMEOUT); with no slave
 connected within haSlaveFallbehindMax it is answered SLAVE_NOT_AVAILABLE at once. The
 message is stored either way.
+
+Controller mode (``track_in_sync``) replaces "some slave" by the in-sync set the controller
+last committed (RocketMQ 5's SyncStateSet, Kafka's ISR): a put is acknowledged once every
+member holds it, at once when the master is the only member. Slaves name themselves with a
+hello frame (frames.encode_hello); only a member connected in the master's own epoch counts.
+The master proposes changes to the set (``proposed_in_sync``: members gone or behind for
+haMaxTimeSlaveNotCatchup out, caught-up slaves in); the failover agent has the controller
+commit them by compare-and-swap before they apply here (``set_in_sync``), so a master cut off
+from the controller can never shrink the set to itself and acknowledge alone.
 """
 
 from __future__ import annotations
@@ -24,7 +33,15 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ferrymq.broker.async_store import AsyncMessageStore
-from ferrymq.broker.ha.frames import OFFSET_REPORT, HAFrameError, decode_offset_report, encode_transfer
+from ferrymq.broker.ha.frames import (
+    HELLO,
+    OFFSET_REPORT,
+    HAFrameError,
+    decode_hello_rest,
+    decode_offset_report,
+    encode_transfer,
+    is_hello,
+)
 from ferrymq.common.tasks import TaskSet
 from ferrymq.store.results import AppendResult, PutStatus
 
@@ -49,6 +66,12 @@ class SlaveState:
     address: str
     acked_offset: int = -1  # -1 until its first report
     next_transfer_offset: int = -1
+    identity: int | None = None  # controller mode: the brokerId its hello named
+    epoch: int = -1  # controller mode: the last epoch its hello named
+    # The end of the CommitLog when the master last had sent it everything, and when: an
+    # acknowledgement reaching that end means the slave had caught up at that moment.
+    sent_all: tuple[int, float] = (-1, 0.0)
+    caught_up_at: float = 0.0  # monotonic time the slave last held everything the master had
 
 
 class HAMaster:
@@ -66,6 +89,13 @@ class HAMaster:
         self._waiters: list[tuple[int, int, asyncio.Future]] = []  # heap of (end offset, seq, future)
         self._seq = itertools.count()
         self.port = settings.port
+        # Controller mode (track_in_sync): the committed in-sync set without the master, its
+        # version, the master's epoch, and each member's best acknowledgement (kept across its
+        # reconnections: a member that is away holds the acknowledgements back).
+        self.in_sync: frozenset[int] | None = None
+        self.in_sync_epoch = 0
+        self.epoch = 0
+        self._member_acked: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -107,12 +137,15 @@ class HAMaster:
         return bool(self._connections) and end_offset - self.acked_offset < self.settings.slave_fallbehind_max
 
     def replication_wait(self, result: AppendResult) -> asyncio.Future[PutStatus]:
-        """A future of PUT_OK once a slave has the put, FLUSH_SLAVE_TIMEOUT after
-        syncFlushTimeout, or SLAVE_NOT_AVAILABLE at once."""
+        """A future of PUT_OK once a slave (controller mode: every in-sync member) has the put,
+        FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, or SLAVE_NOT_AVAILABLE at once."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PutStatus] = loop.create_future()
         end = result.wrote_offset + result.wrote_bytes
-        if not self.slave_ok(end):
+        if self.in_sync is not None and not self.in_sync:  # the master is the whole set
+            future.set_result(PutStatus.PUT_OK)
+            self.acknowledged_end = max(self.acknowledged_end, end)
+        elif self.in_sync is None and not self.slave_ok(end):
             future.set_result(PutStatus.SLAVE_NOT_AVAILABLE)
         elif self.acked_offset >= end:
             future.set_result(PutStatus.PUT_OK)
@@ -128,6 +161,10 @@ class HAMaster:
         if offset <= self.acked_offset:
             return
         self.acked_offset = offset
+        self._release(offset)
+
+    def _release(self, offset: int) -> None:
+        """Answer PUT_OK to the puts that end at or before ``offset``."""
         waiters = self._waiters
         while waiters and waiters[0][0] <= offset:
             end, _, future = heapq.heappop(waiters)
@@ -136,6 +173,52 @@ class HAMaster:
                 self.acknowledged_end = max(self.acknowledged_end, end)
         while waiters and waiters[0][2].done():  # timed out: drop them from the front
             heapq.heappop(waiters)
+
+    # ------------------------------------------------------------------ the in-sync set (controller mode)
+
+    def track_in_sync(self, epoch: int, members: frozenset[int], in_sync_epoch: int) -> None:
+        """Acknowledge by the committed in-sync set from now on (the master's epoch ``epoch``)."""
+        if epoch != self.epoch:
+            self._member_acked.clear()
+        self.epoch = epoch
+        self.set_in_sync(members, in_sync_epoch)
+
+    def set_in_sync(self, members: frozenset[int], in_sync_epoch: int) -> None:
+        """The set the controller committed (version ``in_sync_epoch``); waits it now covers are answered."""
+        if self.in_sync == members and self.in_sync_epoch == in_sync_epoch:
+            return
+        self.in_sync, self.in_sync_epoch = frozenset(members), in_sync_epoch
+        for state in self.slaves:  # a new member's acknowledgements so far count at once
+            if self._counts(state) and state.acked_offset > self._member_acked.get(state.identity, -1):
+                self._member_acked[state.identity] = state.acked_offset
+        self._release(self.confirmed())
+
+    def confirmed(self) -> int:
+        """Controller mode: the offset every in-sync member holds (the store's end with none)."""
+        if not self.in_sync:
+            return self.store.max_phy_offset
+        return min(self._member_acked.get(m, 0) for m in self.in_sync)
+
+    def _counts(self, state: SlaveState) -> bool:
+        """A connection whose acknowledgements count for the in-sync set: named, and in this epoch."""
+        return state.identity is not None and state.epoch == self.epoch and self.in_sync is not None
+
+    def member_connected(self) -> bool:
+        """Some member of the in-sync set is connected in this epoch."""
+        members = self.in_sync or frozenset()
+        return any(s.identity in members and self._counts(s) for s in self.slaves)
+
+    def proposed_in_sync(self, now: float, max_not_catchup_s: float) -> frozenset[int]:
+        """The set this master would have: members still connected that held everything the
+        master had within ``max_not_catchup_s`` (haMaxTimeSlaveNotCatchup), and slaves of this
+        epoch that did."""
+        current = self.in_sync or frozenset()
+        keep: set[int] = set()
+        for state in self.slaves:
+            if self._counts(state) and now - state.caught_up_at <= max_not_catchup_s:
+                if state.identity in current or state.acked_offset >= self.acknowledged_end:
+                    keep.add(state.identity)
+        return frozenset(keep)
 
     # ------------------------------------------------------------------ connections
 
@@ -185,13 +268,32 @@ class HAMaster:
         while True:
             try:
                 data = await asyncio.wait_for(reader.readexactly(OFFSET_REPORT.size), housekeeping)
+                if not first_report.done() and state.identity is None and is_hello(data):
+                    hello = decode_hello_rest(await asyncio.wait_for(
+                        reader.readexactly(HELLO.size - OFFSET_REPORT.size), housekeeping))
+                    state.identity, state.epoch = hello.identity, hello.epoch
+                    log.info("slave %s is broker %d (epoch %d)", state.address, hello.identity, hello.epoch)
+                    continue
             except asyncio.TimeoutError:
                 raise TimeoutError(f"no offset report for {housekeeping:g} s (haHousekeepingInterval)") from None
             offset = decode_offset_report(data)
             if not first_report.done():
                 first_report.set_result(offset)
             state.acked_offset = offset
-            self._acknowledged(offset)
+            if offset >= state.sent_all[0] >= 0:
+                state.caught_up_at = state.sent_all[1]
+            if self.in_sync is None:
+                self._acknowledged(offset)
+            elif self._counts(state):
+                self._member_acknowledged(state.identity, offset)
+
+    def _member_acknowledged(self, identity: int, offset: int) -> None:
+        if offset <= self._member_acked.get(identity, -1):
+            return
+        self._member_acked[identity] = offset
+        self.acked_offset = max(self.acked_offset, offset)
+        if self.in_sync and identity in self.in_sync:
+            self._release(self.confirmed())
 
     async def _send(self, writer: asyncio.StreamWriter, state: SlaveState, wake: asyncio.Event,
                     first_report: asyncio.Future) -> None:
@@ -223,6 +325,10 @@ class HAMaster:
                 state.next_transfer_offset = offset
                 last_write = time.monotonic()
                 continue
+            if offset >= store.max_phy_offset:  # the slave has been sent everything there is
+                state.sent_all = (offset, time.monotonic())
+                if state.acked_offset >= offset:
+                    state.caught_up_at = state.sent_all[1]
             idle = time.monotonic() - last_write
             if idle >= heartbeat:
                 writer.write(encode_transfer(offset))

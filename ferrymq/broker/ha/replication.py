@@ -14,6 +14,7 @@ from ferrymq.broker.config import SLAVE, SYNC_MASTER, BrokerConfig
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.broker.ha.epochs import EpochFile
 from ferrymq.broker.ha.failover import FailoverAgent
+from ferrymq.broker.ha.frames import encode_hello
 from ferrymq.broker.ha.master import HAMaster, HAMasterSettings, SlaveState
 from ferrymq.broker.ha.slave import HASlave, HASlaveSettings
 from ferrymq.broker.ha.slave_sync import SlaveSynchronize
@@ -25,6 +26,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
 from ferrymq.store.config import StoreConfig
+from ferrymq.store.results import PutStatus
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +57,19 @@ class Replication:
         self.master_role = config.broker_role
         self.registrable = asyncio.Event()
         self.failover: FailoverAgent | None = None
+        self._hello: Callable[[], bytes] | None = None
+        # Why puts are refused now, by precedence: fenced (or no role yet), then an in-sync set
+        # below minInSyncReplicas.
+        self._fence_reason: str | None = None
+        self._shortfall: str | None = None
         if config.enable_controller_mode:
             config.broker_role = SLAVE
-            store.sync_store.refuse_puts = WAITING_REFUSAL
-            self.failover = FailoverAgent(config, self, store, EpochFile(store_config.store_path_root_dir), client)
+            epochs = EpochFile(store_config.store_path_root_dir)
+            identity = config.broker_id
+            self._hello = lambda: encode_hello(identity, epochs.last_epoch)
+            self._fence_reason = WAITING_REFUSAL
+            self._apply_refusal()
+            self.failover = FailoverAgent(config, self, store, epochs, client)
         elif config.is_slave:
             self.registrable.set()
             # The store takes data only from the master (RocketMQ's store refuses puts on a slave).
@@ -84,7 +95,7 @@ class Replication:
         config, store = self.config, self.store
         self.slave = HASlave(store, store.sync_store.replica_appender(),
                              HASlaveSettings(config.ha_send_heartbeat_interval, config.ha_housekeeping_interval),
-                             master_address)
+                             master_address, hello=self._hello)
         self.sync = SlaveSynchronize(self._client, *self._tables)
 
     @property
@@ -130,7 +141,8 @@ class Replication:
         registered with the name servers as brokerId ``slave_id``."""
         self.config.broker_role = SLAVE
         self.config.broker_id = slave_id
-        self.store.sync_store.refuse_puts = SLAVE_REFUSAL
+        self._fence_reason = SLAVE_REFUSAL
+        self._apply_refusal()
         if self.slave is None:
             self._make_slave(master_ha_addr)
             self._start_slave_tasks()
@@ -140,32 +152,65 @@ class Replication:
         self.sync.master_addr = master_addr
         self.registrable.set()
 
-    async def lead(self) -> None:
-        """Act as the group's master (brokerId 0): serve slaves, take puts."""
+    async def lead(self, epoch: int, in_sync: frozenset[int], in_sync_epoch: int) -> None:
+        """Act as the group's master (brokerId 0) of ``epoch``: serve slaves, take puts,
+        acknowledged by the in-sync set the controller committed."""
         await self.stop_slave()
         if self.master is None:
             self._make_master()
             await self.master.start(any_port_if_taken=self.config.ha_listen_port < 0)
+        self.master.track_in_sync(epoch, in_sync, in_sync_epoch)
         self.config.broker_role = self.master_role
         self.config.broker_id = 0
-        self.store.sync_store.refuse_puts = None
+        self._fence_reason = None
+        self._check_in_sync()
         self.registrable.set()
+
+    def set_in_sync(self, members: frozenset[int], in_sync_epoch: int) -> None:
+        """The in-sync set the controller committed (a master only)."""
+        if self.master is not None:
+            self.master.set_in_sync(members, in_sync_epoch)
+            self._check_in_sync()
+
+    def _check_in_sync(self) -> None:
+        """Refuse puts while the set (the master included) is smaller than minInSyncReplicas."""
+        size, wanted = 1 + len(self.master.in_sync or ()), self.config.min_in_sync_replicas
+        self._shortfall = (f"in-sync replicas not enough: {size} in the in-sync set, minInSyncReplicas is {wanted}"
+                           if size < wanted else None)
+        self._apply_refusal()
 
     def fence(self, reason: str) -> None:
         """Refuse puts (and stop registering) until ``unfence``: another broker may be master now."""
-        self.store.sync_store.refuse_puts = reason
+        self._fence_reason = reason
+        self._apply_refusal()
         self.registrable.clear()
 
     def unfence(self) -> None:
-        self.store.sync_store.refuse_puts = None
+        self._fence_reason = None
+        self._apply_refusal()
         self.registrable.set()
+
+    @property
+    def fenced(self) -> bool:
+        return self._fence_reason is not None
+
+    def _apply_refusal(self) -> None:
+        store = self.store.sync_store
+        if self._fence_reason is not None:
+            store.refuse_puts, store.refuse_status = self._fence_reason, PutStatus.SERVICE_NOT_AVAILABLE
+        elif self._shortfall is not None:
+            store.refuse_puts, store.refuse_status = self._shortfall, PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+        else:
+            store.refuse_puts, store.refuse_status = None, PutStatus.SERVICE_NOT_AVAILABLE
 
     def confirmed_offset(self) -> int:
         """A master: the offset a successor must hold so that nothing acknowledged is lost (SYNC:
         the end of the last put answered PUT_OK; ASYNC: what its best slave acknowledged)."""
         if self.master is None:
             return 0
-        return self.master.acknowledged_end if self.master_role == SYNC_MASTER else self.master.acked_offset
+        if self.master_role == SYNC_MASTER:
+            return self.master.acknowledged_end
+        return self.master.acked_offset if self.master.in_sync is None else self.master.confirmed()
 
     def registered(self, answer: RemotingCommand) -> None:
         """A name server's REGISTER_BROKER answer: a slave learns its master's addresses there
@@ -188,6 +233,8 @@ class Replication:
             out["identity"] = self.failover.identity  # its own brokerId (which pod it is), whatever its role
         if self.master is not None:
             out["slaves"] = [_slave_status(s, head) for s in self.master.slaves]
+            if self.master.in_sync is not None:
+                out.update(inSync=sorted(self.master.in_sync), inSyncEpoch=self.master.in_sync_epoch)
         if self.slave is not None:
             out.update(masterAddress=self.slave.master_address, connected=self.slave.connected,
                        confirmedOffset=self.slave.confirmed_offset, masterOffset=self.slave.master_offset)

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.ha.frames import TRANSFER_HEADER, HAFrameError, decode_transfer_header, encode_offset_report
@@ -37,8 +38,11 @@ class HASlaveSettings:
 
 class HASlave:
     def __init__(self, store: AsyncMessageStore, appender: ReplicaAppender, settings: HASlaveSettings,
-                 master_address: str | None = None) -> None:
+                 master_address: str | None = None, hello: Callable[[], bytes] | None = None) -> None:
+        """``hello``: controller mode, the frame that names this slave to the master (frames.encode_hello),
+        made afresh for each connection (the epoch may have moved)."""
         self.store = store
+        self._hello = hello
         self.appender = appender
         self.settings = settings
         self.master_address = master_address or None
@@ -102,6 +106,8 @@ class HASlave:
             start = await self.store.reset_replica(self.appender)
             self.connected = True
             log.info("replicating from master %s, starting at CommitLog offset %d", address, start)
+            if self._hello is not None:
+                writer.write(self._hello())
             self._report(writer, start)
             await writer.drain()
             reporter = asyncio.create_task(self._report_periodically(writer))
