@@ -1,0 +1,112 @@
+"""The fault-injection suite's workload as local processes: the official RocketMQ 4.9.7 Java
+client's producer and push consumer (tests/compat/java/src/main/java/ferrymq/chaos/), each
+writing its history file (e2e/chaos/history.py).
+
+The jars and the compiled programs come from the compatibility harness (tests/compat/harness.py:
+Maven Central into .cache/, javac); nothing here downloads or builds on its own.
+
+    p = start_producer(namesrv, "T", tmp / "producer.jsonl", rate=50)
+    c = start_consumer(namesrv, "T", "G", tmp / "consumer.jsonl")
+    ...
+    p.stop(); c.stop()     # SIGTERM: in-flight sends finish, files flushed
+    result = check(load(p.history, c.history))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.compat.harness import _pdeathsig, java_client_command
+
+PRODUCER_MAIN = "ferrymq.chaos.ChaosProducer"
+CONSUMER_MAIN = "ferrymq.chaos.ChaosConsumer"
+
+
+class JavaWorkload:
+    """One Java workload process: its history file and its log (stdout+stderr: progress lines)."""
+
+    def __init__(self, main: str, args: list[str], history: Path, log: Path) -> None:
+        self.main, self.args, self.history, self.log_path = main, args, Path(history), Path(log)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "JavaWorkload":
+        cmd = java_client_command(self.args, main=self.main)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         preexec_fn=_pdeathsig)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM (the program finishes what is in flight and flushes), SIGKILL after ``timeout``."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def events(self, event: str | None = None) -> list[dict]:
+        """The JSON progress lines of the log (``event``: only those)."""
+        out = []
+        for line in self.log().splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    obj = json.loads(line)
+                    if event is None or obj.get("event") == event:
+                        out.append(obj)
+        return out
+
+    def ready(self) -> bool:
+        """The consumer said it started (the producer writes its first line)."""
+        return bool(self.events("ready")) or self.history.exists() and self.history.stat().st_size > 0
+
+
+def start_producer(namesrv: str, topic: str, history: Path, *, rate: float = 50, threads: int = 2,
+                   duration_s: float = 3600, key_prefix: str | None = None, send_timeout_ms: int = 3000,
+                   body_size: int = 128, retries: int = 0, group: str = "chaos_producer",
+                   instance: str | None = None, poll_namesrv_ms: int = 1000) -> JavaWorkload:
+    history = Path(history)
+    args = ["--namesrv", namesrv, "--topic", topic, "--out", str(history), "--rate", str(rate),
+            "--threads", str(threads), "--duration-ms", str(int(duration_s * 1000)),
+            "--send-timeout-ms", str(send_timeout_ms), "--body-size", str(body_size), "--retries", str(retries),
+            "--group", group, "--poll-namesrv-ms", str(poll_namesrv_ms),
+            "--instance", instance or f"producer-{os.getpid()}-{time.monotonic_ns() % 10**6}"]
+    if key_prefix:
+        args += ["--key-prefix", key_prefix]
+    return JavaWorkload(PRODUCER_MAIN, args, history, history.with_suffix(".log")).start()
+
+
+def start_consumer(namesrv: str, topic: str, group: str, history: Path, *, idle_s: float = 0,
+                   max_s: float = 3600, threads: int = 1, instance: str | None = None,
+                   poll_namesrv_ms: int = 1000) -> JavaWorkload:
+    history = Path(history)
+    args = ["--namesrv", namesrv, "--topic", topic, "--group", group, "--out", str(history),
+            "--idle-ms", str(int(idle_s * 1000)), "--max-ms", str(int(max_s * 1000)), "--threads", str(threads),
+            "--poll-namesrv-ms", str(poll_namesrv_ms),
+            "--instance", instance or f"consumer-{os.getpid()}-{time.monotonic_ns() % 10**6}"]
+    return JavaWorkload(CONSUMER_MAIN, args, history, history.with_suffix(".log")).start()
