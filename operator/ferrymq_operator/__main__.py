@@ -17,7 +17,8 @@ def kopf_args(env: dict[str, str]) -> list[str]:
     # FERRYMQ_LIVENESS_PORT: kopf's own /healthz (the chart's liveness probe).
     port = env.get("FERRYMQ_LIVENESS_PORT", "").strip()
     liveness = [f"--liveness=http://0.0.0.0:{port}/healthz"] if port else []
-    # --standalone: one replica (the chart's Deployment uses Recreate), no peering CRDs needed.
+    # --standalone: no kopf peering (not a lock, and its CRDs would be needed): with several
+    # replicas only the Lease holder runs handlers (leadership.py).
     return ["run", "--standalone", *scope, *liveness, "-m", "ferrymq_operator.handlers"]
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import os
 from typing import Awaitable, Callable
 
 import kopf
 
 from ferrymq_operator import kube
 from ferrymq_operator.constants import FINALIZER, GROUP, VERSION
+from ferrymq_operator.leadership import LeaderElectionSettings, Leadership
 from ferrymq_operator.reconcile_broker import reconcile_broker
 from ferrymq_operator.reconcile_group import delete_group, reconcile_group
 from ferrymq_operator.reconcile_topic import delete_topic, reconcile_topic
@@ -56,9 +58,23 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.posting.level = logging.CRITICAL + 1
 
 
+@kopf.on.startup()
+async def lead(memo: kopf.Memo, **_) -> None:
+    """With several replicas (FERRYMQ_LEADER_ELECTION=true): wait until this one holds the
+    Lease. kopf starts no watcher or timer before its startup handlers are done, so a standby
+    does nothing else; leadership lost ends the process (leadership.py)."""
+    election = LeaderElectionSettings.from_env()
+    if election is not None:
+        memo.leadership = Leadership(election)
+        port = os.environ.get("FERRYMQ_LIVENESS_PORT", "").strip()
+        await memo.leadership.acquired(int(port) if port else None)
+
+
 @kopf.on.cleanup()
-def close(**_) -> None:
+async def close(memo: kopf.Memo, **_) -> None:
     kube.close()
+    if memo.get("leadership") is not None:
+        await memo.leadership.release()
 
 
 def _lock(memo: kopf.Memo) -> asyncio.Lock:

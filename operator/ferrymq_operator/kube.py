@@ -31,6 +31,10 @@ _RESOURCES = {
     ("rbac.authorization.k8s.io/v1", "Role"): ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
 }
+# Cluster-scoped kinds we read.
+_CLUSTER_RESOURCES = {
+    ("storage.k8s.io/v1", "StorageClass"): ("/apis/storage.k8s.io/v1", "storageclasses"),
+}
 _RESOURCES.update({(f"{GROUP}/{VERSION}", kind): (f"/apis/{GROUP}/{VERSION}", plural) for kind, plural in PLURALS.items()})
 
 
@@ -92,6 +96,17 @@ async def apply(obj: dict) -> dict:
 async def get(api_version: str, kind: str, namespace: str, name: str) -> dict | None:
     try:
         return await asyncio.to_thread(_call, "GET", _path(api_version, kind, namespace, name))
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+async def get_cluster(api_version: str, kind: str, name: str) -> dict | None:
+    """A cluster-scoped object (a StorageClass), or None."""
+    prefix, plural = _CLUSTER_RESOURCES[(api_version, kind)]
+    try:
+        return await asyncio.to_thread(_call, "GET", f"{prefix}/{plural}/{name}")
     except ApiException as e:
         if e.status == 404:
             return None

@@ -34,7 +34,16 @@ CONF_MOUNT = "/etc/ferrymq"
 CONF_FILE = "broker.conf"
 ACL_MOUNT = "/etc/ferrymq-acl"  # the <broker>-acl Secret: plain_acl.yml, re-read on change
 TLS_MOUNT = "/etc/ferrymq-tls"  # spec.tls.secretName: tls.crt, tls.key
-CONTROLLER_STORAGE = "1Gi"  # the failover controller's claim: a small JSON file of epochs
+CONTROLLER_REPLICAS = 2  # one leads (Lease), the other stands by
+# What the failover controllers' Role grants (their Lease and their state ConfigMap, by
+# compare-and-swap). The operator's own Role in the chart holds every one of these: Kubernetes
+# lets it grant only what it holds itself.
+CONTROLLER_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch", "create", "update"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "update"]},
+]
+HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
 
 
 def labels(cluster: BrokerCluster, component: str) -> dict[str, str]:
@@ -45,6 +54,11 @@ def labels(cluster: BrokerCluster, component: str) -> dict[str, str]:
 def selector_labels(cluster: BrokerCluster, component: str) -> dict[str, str]:
     """The immutable subset used in selectors (never add to it: StatefulSet selectors can't change)."""
     return {LABEL_NAME: "ferrymq", LABEL_INSTANCE: cluster.name, LABEL_COMPONENT: component}
+
+
+def instance_selector(cluster: BrokerCluster) -> str:
+    """Every object (and claim) the operator made for this Broker, as a label selector."""
+    return f"{LABEL_NAME}=ferrymq,{LABEL_INSTANCE}={cluster.name}"
 
 
 def selector_string(cluster: BrokerCluster, component: str = "broker") -> str:
@@ -87,9 +101,11 @@ def failover_on(cluster: BrokerCluster) -> bool:
 
 
 def controller_address(cluster: BrokerCluster) -> str:
-    """The failover controller's stable address (its one pod behind the headless Service)."""
+    """The failover controllers' stable addresses (each pod behind the headless Service), ``;``
+    between them: a broker asks the next when one does not answer or does not lead."""
     n = cluster.names
-    return f"{n.controller}-0.{n.controller}.{cluster.namespace}.svc:{CONTROLLER_PORT}"
+    return ";".join(f"{n.controller_pod(i)}.{n.controller}.{cluster.namespace}.svc:{CONTROLLER_PORT}"
+                    for i in range(CONTROLLER_REPLICAS))
 
 
 def _security_conf(cluster: BrokerCluster) -> dict[str, str]:
@@ -275,6 +291,7 @@ def _broker_set(cluster: BrokerCluster, name: str, headless: str, component: str
                             {"name": "tmp", "emptyDir": {}}, *security_volumes]}
     if replicated:
         pod_spec["affinity"] = _group_anti_affinity(cluster)
+        pod_spec["topologySpreadConstraints"] = _group_spread(cluster)
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(cluster, name, component),
         "spec": {
@@ -296,20 +313,48 @@ def _broker_set(cluster: BrokerCluster, name: str, headless: str, component: str
     }
 
 
+def _group_selector(cluster: BrokerCluster) -> dict:
+    """Every broker pod of the Broker, masters and slaves of any set (a group's pods share the
+    pod index: ``matchLabelKeys`` narrows it to one group)."""
+    return {"matchLabels": {LABEL_NAME: "ferrymq", LABEL_INSTANCE: cluster.name},
+            "matchExpressions": [{"key": LABEL_COMPONENT, "operator": "In",
+                                  "values": broker_components_all()}]}
+
+
+def broker_components_all() -> list[str]:
+    """The component label of every broker set a Broker can have (masters, each slave set)."""
+    return ["broker", *(slave_component(k) for k in range(1, MAX_SLAVES_PER_GROUP + 1))]
+
+
 def _group_anti_affinity(cluster: BrokerCluster) -> dict:
     """Keep a group's master and slaves (same pod index, any broker set) on different nodes,
-    and zones when nodes are labelled with one. Preferred, not required: a one-node cluster
-    still runs every pod, only without the protection."""
+    and zones when nodes are labelled with one. Preferred by default (a one-node cluster still
+    runs every pod, only without the protection); ``spreadAcrossNodes: Required`` makes the
+    node rule a scheduling requirement."""
     def term(topology_key: str) -> dict:
-        return {"labelSelector": {"matchLabels": {LABEL_NAME: "ferrymq", LABEL_INSTANCE: cluster.name},
-                                  "matchExpressions": [{"key": LABEL_COMPONENT, "operator": "In",
-                                                        "values": ["broker", *(slave_component(k) for k in
-                                                                               range(1, MAX_SLAVES_PER_GROUP + 1))]}]},
-                "matchLabelKeys": [POD_INDEX_LABEL], "topologyKey": topology_key}
+        return {"labelSelector": _group_selector(cluster), "matchLabelKeys": [POD_INDEX_LABEL],
+                "topologyKey": topology_key}
+    return _anti_affinity(term(HOSTNAME), term(ZONE), cluster.replication.spread_required)
+
+
+def _anti_affinity(node_term: dict, zone_term: dict, required: bool) -> dict:
+    zone = {"weight": 50, "podAffinityTerm": zone_term}
+    if required:
+        return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [node_term],
+                                    "preferredDuringSchedulingIgnoredDuringExecution": [zone]}}
     return {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 100, "podAffinityTerm": term("kubernetes.io/hostname")},
-        {"weight": 50, "podAffinityTerm": term("topology.kubernetes.io/zone")},
-    ]}}
+        {"weight": 100, "podAffinityTerm": node_term}, zone]}}
+
+
+def _group_spread(cluster: BrokerCluster) -> list[dict]:
+    """A topology spread by node: each group's pods at most one apart per node (the group's own
+    pods, by pod index), and the Broker's broker pods as a whole balanced over the nodes (never
+    a requirement: pods of other groups may share a node)."""
+    when = "DoNotSchedule" if cluster.replication.spread_required else "ScheduleAnyway"
+    return [{"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": when,
+             "labelSelector": _group_selector(cluster), "matchLabelKeys": [POD_INDEX_LABEL]},
+            {"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "ScheduleAnyway",
+             "labelSelector": _group_selector(cluster)}]
 
 
 def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> dict:
@@ -335,46 +380,73 @@ def slave_statefulset(cluster: BrokerCluster, k: int, replicas: int | None = Non
 
 
 def controller_statefulset(cluster: BrokerCluster) -> dict:
-    """spec.replication.failover: the one failover controller of the Broker's groups
-    (``ferrymq controller``), its epoch history on a small claim of its own so a restarted or
-    rescheduled controller keeps the epochs. Exactly one replica: two controllers could each
-    elect a master."""
-    n, http_port, storage = cluster.names, cluster.http_port, cluster.storage
+    """spec.replication.failover: the failover controllers of the Broker's groups (``ferrymq
+    controller``), two replicas on different nodes when the scheduler can. Their state (each
+    group's epoch, master and in-sync set) lives in the ConfigMap ``<broker>-controller-state``
+    and changes only by compare-and-swap on its resourceVersion; the one holding the Lease
+    ``<broker>-controller`` decides, the other answers brokers with the leader's address. No
+    claim: a rescheduled controller reads the state back from the API server."""
+    n, http_port = cluster.names, cluster.http_port
     security_volumes, security_mounts = _security_volumes(cluster)
     args = ["controller", "--host", "0.0.0.0", "--port", str(CONTROLLER_PORT), "--http-port", str(http_port),
-            "--data-dir", f"{STORE_MOUNT}/controller",
-            "--failover-timeout", str(cluster.replication.failover_timeout_seconds * 1000)]
+            "--failover-timeout", str(cluster.replication.failover_timeout_seconds * 1000),
+            "--state", "kubernetes", "--namespace", "$(POD_NAMESPACE)", "--state-name", n.controller_state,
+            "--lease-name", n.controller, "--identity", "$(POD_NAME)"]
     if cluster.tls_secret:
         args += ["--tls-mode", cluster.tls_mode, "--tls-cert", f"{TLS_MOUNT}/tls.crt", "--tls-key", f"{TLS_MOUNT}/tls.key"]
     container = {
         "name": "controller", "image": cluster.image, "imagePullPolicy": cluster.image_pull_policy, "args": args,
         "ports": [{"name": "controller", "containerPort": CONTROLLER_PORT}, {"name": "http", "containerPort": http_port}],
         "env": list(_POD_ENV), "resources": cluster.namesrv_resources, "securityContext": _security_context(),
-        "volumeMounts": [{"name": "data", "mountPath": STORE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"},
-                         *security_mounts],
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}, *security_mounts],
         **_probes(http_port),
     }
-    claim_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": CONTROLLER_STORAGE}}}
-    if storage.storage_class:
-        claim_spec["storageClassName"] = storage.storage_class
+
+    def term(topology_key: str) -> dict:
+        return {"labelSelector": {"matchLabels": selector_labels(cluster, "controller")}, "topologyKey": topology_key}
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta(cluster, n.controller, "controller"),
         "spec": {
-            "replicas": 1, "serviceName": n.controller, "podManagementPolicy": "OrderedReady",
-            "updateStrategy": {"type": "RollingUpdate"},
-            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete" if storage.delete_claim else "Retain",
-                                                     "whenScaled": "Retain"},
+            "replicas": CONTROLLER_REPLICAS, "serviceName": n.controller,
+            # Both start at once: the Lease, not the start order, says which one decides.
+            "podManagementPolicy": "Parallel", "updateStrategy": {"type": "RollingUpdate"},
             "selector": {"matchLabels": selector_labels(cluster, "controller")},
             "template": {
                 "metadata": {"labels": labels(cluster, "controller")},
-                "spec": {"securityContext": _pod_security_context(), "automountServiceAccountToken": False,
-                         "enableServiceLinks": False, "containers": [container],
+                "spec": {"securityContext": _pod_security_context(), "serviceAccountName": n.controller,
+                         "automountServiceAccountToken": True, "enableServiceLinks": False,
+                         "affinity": _anti_affinity(term(HOSTNAME), term(ZONE), cluster.replication.spread_required),
+                         "containers": [container],
                          "volumes": [{"name": "tmp", "emptyDir": {}}, *security_volumes]},
             },
-            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector_labels(cluster, "controller")},
-                                      "spec": claim_spec}],
         },
     }
+
+
+def controller_service_account(cluster: BrokerCluster) -> dict:
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": _meta(cluster, cluster.names.controller, "controller")}
+
+
+def controller_role(cluster: BrokerCluster) -> dict:
+    """The controllers' rights in the Broker's namespace: their Lease and state ConfigMap."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": _meta(cluster, cluster.names.controller, "controller"),
+            "rules": [dict(rule) for rule in CONTROLLER_RULES]}
+
+
+def controller_role_binding(cluster: BrokerCluster) -> dict:
+    n = cluster.names
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _meta(cluster, n.controller, "controller"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": n.controller},
+            "subjects": [{"kind": "ServiceAccount", "name": n.controller, "namespace": cluster.namespace}]}
+
+
+def controller_objects(cluster: BrokerCluster) -> list[dict]:
+    """The controllers' RBAC before their pods, their Service and PDB."""
+    return [controller_service_account(cluster), controller_role(cluster), controller_role_binding(cluster),
+            controller_service(cluster), controller_statefulset(cluster), pod_disruption_budget(cluster, "controller")]
 
 
 # ---------------------------------------------------------------------------- services, PDBs
@@ -431,10 +503,46 @@ def controller_service(cluster: BrokerCluster) -> dict:
 
 
 def pod_disruption_budget(cluster: BrokerCluster, component: str) -> dict:
+    """One voluntary disruption (a drain's eviction) at a time among a set's pods."""
     n = cluster.names
     name = {"broker": n.broker_sts, "namesrv": n.namesrv}.get(component) or f"{n.broker}-{component}"
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(cluster, name, component),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(cluster, component)}}}
+
+
+GROUP_PDB_COMPONENT = "broker-group"  # the component label of the per-group PDBs (not of any pod)
+
+
+def group_disruption_budget(cluster: BrokerCluster, ordinal: int) -> dict:
+    """With replication, one PDB per broker group (its master and slaves: the pods of every
+    broker set with pod index ``ordinal``): a drain never evicts two copies of a group at once.
+    It replaces the per-set PDBs, since the eviction API refuses a pod under two PDBs."""
+    selector = _group_selector(cluster)
+    selector = {"matchLabels": {**selector["matchLabels"], POD_INDEX_LABEL: str(ordinal)},
+                "matchExpressions": selector["matchExpressions"]}
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": _meta(cluster, cluster.names.group_pdb(ordinal), GROUP_PDB_COMPONENT),
+            "spec": {"maxUnavailable": 1, "selector": selector}}
+
+
+def disruption_budgets(cluster: BrokerCluster, broker_replicas: int | None = None) -> list[dict]:
+    """The name servers' PDB, and the brokers': one per group with replication (a group never
+    loses two copies to evictions), else one over the masters (one broker at a time)."""
+    replicas = cluster.replicas if broker_replicas is None else broker_replicas
+    brokers = ([group_disruption_budget(cluster, i) for i in range(replicas)] if cluster.replication.slaves_per_group
+               else [pod_disruption_budget(cluster, "broker")])
+    return [pod_disruption_budget(cluster, "namesrv"), *brokers]
+
+
+def stale_disruption_budgets(cluster: BrokerCluster, existing: list[str],
+                             broker_replicas: int | None = None) -> list[str]:
+    """Which of the Broker's PDBs (``existing``: names of those labelled with its instance) it
+    no longer wants: per-set ones once groups have their own, groups gone by a scale-down, the
+    controllers' once failover is off."""
+    wanted = {p["metadata"]["name"] for p in disruption_budgets(cluster, broker_replicas)}
+    if failover_on(cluster):
+        wanted.add(pod_disruption_budget(cluster, "controller")["metadata"]["name"])
+    return sorted(name for name in existing if name not in wanted)
 
 
 def certificate(cluster: BrokerCluster) -> dict:
@@ -452,13 +560,12 @@ def certificate(cluster: BrokerCluster) -> dict:
 def all_objects(cluster: BrokerCluster, broker_replicas: int | None = None) -> list[dict]:
     """Everything a Broker owns, in the order to apply it (config before its readers)."""
     slaves = cluster.replication.slave_sets
-    controller = [controller_service(cluster), controller_statefulset(cluster)] if failover_on(cluster) else []
+    controller = controller_objects(cluster) if failover_on(cluster) else []
     return [config_map(cluster), namesrv_headless_service(cluster), namesrv_service(cluster), address_service(cluster),
             broker_headless_service(cluster), *(slave_headless_service(cluster, k) for k in slaves),
             namesrv_statefulset(cluster), *controller, broker_statefulset(cluster, broker_replicas),
             *(slave_statefulset(cluster, k, broker_replicas) for k in slaves),
-            pod_disruption_budget(cluster, "namesrv"), pod_disruption_budget(cluster, "broker"),
-            *(pod_disruption_budget(cluster, slave_component(k)) for k in slaves)]
+            *disruption_budgets(cluster, broker_replicas)]
 
 
 def retired_slave_objects(cluster: BrokerCluster) -> list[tuple[str, str, str]]:
@@ -467,12 +574,17 @@ def retired_slave_objects(cluster: BrokerCluster) -> list[tuple[str, str, str]]:
     n = cluster.names
     out = []
     for k in range(cluster.replication.slaves_per_group + 1, MAX_SLAVES_PER_GROUP + 1):
-        out += [("apps/v1", "StatefulSet", n.slave_sts(k)), ("policy/v1", "PodDisruptionBudget", n.slave_sts(k)),
-                ("v1", "Service", n.slave_headless(k))]
+        out += [("apps/v1", "StatefulSet", n.slave_sts(k)), ("v1", "Service", n.slave_headless(k))]
     return out
 
 
 def retired_controller_objects(cluster: BrokerCluster) -> list[tuple[str, str, str]]:
-    """The failover controller's objects once failover is off (its claim stays, with the epochs)."""
+    """The failover controllers' objects once failover is off (their PDB goes with the other
+    stale PDBs; their state ConfigMap and Lease stay, as the claim of a pre-0.2 single
+    controller does)."""
     n = cluster.names
-    return [] if failover_on(cluster) else [("apps/v1", "StatefulSet", n.controller), ("v1", "Service", n.controller)]
+    if failover_on(cluster):
+        return []
+    return [("apps/v1", "StatefulSet", n.controller), ("v1", "Service", n.controller),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding", n.controller),
+            ("rbac.authorization.k8s.io/v1", "Role", n.controller), ("v1", "ServiceAccount", n.controller)]

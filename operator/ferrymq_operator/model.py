@@ -75,8 +75,20 @@ class BrokerNames:
     # ordinal i is a slave of broker_pod(i) (the group's brokerName).
 
     @property
-    def controller(self) -> str:  # the failover controller: StatefulSet, its headless Service, the client Service
+    def controller(self) -> str:
+        """The failover controllers: StatefulSet, headless Service, PDB, ServiceAccount, Role,
+        RoleBinding, and the Lease they elect their leader with."""
         return f"{self.broker}-controller"
+
+    @property
+    def controller_state(self) -> str:  # the ConfigMap the controllers keep the groups' state in
+        return f"{self.broker}-controller-state"
+
+    def controller_pod(self, ordinal: int) -> str:
+        return f"{self.controller}-{ordinal}"
+
+    def group_pdb(self, ordinal: int) -> str:  # with replication: one PDB per broker group
+        return f"{self.broker_sts}-group-{ordinal}"
 
     def slave_sts(self, k: int) -> str:  # StatefulSet and PDB
         return f"{self.broker}-broker-s{k}"
@@ -117,6 +129,14 @@ class Replication:
     # Failover (FerryMQ's controller): a master silent this long is replaced by an in-sync slave.
     failover: bool = False
     failover_timeout_seconds: int = 10
+    # spec.replication.spreadAcrossNodes: a group's pods (and the two controllers) on different
+    # nodes. Preferred: when the scheduler can (a one-node cluster still runs everything);
+    # Required: a pod stays Pending rather than share a node with its group.
+    spread: str = "Preferred"
+
+    @property
+    def spread_required(self) -> bool:
+        return self.spread == "Required"
 
     @property
     def broker_role(self) -> str:
@@ -188,7 +208,8 @@ class BrokerCluster:
                                     mode=replication.get("mode") or "Async",
                                     max_restart_lag_bytes=to_bytes(replication.get("maxRestartLagBytes", "1Mi")),
                                     failover=bool(replication.get("failover", False)),
-                                    failover_timeout_seconds=int(replication.get("failoverTimeoutSeconds", 10))),
+                                    failover_timeout_seconds=int(replication.get("failoverTimeoutSeconds", 10)),
+                                    spread=replication.get("spreadAcrossNodes") or "Preferred"),
             grpc_port=(int((spec.get("grpc") or {}).get("port", GRPC_PORT))
                        if (spec.get("grpc") or {}).get("enabled") else None),
             annotations=dict(meta.get("annotations") or {}), deleting=bool(meta.get("deletionTimestamp")),

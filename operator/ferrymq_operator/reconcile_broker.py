@@ -4,15 +4,16 @@ only once its slaves caught up), status from what actually runs."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
 import kopf
 
-from ferrymq_operator import broker_admin, conditions, kube, manifests, replication_roles, rollout, status
+from ferrymq_operator import broker_admin, conditions, kube, manifests, replication_roles, rollout, status, storage
 from ferrymq_operator.cluster_access import admin_client
 from ferrymq_operator.conditions import Condition
-from ferrymq_operator.constants import ANN_DRAIN_STARTED
+from ferrymq_operator.constants import ANN_DRAIN_STARTED, LABEL_COMPONENT
 from ferrymq_operator.model import BrokerCluster
 from ferrymq_operator.reconcile_user import sync_acl
 from ferrymq_operator.settings import OperatorSettings
@@ -54,14 +55,22 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
         await sync_acl(cluster)
     if cluster.tls_secret:
         conds.append(await _tls_condition(cluster))
+    conds.append(await _expand_claims(cluster))
     for obj in manifests.all_objects(cluster, broker_replicas=plan.replicas):
-        await kube.apply(obj)
+        if obj["kind"] == "StatefulSet":
+            await _apply_statefulset(obj)
+        else:
+            await kube.apply(obj)
     for api_version, kind, name in [*manifests.retired_slave_objects(cluster),
                                     *manifests.retired_controller_objects(cluster)]:
         if await kube.get(api_version, kind, ns, name) is not None:
             log.info("replication narrowed (fewer slaves, or failover off): deleting %s %s/%s (its claims are "
                      "kept)", kind, ns, name)
             await kube.delete(api_version, kind, ns, name)
+    pdbs = await kube.list_("policy/v1", "PodDisruptionBudget", ns, manifests.instance_selector(cluster))
+    for name in manifests.stale_disruption_budgets(cluster, [p["metadata"]["name"] for p in pdbs], plan.replicas):
+        log.info("deleting PodDisruptionBudget %s/%s (replaced, or its group is gone)", ns, name)
+        await kube.delete("policy/v1", "PodDisruptionBudget", ns, name)
 
     # Health-gated restarts of pods whose config hash is stale (the StatefulSets are OnDelete);
     # with replication, slaves before masters.
@@ -117,6 +126,59 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
                          change.from_pod, change.to_pod, change.epoch)
             status.master_changed_events(body, changes)
     status.finish(body, patch, conds, extra)
+
+
+async def _apply_statefulset(obj: dict) -> None:
+    """Apply a StatefulSet; when a field the API server will not change differs (the claim
+    size of a raised spec.storage.size, the failover controllers' move from one pod with a
+    claim to two without), delete it and create it anew instead of failing every reconcile.
+    Broker pods are orphaned meanwhile and adopted by the new set (they keep running and keep
+    their claims); the old failover controller goes with its set (Foreground) before the new
+    ones start, so never two decide from different state."""
+    meta = obj["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    current = await kube.get("apps/v1", "StatefulSet", ns, name)
+    if current is not None and current["metadata"].get("deletionTimestamp"):
+        log.info("StatefulSet %s/%s is being replaced: created again once it is gone", ns, name)
+        return
+    reason = rollout.statefulset_recreate_reason(current, obj) if current is not None else ""
+    if reason:
+        controller = meta["labels"].get(LABEL_COMPONENT) == "controller"
+        policy = "Foreground" if controller else "Orphan"
+        log.info("StatefulSet %s/%s: %s cannot change in place: deleting it (%s) to create it anew", ns, name,
+                 reason, "with its pods" if controller else "its pods keep running")
+        await kube.delete("apps/v1", "StatefulSet", ns, name, uid=current["metadata"]["uid"], propagation=policy)
+        if controller or not await _gone("apps/v1", "StatefulSet", ns, name, RECREATE_WAIT_SECONDS):
+            return  # the next reconcile creates it
+    await kube.apply(obj)
+
+
+RECREATE_WAIT_SECONDS = 10.0
+
+
+async def _gone(api_version: str, kind: str, ns: str, name: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while await kube.get(api_version, kind, ns, name) is not None:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.2)
+    return True
+
+
+async def _expand_claims(cluster: BrokerCluster) -> Condition:
+    """spec.storage.size raised: grow the brokers' existing claims where their StorageClass
+    allows it (storage.py); the condition says what holds which size."""
+    claims = [c for c in await kube.list_("v1", "PersistentVolumeClaim", cluster.namespace,
+                                          manifests.instance_selector(cluster))
+              if (c["metadata"].get("labels") or {}).get(LABEL_COMPONENT) in manifests.broker_components(cluster)]
+    size = cluster.storage.size
+    classes = {name: await kube.get_cluster("storage.k8s.io/v1", "StorageClass", name)
+               for name in storage.classes_to_read(claims, size)}
+    plan = storage.plan_expansion(claims, size, classes)
+    for name in plan.expand:
+        log.info("expanding claim %s/%s to %s", cluster.namespace, name, size)
+        await kube.patch_merge("v1", "PersistentVolumeClaim", cluster.namespace, name, storage.expansion_patch(size))
+    return storage.storage_condition(plan)
 
 
 async def _group_roles(cluster: BrokerCluster, settings: OperatorSettings, replicas: int,

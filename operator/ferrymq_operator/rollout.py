@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Mapping
 
 from ferrymq_operator.constants import ANN_CONFIG_HASH, ANN_DRAIN_STARTED, LABEL_COMPONENT
+from ferrymq_operator.quantity import to_bytes
 
 
 def pod_ready(pod: dict) -> bool:
@@ -182,3 +183,39 @@ def plan_scale(current: int | None, desired: int, pod_name, backlog: dict[str, i
         detail = ", ".join(f"{b} holds {n} unconsumed message(s)" for b, n in sorted(pending.items()))
         return ScalePlan(current, leaving, f"scale-down to {desired} waits for draining: {detail}")
     return ScalePlan(desired, leaving)
+
+
+def _claim_templates(sts: dict) -> list[tuple]:
+    """What the API server compares in volumeClaimTemplates, as we set it (it adds defaults)."""
+    out = []
+    for t in (sts.get("spec") or {}).get("volumeClaimTemplates") or []:
+        spec = t.get("spec") or {}
+        size = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+        out.append((t["metadata"]["name"], to_bytes(size) if size is not None else None,
+                    spec.get("storageClassName"), tuple(spec.get("accessModes") or ())))
+    return out
+
+
+def statefulset_recreate_reason(current: dict, desired: dict) -> str:
+    """Why the StatefulSet ``current`` cannot be patched into ``desired`` (a field the API server
+    refuses to change: selector, serviceName, podManagementPolicy, volumeClaimTemplates); ""
+    when it can. The operator then deletes it (its pods orphaned, or with it for the failover
+    controllers) and creates it anew, rather than failing every reconcile."""
+    cur, new = current.get("spec") or {}, desired.get("spec") or {}
+    changed = []
+    if (cur.get("selector") or {}).get("matchLabels") != (new.get("selector") or {}).get("matchLabels"):
+        changed.append("selector")
+    if cur.get("serviceName") != new.get("serviceName"):
+        changed.append("serviceName")
+    if (cur.get("podManagementPolicy") or "OrderedReady") != (new.get("podManagementPolicy") or "OrderedReady"):
+        changed.append(f"podManagementPolicy {cur.get('podManagementPolicy') or 'OrderedReady'} -> "
+                       f"{new.get('podManagementPolicy') or 'OrderedReady'}")
+    old_claims, new_claims = _claim_templates(current), _claim_templates(desired)
+    if old_claims != new_claims:
+        sizes = {name: size for name, size, *_ in new_claims}
+        if [c[0] for c in old_claims] == [c[0] for c in new_claims] and all(
+                (c[0], sizes[c[0]], *c[2:]) in new_claims for c in old_claims):
+            changed.append("volumeClaimTemplates storage size")
+        else:
+            changed.append("volumeClaimTemplates")
+    return ", ".join(changed)

@@ -29,7 +29,10 @@ def test_one_slave_per_group_adds_a_slave_set_with_its_own_service_pdb_and_claim
     c = cluster(slavesPerGroup=1, mode="Sync")
     objs = by_kind_name(manifests.all_objects(c))
     master, slave = objs[("StatefulSet", "demo-broker")], objs[("StatefulSet", "demo-broker-s1")]
-    assert ("Service", "demo-broker-s1-headless") in objs and ("PodDisruptionBudget", "demo-broker-s1") in objs
+    assert ("Service", "demo-broker-s1-headless") in objs
+    # one PDB per group (its master and slave), none per set: a pod under two PDBs cannot be evicted
+    assert ("PodDisruptionBudget", "demo-broker-s1") not in objs and ("PodDisruptionBudget", "demo-broker") not in objs
+    assert {("PodDisruptionBudget", "demo-broker-group-0"), ("PodDisruptionBudget", "demo-broker-group-1")} <= set(objs)
     assert ("StatefulSet", "demo-broker-s2") not in objs
     assert slave["spec"]["replicas"] == master["spec"]["replicas"] == 2
     assert slave["spec"]["serviceName"] == "demo-broker-s1-headless"
@@ -82,7 +85,7 @@ def test_lowering_slaves_per_group_retires_the_extra_sets():
     assert manifests.retired_slave_objects(cluster(slavesPerGroup=2)) == []
     retired = manifests.retired_slave_objects(cluster(slavesPerGroup=1))
     assert ("apps/v1", "StatefulSet", "demo-broker-s2") in retired and ("v1", "Service", "demo-broker-s2-headless") in retired
-    assert len(manifests.retired_slave_objects(cluster())) == 6
+    assert len(manifests.retired_slave_objects(cluster())) == 4
 
 
 @pytest.mark.parametrize("key", ["brokerRole", "brokerId", "haListenPort"])
@@ -133,3 +136,52 @@ def test_status_lists_each_groups_master_and_slaves():
     assert got["groups"][1]["slaves"] == [{"pod": "demo-broker-s1-1", "brokerId": 1, "ready": False}]  # not created yet
     cond, phase = status.broker_readiness(1, 2, 2, 1, False, False, slaves=2, slaves_ready=1)
     assert not cond.status and "1/2 slaves" in cond.message
+
+
+def test_a_groups_pods_spread_over_nodes_preferred_by_default():
+    c = cluster(slavesPerGroup=1)
+    for sts in (manifests.broker_statefulset(c), manifests.slave_statefulset(c, 1)):
+        pod = sts["spec"]["template"]["spec"]
+        group, overall = pod["topologySpreadConstraints"]
+        assert group["topologyKey"] == overall["topologyKey"] == "kubernetes.io/hostname"
+        assert group["maxSkew"] == 1 and group["whenUnsatisfiable"] == "ScheduleAnyway"
+        assert group["matchLabelKeys"] == ["apps.kubernetes.io/pod-index"]
+        assert set(group["labelSelector"]["matchExpressions"][0]["values"]) == {"broker", "broker-s1", "broker-s2"}
+        assert overall["whenUnsatisfiable"] == "ScheduleAnyway" and "matchLabelKeys" not in overall
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["podAntiAffinity"]
+
+
+def test_required_spread_refuses_to_schedule_two_pods_of_a_group_on_one_node():
+    c = cluster(slavesPerGroup=1, spreadAcrossNodes="Required")
+    assert c.replication.spread_required
+    pod = manifests.slave_statefulset(c, 1)["spec"]["template"]["spec"]
+    anti = pod["affinity"]["podAntiAffinity"]
+    (node,) = anti["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert node["topologyKey"] == "kubernetes.io/hostname" and node["matchLabelKeys"] == ["apps.kubernetes.io/pod-index"]
+    # zones stay a preference: a single-zone cluster is common
+    assert [t["podAffinityTerm"]["topologyKey"] for t in anti["preferredDuringSchedulingIgnoredDuringExecution"]] == [
+        "topology.kubernetes.io/zone"]
+    group, overall = pod["topologySpreadConstraints"]
+    assert group["whenUnsatisfiable"] == "DoNotSchedule" and overall["whenUnsatisfiable"] == "ScheduleAnyway"
+
+
+def test_group_pdbs_cover_a_groups_master_and_slaves_and_follow_the_group_count():
+    c = cluster(slavesPerGroup=2)
+    pdbs = {p["metadata"]["name"]: p for p in manifests.disruption_budgets(c)}
+    assert set(pdbs) == {"demo-namesrv", "demo-broker-group-0", "demo-broker-group-1"}
+    group = pdbs["demo-broker-group-1"]
+    assert group["spec"]["maxUnavailable"] == 1
+    sel = group["spec"]["selector"]
+    assert sel["matchLabels"]["apps.kubernetes.io/pod-index"] == "1"
+    assert sel["matchLabels"]["app.kubernetes.io/instance"] == "demo"
+    assert sel["matchExpressions"] == [{"key": "app.kubernetes.io/component", "operator": "In",
+                                        "values": ["broker", "broker-s1", "broker-s2"]}]
+    # while a scale-down waits, the leaving groups keep theirs
+    assert "demo-broker-group-2" in {p["metadata"]["name"] for p in manifests.disruption_budgets(c, broker_replicas=3)}
+    # stale: the per-set PDBs replication replaced, and groups gone by a scale-down
+    existing = ["demo-namesrv", "demo-broker", "demo-broker-s1", "demo-broker-group-0", "demo-broker-group-1",
+                "demo-broker-group-2"]
+    assert manifests.stale_disruption_budgets(c, existing) == ["demo-broker", "demo-broker-group-2", "demo-broker-s1"]
+    # replication off again: back to the one PDB over the masters
+    assert manifests.stale_disruption_budgets(cluster(), existing) == [
+        "demo-broker-group-0", "demo-broker-group-1", "demo-broker-group-2", "demo-broker-s1"]

@@ -61,10 +61,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [services]
   verbs: [get, create, patch, delete]
+# The failover controllers (Broker.spec.replication.failover) keep their state in a ConfigMap
+# and elect a leader through a Lease: the operator creates their ServiceAccount, Role and
+# RoleBinding, so it holds what that Role grants (manifests.CONTROLLER_RULES).
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, list, watch, create, update]
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create, patch, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create, patch, delete]
+# Broker.spec.storage.size raised: the brokers' claims are expanded (never created or deleted here).
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, list, patch]
 {{- if .Values.rbac.sparkJobs }}
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, list, watch, create, patch, delete, deletecollection]
+  verbs: [get, list, watch, create, update, patch, delete, deletecollection]
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, patch, delete, deletecollection]
@@ -73,12 +89,6 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: [persistentvolumeclaims]
   verbs: [get, list, watch, create, delete, deletecollection]
 {{- end }}
-- apiGroups: [""]
-  resources: [serviceaccounts]
-  verbs: [get, create, patch, delete]
-- apiGroups: [rbac.authorization.k8s.io]
-  resources: [roles, rolebindings]
-  verbs: [get, create, patch, delete]
 - apiGroups: [batch]
   resources: [cronjobs]
   verbs: [get, create, patch, delete]
@@ -88,14 +98,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- else }}
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create, patch]
+  verbs: [get, list, watch, create, update, patch]
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, delete]
 {{- end }}
+# list/delete: the per-set PDBs replaced by per-group ones, and groups a scale-down removed.
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, create, patch, delete]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
