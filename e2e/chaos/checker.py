@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import re
 import statistics
 import sys
 from collections import Counter, defaultdict
@@ -203,7 +204,7 @@ def check(history: History, *, fault: str = "", time_to_ready: float | None = No
             stored[s.status] += 1
         else:
             r.failed += 1
-            errors[(s.error or s.status or "?").splitlines()[0][:120]] += 1
+            errors[error_kind(s)] += 1
     r.acknowledged = len(acked)
     r.stored_not_acked = dict(stored)
     r.errors = dict(errors.most_common())
@@ -255,6 +256,12 @@ def check(history: History, *, fault: str = "", time_to_ready: float | None = No
     r.nonmonotonic, r.poll_skips = _order(reads)
     r.windows = unavailability(sends, min_window)
     return r
+
+
+def error_kind(s: Send) -> str:
+    """A failure's reason without what varies per attempt ("cost [3]ms", "Send [1] times")."""
+    text = re.sub(r"\[\d+\]", "[N]", (s.error or s.status or "?").splitlines()[0])[:160]
+    return f"code {s.code}: {text}" if s.code else text
 
 
 def _order(reads: list[Read]) -> tuple[list[Nonmonotonic], list[PollSkip]]:

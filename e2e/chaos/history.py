@@ -42,6 +42,7 @@ class Send:
     offset: int | None = None
     msg_id: str | None = None
     error: str | None = None
+    code: int | None = None  # the response code of a failure, when the client had one
     producer: str = ""
     line: int = 0  # position in the producer's file (1-based), for reports
 
@@ -105,6 +106,7 @@ def send_from(obj: dict, producer: str = "", line: int = 0) -> Send:
         t1=_seconds(obj.get("t1", obj["t0"])), status=str(status),
         broker=obj.get("broker"), queue=_int_or_none(obj.get("queue")),
         offset=_int_or_none(obj.get("offset")), msg_id=obj.get("msgId"), error=obj.get("error"),
+        code=_int_or_none(obj.get("code")),
         producer=str(obj.get("producer") or producer), line=line,
     )
 

@@ -253,3 +253,12 @@ def test_write_results_names_commit_and_machine(tmp_path):
 def test_parse_lines_takes_the_source_as_process_name():
     h = parse_lines([json.dumps({"op": "recv", "key": "k", "broker": B, "queue": 1, "offset": 2, "t": 1})], "cons-7")
     assert h.reads[0].consumer == "cons-7" and h.reads[0].session == ""
+
+
+def test_failures_are_grouped_by_reason_without_per_attempt_numbers():
+    h = clean()
+    h.sends += [Send("f1", None, 20, 21, "FAILED", error="MQClientException: Send [1] times, still failed, cost [2]ms"),
+                Send("f2", None, 21, 22, "FAILED", error="MQClientException: Send [1] times, still failed, cost [5]ms"),
+                Send("f3", None, 22, 23, "FAILED", error="MQBrokerException: CODE: 14 DESC: lost the controller", code=14)]
+    assert check(h).errors == {"MQClientException: Send [N] times, still failed, cost [N]ms": 2,
+                               "code 14: MQBrokerException: CODE: 14 DESC: lost the controller": 1}
