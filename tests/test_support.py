@@ -1,4 +1,4 @@
-"""The test layers' own rules (TESTING.md): a missing prerequisite skips locally, fails in CI."""
+"""The test layers' own rules (docs/contributing.md#rules): a missing prerequisite skips locally, fails in CI."""
 
 import pytest
 
