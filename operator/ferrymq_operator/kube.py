@@ -102,6 +102,18 @@ async def get(api_version: str, kind: str, namespace: str, name: str) -> dict | 
         raise
 
 
+async def create(obj: dict) -> dict | None:
+    """Create ``obj`` unless it exists (then None, and the existing one is left as it is)."""
+    meta = obj["metadata"]
+    try:
+        return await asyncio.to_thread(_call, "POST", _path(obj["apiVersion"], obj["kind"], meta["namespace"]), obj,
+                                       None, "application/json")
+    except ApiException as e:
+        if e.status == 409:
+            return None
+        raise
+
+
 async def get_cluster(api_version: str, kind: str, name: str) -> dict | None:
     """A cluster-scoped object (a StorageClass), or None."""
     prefix, plural = _CLUSTER_RESOURCES[(api_version, kind)]

@@ -391,7 +391,9 @@ def controller_statefulset(cluster: BrokerCluster) -> dict:
     args = ["controller", "--host", "0.0.0.0", "--port", str(CONTROLLER_PORT), "--http-port", str(http_port),
             "--failover-timeout", str(cluster.replication.failover_timeout_seconds * 1000),
             "--state", "kubernetes", "--namespace", "$(POD_NAMESPACE)", "--state-name", n.controller_state,
-            "--lease-name", n.controller, "--identity", "$(POD_NAME)"]
+            "--lease-name", n.controller, "--identity", "$(POD_NAME)",
+            # what the standby names to brokers when this one leads: the stable name they know
+            "--advertise-addr", f"$(POD_NAME).{n.controller}.$(POD_NAMESPACE).svc:{CONTROLLER_PORT}"]
     if cluster.tls_secret:
         args += ["--tls-mode", cluster.tls_mode, "--tls-cert", f"{TLS_MOUNT}/tls.crt", "--tls-key", f"{TLS_MOUNT}/tls.key"]
     container = {
@@ -441,6 +443,15 @@ def controller_role_binding(cluster: BrokerCluster) -> dict:
             "metadata": _meta(cluster, n.controller, "controller"),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": n.controller},
             "subjects": [{"kind": "ServiceAccount", "name": n.controller, "namespace": cluster.namespace}]}
+
+
+def controller_state_config_map(cluster: BrokerCluster) -> dict:
+    """The controllers' state ConfigMap as the operator creates it, once, empty: owned by the
+    Broker so it goes with it (a new Broker of the same name must not inherit old epochs). Never
+    applied over: the controllers change it by compare-and-swap, and any other write would make
+    the leader's next one conflict."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(cluster, cluster.names.controller_state, "controller")}
 
 
 def controller_objects(cluster: BrokerCluster) -> list[dict]:

@@ -56,6 +56,10 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
     if cluster.tls_secret:
         conds.append(await _tls_condition(cluster))
     conds.append(await _expand_claims(cluster))
+    if manifests.failover_on(cluster):
+        state = manifests.controller_state_config_map(cluster)
+        if await kube.get("v1", "ConfigMap", ns, state["metadata"]["name"]) is None:
+            await kube.create(state)
     for obj in manifests.all_objects(cluster, broker_replicas=plan.replicas):
         if obj["kind"] == "StatefulSet":
             await _apply_statefulset(obj)

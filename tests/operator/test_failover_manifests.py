@@ -43,6 +43,13 @@ def test_failover_adds_two_controllers_keeping_state_in_the_api_server():
     assert flags["--state"] == "kubernetes" and flags["--namespace"] == "$(POD_NAMESPACE)"
     assert flags["--state-name"] == "demo-controller-state" and flags["--lease-name"] == "demo-controller"
     assert flags["--identity"] == "$(POD_NAME)"
+    assert flags["--advertise-addr"] == "$(POD_NAME).demo-controller.$(POD_NAMESPACE).svc:9878"
+    for addr in manifests.broker_conf(c)["controllerAddr"].split(";"):  # what brokers dial is what is advertised
+        assert addr.replace("prod", "$(POD_NAMESPACE)").replace("demo-controller-0.", "$(POD_NAME).").replace(
+            "demo-controller-1.", "$(POD_NAME).") == flags["--advertise-addr"]
+    state = manifests.controller_state_config_map(c)
+    assert state["metadata"]["name"] == "demo-controller-state" and "data" not in state
+    assert state["metadata"]["ownerReferences"][0]["uid"] == "u1"
     assert "--data-dir" not in args
     env = {e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert {"POD_NAME", "POD_NAMESPACE"} <= env
@@ -130,3 +137,21 @@ def test_without_failover_nothing_changes_and_the_controller_is_retired():
 def test_turning_failover_on_restarts_the_brokers():
     assert manifests.config_hash(cluster(slavesPerGroup=1)) != manifests.config_hash(cluster(slavesPerGroup=1,
                                                                                              failover=True))
+
+
+def test_the_controller_pod_command_is_one_ferrymq_controller_accepts():
+    """The args as the container runs them ($(VAR) expanded from the Downward API) parse and
+    validate with ``ferrymq controller``'s own flags: state in the Broker's namespace."""
+    from ferrymq.cli import controller_options
+    from ferrymq.cli.main import build_parser
+
+    c = cluster(slavesPerGroup=1, failover=True)
+    env = {"POD_NAME": "demo-controller-1", "POD_NAMESPACE": "prod"}
+    args = [a.replace("$(POD_NAME)", env["POD_NAME"]).replace("$(POD_NAMESPACE)", env["POD_NAMESPACE"])
+            for a in args_of(manifests.controller_statefulset(c))]
+    parsed = build_parser().parse_args(args)
+    controller_options.check_flags(parsed)
+    backend = controller_options.kubernetes_backend(parsed, None, env)
+    assert (backend.namespace, backend.state_name, backend.lease_name, backend.identity) == (
+        "prod", "demo-controller-state", "demo-controller", "demo-controller-1")
+    assert controller_options.advertise_addr(parsed, env) == "demo-controller-1.demo-controller.prod.svc:9878"
