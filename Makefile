@@ -60,7 +60,7 @@ k8s-test: $(STAMP)
 	@FERRYMQ_K8S_TESTS=1 $(PY) -m pytest -q -ra tests/operator tests/k8s
 
 ## e2e-kind: the user story on a real kind cluster built offline here (Docker engine, node image,
-## images, cluster, helm install, scenarios; caches under ~/.cache/ferrymq-k8s, see README)
+## images, cluster, helm install, scenarios; caches under ~/.cache/ferrymq-k8s, see docs/contributing.md#testing-the-operator)
 e2e-kind: $(STAMP)
 	@bash e2e/kind/run.sh
 

@@ -8,7 +8,7 @@ Not a test. Run: .venv/bin/python bench/spark_read_bench.py [--messages 100000] 
                  [--option KEY=VALUE ...]
 
 A ``ferrymq standalone`` broker (subprocess, 127.0.0.1, temp dir; by default with its per-pull
-caps raised for bulk reads, ``BULK_CAPS``, as the README advises for a broker that feeds Spark)
+caps raised for bulk reads, ``BULK_CAPS``, as docs/spark.md#bulk-reads advises for a broker that feeds Spark)
 gets ``--messages`` messages of ``--body-size`` bytes over ``--queues`` queues (batch sends). A local[cores] SparkSession then,
 ``--rounds`` times, alternating the order:
 
@@ -51,7 +51,7 @@ from tests.spark.spark_support import create_topic, make_spark_session, produce 
 from tests.support import StandaloneProcess  # noqa: E402
 
 
-# The per-pull caps the README advises for a broker that feeds Spark.
+# The per-pull caps docs/spark.md#bulk-reads advises for a broker that feeds Spark.
 BULK_CAPS = tuple(f"{key}={value}" for key, value in BULK_READ_BROKER_SETTINGS.items())
 READER_TEXT = {"jvm": "the JVM reader (format ferrymq-jvm, no Python worker on the executors)",
                "python": "the Python data source (format ferrymq, Arrow batches from Python workers)"}

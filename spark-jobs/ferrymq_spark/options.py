@@ -37,7 +37,7 @@ class OptionsError(ValueError):
     """A bad option; the message names the option and what it accepts."""
 
 
-# What the README advises for a broker that mostly feeds Spark: a pull answers up to 1 024
+# What docs/spark.md#bulk-reads advises for a broker that mostly feeds Spark: a pull answers up to 1 024
 # messages / 1 MiB instead of RocketMQ's 32 / 256 KiB, so each chunk (pull_batch_size
 # offsets) takes one round trip. Broker config keys (``--set``, or a Broker's spec.config).
 BULK_READ_BROKER_SETTINGS = {"maxTransferCountOnMessageInMemory": "1024",
@@ -51,7 +51,7 @@ class PullSettings:
     # Offsets per fetched chunk, asked for in one PULL_MESSAGE; the broker answers at most its
     # maxTransferCountOnMessageInMemory / ...BytesOnMessageInMemory (32 / 256 KiB by default, as
     # RocketMQ) and the chunk pulls again for the rest. Large chunks cost fewer round trips and
-    # thread hops; a broker tuned for bulk reads answers them in one pull (README, Spark).
+    # thread hops; a broker tuned for bulk reads answers them in one pull (docs/spark.md#bulk-reads).
     pull_batch_size: int = 1024
     pull_pipeline_depth: int = 8  # pulls in flight per task
     rows_per_batch: int = 8192  # rows per Arrow record batch handed to Spark
