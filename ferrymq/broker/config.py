@@ -210,7 +210,13 @@ class BrokerConfig:
         """Why brokerRole and brokerId do not go together (RocketMQ refuses to start then)."""
         if self.enable_controller_mode:
             if not self.controller_addr:
-                return "enableControllerMode=true needs controllerAddr (host:port of the FerryMQ controller)"
+                return ("enableControllerMode=true needs controllerAddr (host:port of the FerryMQ controller; "
+                        "several replicas separated by ';')")
+            from ferrymq.broker.ha.controller_link import controller_addresses
+            try:
+                controller_addresses(self.controller_addr)
+            except ValueError as exc:
+                return str(exc)
             if self.is_slave:
                 return (f"with enableControllerMode the controller picks the master: brokerRole says how a master "
                         f"acknowledges ({ASYNC_MASTER} or {SYNC_MASTER}), not {SLAVE}")

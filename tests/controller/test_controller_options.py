@@ -62,3 +62,10 @@ def test_controller_addr_lists_several_replicas():
         controller_addresses("a:1;b")
     with pytest.raises(ValueError, match="lists no controller"):
         controller_addresses(" ; ")
+
+
+def test_a_broker_config_checks_every_controller_address():
+    from ferrymq.broker.config import BrokerConfig
+    assert BrokerConfig(enable_controller_mode=True, controller_addr="a:9878;b:9878").role_error() is None
+    assert BrokerConfig(enable_controller_mode=True, controller_addr="a:9878;b").role_error() == \
+        "controllerAddr: 'b' is not host:port"
