@@ -146,5 +146,6 @@ def build(args: argparse.Namespace, config: ControllerConfig, env: Mapping[str, 
     elector = LeaseElector(client, backend.namespace, backend.lease_name, backend.identity,
                            lease_duration=backend.lease_duration, renew_deadline=backend.renew_deadline,
                            retry_period=backend.retry_period)
-    store = ConfigMapStateStore(client, backend.namespace, backend.state_name, may_write=lambda: elector.is_leader)
+    store = ConfigMapStateStore(client, backend.namespace, backend.state_name, may_write=lambda: elector.is_leader,
+                                timeout=client.timeout)
     return ControllerProcess(Controller(config, store, elector), client)

@@ -224,6 +224,7 @@ class LeaseElector:
                 if remaining <= 0:
                     log.warning("lease %s/%s: could not renew within %g s; no longer leading", self.namespace,
                                 self.name, self.renew_deadline)
+                    self._lease = None  # not ours to release any more
                     return
                 try:
                     renewed = await asyncio.wait_for(self._attempt(remaining), remaining)
@@ -236,6 +237,7 @@ class LeaseElector:
                 if self._observed is not None and self._observed.holder != self.identity:
                     log.warning("lease %s/%s: now held by %s; no longer leading", self.namespace, self.name,
                                 self._observed.holder or "nobody (released under us)")
+                    self._lease = None
                     return
                 await asyncio.sleep(min(self.retry_period, max(self._valid_until - time.monotonic(), 0)))
 
@@ -246,7 +248,7 @@ class LeaseElector:
         timeout = max(min(timeout, self.renew_deadline), 0.001)
         try:
             ok = await self._try_acquire_or_renew(timeout)
-        except KubeError as exc:
+        except Exception as exc:  # noqa: BLE001 - a failed try is retried; the loop must not die
             text = f"{type(exc).__name__}: {exc}"
             if text != self._error_logged:
                 log.warning("lease %s/%s: %s", self.namespace, self.name, text)
@@ -317,8 +319,7 @@ class LeaseElector:
     def _start_leading(self) -> None:
         self.leading.set()
         log.info("lease %s/%s: %s is leading", self.namespace, self.name, self.identity)
-        if self.on_started_leading is not None:
-            self.on_started_leading()
+        self._call(self.on_started_leading)
 
     def _stop_leading(self) -> None:
         if not self.leading.is_set():
@@ -326,8 +327,14 @@ class LeaseElector:
         self.leading.clear()
         self._valid_until = 0.0
         log.info("lease %s/%s: %s stopped leading", self.namespace, self.name, self.identity)
-        if self.on_stopped_leading is not None:
-            self.on_stopped_leading()
+        self._call(self.on_stopped_leading)
+
+    def _call(self, callback: Callable[[], None] | None) -> None:
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - the election goes on; the callback's owner must hear of it
+                log.exception("lease %s/%s: leadership callback failed", self.namespace, self.name)
 
 
 def validate_timings(lease_duration: float, renew_deadline: float, retry_period: float) -> None:
