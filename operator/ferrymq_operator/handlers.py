@@ -68,6 +68,7 @@ async def lead(memo: kopf.Memo, **_) -> None:
         memo.leadership = Leadership(election)
         port = os.environ.get("FERRYMQ_LIVENESS_PORT", "").strip()
         await memo.leadership.acquired(int(port) if port else None)
+        kube.write_guard = memo.leadership.check
 
 
 @kopf.on.cleanup()
@@ -83,8 +84,14 @@ def _lock(memo: kopf.Memo) -> asyncio.Lock:
     return memo["lock"]
 
 
+def _still_leading(memo: kopf.Memo) -> None:
+    if memo.get("leadership") is not None:
+        memo.leadership.check()
+
+
 async def reconcile_snapshot(reconcile: Reconcile, body, patch: kopf.Patch, memo: kopf.Memo) -> None:
     async with _lock(memo):
+        _still_leading(memo)
         # A timer's body is live (kopf updates it as events arrive): a resync that ran while the
         # spec changed then wrote the new generation as observed and applied although it applied
         # the old spec (found by the k8s layer: InvalidConfig with appliedGeneration == generation).
@@ -105,6 +112,7 @@ def _register(plural: str, reconcile: Reconcile, interval: float, initial_delay:
     if delete is not None:
         async def deleted(body, memo, **_) -> None:
             async with _lock(memo):
+                _still_leading(memo)
                 await delete(body, memo.settings)
 
         kopf.on.delete(GROUP, VERSION, plural, id=f"{plural}-deleted")(deleted)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Callable
 
 import kubernetes
 from kubernetes.client.rest import ApiException
@@ -39,6 +40,8 @@ _RESOURCES.update({(f"{GROUP}/{VERSION}", kind): (f"/apis/{GROUP}/{VERSION}", pl
 
 
 _client: kubernetes.client.ApiClient | None = None  # one per process, made after load_config
+# Called before every write (leadership.Leadership.check: a replica that lost the Lease exits).
+write_guard: Callable[[], None] | None = None
 
 
 def load_config() -> None:
@@ -73,6 +76,8 @@ def _path(api_version: str, kind: str, namespace: str, name: str | None = None) 
 def _call(method: str, path: str, body=None, query: list | None = None, content_type: str | None = None):
     """One raw API request (the generated typed clients have no server-side apply), JSON in
     and out; non-2xx answers raise ApiException with the server's message."""
+    if method != "GET" and write_guard is not None:
+        write_guard()
     api = _api()
     headers = {"Accept": "application/json"}
     if content_type:

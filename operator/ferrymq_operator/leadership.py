@@ -130,6 +130,14 @@ class Leadership:
             raise RuntimeError("leader election ended")
         log.info("leader election: %s leads (Lease %s/%s): reconciling", s.identity, s.namespace, s.lease_name)
 
+    def check(self) -> None:
+        """Exit now if this replica no longer leads although it has not noticed yet: called
+        before every reconcile and every write to the API server, so a leader whose deadline
+        passed while it was frozen or starved (its renewal loop not run yet) acts no more."""
+        elector = self.elector
+        if elector is not None and not self._stopping and not elector.is_leader:
+            self._lost()
+
     def _lost(self) -> None:
         if self._stopping:
             return  # released on shutdown: kopf has stopped acting already

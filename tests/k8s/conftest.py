@@ -126,44 +126,90 @@ def ferry_slaves(ferry_cluster, tmp_path):
             p.stop()
 
 
+LEASE = "ferrymq-ferrymq-operator"  # the chart's Lease name (the release's full name)
+
+
+class OperatorProcess:
+    """One ``python -m ferrymq_operator`` (the image's entrypoint) with the chart's
+    ServiceAccount token, so every call it makes goes through the chart's RBAC; with leader
+    election as the chart configures it, as replica ``identity``."""
+
+    def __init__(self, control_plane, ferry_cluster, work: Path, identity: str) -> None:
+        token = control_plane.kubectl("create", "token", SA, "-n", RELEASE_NS, "--duration=2h").stdout.strip()
+        kubeconfig = control_plane.token_kubeconfig(token, work / f"kubeconfig-{identity}")
+        self.identity = identity
+        self.log = work / f"operator-{identity}.log"
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)]),
+               "FERRYMQ_NAMESRV_OVERRIDES": json.dumps({"*": ferry_cluster.namesrv_addr}),
+               "FERRYMQ_RESYNC_SECONDS": "2", "FERRYMQ_BROKER_RESYNC_SECONDS": "1", "FERRYMQ_ADMIN_TIMEOUT": "3",
+               # kwok pods are fake: a "restarted" pod would leave its real broker read-only.
+               "FERRYMQ_RESTART_DRAIN_SECONDS": "0",
+               # as the chart's Deployment sets them (values.yaml leaderElection)
+               "FERRYMQ_LEADER_ELECTION": "true", "FERRYMQ_LEASE_NAME": LEASE, "POD_NAMESPACE": RELEASE_NS,
+               "POD_NAME": identity, "FERRYMQ_LIVENESS_PORT": str(free_port())}
+        self.liveness_port = int(env["FERRYMQ_LIVENESS_PORT"])
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "ferrymq_operator"], stdout=log,
+                                            stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def leads(self) -> bool:
+        return f"leader election: {self.identity} leads" in self.log_text()
+
+    def wait_started(self, what: str = "leads", timeout: float = 60) -> None:
+        """Until it leads (``what="leads"``) or waits as a standby (``"standby"``)."""
+        mark = {"leads": f"leader election: {self.identity} leads",
+                "standby": f"leader election: {self.identity} waits for the Lease"}[what]
+        try:
+            poll_until(f"operator {self.identity} {what}",
+                       lambda: self.process.poll() is not None or mark in self.log_text(), timeout)
+        finally:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"operator {self.identity} exited with {self.process.returncode}:\n{self.log_text()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
 @pytest.fixture(scope="session")
 def operator_process(control_plane, helm_release, ferry_cluster, tmp_path_factory):
-    """``python -m ferrymq_operator`` (the image's entrypoint) with the chart's ServiceAccount
-    token, so every call it makes goes through the chart's RBAC."""
+    """The leading operator of the session. A test that replaces it (tests/k8s/test_operator_ha.py)
+    puts its successor in ``current`` (``process`` and ``log`` follow it)."""
     work = tmp_path_factory.mktemp("operator")
-    token = control_plane.kubectl("create", "token", SA, "-n", RELEASE_NS, "--duration=2h").stdout.strip()
-    kubeconfig = control_plane.token_kubeconfig(token, work / "kubeconfig")
-    log_path = work / "operator.log"
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "operator"), str(REPO)]),
-           "FERRYMQ_NAMESRV_OVERRIDES": json.dumps({"*": ferry_cluster.namesrv_addr}),
-           "FERRYMQ_RESYNC_SECONDS": "2", "FERRYMQ_BROKER_RESYNC_SECONDS": "1", "FERRYMQ_ADMIN_TIMEOUT": "3",
-           # kwok pods are fake: a "restarted" pod would leave its real broker read-only.
-           "FERRYMQ_RESTART_DRAIN_SECONDS": "0"}
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "ferrymq_operator"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=REPO, start_new_session=True)
 
     class Operator:
-        process = proc
-        log = log_path
+        current: OperatorProcess
+        workdir = work
 
-        @staticmethod
-        def log_text() -> str:
-            return log_path.read_text(errors="replace")
+        @property
+        def process(self):
+            return self.current.process
 
+        @property
+        def log(self) -> Path:
+            return self.current.log
+
+        def log_text(self) -> str:
+            return self.current.log_text()
+
+    operator = Operator()
+    operator.current = OperatorProcess(control_plane, ferry_cluster, work, "operator-a")
     try:
-        poll_until("operator started", lambda: proc.poll() is not None or b"Activity 'configure' succeeded" in log_path.read_bytes(), 60)
-    finally:
-        if proc.poll() is not None:
-            raise RuntimeError(f"operator exited with {proc.returncode}:\n{Operator.log_text()}")
-    yield Operator
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        operator.current.wait_started("leads")
+    except Exception:
+        operator.current.stop(signal.SIGKILL)
+        raise
+    yield operator
+    operator.current.stop()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 import urllib.request
 
 import pytest
@@ -116,6 +117,22 @@ async def test_a_leader_that_cannot_renew_exits_before_anyone_else_may_lead():
     lost_at = await wait_until(lambda: exits, 5, "the leader to exit")
     assert lost_at == [EXIT_LEADERSHIP_LOST]
     assert leader.elector is not None and not leader.elector.is_leader
+    await leader.release()
+
+
+async def test_a_leader_whose_loop_stalled_past_the_deadline_exits_at_its_next_write():
+    """Frozen or starved past the renew deadline, the leader has not run its renewal loop yet;
+    the check before every reconcile and API write (handlers.py, kube.write_guard) finds the
+    deadline passed and exits before anything is written."""
+    api = FakeLeases()
+    exits: list[int] = []
+    leader = Leadership(settings("a"), api, exits.append)
+    await leader.acquired()
+    leader.check()
+    assert exits == []
+    time.sleep(settings("a").renew_deadline + 0.1)  # the loop stalls (no await: the elector cannot run)
+    leader.check()
+    assert exits == [EXIT_LEADERSHIP_LOST]
     await leader.release()
 
 
