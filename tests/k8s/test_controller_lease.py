@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -24,7 +25,8 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.errors import MQClientError
 from ferrymq.client.producer import Producer, SendStatus
 from ferrymq.common.message import Message
-from ferrymq.common.controller_protocol import CONTROLLER_GET_STATE, CONTROLLER_NOT_LEADER
+from ferrymq.common.controller_protocol import CONTROLLER_GET_STATE, CONTROLLER_HEARTBEAT, CONTROLLER_NOT_LEADER
+from ferrymq.controller.controller import Controller, ControllerConfig
 from ferrymq.controller.kube_store import ConfigMapStateStore
 from ferrymq.controller.state_store import StateConflict, StateStoreError
 from ferrymq.kube import CONFIG_MAPS, LEASES, Conflict, KubeApiError, KubeClient, KubeConfig, LeaseElector, NotFound
@@ -282,6 +284,59 @@ async def create_topic(namesrv: str) -> None:
                 return None
         await wait_until(master_registered, 30, "the master registered")
         await admin.create_topic(TOPIC, read_queues=4, write_queues=4, cluster="HACluster")
+
+
+def heartbeat(group: str, broker_id: int = 0) -> RemotingCommand:
+    return RemotingCommand.request(CONTROLLER_HEARTBEAT, {
+        "clusterName": "C", "brokerName": group, "brokerId": broker_id, "brokerAddr": f"127.0.0.1:{20000 + broker_id}",
+        "haServerAddr": f"127.0.0.1:{20001 + broker_id}", "epoch": 0, "maxOffset": 0, "confirmedOffset": 0,
+        "acting": "NONE"})
+
+
+async def test_a_controller_whose_write_conflicts_steps_down_and_reads_the_state_again(control_plane, namespace):
+    """Another writer (a deposed leader) changes the state ConfigMap behind the leader's back:
+    the leader's next write loses its compare-and-swap, the broker is refused, and the controller
+    stops leading; when it leads again it has read the state afresh (the other writer's group
+    is there, the refused one is not)."""
+    async with admin_client(control_plane) as client:
+        elector = LeaseElector(client, namespace, "ctl-lease", "solo", lease_duration=LEASE, renew_deadline=RENEW,
+                               retry_period=RETRY)
+        store = ConfigMapStateStore(client, namespace, "ctl-state", may_write=lambda: elector.is_leader)
+        controller = Controller(ControllerConfig(listen_port=0, failover_timeout=1000), store, elector)
+        stops = []
+        await controller.start()
+        remoting = RemotingClient()
+        try:
+            addr = controller.address
+            await wait_until(lambda: leads(addr), 10, "the controller leading")
+            first = await remoting.invoke(addr, heartbeat("g1"), 5)
+            assert (first.code, first.ext_fields["role"], first.ext_fields["epoch"]) == (ResponseCode.SUCCESS, "MASTER", "1")
+
+            cm = await client.get(CONFIG_MAPS, namespace, "ctl-state")
+            doc = json.loads(cm["data"]["state.json"])
+            assert [h["epoch"] for h in doc["groups"]["g1"]["history"]] == [1]
+            doc["groups"]["other"] = {"cluster": "C", "history": [{"epoch": 7, "startOffset": 0, "masterId": 0}],
+                                      "mustReach": 0}
+            await client.replace(CONFIG_MAPS, namespace, "ctl-state",
+                                 {**cm, "data": {"state.json": json.dumps(doc)}})
+
+            elector.on_stopped_leading = (lambda inner: lambda: (stops.append(time.monotonic()), inner())[1])(
+                elector.on_stopped_leading)
+            refused = await remoting.invoke(addr, heartbeat("g2"), 5)
+            assert refused.code != ResponseCode.SUCCESS and "changed by another writer" in (refused.remark or "")
+            assert stops and not controller.leading
+
+            async def state_again():
+                answer = await ask(addr)
+                return json.loads(answer.body)["groups"] if answer.code == ResponseCode.SUCCESS else None
+            groups = await wait_until(state_again, 10, "the controller leading again")
+            assert set(groups) == {"g1", "other"} and groups["other"]["epoch"] == 7
+        finally:
+            await remoting.close()
+            await controller.stop()
+        lease = await client.get(LEASES, namespace, "ctl-lease")
+        assert lease["spec"].get("holderIdentity", "") == ""  # released on stop
+        assert lease["metadata"]["annotations"]["ferrymq.io/controller-address"] == addr
 
 
 class ReplicatedControllerPair(FailoverPair):
