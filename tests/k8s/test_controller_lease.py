@@ -320,8 +320,12 @@ async def test_a_controller_whose_write_conflicts_steps_down_and_reads_the_state
             await client.replace(CONFIG_MAPS, namespace, "ctl-state",
                                  {**cm, "data": {"state.json": json.dumps(doc)}})
 
-            elector.on_stopped_leading = (lambda inner: lambda: (stops.append(time.monotonic()), inner())[1])(
-                elector.on_stopped_leading)
+            controllers_own = elector.on_stopped_leading
+
+            def record_stop() -> None:
+                stops.append(time.monotonic())
+                controllers_own()
+            elector.on_stopped_leading = record_stop
             refused = await remoting.invoke(addr, heartbeat("g2"), 5)
             assert refused.code != ResponseCode.SUCCESS and "changed by another writer" in (refused.remark or "")
             assert stops and not controller.leading
