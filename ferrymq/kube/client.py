@@ -125,7 +125,8 @@ class KubeClient:
         data = json.dumps(body).encode() if body is not None else None
         force_reread = False
         for attempt in range(2):
-            token = await asyncio.to_thread(self.config.bearer_token, force_reread=force_reread)
+            token = (await asyncio.to_thread(self.config.bearer_token, force_reread=force_reread)
+                     if self.config.token_file else self.config.token)
             headers = {"Accept": "application/json"}
             if data is not None:
                 headers["Content-Type"] = "application/json"

@@ -121,6 +121,7 @@ class Partition:
         self.healed.clear()
 
     async def _relay(self, reader, writer) -> None:
+        self.tasks.add(asyncio.current_task())
         await self.healed.wait()
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         pumps = [asyncio.create_task(self._pump(reader, up_writer)), asyncio.create_task(self._pump(up_reader, writer))]
@@ -136,9 +137,10 @@ class Partition:
             await writer.drain()
 
     async def stop(self) -> None:
+        self.server.close()
         for t in self.tasks:
             t.cancel()
-        self.server.close()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
 class Timeline:
