@@ -172,16 +172,21 @@ async def _gone(api_version: str, kind: str, ns: str, name: str, timeout: float)
 async def _expand_claims(cluster: BrokerCluster) -> Condition:
     """spec.storage.size raised: grow the brokers' existing claims where their StorageClass
     allows it (storage.py); the condition says what holds which size."""
-    claims = [c for c in await kube.list_("v1", "PersistentVolumeClaim", cluster.namespace,
-                                          manifests.instance_selector(cluster))
-              if (c["metadata"].get("labels") or {}).get(LABEL_COMPONENT) in manifests.broker_components(cluster)]
     size = cluster.storage.size
-    classes = {name: await kube.get_cluster("storage.k8s.io/v1", "StorageClass", name)
-               for name in storage.classes_to_read(claims, size)}
-    plan = storage.plan_expansion(claims, size, classes)
-    for name in plan.expand:
-        log.info("expanding claim %s/%s to %s", cluster.namespace, name, size)
-        await kube.patch_merge("v1", "PersistentVolumeClaim", cluster.namespace, name, storage.expansion_patch(size))
+    try:
+        claims = [c for c in await kube.list_("v1", "PersistentVolumeClaim", cluster.namespace,
+                                              manifests.instance_selector(cluster))
+                  if (c["metadata"].get("labels") or {}).get(LABEL_COMPONENT) in manifests.broker_components(cluster)]
+        classes = {name: await kube.get_cluster("storage.k8s.io/v1", "StorageClass", name)
+                   for name in storage.classes_to_read(claims, size)}
+        plan = storage.plan_expansion(claims, size, classes)
+        for name in plan.expand:
+            log.info("expanding claim %s/%s to %s", cluster.namespace, name, size)
+            await kube.patch_merge("v1", "PersistentVolumeClaim", cluster.namespace, name,
+                                   storage.expansion_patch(size))
+    except kube.ApiException as e:  # e.g. no right to read StorageClasses: say so, reconcile the rest
+        return Condition("StorageResized", None, "ClaimsNotChecked",
+                         f"could not check or expand the claims for storage.size {size}: {e.status} {e.reason}")
     return storage.storage_condition(plan)
 
 

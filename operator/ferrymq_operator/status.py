@@ -19,7 +19,7 @@ from ferrymq_operator.rollout import RestartPlan, pod_ready
 # Condition types whose transitions become Events (the group's ConsumeDisabled/FallingBehind
 # transitions get more specific Events from the policy decision instead).
 EVENT_TYPES = {"Ready", "ScaleDownBlocked", "UnsupportedChange", "Restarting", "ReconciliationPaused",
-               "MasterRestartBlocked"}
+               "MasterRestartBlocked", "StorageResized"}
 WARNING_WHEN_TRUE = {"ScaleDownBlocked", "UnsupportedChange"}
 
 

@@ -24,6 +24,11 @@ from tests.k8s.controlplane import BUILD_SCRIPT, REPO, ControlPlane, bin_dir, mi
 from tests.support import poll_until
 from tests.support import FerryProcess, free_port, missing_prerequisite
 
+# The operator package (operator/ferrymq_operator, copied into its image, not pip-installed):
+# importable for tests that check what the authorizer says about the objects it builds.
+if str(REPO / "operator") not in sys.path:
+    sys.path.insert(0, str(REPO / "operator"))
+
 CLUSTER = "demo"          # Broker name in the tests = RocketMQ cluster name of the real brokers
 RELEASE_NS = "ferrymq-system"
 RELEASE = "ferrymq"

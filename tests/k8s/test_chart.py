@@ -8,6 +8,7 @@ import subprocess
 import pytest
 import yaml
 
+from ferrymq_operator.manifests import CONTROLLER_RULES
 from ferrymq_spark.k8s_cronjob import DRIVER_RULES
 from tests.k8s.conftest import RELEASE_NS, SA
 from tests.k8s.controlplane import REPO
@@ -40,13 +41,46 @@ def test_rendered_manifests_pass_server_side_validation(control_plane, values):
                                 input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), check=False)
     assert dry.returncode == 0 and not dry.stderr.strip(), dry.stderr
     deployment = next(d for d in docs if d["kind"] == "Deployment")
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    # two replicas by default, one leading by a Lease: standbys are replaced first on an update
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     c = deployment["spec"]["template"]["spec"]["containers"][0]
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e for e in c["env"]}
+    assert env["FERRYMQ_LEADER_ELECTION"]["value"] == "true" and env["FERRYMQ_LEASE_NAME"]["value"] == "r-ferrymq-operator"
+    assert [env[k]["value"] for k in ("FERRYMQ_LEASE_DURATION_SECONDS", "FERRYMQ_LEASE_RENEW_DEADLINE_SECONDS",
+                                      "FERRYMQ_LEASE_RETRY_PERIOD_SECONDS")] == ["15", "10", "2"]
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    pdb = next(d for d in docs if d["kind"] == "PodDisruptionBudget")
+    assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": deployment["spec"]["selector"]["matchLabels"]}}
+    lease_role = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "r-ferrymq-operator-leader-election")
+    assert lease_role["metadata"]["namespace"] == "ferrymq-render"
+    assert lease_role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                                    "verbs": ["get", "create", "update"]}]
+    assert any(d["kind"] == "RoleBinding" and d["roleRef"]["name"] == "r-ferrymq-operator-leader-election" for d in docs)
     if "watchNamespaces" in " ".join(values):
-        roles = [d for d in docs if d["kind"] == "Role"]
+        roles = [d for d in docs if d["kind"] == "Role" and not d["metadata"]["name"].endswith("-leader-election")]
         assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
         assert not any(d["kind"] == "ClusterRole" and d["metadata"]["name"] == "r-ferrymq-operator" for d in docs)
+
+
+def test_one_replica_without_leader_election_is_the_old_single_operator(control_plane):
+    p = helm(control_plane, "template", "r", str(CHART), "--set", "replicas=1,leaderElection.enabled=false")
+    assert p.returncode == 0, p.stderr
+    docs = [d for d in yaml.safe_load_all(p.stdout) if d]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    env = {e["name"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "FERRYMQ_LEADER_ELECTION" not in env
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget" or d["metadata"]["name"].endswith("-leader-election")]
+    # two operators without an election would both act: refused
+    p = helm(control_plane, "template", "r", str(CHART), "--set", "replicas=2,leaderElection.enabled=false")
+    assert p.returncode != 0 and "needs leaderElection.enabled" in p.stderr
 
 
 def test_values_schema_rejects_bad_values(control_plane):
@@ -60,7 +94,15 @@ def test_helm_install_succeeded(control_plane, helm_release):
     status = json.loads(control_plane.helm("status", helm_release, "-n", RELEASE_NS, "-o", "json").stdout)
     assert status["info"]["status"] == "deployed"
     dep = control_plane.get("deployment", "ferrymq-ferrymq-operator", RELEASE_NS)
-    assert dep["status"].get("availableReplicas") == 1
+    assert dep["status"].get("availableReplicas") == 2
+    # the PDB and the Role of the leader election, as installed
+    pdb = control_plane.get("poddisruptionbudget", "ferrymq-ferrymq-operator", RELEASE_NS)
+    assert pdb["spec"]["minAvailable"] == 1
+    assert control_plane.get("role", "ferrymq-ferrymq-operator-leader-election", RELEASE_NS)
+    # preferred anti-affinity: on the three kwok nodes the replicas run on different nodes
+    pods = control_plane.get("pods", None, RELEASE_NS)["items"]
+    nodes = [p["spec"].get("nodeName") for p in pods if p["metadata"]["labels"].get("app.kubernetes.io/name") == "ferrymq-operator"]
+    assert len(nodes) == 2 and len(set(nodes)) == 2, nodes
     assert control_plane.get("serviceaccount", SA, RELEASE_NS)
     for crd in ("brokers.ferrymq.io", "topics.ferrymq.io", "consumergroups.ferrymq.io", "users.ferrymq.io"):
         obj = control_plane.get("crd", crd)
@@ -105,11 +147,25 @@ def test_chart_rbac_is_least_privilege(control_plane, helm_release):
     assert not can("escalate", "roles.rbac.authorization.k8s.io") and not can("bind", "roles.rbac.authorization.k8s.io")
     assert not can("bind", "clusterroles.rbac.authorization.k8s.io") and not can("impersonate", "serviceaccounts")
     assert not can("create", "persistentvolumeclaims"), "on-demand executor volumes are off by default (rbac.sparkJobVolumes)"
+    # a raised Broker storage.size: claims expanded (patch), their StorageClass read
+    assert can("patch", "persistentvolumeclaims") and can("get", "storageclasses.storage.k8s.io", ns="")
+    assert not can("patch", "storageclasses.storage.k8s.io", ns="")
+    # leader election: its Lease in the release's namespace
+    for verb in ("get", "create", "update"):
+        assert can(verb, "leases.coordination.k8s.io", ns=RELEASE_NS)
+    # the failover controllers' ServiceAccount, Role and RoleBinding: the operator holds what
+    # that Role grants (it may grant nothing else), with or without Spark jobs
+    for rule in CONTROLLER_RULES:
+        for resource in rule["resources"]:
+            group = rule["apiGroups"][0]
+            for verb in rule["verbs"]:
+                assert can(verb, f"{resource}.{group}" if group else resource), f"{verb} {resource}: the controllers' Role"
     assert not can("create", "serviceaccounts/token") and not can("create", "clusterrolebindings.rbac.authorization.k8s.io")
 
 
 @pytest.mark.parametrize("values,present,absent", [
-    (["--set", "rbac.sparkJobs=false"], set(), {("batch", "cronjobs"), ("", "serviceaccounts"), ("", "persistentvolumeclaims")}),
+    (["--set", "rbac.sparkJobs=false"], {("", "serviceaccounts"), ("rbac.authorization.k8s.io", "roles")},
+     {("batch", "cronjobs")}),
     (["--set", "rbac.sparkJobVolumes=true"], {("batch", "cronjobs"), ("", "persistentvolumeclaims")}, set()),
 ])
 def test_spark_job_rbac_values(control_plane, values, present, absent):
@@ -120,6 +176,38 @@ def test_spark_job_rbac_values(control_plane, values, present, absent):
     assert present <= granted and not (absent & granted)
     pods = {v for rule in role["rules"] if rule["resources"] == ["pods"] for v in rule["verbs"]}
     assert ("create" in pods) == ("rbac.sparkJobs=false" not in values[1])
+    claims = {v for rule in role["rules"] if rule["resources"] == ["persistentvolumeclaims"] for v in rule["verbs"]}
+    assert ("create" in claims) == ("rbac.sparkJobVolumes=true" in values[1])
+    # the failover controllers' Role can always be granted
+    granted_verbs = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+                     for v in rule["verbs"]}
+    for rule in CONTROLLER_RULES:
+        for verb in rule["verbs"]:
+            assert (rule["apiGroups"][0], rule["resources"][0], verb) in granted_verbs
+
+
+def test_the_operator_may_create_the_failover_controllers_role_and_binding(control_plane, helm_release):
+    """RBAC escalation prevention on the real authorizer: the operator's ServiceAccount creates
+    the controllers' Role (it holds every right in it) and binds it."""
+    from ferrymq_operator import manifests
+    from ferrymq_operator.model import BrokerCluster
+
+    cluster = BrokerCluster.from_resource({"metadata": {"name": "esc", "namespace": "default"},
+                                           "spec": {"replicas": 1, "replication": {"slavesPerGroup": 1, "failover": True}}})
+    for obj in (manifests.controller_service_account(cluster), manifests.controller_role(cluster),
+                manifests.controller_role_binding(cluster)):
+        p = control_plane.kubectl("create", "-n", "default", "-f", "-", f"--as=system:serviceaccount:{RELEASE_NS}:{SA}",
+                                  input=json.dumps(obj), check=False)
+        assert p.returncode == 0, p.stderr
+    for kind in ("rolebinding", "role", "serviceaccount"):
+        control_plane.kubectl("delete", kind, "esc-controller", "-n", "default")
+    # and it could not grant more than it holds
+    wider = manifests.controller_role(cluster)
+    wider["metadata"]["name"] = "esc-wider"
+    wider["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["delete"]})
+    p = control_plane.kubectl("create", "--dry-run=server", "-n", "default", "-f", "-",
+                              f"--as=system:serviceaccount:{RELEASE_NS}:{SA}", input=json.dumps(wider), check=False)
+    assert p.returncode != 0 and "escalat" in p.stderr, p.stderr
 
 
 def test_owner_references_the_operator_sets_pass_owner_reference_enforcement(control_plane, helm_release):
