@@ -76,7 +76,9 @@ diagnostics() {
   rm -rf "$LOGS"; mkdir -p "$LOGS"
   kubectl get nodes,all,pvc,pv,brokers,topics,consumergroups,cronjobs,jobs -A -o wide > "$LOGS/objects.txt" 2>&1 || true
   kubectl get events -A --sort-by=.lastTimestamp > "$LOGS/events.txt" 2>&1 || true
-  kubectl logs -n ferrymq-system deploy/ferrymq-ferrymq-operator --tail=-1 > "$LOGS/operator.log" 2>&1 || true
+  # every operator replica (one leads, the others stand by), each line prefixed with its pod
+  kubectl logs -n ferrymq-system -l app.kubernetes.io/name=ferrymq-operator --prefix --tail=-1 \
+    > "$LOGS/operator.log" 2>&1 || true
   local ns pod
   kubectl get pods -A -l app.kubernetes.io/name=ferrymq -o jsonpath='{range .items[*]}{.metadata.namespace} {.metadata.name}{"\n"}{end}' 2>/dev/null |
     while read -r ns pod; do kubectl logs -n "$ns" "$pod" --all-containers --tail=-1 > "$LOGS/$ns-$pod.log" 2>&1 || true; done

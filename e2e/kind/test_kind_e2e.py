@@ -748,8 +748,9 @@ def test_helm_upgrade_then_uninstall_leaves_only_kept_claims(ns, tools):
     dep = get("deployment", f"{RELEASE}-ferrymq-operator", RELEASE_NS)
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0].get("env", [])}
     assert env.get("FERRYMQ_RESYNC_SECONDS") == "15", env
-    poll_until("the upgraded operator pod", lambda: [p for p in operator_pods() if p["metadata"]["uid"] not in before
-                                                       and pod_ready(p)] and len(operator_pods()) == 1, 300)
+    replicas = dep["spec"]["replicas"]  # the chart's two, one leading by a Lease
+    poll_until("the upgraded operator pods", lambda: len([p for p in operator_pods() if p["metadata"]["uid"] not in before
+                                                          and pod_ready(p)]) == replicas == len(operator_pods()), 300)
     # the upgraded operator still reconciles
     apply(ns, {"apiVersion": API, "kind": "Topic", "metadata": {"name": "after-upgrade"},
                "spec": {"brokerRef": {"name": BROKER}}})
