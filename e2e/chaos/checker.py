@@ -365,12 +365,14 @@ def _pair(a: float | None, b: float | None) -> str:
 
 def table(results: list[Result]) -> str:
     """The suite's table: a header and one row per fault kind."""
-    lines = ["  ".join(name.ljust(w) for name, w in _COLUMNS)]
-    for row in rows(results):
+    found = rows(results)
+    widths = [max([w, *(len(r.fault) for r in found)]) if name == "fault" else w for name, w in _COLUMNS]
+    lines = ["  ".join(name.ljust(w) for (name, _), w in zip(_COLUMNS, widths)).rstrip()]
+    for row in found:
         cells = (row.fault, row.runs, row.acknowledged, row.lost, row.unseen, row.inconsistent, row.nonmonotonic,
                  row.duplicates, _pair(row.unavailable_p50, row.unavailable_max), _pair(row.ready_p50, row.ready_max),
                  "yes" if row.valid else "NO")
-        lines.append("  ".join(str(c).ljust(w) for c, (_, w) in zip(cells, _COLUMNS)))
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip())
     return "\n".join(lines)
 
 
