@@ -12,6 +12,8 @@ Pure: it takes a :class:`~e2e.chaos.history.History` (``history.load(files)``) a
 * **corrupt** - a key read with a body digest other than the one sent;
 * **nonmonotonic** - within one consumer's session on a queue, an offset not above the previous;
 * **poll skips** - within such a session, offsets jumped over (informative: not a failure);
+* **early reads** - keys read before their send was answered (informative: a consumer may see
+  what is not replicated yet, the precondition of inconsistent offsets after a failover);
 * **duplicates** - one key read at several offsets (allowed: at-least-once), and redeliveries
   (one key read again at the same offset; allowed);
 * **write unavailability** - the stretches between two consecutive acknowledgements in which a
@@ -118,6 +120,7 @@ class Result:
     reads: int = 0
     keys_read: int = 0
     unacked_read: int = 0  # keys read whose send was not acknowledged (allowed)
+    early_reads: int = 0  # keys read before their send was answered: reads are not held to what is replicated
     lost: list[Missing] = field(default_factory=list)
     unseen: list[Missing] = field(default_factory=list)
     inconsistent: list[Inconsistent] = field(default_factory=list)
@@ -162,7 +165,7 @@ class Result:
             "fault": self.fault, "valid": self.valid, "attempts": self.attempts,
             "acknowledged": self.acknowledged, "failed": self.failed,
             "stored_not_acked": self.stored_not_acked, "errors": self.errors, "reads": self.reads,
-            "keys_read": self.keys_read, "unacked_read": self.unacked_read,
+            "keys_read": self.keys_read, "unacked_read": self.unacked_read, "early_reads": self.early_reads,
             "lost": len(self.lost), "unseen": len(self.unseen),
             "inconsistent": len(self.inconsistent), "misplaced": len(self.misplaced),
             "corrupt": len(self.corrupt), "nonmonotonic": len(self.nonmonotonic),
@@ -215,8 +218,12 @@ def check(history: History, *, fault: str = "", time_to_ready: float | None = No
     highest: dict[tuple[str, int], int] = {}
     seen_pairs: set[tuple[str, Position]] = set()
     keys_read: set[str] = set()
+    answered = {s.key: s.t1 for s in sends}
+    early: set[str] = set()
     for rd in reads:
         keys_read.add(rd.key)
+        if rd.t < answered.get(rd.key, rd.t):
+            early.add(rd.key)
         if rd.reconsume:  # a redelivery through the retry topic: its offset is the retry queue's
             continue
         pos = rd.position
@@ -231,6 +238,7 @@ def check(history: History, *, fault: str = "", time_to_ready: float | None = No
         if want and rd.digest and rd.digest != want:
             r.corrupt.append(Corrupt(rd.key, pos, want, rd.digest))
     r.keys_read = len(keys_read)
+    r.early_reads = len(early)
     r.unacked_read = sum(1 for k in keys_read if k not in acked and k in sent_digest)
 
     # Lost / unseen / misplaced, and the acknowledged positions for the inconsistency check.
@@ -381,7 +389,8 @@ def report(result: Result) -> str:
     lines = [
         f"{result.fault or 'run'}: {result.attempts} attempts, {result.acknowledged} acknowledged, "
         f"{result.failed} failed, stored not acknowledged {result.stored_not_acked or 0}; "
-        f"{result.reads} reads of {result.keys_read} keys ({result.unacked_read} not acknowledged), "
+        f"{result.reads} reads of {result.keys_read} keys ({result.unacked_read} not acknowledged, "
+        f"{result.early_reads} before their send was answered), "
         f"{len(result.duplicates)} duplicated keys, {result.redeliveries} redeliveries, "
         f"{len(result.poll_skips)} poll skips",
         f"lost {len(result.lost)}, unseen {len(result.unseen)}, inconsistent {len(result.inconsistent)}, "

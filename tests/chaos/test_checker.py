@@ -262,3 +262,11 @@ def test_failures_are_grouped_by_reason_without_per_attempt_numbers():
                 Send("f3", None, 22, 23, "FAILED", error="MQBrokerException: CODE: 14 DESC: lost the controller", code=14)]
     assert check(h).errors == {"MQClientException: Send [N] times, still failed, cost [N]ms": 2,
                                "code 14: MQBrokerException: CODE: 14 DESC: lost the controller": 1}
+
+
+def test_early_reads_a_key_read_before_its_send_was_answered():
+    h = clean()
+    h.sends.append(sent("slow", 1, 3, 30, t1=33))
+    h.reads.append(read("slow", 1, 3, t=31))  # served while the master still waited for its slave
+    r = check(h)
+    assert r.early_reads == 1 and r.valid and "1 before their send was answered" in report(r)
