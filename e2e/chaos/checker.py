@@ -286,7 +286,7 @@ def _order(reads: list[Read]) -> tuple[list[Nonmonotonic], list[PollSkip]]:
                 nonmono.append(Nonmonotonic(rd.consumer, rd.session, rd.broker, rd.queue, prev, rd.offset, rd.line))
             elif rd.offset > prev + 1:
                 skips.append(PollSkip(rd.consumer, rd.session, rd.broker, rd.queue, prev, rd.offset))
-        last[k] = rd.offset if prev is None else max(prev, rd.offset)
+        last[k] = rd.offset  # consecutive reads are compared: a rewind of n offsets is one anomaly
     return nonmono, skips
 
 

@@ -270,3 +270,11 @@ def test_early_reads_a_key_read_before_its_send_was_answered():
     h.reads.append(read("slow", 1, 3, t=31))  # served while the master still waited for its slave
     r = check(h)
     assert r.early_reads == 1 and r.valid and "1 before their send was answered" in report(r)
+
+
+def test_a_rewind_within_a_session_is_one_nonmonotonic_step():
+    h = clean()
+    q0 = [x for x in h.reads if x.queue == 0]  # offsets 0, 1, 2
+    h.reads += [read(x.key, 0, x.offset) for x in q0]  # the session reads 0, 1, 2 again
+    r = check(h)
+    assert [(n.previous, n.offset) for n in r.nonmonotonic] == [(2, 0)] and r.poll_skips == []
