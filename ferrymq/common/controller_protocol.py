@@ -18,7 +18,8 @@ CONTROLLER_PROMOTED: brokerName, brokerId, epoch, startOffset (the CommitLog end
 
 CONTROLLER_ALTER_IN_SYNC (the master only): brokerName, brokerId (its identity), epoch, inSyncEpoch
   (the version of the in-sync set it changes), inSync (the new set of slave identities, comma
-  separated; the master is always a member). SUCCESS with the new inSyncEpoch once recorded;
+  separated; the master is always a member), confirmedOffset (as in the heartbeat: a slave taken
+  in is waited for from before the request, so this bounds what the master acknowledged alone). SUCCESS with the new inSyncEpoch once recorded;
   anything else: the set is unchanged (a stale epoch, a broker that is not master).
 
 A controller replica that does not lead (several replicas behind Lease election) answers every

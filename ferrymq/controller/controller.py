@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ferrymq.common.controller_protocol import (
+    CONTROLLER_ALTER_IN_SYNC,
     CONTROLLER_GET_STATE,
     CONTROLLER_HEARTBEAT,
     CONTROLLER_NOT_LEADER,
@@ -35,6 +36,7 @@ from ferrymq.controller.state import (
     EpochRecord,
     Group,
     Pending,
+    alter_in_sync,
     elect,
     first_master,
     heartbeat_answer,
@@ -91,6 +93,7 @@ class Controller:
         self.server.register(CONTROLLER_HEARTBEAT, self.heartbeat)
         self.server.register(CONTROLLER_PROMOTED, self.promoted)
         self.server.register(CONTROLLER_GET_STATE, self.get_state)
+        self.server.register(CONTROLLER_ALTER_IN_SYNC, self.alter_in_sync)
         # Persistence (state_store.py) and leadership. Without an elector this is the only
         # controller and leads from start() on. With one (several replicas, the state in a
         # ConfigMap) it answers brokers only while it holds the Lease and has read the state
@@ -279,9 +282,8 @@ class Controller:
             if not group.history and group.pending is None:
                 if seen.broker_id != 0:
                     return self._answer(req, WAIT, 0)
-                record = first_master(seen)
-                group.history.append(record)
-                group.must_reach = record.start_offset
+                group.new_term(first_master(seen))
+                record = group.current
                 await self._save()
                 log.info("broker group %s: broker 0 (%s) is master of epoch %d from offset %d", name, seen.addr,
                          record.epoch, record.start_offset)
@@ -290,6 +292,8 @@ class Controller:
             "role": answer.role, "epoch": answer.epoch, "epochStartOffset": answer.epoch_start_offset,
             "masterId": answer.master_id, "masterAddr": answer.master_addr, "masterHaAddr": answer.master_ha_addr,
             "truncateOffset": answer.truncate_offset, "promote": answer.promote,
+            "inSync": ",".join(str(m) for m in sorted(answer.in_sync)), "inSyncEpoch": answer.in_sync_epoch,
+            "uncleanElection": self.config.enable_elect_unclean_master,
             "failoverTimeout": self.config.failover_timeout})
 
     def _answer(self, req: RemotingCommand, role: str, epoch: int) -> RemotingCommand:
@@ -305,7 +309,7 @@ class Controller:
             group = self.groups.get(name)
             cur = group.current if group else None
             if cur is not None and (cur.epoch, cur.master_id, cur.start_offset) == (epoch, broker_id, start):
-                return req.response()  # a retry of a promotion already recorded
+                return req.response(ext_fields={"inSyncEpoch": group.in_sync_epoch})  # a retry, already recorded
             p = group.pending if group else None
             if p is None or (p.broker_id, p.epoch) != (broker_id, epoch):
                 return req.response(ResponseCode.SYSTEM_ERROR,
@@ -316,13 +320,35 @@ class Controller:
                           "promotion called off", name, broker_id, start, group.must_reach)
                 return req.response(ResponseCode.SYSTEM_ERROR, remark=f"offset {start} is short of "
                                     f"{group.must_reach}, what the old master acknowledged")
-            group.history.append(EpochRecord(epoch, start, broker_id))
-            group.pending = None
-            group.must_reach = start
+            group.new_term(EpochRecord(epoch, start, broker_id))
             await self._save()
+            in_sync_epoch = group.in_sync_epoch
         log.warning("broker group %s: broker %d is master of epoch %d from CommitLog offset %d", name, broker_id,
                     epoch, start)
-        return req.response()
+        return req.response(ext_fields={"inSyncEpoch": in_sync_epoch})
+
+    async def alter_in_sync(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        name = req.get_str("brokerName", required=True)
+        broker_id, epoch = req.get_long("brokerId", required=True), req.get_long("epoch", required=True)
+        try:
+            members = frozenset(int(m) for m in req.get_str("inSync", "").split(",") if m.strip())
+        except ValueError:
+            return req.response(ResponseCode.SYSTEM_ERROR, remark="inSync must list broker ids separated by commas")
+        async with self._lock:
+            group = self.groups.get(name)
+            if group is None:
+                return req.response(ResponseCode.SYSTEM_ERROR, remark=f"no broker group {name}")
+            before = sorted(group.in_sync)
+            refusal = alter_in_sync(group, broker_id, epoch, req.get_long("inSyncEpoch", required=True), members)
+            if refusal is not None:
+                return req.response(ResponseCode.SYSTEM_ERROR, remark=refusal)
+            # what the master acknowledged before it waited for the new members: a successor holds it
+            group.must_reach = max(group.must_reach, req.get_long("confirmedOffset", 0))
+            await self._save()
+            in_sync_epoch = group.in_sync_epoch
+        log.warning("broker group %s: in-sync set %s with master %d (was %s), version %d", name, sorted(members),
+                    broker_id, before, in_sync_epoch)
+        return req.response(ext_fields={"inSyncEpoch": in_sync_epoch})
 
     async def get_state(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         now = time.monotonic()

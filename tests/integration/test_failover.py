@@ -152,9 +152,10 @@ def record_bodies(store_dir) -> list[bytes]:
 
 
 def test_the_slave_is_promoted_the_old_master_truncates_and_rejoins(group):
-    """Kill the slave, so the SYNC master stores messages it cannot get acknowledged (answered
-    SLAVE_NOT_AVAILABLE); kill the master; the slave comes back and is promoted (epoch 2, from
-    where its CommitLog ends); producers resume through the route. The old master comes back:
+    """Freeze the in-sync slave, so the SYNC master stores messages it cannot get acknowledged
+    (answered FLUSH_SLAVE_TIMEOUT: the in-sync set still names the slave); kill the master; the
+    slave thaws and is promoted (epoch 2, from where its CommitLog ends); producers resume
+    through the route. The old master comes back:
     it drops the unacknowledged messages (written after epoch 2 began), follows the new master,
     and its CommitLog ends byte-identical to it; every message answered SEND_OK is readable from
     the new master."""
@@ -168,18 +169,22 @@ def test_the_slave_is_promoted_the_old_master_truncates_and_rejoins(group):
         producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=10, retry_times=0)
         await producer.start()
         try:
-            await wait_until(lambda: send_ok(producer), 30, "the slave replicating")
+            await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
             acked = await send_all(producer, 300, "acked")
             assert {r.status for r in acked} == {SendStatus.SEND_OK}
 
-            p.processes["slave"].kill()
-            unacked = await send_all(producer, 40, "unacked", concurrency=4)
-            assert {r.status for r in unacked} <= {SendStatus.SLAVE_NOT_AVAILABLE, SendStatus.FLUSH_SLAVE_TIMEOUT}
-            old_end = end_of(unacked)  # stored on the old master all the same
-
-            p.processes["master"].kill()
-            killed = time.monotonic()
-            await asyncio.to_thread(p.start_slave)
+            slave = p.processes["slave"].proc
+            os.kill(slave.pid, signal.SIGSTOP)
+            try:
+                # 29 MB: more than the sockets between them buffer, so the slave cannot hold it all
+                unacked = await asyncio.gather(*(producer.send(Message(TOPIC, f"unacked-{i}-".encode() + bytes(600_000)))
+                                                 for i in range(48)))
+                assert {r.status for r in unacked} == {SendStatus.FLUSH_SLAVE_TIMEOUT}
+                old_end = end_of(unacked)  # stored on the old master all the same
+                p.processes["master"].kill()
+                killed = time.monotonic()
+            finally:
+                os.kill(slave.pid, signal.SIGCONT)
             await wait_until(lambda: master_of_epoch(p, 2, 1), 30, "broker 1 master of epoch 2")
             promoted_after = time.monotonic() - killed
             await wait_until(lambda: _is(route_master(p.namesrv), p.addr("slave")), 30,
@@ -224,7 +229,11 @@ def test_the_slave_is_promoted_the_old_master_truncates_and_rejoins(group):
     assert commit_log_range(p.master_dir, 0, end) == commit_log_range(p.slave_dir, 0, end)
     assert len(commit_log_range(p.master_dir, 0, end)) == end
     old_master_bodies = record_bodies(p.master_dir)
-    assert not [b for b in old_master_bodies if b.startswith(b"unacked-")]
+    # Unacknowledged messages the slave had received before it froze survive on both; the rest
+    # (the old master wrote them after epoch 2 began) are gone from both.
+    kept = [b for b in old_master_bodies if b.startswith(b"unacked-")]
+    assert kept == [b for b in record_bodies(p.slave_dir) if b.startswith(b"unacked-")]
+    assert len(kept) < len(unacked)
     assert sum(b.startswith(b"resumed-") for b in old_master_bodies) == len(resumed)
 
     # The old master's ConsumeQueues were cut with its CommitLog: they agree after a clean stop.
@@ -236,6 +245,12 @@ def test_the_slave_is_promoted_the_old_master_truncates_and_rejoins(group):
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         return r.read().decode()
+
+
+async def healed(p: FailoverPair) -> bool:
+    """Both brokers up, and the one that is not master in the master's in-sync set."""
+    state = await controller_state(p.controller)
+    return state.get("inSync") == [1 - state.get("masterId", 0)]
 
 
 async def _epoch_above(p: FailoverPair, epoch: int) -> bool:
@@ -272,6 +287,7 @@ def test_an_async_group_fails_over_and_the_new_master_acknowledges_alone(group):
             def copied() -> bool:
                 return commit_log_range(p.slave_dir, 0, end + 1) == commit_log_range(p.master_dir, 0, end + 1)
             await wait_until(copied, 30, "the slave holding what the master acknowledged")
+            await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
             p.processes["master"].kill()
             await wait_until(lambda: master_of_epoch(p, 2, 1), 30, "broker 1 master of epoch 2")
             await wait_until(lambda: send_ok(producer), 30, "SEND_OK from the new master, alone")
@@ -399,7 +415,7 @@ def test_with_two_slaves_one_is_promoted_and_the_other_and_the_old_master_follow
                     if r.status is SendStatus.SEND_OK:
                         acked.append((r, body))
             try:
-                await wait_until(lambda: send_ok(producer), 30, "the slaves replicating")
+                await wait_until(lambda: in_sync(p, 1, 2), 30, "both slaves in the master's in-sync set")
                 loaders = [asyncio.ensure_future(load()) for _ in range(4)]
                 await wait_until(lambda: len(acked) >= 200, 60, "acknowledged sends under load")
                 p.processes["master"].kill()
@@ -469,6 +485,7 @@ def test_random_kill_9_with_failover_on_loses_nothing_acknowledged(group):
                 for round_ in range(KILLS):
                     target = rng.choice(["master", "slave"])
                     await load.more(20, 90, f"acknowledged sends before kill {round_ + 1}")
+                    await wait_until(lambda: healed(p), 60, "the other broker in the master's in-sync set")
                     state = await controller_state(p.controller)
                     p.processes[target].kill()
                     if state["masterId"] == (0 if target == "master" else 1) and rng.random() < 0.75:
@@ -497,8 +514,8 @@ def test_random_kill_9_with_failover_on_loses_nothing_acknowledged(group):
 
 def test_a_master_cut_off_from_the_controller_stops_taking_sends_and_steps_down(group):
     """The master loses the controller (a proxy that stops forwarding) but not its slave nor its
-    clients: it refuses sends once its lease runs out, the controller promotes the slave, and no
-    two masters acknowledge at once. When the link is back the controller tells the old master
+    clients: it goes on acknowledging with its in-sync slave until the controller promotes that
+    slave; then, cut off from both, it fences itself, and no two masters acknowledge at once. When the link is back the controller tells the old master
     it was replaced: it stops (exit code 3); restarted, it rejoins as a slave. Everything ever
     acknowledged is on the new master."""
     p = group(["syncFlushTimeout=2000"])
@@ -515,7 +532,7 @@ def test_a_master_cut_off_from_the_controller_stops_taking_sends_and_steps_down(
             acked: list = []
             acked_during: list[bytes] = []
             try:
-                await wait_until(lambda: send_ok(producer), 30, "the slave replicating")
+                await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
                 acked += await send_all(producer, 100, "before")
                 assert {r.status for r in acked} == {SendStatus.SEND_OK}
 

@@ -177,15 +177,22 @@ class FailoverAgent:
         wanted = master.proposed_in_sync(time.monotonic(), self.config.ha_max_time_slave_not_catchup / 1000)
         if wanted == master.in_sync:
             return
+        # A slave taken in is waited for from now on, before the controller hears of it: what the
+        # master acknowledges alone ends here, and the controller learns where (confirmedOffset),
+        # so it never elects the newcomer short of that.
+        if not wanted <= master.in_sync:
+            master.expect(master.in_sync | wanted)
         request = RemotingCommand.request(CONTROLLER_ALTER_IN_SYNC, {
             "brokerName": self.config.broker_name, "brokerId": self.identity, "epoch": self.epoch,
-            "inSyncEpoch": master.in_sync_epoch, "inSync": ",".join(str(m) for m in sorted(wanted))})
+            "inSyncEpoch": master.in_sync_epoch, "inSync": ",".join(str(m) for m in sorted(wanted)),
+            "confirmedOffset": self.replication.confirmed_offset()})
         try:
             answer = await self._invoke(request, max(self.interval_s * 2, 1.0))
         except (RemotingError, OSError, asyncio.TimeoutError) as exc:
             log.info("proposing in-sync set %s failed: %s (proposed again next round)", sorted(wanted), exc)
-            return
+            return  # a grown set stays expected: stricter until the controller answers
         if answer.code != ResponseCode.SUCCESS:
+            master.expect(None)
             log.warning("the controller refused in-sync set %s: %s", sorted(wanted), answer.remark)
             return
         before = sorted(master.in_sync)

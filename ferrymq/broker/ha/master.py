@@ -68,10 +68,19 @@ class SlaveState:
     next_transfer_offset: int = -1
     identity: int | None = None  # controller mode: the brokerId its hello named
     epoch: int = -1  # controller mode: the last epoch its hello named
-    # The end of the CommitLog when the master last had sent it everything, and when: an
-    # acknowledgement reaching that end means the slave had caught up at that moment.
-    sent_all: tuple[int, float] = (-1, 0.0)
+    # A probe of how far behind the slave is: the CommitLog's end on the master at some moment;
+    # once the slave acknowledges that much it held, then, everything the master had.
+    probe: tuple[int, float] | None = None
     caught_up_at: float = 0.0  # monotonic time the slave last held everything the master had
+
+    def probe_from(self, end: int, now: float) -> None:
+        if self.probe is None:
+            self.probe = (end, now)
+
+    def acknowledge(self, offset: int) -> None:
+        self.acked_offset = offset
+        if self.probe is not None and offset >= self.probe[0]:
+            self.caught_up_at, self.probe = self.probe[1], None
 
 
 class HAMaster:
@@ -94,8 +103,12 @@ class HAMaster:
         # reconnections: a member that is away holds the acknowledgements back).
         self.in_sync: frozenset[int] | None = None
         self.in_sync_epoch = 0
+        # While a grown set is being proposed, acknowledgements already wait for its new members
+        # (stricter is safe; the master must not acknowledge alone what a new member lacks).
+        self._expected: frozenset[int] | None = None
         self.epoch = 0
         self._member_acked: dict[int, int] = {}
+        self._member_caught_up: dict[int, float] = {}  # when each slave last held everything, over its connections
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -142,7 +155,7 @@ class HAMaster:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PutStatus] = loop.create_future()
         end = result.wrote_offset + result.wrote_bytes
-        if self.in_sync is not None and not self.in_sync:  # the master is the whole set
+        if self.in_sync is not None and not self._waited_for:  # the master is the whole set
             future.set_result(PutStatus.PUT_OK)
             self.acknowledged_end = max(self.acknowledged_end, end)
         elif self.in_sync is None and not self.slave_ok(end):
@@ -181,6 +194,8 @@ class HAMaster:
         if epoch != self.epoch:
             self._member_acked.clear()
         self.epoch = epoch
+        now = time.monotonic()  # members get a full haMaxTimeSlaveNotCatchup to (re)connect
+        self._member_caught_up = {m: max(now, self._member_caught_up.get(m, 0.0)) for m in members}
         self.set_in_sync(members, in_sync_epoch)
 
     def set_in_sync(self, members: frozenset[int], in_sync_epoch: int) -> None:
@@ -188,16 +203,33 @@ class HAMaster:
         if self.in_sync == members and self.in_sync_epoch == in_sync_epoch:
             return
         self.in_sync, self.in_sync_epoch = frozenset(members), in_sync_epoch
-        for state in self.slaves:  # a new member's acknowledgements so far count at once
-            if self._counts(state) and state.acked_offset > self._member_acked.get(state.identity, -1):
-                self._member_acked[state.identity] = state.acked_offset
+        self._expected = None
+        self._adopt_acks()
         self._release(self.confirmed())
 
+    def expect(self, members: frozenset[int] | None) -> None:
+        """Wait for ``members`` too from now on, until the controller answers a proposal
+        (``None``: back to the committed set)."""
+        self._expected = members
+        self._adopt_acks()
+        self._release(self.confirmed())
+
+    def _adopt_acks(self) -> None:
+        """A new member's acknowledgements so far count at once."""
+        for state in self.slaves:
+            if self._counts(state) and state.acked_offset > self._member_acked.get(state.identity, -1):
+                self._member_acked[state.identity] = state.acked_offset
+
+    @property
+    def _waited_for(self) -> frozenset[int]:
+        return (self.in_sync or frozenset()) | (self._expected or frozenset())
+
     def confirmed(self) -> int:
-        """Controller mode: the offset every in-sync member holds (the store's end with none)."""
-        if not self.in_sync:
+        """Controller mode: the offset every member waited for holds (the store's end with none)."""
+        members = self._waited_for
+        if not members:
             return self.store.max_phy_offset
-        return min(self._member_acked.get(m, 0) for m in self.in_sync)
+        return min(self._member_acked.get(m, 0) for m in members)
 
     def _counts(self, state: SlaveState) -> bool:
         """A connection whose acknowledgements count for the in-sync set: named, and in this epoch."""
@@ -209,16 +241,17 @@ class HAMaster:
         return any(s.identity in members and self._counts(s) for s in self.slaves)
 
     def proposed_in_sync(self, now: float, max_not_catchup_s: float) -> frozenset[int]:
-        """The set this master would have: members still connected that held everything the
-        master had within ``max_not_catchup_s`` (haMaxTimeSlaveNotCatchup), and slaves of this
-        epoch that did."""
+        """The set this master would have: the members and the slaves connected in this epoch
+        that held everything the master had within the last ``max_not_catchup_s``
+        (haMaxTimeSlaveNotCatchup), connected now or not (a member away keeps its place that
+        long, so a restart of either side does not shrink the set at once)."""
+        for s in self.slaves:
+            if self._counts(s):
+                self._member_caught_up[s.identity] = max(s.caught_up_at, self._member_caught_up.get(s.identity, 0.0))
         current = self.in_sync or frozenset()
-        keep: set[int] = set()
-        for state in self.slaves:
-            if self._counts(state) and now - state.caught_up_at <= max_not_catchup_s:
-                if state.identity in current or state.acked_offset >= self.acknowledged_end:
-                    keep.add(state.identity)
-        return frozenset(keep)
+        connected = {s.identity for s in self.slaves if self._counts(s)}
+        return frozenset(m for m, at in self._member_caught_up.items()
+                         if now - at <= max_not_catchup_s and (m in current or m in connected))
 
     # ------------------------------------------------------------------ connections
 
@@ -279,9 +312,7 @@ class HAMaster:
             offset = decode_offset_report(data)
             if not first_report.done():
                 first_report.set_result(offset)
-            state.acked_offset = offset
-            if offset >= state.sent_all[0] >= 0:
-                state.caught_up_at = state.sent_all[1]
+            state.acknowledge(offset)
             if self.in_sync is None:
                 self._acknowledged(offset)
             elif self._counts(state):
@@ -292,7 +323,7 @@ class HAMaster:
             return
         self._member_acked[identity] = offset
         self.acked_offset = max(self.acked_offset, offset)
-        if self.in_sync and identity in self.in_sync:
+        if identity in self._waited_for:
             self._release(self.confirmed())
 
     async def _send(self, writer: asyncio.StreamWriter, state: SlaveState, wake: asyncio.Event,
@@ -324,11 +355,9 @@ class HAMaster:
                 offset += len(data)
                 state.next_transfer_offset = offset
                 last_write = time.monotonic()
+                state.probe_from(store.max_phy_offset, last_write)
                 continue
-            if offset >= store.max_phy_offset:  # the slave has been sent everything there is
-                state.sent_all = (offset, time.monotonic())
-                if state.acked_offset >= offset:
-                    state.caught_up_at = state.sent_all[1]
+            state.probe_from(store.max_phy_offset, time.monotonic())
             idle = time.monotonic() - last_write
             if idle >= heartbeat:
                 writer.write(encode_transfer(offset))
