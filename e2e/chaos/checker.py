@@ -120,7 +120,8 @@ class Result:
     reads: int = 0
     keys_read: int = 0
     unacked_read: int = 0  # keys read whose send was not acknowledged (allowed)
-    early_reads: int = 0  # keys read before their send was answered: reads are not held to what is replicated
+    early_reads: int = 0  # keys read before their send was answered (a consumer saw what was not committed yet)
+    early_lead: float = 0.0  # s: the longest such lead
     lost: list[Missing] = field(default_factory=list)
     unseen: list[Missing] = field(default_factory=list)
     inconsistent: list[Inconsistent] = field(default_factory=list)
@@ -166,6 +167,7 @@ class Result:
             "acknowledged": self.acknowledged, "failed": self.failed,
             "stored_not_acked": self.stored_not_acked, "errors": self.errors, "reads": self.reads,
             "keys_read": self.keys_read, "unacked_read": self.unacked_read, "early_reads": self.early_reads,
+            "early_lead_s": round(self.early_lead, 3),
             "lost": len(self.lost), "unseen": len(self.unseen),
             "inconsistent": len(self.inconsistent), "misplaced": len(self.misplaced),
             "corrupt": len(self.corrupt), "nonmonotonic": len(self.nonmonotonic),
@@ -222,8 +224,10 @@ def check(history: History, *, fault: str = "", time_to_ready: float | None = No
     early: set[str] = set()
     for rd in reads:
         keys_read.add(rd.key)
-        if rd.t < answered.get(rd.key, rd.t):
+        lead = answered.get(rd.key, rd.t) - rd.t
+        if lead > 0:
             early.add(rd.key)
+            r.early_lead = max(r.early_lead, lead)
         if rd.reconsume:  # a redelivery through the retry topic: its offset is the retry queue's
             continue
         pos = rd.position
@@ -390,7 +394,7 @@ def report(result: Result) -> str:
         f"{result.fault or 'run'}: {result.attempts} attempts, {result.acknowledged} acknowledged, "
         f"{result.failed} failed, stored not acknowledged {result.stored_not_acked or 0}; "
         f"{result.reads} reads of {result.keys_read} keys ({result.unacked_read} not acknowledged, "
-        f"{result.early_reads} before their send was answered), "
+        f"{result.early_reads} before their send was answered, by up to {result.early_lead:.3f} s), "
         f"{len(result.duplicates)} duplicated keys, {result.redeliveries} redeliveries, "
         f"{len(result.poll_skips)} poll skips",
         f"lost {len(result.lost)}, unseen {len(result.unseen)}, inconsistent {len(result.inconsistent)}, "

@@ -21,8 +21,12 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.compat.harness import _pdeathsig, java_client_command
+
+if TYPE_CHECKING:
+    from e2e.chaos.checker import Result
 
 PRODUCER_MAIN = "ferrymq.chaos.ChaosProducer"
 CONSUMER_MAIN = "ferrymq.chaos.ChaosConsumer"
@@ -110,3 +114,64 @@ def start_consumer(namesrv: str, topic: str, group: str, history: Path, *, idle_
             "--poll-namesrv-ms", str(poll_namesrv_ms),
             "--instance", instance or f"consumer-{os.getpid()}-{time.monotonic_ns() % 10**6}"]
     return JavaWorkload(CONSUMER_MAIN, args, history, history.with_suffix(".log")).start()
+
+
+def run(namesrv: str, topic: str, out_dir: Path, *, seconds: float, rate: float = 50, threads: int = 2,
+        group: str | None = None, drain_s: float = 60, fault: str = "") -> "Result":
+    """Produce for ``seconds`` while a consumer reads, let the consumer drain (every acknowledged
+    key read, or ``drain_s`` passed), stop it and check the history (for a fault injected by hand
+    meanwhile)."""
+    from e2e.chaos.checker import check
+    from e2e.chaos.history import load
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    consumer = start_consumer(namesrv, topic, group or f"{topic}_chaos", out_dir / "consumer.jsonl")
+    producer = None
+    try:
+        deadline = time.monotonic() + 60
+        while not consumer.ready() and time.monotonic() < deadline:
+            time.sleep(0.2)  # polling another process's output
+        producer = start_producer(namesrv, topic, out_dir / "producer.jsonl", rate=rate, threads=threads,
+                                  duration_s=seconds)
+        producer.wait(seconds + 120)
+        deadline = time.monotonic() + drain_s
+        while time.monotonic() < deadline:
+            r = check(load(producer.history, consumer.history))
+            if not (r.lost or r.unseen):
+                break
+            time.sleep(0.5)  # polling the consumer's file
+    finally:
+        if producer is not None:
+            producer.stop()
+        consumer.stop()
+    return check(load(producer.history, consumer.history), fault=fault)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from e2e.chaos.checker import report, table
+
+    ap = argparse.ArgumentParser(prog="python -m e2e.chaos.workload",
+                                 description="Run the Java workload against a name server and check its history.")
+    ap.add_argument("--namesrv", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--dir", required=True, help="where the history files and logs go")
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--rate", type=float, default=50)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--group", default=None)
+    ap.add_argument("--fault", default="")
+    args = ap.parse_args(argv)
+    result = run(args.namesrv, args.topic, Path(args.dir), seconds=args.seconds, rate=args.rate,
+                 threads=args.threads, group=args.group, fault=args.fault)
+    print(report(result))
+    print()
+    print(table([result]))
+    return 0 if result.valid else 1
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())

@@ -269,7 +269,7 @@ def test_early_reads_a_key_read_before_its_send_was_answered():
     h.sends.append(sent("slow", 1, 3, 30, t1=33))
     h.reads.append(read("slow", 1, 3, t=31))  # served while the master still waited for its slave
     r = check(h)
-    assert r.early_reads == 1 and r.valid and "1 before their send was answered" in report(r)
+    assert r.early_reads == 1 and r.early_lead == 2 and r.valid and "1 before their send was answered" in report(r)
 
 
 def test_a_rewind_within_a_session_is_one_nonmonotonic_step():
