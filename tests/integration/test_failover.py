@@ -576,3 +576,29 @@ def test_a_master_cut_off_from_the_controller_stops_taking_sends_and_steps_down(
     assert set(acked_during) <= on_master
     end = max(decode_offset_msg_id(r.offset_msg_id)[2] for r in acked) + 1
     assert commit_log_range(p.master_dir, 0, end) == commit_log_range(p.slave_dir, 0, end)
+
+
+def test_min_in_sync_replicas_refuses_sends_until_the_set_is_big_enough(group):
+    """minInSyncReplicas=2: the master alone refuses sends ("in-sync replicas not enough",
+    nothing stored); once its slave is in the in-sync set they are acknowledged."""
+    p = group(["syncFlushTimeout=2000", "minInSyncReplicas=2"])
+    p.start_master()
+
+    async def scenario():
+        await create_topic(p.namesrv)
+        producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
+        await producer.start()
+        try:
+            with pytest.raises(MQClientError, match="in-sync replicas not enough"):
+                await producer.send(Message(TOPIC, b"too few replicas"))
+            await asyncio.to_thread(p.start_slave)
+            await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
+            results = await send_all(producer, 20, "enough")
+            on_master = await bodies_on_master(p.namesrv)
+        finally:
+            await producer.close()
+        return results, on_master
+
+    results, on_master = asyncio.run(scenario())
+    assert {r.status for r in results} == {SendStatus.SEND_OK}
+    assert b"too few replicas" not in on_master and sum(b.startswith(b"enough-") for b in on_master) == 20

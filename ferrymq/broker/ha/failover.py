@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.config import BrokerConfig
+from ferrymq.broker.ha.controller_link import ControllerLink
 from ferrymq.broker.ha.epochs import EpochFile
 from ferrymq.common.controller_protocol import (
     CONTROLLER_ALTER_IN_SYNC,
@@ -74,6 +75,7 @@ class FailoverAgent:
         self.store = store
         self.epochs = epochs
         self.client = client
+        self.link = ControllerLink(config.controller_addr, client)  # one or several controller replicas
         self.identity = config.broker_id  # the broker's id in its group, whatever role it has now
         self.acting = NONE
         self.epoch = 0
@@ -110,7 +112,7 @@ class FailoverAgent:
             await asyncio.gather(watch, return_exceptions=True)
 
     async def _invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
-        return await self.client.invoke(self.config.controller_addr, request, timeout)
+        return await self.link.invoke(request, timeout)
 
     async def _heartbeat(self) -> RemotingCommand | None:
         cfg = self.config
@@ -205,6 +207,8 @@ class FailoverAgent:
         unclean choice from an older epoch has any), report where the CommitLog ends, record it."""
         if self.acting == MASTER and self.epoch == epoch:
             return True
+        log.warning("the controller names this broker master of epoch %d: stopping replication, reporting where "
+                    "its CommitLog ends", epoch)
         await self.replication.stop_slave()
         await self._truncate(truncate, epoch)
         start = self.store.max_phy_offset
