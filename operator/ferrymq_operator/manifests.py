@@ -347,14 +347,12 @@ def _anti_affinity(node_term: dict, zone_term: dict, required: bool) -> dict:
 
 
 def _group_spread(cluster: BrokerCluster) -> list[dict]:
-    """A topology spread by node: each group's pods at most one apart per node (the group's own
-    pods, by pod index), and the Broker's broker pods as a whole balanced over the nodes (never
-    a requirement: pods of other groups may share a node)."""
+    """A topology spread by node: each group's pods (same pod index in every broker set) at most
+    one apart per node. (One constraint only: the API keys them by topologyKey and
+    whenUnsatisfiable, so a second by hostname, e.g. to balance all broker pods, cannot be added.)"""
     when = "DoNotSchedule" if cluster.replication.spread_required else "ScheduleAnyway"
     return [{"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": when,
-             "labelSelector": _group_selector(cluster), "matchLabelKeys": [POD_INDEX_LABEL]},
-            {"maxSkew": 1, "topologyKey": HOSTNAME, "whenUnsatisfiable": "ScheduleAnyway",
-             "labelSelector": _group_selector(cluster)}]
+             "labelSelector": _group_selector(cluster), "matchLabelKeys": [POD_INDEX_LABEL]}]
 
 
 def broker_statefulset(cluster: BrokerCluster, replicas: int | None = None) -> dict:
