@@ -71,10 +71,7 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
             log.info("replication narrowed (fewer slaves, or failover off): deleting %s %s/%s (its claims are "
                      "kept)", kind, ns, name)
             await kube.delete(api_version, kind, ns, name)
-    pdbs = await kube.list_("policy/v1", "PodDisruptionBudget", ns, manifests.instance_selector(cluster))
-    for name in manifests.stale_disruption_budgets(cluster, [p["metadata"]["name"] for p in pdbs], plan.replicas):
-        log.info("deleting PodDisruptionBudget %s/%s (replaced, or its group is gone)", ns, name)
-        await kube.delete("policy/v1", "PodDisruptionBudget", ns, name)
+    await _delete_stale_pdbs(cluster, plan.replicas)
 
     # Health-gated restarts of pods whose config hash is stale (the StatefulSets are OnDelete);
     # with replication, slaves before masters.
@@ -130,6 +127,21 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
                          change.from_pod, change.to_pod, change.epoch)
             status.master_changed_events(body, changes)
     status.finish(body, patch, conds, extra)
+
+
+async def _delete_stale_pdbs(cluster: BrokerCluster, replicas: int) -> None:
+    """PDBs the Broker no longer wants (per-set ones replaced by per-group ones, groups gone by
+    a scale-down, the controllers' once failover is off): a pod under two PDBs cannot be evicted."""
+    ns = cluster.namespace
+    try:
+        pdbs = await kube.list_("policy/v1", "PodDisruptionBudget", ns, manifests.instance_selector(cluster))
+    except kube.ApiException as e:  # RBAC without list (rbac.create=false): keep them, reconcile the rest
+        log.info("cannot list the PodDisruptionBudgets of %s/%s (%s %s): stale ones stay", ns, cluster.name,
+                 e.status, e.reason)
+        return
+    for name in manifests.stale_disruption_budgets(cluster, [p["metadata"]["name"] for p in pdbs], replicas):
+        log.info("deleting PodDisruptionBudget %s/%s (replaced, or its group is gone)", ns, name)
+        await kube.delete("policy/v1", "PodDisruptionBudget", ns, name)
 
 
 async def _apply_statefulset(obj: dict) -> None:
