@@ -25,9 +25,10 @@ def resized(reason: str, generation: int):
     return check
 
 
-def failures_since(log: str, mark: int) -> list[str]:
-    return [line for line in log[mark:].splitlines() if "Handler 'brokers-" in line and "failed" in line
-            or "Timer 'brokers-resync' failed" in line]
+def failures_since(log: str, mark: int, ns: str) -> list[str]:
+    """This Broker's failed reconciles (other tests' namespaces may still be terminating)."""
+    return [line for line in log[mark:].splitlines() if f"[{ns}/" in line and (
+        ("Handler 'brokers-" in line and "failed" in line) or "Timer 'brokers-resync' failed" in line)]
 
 
 def set_expansion(cp, allowed: bool) -> None:
@@ -84,4 +85,5 @@ def test_raising_storage_size_recreates_the_set_expands_what_it_can_and_says_wha
         set_expansion(cp, False)
     assert cp.get("statefulset", f"{CLUSTER}-broker", ns)["spec"]["volumeClaimTemplates"][0]["spec"]["resources"][
         "requests"]["storage"] == "3Gi"
-    assert not failures_since(operator_logs.log_text(), mark), failures_since(operator_logs.log_text(), mark)
+    failures = failures_since(operator_logs.log_text(), mark, ns)
+    assert not failures, failures
