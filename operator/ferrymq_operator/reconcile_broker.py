@@ -20,6 +20,10 @@ from ferrymq_operator.settings import OperatorSettings
 
 log = logging.getLogger("ferrymq.operator")
 
+# A StatefulSet deleted with its pods orphaned (to be created anew) is normally gone within a
+# second (the garbage collector drops the orphan finalizer); else the next reconcile creates it.
+RECREATE_WAIT_SECONDS = 10.0
+
 
 async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) -> None:
     if status.is_paused(body):
@@ -167,9 +171,6 @@ async def _apply_statefulset(obj: dict) -> None:
         if controller or not await _gone("apps/v1", "StatefulSet", ns, name, RECREATE_WAIT_SECONDS):
             return  # the next reconcile creates it
     await kube.apply(obj)
-
-
-RECREATE_WAIT_SECONDS = 10.0
 
 
 async def _gone(api_version: str, kind: str, ns: str, name: str, timeout: float) -> bool:
