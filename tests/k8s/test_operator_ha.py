@@ -118,6 +118,9 @@ def test_a_leader_cut_off_from_the_api_server_stops_acting_at_once(control_plane
     standby = OperatorProcess(cp, ferry_cluster, operator_process.workdir, "operator-e")
     try:
         standby.wait_started("standby")
+        # a Broker whose resync timer (every second here) fires as soon as the leader wakes
+        cp.apply(broker_cr(), namespace)
+        wait_status(cp, "broker", "demo", namespace, lambda o: o["status"].get("observedGeneration") == 1, "observed")
         leader.process.send_signal(signal.SIGSTOP)
         standby.wait_started("leads", timeout=LEASE_DURATION + 15)
         operator_process.current = standby
@@ -129,6 +132,9 @@ def test_a_leader_cut_off_from_the_api_server_stops_acting_at_once(control_plane
         assert holder(cp) == standby.identity
         # woken after the standby took over, it ran no handler before exiting
         assert not [t for t in acts(leader) if t >= leads_at(standby)], leader.log_text()[-3000:]
+        cp.kubectl("patch", "broker", "demo", "-n", namespace, "--type=merge", "-p", '{"spec":{"replicas":1}}')
+        wait_status(cp, "broker", "demo", namespace, lambda o: o["status"].get("observedGeneration") == 2,
+                    "observed by the new leader", MARGIN)
     finally:
         if leader.process.poll() is None:
             leader.process.send_signal(signal.SIGCONT)
