@@ -116,6 +116,52 @@ def start_consumer(namesrv: str, topic: str, group: str, history: Path, *, idle_
     return JavaWorkload(CONSUMER_MAIN, args, history, history.with_suffix(".log")).start()
 
 
+def drain(producer: JavaWorkload, consumer: JavaWorkload, timeout: float = 90, quiet: float = 20) -> bool:
+    """Once the producer stopped: wait until the consumer read every acknowledged key (True), or
+    read nothing new for ``quiet`` s (what is missing is not coming: a loss), or ``timeout`` s."""
+    from e2e.chaos.checker import check
+    from e2e.chaos.history import load
+
+    deadline = time.monotonic() + timeout
+    size, changed = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        r = check(load(producer.history, consumer.history))
+        if not (r.lost or r.unseen):
+            return True
+        now_size = consumer.history.stat().st_size if consumer.history.exists() else 0
+        if now_size != size:
+            size, changed = now_size, time.monotonic()
+        elif time.monotonic() - changed > quiet:
+            return False
+        time.sleep(0.5)  # polling the consumer's file
+    return False
+
+
+class AckFollower:
+    """Follows a producer's growing history file: when each acknowledgement was answered."""
+
+    def __init__(self, history: Path) -> None:
+        self.history, self._pos, self.ack_times = Path(history), 0, []
+
+    def poll(self) -> "AckFollower":
+        from e2e.chaos.history import parse_lines
+        if not self.history.exists():
+            return self
+        with open(self.history, "rb") as f:
+            f.seek(self._pos)
+            data = f.read()
+        complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits for the next poll
+        self._pos += len(complete)
+        self.ack_times += sorted(s.t1 for s in parse_lines(complete.decode(errors="replace").splitlines()).sends
+                                 if s.acked)
+        return self
+
+    def count(self, since: float = 0.0) -> int:
+        """Acknowledgements answered after ``since`` (s since the epoch)."""
+        self.poll()
+        return sum(1 for t in self.ack_times if t > since)
+
+
 def run(namesrv: str, topic: str, out_dir: Path, *, seconds: float, rate: float = 50, threads: int = 2,
         group: str | None = None, drain_s: float = 60, fault: str = "") -> "Result":
     """Produce for ``seconds`` while a consumer reads, let the consumer drain (every acknowledged
@@ -135,12 +181,7 @@ def run(namesrv: str, topic: str, out_dir: Path, *, seconds: float, rate: float 
         producer = start_producer(namesrv, topic, out_dir / "producer.jsonl", rate=rate, threads=threads,
                                   duration_s=seconds)
         producer.wait(seconds + 120)
-        deadline = time.monotonic() + drain_s
-        while time.monotonic() < deadline:
-            r = check(load(producer.history, consumer.history))
-            if not (r.lost or r.unseen):
-                break
-            time.sleep(0.5)  # polling the consumer's file
+        drain(producer, consumer, drain_s)
     finally:
         if producer is not None:
             producer.stop()
