@@ -14,8 +14,10 @@ What decides the time of each finding:
   the offset over, after the failover);
 * misplaced, corrupt, duplicated keys: when the key was sent;
 * a nonmonotonic read: when it was read;
-* a window: the span it overlaps most (a window begins at the last acknowledgement *before*
-  the fault, so its start alone would name the previous span).
+* a write-unavailability window: when it ended (writes came back). It begins at the last
+  acknowledgement *before* the fault, so its start would name the previous span; the suite
+  waits for writes to resume before it injects the next fault, so the end falls in the span of
+  the fault that caused it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from e2e.chaos.checker import Result, Window
+from e2e.chaos.checker import Result
 from e2e.chaos.history import STORED_NOT_ACKED, History
 
 WARM_UP = "none (before the first fault)"
@@ -44,10 +46,6 @@ def spans(injections: list[tuple[str, float, float | None]], run_start: float, r
         end = injections[i + 1][1] if i + 1 < len(injections) else run_end
         out.append(Span(label, at, end, ready))
     return out
-
-
-def _overlap(w: Window, s: Span) -> float:
-    return min(w.end, s.end) - max(w.start, s.start)
 
 
 def attribute(result: Result, history: History, span_list: list[Span]) -> list[Result]:
@@ -95,6 +93,5 @@ def attribute(result: Result, history: History, span_list: list[Span]) -> list[R
     for key, positions in result.duplicates.items():
         at(key_time(key)).duplicates[key] = positions
     for w in result.windows:
-        best = max(range(len(span_list)), key=lambda i: (_overlap(w, span_list[i]), i))
-        out[best].windows.append(w)
+        at(w.end).windows.append(w)
     return out

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from e2e.chaos.checker import Result, check, report, table
+from e2e.chaos.group import create_topic
 from e2e.chaos.history import load
 from e2e.chaos.results import write_results
-from ferrymq.client.admin import AdminClient
-from ferrymq.client.errors import MQClientError
+from e2e.chaos.workload import drain
 from tests.compat.harness import CompatUnavailable, ensure_compat_classes
 from tests.failover_support import FailoverPair, controller_state
-from tests.support import missing_prerequisite, poll_until, wait_until
+from tests.support import missing_prerequisite, poll_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat, pytest.mark.slow]
 
@@ -34,17 +34,6 @@ def java_workload():
         ensure_compat_classes()
     except CompatUnavailable as e:
         missing_prerequisite(f"chaos workload: Maven Central unreachable: {e.reason}")
-
-
-async def create_topic(namesrv: str) -> None:
-    async with AdminClient(namesrv_addr=namesrv) as admin:
-        async def master_registered():
-            try:
-                return await admin.master_addrs("HACluster")
-            except MQClientError:
-                return None
-        await wait_until(master_registered, 30, "the master registered")
-        await admin.create_topic(TOPIC, read_queues=4, write_queues=4, cluster="HACluster")
 
 
 def acks_since(history_path, since: float = 0.0) -> int:
@@ -67,7 +56,7 @@ class Run:
         p.start_controller()
         p.start_master()
         p.start_slave()
-        asyncio.run(create_topic(p.namesrv))
+        asyncio.run(create_topic(p.namesrv, TOPIC))
         self.consumer = start_consumer(p.namesrv, TOPIC, "chaos_consumer", self.tmp / "consumer.jsonl")
         poll_until("the Java consumer started", self.consumer.ready, 60)
         self.producer = start_producer(p.namesrv, TOPIC, self.tmp / "producer.jsonl", rate=50, threads=2,
@@ -92,13 +81,7 @@ class Run:
         assert code in (0, 143), f"the producer did not stop cleanly ({code}):\n{producer.log()[-3000:]}"
         assert json.loads(producer.history.read_text().splitlines()[-1]).get("end"), "no closing line: not flushed"
 
-        def all_read():
-            r = check(load(producer.history, consumer.history))
-            return r if not (r.lost or r.unseen) else None
-        try:
-            poll_until("the consumer reading every acknowledged message", all_read, 90)
-        except TimeoutError:
-            pass  # the check below says what is missing
+        drain(producer, consumer)  # the check below says what is missing, if anything
         consumer_code = consumer.stop()
         assert consumer_code in (0, 143), f"the consumer did not stop cleanly ({consumer_code})"
         result = check(load(producer.history, consumer.history), fault=fault, time_to_ready=ready)
