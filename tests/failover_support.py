@@ -63,15 +63,15 @@ class FailoverPair(BrokerPair):
         return self.master_dir if name == "master" else self.slave_dir
 
 
-async def controller_state(controller: str) -> dict:
-    """The controller's view of the test's broker group (CONTROLLER_GET_STATE)."""
+async def controller_state(controller: str, group: str = GROUP) -> dict:
+    """The controller's view of broker group ``group`` (CONTROLLER_GET_STATE)."""
     client = RemotingClient()
     try:
         answer = await client.invoke(controller, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
     finally:
         await client.close()
     assert answer.code == ResponseCode.SUCCESS, answer.remark
-    return json.loads(answer.body)["groups"].get(GROUP, {})
+    return json.loads(answer.body)["groups"].get(group, {})
 
 
 @dataclass

@@ -18,7 +18,7 @@ import pytest
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.common.message import Message
-from tests.failover_support import FailoverPair
+from tests.failover_support import FailoverPair, controller_state
 from tests.k8s.test_operator import API, condition, wait_status
 from tests.k8s.test_replication import broker_pods, ready
 from tests.support import poll_until
@@ -91,6 +91,9 @@ def test_after_a_failover_the_status_and_the_restart_order_follow_the_promoted_m
     assert g["master"] == {"pod": OLD, "brokerId": 0, "ready": True} and g["epoch"] == 1
     assert [s["pod"] for s in g["slaves"]] == [NEW] and g["slaves"][0]["brokerId"] == 1
 
+    # Only a member of the controller's in-sync set can be promoted: wait until the slave is one.
+    poll_until("the slave in the controller's in-sync set",
+               lambda: asyncio.run(controller_state(real_group.controller, GROUP)).get("inSync") == [1], 60)
     # The master's process dies; the controller promotes the slave (brokerId 1, pod fo-broker-s1-0).
     real_group.processes["master"].kill()
     broker = wait_status(cp, "broker", NAME, ns, master_is(NEW, epoch=2), "naming the promoted pod as master", 120)
