@@ -292,8 +292,8 @@ class FailoverAgent:
         if now - self._last_ok_sent < self._lease_s():
             return False
         master = self.replication.master
-        if master is None or not master.in_sync:
-            return self._unclean  # the only member: no clean election can replace it
+        if master is None or not master.waited_for:  # a set being proposed counts: the controller
+            return self._unclean  # may have committed it. The only member: no clean election replaces it
         return not master.member_connected()
 
     async def _watch_isolation(self) -> None:

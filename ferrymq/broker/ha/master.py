@@ -155,7 +155,7 @@ class HAMaster:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PutStatus] = loop.create_future()
         end = result.wrote_offset + result.wrote_bytes
-        if self.in_sync is not None and not self._waited_for:  # the master is the whole set
+        if self.in_sync is not None and not self.waited_for:  # the master is the whole set
             future.set_result(PutStatus.PUT_OK)
             self.acknowledged_end = max(self.acknowledged_end, end)
         elif self.in_sync is None and not self.slave_ok(end):
@@ -221,12 +221,14 @@ class HAMaster:
                 self._member_acked[state.identity] = state.acked_offset
 
     @property
-    def _waited_for(self) -> frozenset[int]:
+    def waited_for(self) -> frozenset[int]:
+        """The members acknowledgements wait for: the committed set and any being proposed (the
+        controller may have committed a proposal whose answer never arrived)."""
         return (self.in_sync or frozenset()) | (self._expected or frozenset())
 
     def confirmed(self) -> int:
         """Controller mode: the offset every member waited for holds (the store's end with none)."""
-        members = self._waited_for
+        members = self.waited_for
         if not members:
             return self.store.max_phy_offset
         return min(self._member_acked.get(m, 0) for m in members)
@@ -236,8 +238,8 @@ class HAMaster:
         return state.identity is not None and state.epoch == self.epoch and self.in_sync is not None
 
     def member_connected(self) -> bool:
-        """Some member of the in-sync set is connected in this epoch."""
-        members = self.in_sync or frozenset()
+        """Some member of the in-sync set (or of a proposed one) is connected in this epoch."""
+        members = self.waited_for
         return any(s.identity in members and self._counts(s) for s in self.slaves)
 
     def proposed_in_sync(self, now: float, max_not_catchup_s: float) -> frozenset[int]:
@@ -323,7 +325,7 @@ class HAMaster:
             return
         self._member_acked[identity] = offset
         self.acked_offset = max(self.acked_offset, offset)
-        if identity in self._waited_for:
+        if identity in self.waited_for:
             self._release(self.confirmed())
 
     async def _send(self, writer: asyncio.StreamWriter, state: SlaveState, wake: asyncio.Event,
