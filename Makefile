@@ -29,7 +29,7 @@ test: $(STAMP) chromium
 ## and commit), about 4 min; CI runs it after make test
 .PHONY: test-slow
 test-slow: $(STAMP)
-	@$(PY) -m pytest -q -ra --durations=10 --ignore=tests/k8s -m slow
+	@$(PY) -m pytest -q -ra --durations=10 --ignore=tests/k8s -m "slow and not chaos"
 
 ## chromium: Debian's chromium for the console's browser tests (Playwright drives it; no browser
 ## download), installed with apt when missing
@@ -74,18 +74,18 @@ images:
 ## under SYNC_MASTER (kill -9 or freeze of master or slave, kill -9 of the controller, alone or with
 ## the master), then 12 under ASYNC_MASTER (its loss reported); the group heals between faults;
 ## one table each, results in bench/results/chaos-local-{sync,async}-<date>.json (CHAOS_FAULTS,
-## CHAOS_ASYNC_FAULTS, CHAOS_SEED; docs/chaos.md), about 15 min
+## CHAOS_ASYNC_FAULTS, CHAOS_SEED; docs/chaos.md), about 15 min; first the tests marked chaos (tests/chaos)
 CHAOS_FAULTS       ?= 30
 CHAOS_ASYNC_FAULTS ?= 12
 CHAOS_SEED         ?= 1
 .PHONY: chaos
 chaos: $(STAMP)
-	@d=$$(date +%Y-%m-%d); \
+	@$(PY) -m pytest -q -ra -s tests/chaos -m chaos; t=$$?; d=$$(date +%Y-%m-%d); \
 	$(PY) -m e2e.chaos.local_suite --role SYNC_MASTER --faults $(CHAOS_FAULTS) --seed $(CHAOS_SEED) \
 	    --results bench/results/chaos-local-sync-$$d.json; s=$$?; echo; \
 	$(PY) -m e2e.chaos.local_suite --role ASYNC_MASTER --faults $(CHAOS_ASYNC_FAULTS) --seed $(CHAOS_SEED) \
 	    --results bench/results/chaos-local-async-$$d.json; a=$$?; \
-	exit $$((s | a))
+	exit $$((t | s | a))
 
 ## soak: the kill -9 crash test for longer (200 SYNC_FLUSH and 50 ASYNC_FLUSH kill/restart cycles;
 ## FERRYMQ_CRASH_CYCLES / FERRYMQ_CRASH_SEED to change them)

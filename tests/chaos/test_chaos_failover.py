@@ -23,7 +23,7 @@ from tests.compat.harness import CompatUnavailable, ensure_compat_classes
 from tests.failover_support import FailoverPair, controller_state
 from tests.support import missing_prerequisite, poll_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.compat, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.compat, pytest.mark.slow, pytest.mark.chaos]
 
 TOPIC = "ChaosTopic"
 

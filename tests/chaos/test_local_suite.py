@@ -21,7 +21,7 @@ from e2e.chaos.local_suite import run_suite, save, summarize
 from tests.compat.harness import CompatUnavailable, ensure_compat_classes
 from tests.support import missing_prerequisite
 
-pytestmark = [pytest.mark.integration, pytest.mark.compat, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.compat, pytest.mark.slow, pytest.mark.chaos]
 
 
 def test_three_faults_under_sync_master_lose_nothing_acknowledged(tmp_path):
