@@ -12,14 +12,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.errors import MQClientError
 from ferrymq.common.controller_protocol import CONTROLLER_GET_STATE
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.replication_support import BrokerPair
-from tests.support import FerryProcess, free_port
+from tests.support import FerryProcess, free_port, wait_until
 
 GROUP = "ha-broker"  # BrokerPair's brokerName
+CLUSTER = "HACluster"  # BrokerPair's brokerClusterName
 
 
 @dataclass
@@ -61,6 +64,18 @@ class FailoverPair(BrokerPair):
 
     def dir(self, name: str) -> Path:
         return self.master_dir if name == "master" else self.slave_dir
+
+
+async def create_topic(namesrv: str, topic: str, queues: int = 4, cluster: str = CLUSTER) -> None:
+    """Create ``topic`` on the group's master once it registered with the name server."""
+    async with AdminClient(namesrv_addr=namesrv) as admin:
+        async def master_registered():
+            try:
+                return await admin.master_addrs(cluster)
+            except MQClientError:  # the cluster is not known yet
+                return None
+        await wait_until(master_registered, 30, "the master registered")
+        await admin.create_topic(topic, read_queues=queues, write_queues=queues, cluster=cluster)
 
 
 async def controller_state(controller: str, group: str = GROUP) -> dict:

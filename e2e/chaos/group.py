@@ -16,27 +16,11 @@ import os
 import signal
 from pathlib import Path
 
-from ferrymq.client.admin import AdminClient
-from ferrymq.client.errors import MQClientError
-from tests.failover_support import FailoverPair, controller_state
-from tests.support import wait_until
+from tests.failover_support import FailoverPair, controller_state, create_topic  # noqa: F401 (create_topic re-exported)
 
-CLUSTER = "HACluster"  # BrokerPair's brokerClusterName
 BROKERS = ("master", "slave")
 BROKER_IDS = {"master": 0, "slave": 1}
 FRESH_MS = 2000  # a heartbeat older than this is not a live member
-
-
-async def create_topic(namesrv: str, topic: str, queues: int = 4, cluster: str = CLUSTER) -> None:
-    """Create ``topic`` on the group's master once it registered with the name server."""
-    async with AdminClient(namesrv_addr=namesrv) as admin:
-        async def master_registered():
-            try:
-                return await admin.master_addrs(cluster)
-            except MQClientError:
-                return None
-        await wait_until(master_registered, 30, "the master registered")
-        await admin.create_topic(topic, read_queues=queues, write_queues=queues, cluster=cluster)
 
 
 class LocalGroup:

@@ -29,7 +29,7 @@ from ferrymq.client.pull_service import PullStatus
 from ferrymq.common.message import MESSAGE_MAGIC, Message, decode_record
 from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.remoting.errors import RemotingError
-from tests.failover_support import GROUP, FailoverPair, FailoverTrio, controller_state
+from tests.failover_support import GROUP, FailoverPair, FailoverTrio, controller_state, create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from tests.replication_support import SEGMENT, AckedLoad, assert_acked_on_both, commit_log_range
 from tests.support import free_port, wait_until
@@ -56,17 +56,6 @@ def group(tmp_path):
     for p in created:
         print(p.logs())  # shown when the test failed
         p.stop_all()
-
-
-async def create_topic(namesrv: str) -> None:
-    async with AdminClient(namesrv_addr=namesrv) as admin:
-        async def master_registered():
-            try:
-                return await admin.master_addrs("HACluster")
-            except MQClientError:  # the cluster is not known yet
-                return None
-        await wait_until(master_registered, 30, "the master registered")
-        await admin.create_topic(TOPIC, read_queues=4, write_queues=4, cluster="HACluster")
 
 
 async def send_all(producer: Producer, count: int, prefix: str, concurrency: int = 8) -> list:
@@ -165,7 +154,7 @@ def test_the_slave_is_promoted_the_old_master_truncates_and_rejoins(group):
     p.start_slave()
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=10, retry_times=0)
         await producer.start()
         try:
@@ -276,7 +265,7 @@ def test_an_async_group_fails_over_and_the_new_master_acknowledges_alone(group):
     p.start_slave()
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=10, retry_times=0)
         await producer.start()
         try:
@@ -318,7 +307,7 @@ def test_the_controller_killed_for_long_loses_no_send_and_restarted_keeps_the_ep
     p.start_slave()
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
         await producer.start()
         try:
@@ -354,7 +343,7 @@ def test_without_the_controller_a_master_that_loses_its_last_in_sync_slave_fence
     p.start_slave()
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
         await producer.start()
         try:
@@ -396,7 +385,7 @@ def test_with_two_slaves_one_is_promoted_and_the_other_and_the_old_master_follow
         p.start_slave2()
 
         async def scenario():
-            await create_topic(p.namesrv)
+            await create_topic(p.namesrv, TOPIC)
             producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
             await producer.start()
             acked: list = []
@@ -476,7 +465,7 @@ def test_random_kill_9_with_failover_on_loses_nothing_acknowledged(group):
     rng = random.Random(int(os.environ.get("FERRYMQ_HA_SEED", "13")))
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         producer = Producer("failover-chaos", namesrv_addr=p.namesrv, send_timeout=3, retry_times=0)
         await producer.start()
         failovers = 0
@@ -526,7 +515,7 @@ def test_a_master_cut_off_from_the_controller_stops_taking_sends_and_steps_down(
         try:
             await asyncio.to_thread(p.start_master, f"controllerAddr={proxy.address}")
             await asyncio.to_thread(p.start_slave)
-            await create_topic(p.namesrv)
+            await create_topic(p.namesrv, TOPIC)
             producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
             await producer.start()
             acked: list = []
@@ -585,7 +574,7 @@ def test_min_in_sync_replicas_refuses_sends_until_the_set_is_big_enough(group):
     p.start_master()
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
         await producer.start()
         try:

@@ -21,8 +21,6 @@ import time
 import pytest
 
 from ferrymq.broker.ha.controller_link import ControllerLink
-from ferrymq.client.admin import AdminClient
-from ferrymq.client.errors import MQClientError
 from ferrymq.client.producer import Producer, SendStatus
 from ferrymq.common.message import Message
 from ferrymq.common.controller_protocol import CONTROLLER_GET_STATE, CONTROLLER_HEARTBEAT, CONTROLLER_NOT_LEADER
@@ -33,7 +31,7 @@ from ferrymq.kube import CONFIG_MAPS, LEASES, Conflict, KubeApiError, KubeClient
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from tests.failover_support import FailoverPair, controller_state
+from tests.failover_support import FailoverPair, controller_state, create_topic
 from tests.support import FerryProcess, free_port, wait_until
 
 LEASE, RENEW, RETRY = 3.0, 2.0, 0.5  # short timings, same rules as the 15/10/2 defaults
@@ -277,17 +275,6 @@ async def leads(addr: str) -> bool:
 TOPIC = "ReplicatedControllerTopic"
 
 
-async def create_topic(namesrv: str) -> None:
-    async with AdminClient(namesrv_addr=namesrv) as admin:
-        async def master_registered():
-            try:
-                return await admin.master_addrs("HACluster")
-            except MQClientError:  # the cluster is not known yet
-                return None
-        await wait_until(master_registered, 30, "the master registered")
-        await admin.create_topic(TOPIC, read_queues=4, write_queues=4, cluster="HACluster")
-
-
 def heartbeat(group: str, broker_id: int = 0) -> RemotingCommand:
     return RemotingCommand.request(CONTROLLER_HEARTBEAT, {
         "clusterName": "C", "brokerName": group, "brokerId": broker_id, "brokerAddr": f"127.0.0.1:{20000 + broker_id}",
@@ -402,7 +389,7 @@ def test_two_controller_replicas_the_group_keeps_its_epochs_when_the_leader_is_k
             return state if state.get("masterId") == 0 and acting == {0: ("MASTER", 1), 1: ("SLAVE", 1)} else None
         before = await wait_until(group_formed, 60, "broker 0 master of epoch 1, broker 1 its slave")
 
-        await create_topic(pair.namesrv)
+        await create_topic(pair.namesrv, TOPIC)
         producer = Producer("replicated-controller", namesrv_addr=pair.namesrv, send_timeout=5, retry_times=0)
         await producer.start()
         try:
