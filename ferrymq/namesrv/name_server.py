@@ -82,7 +82,7 @@ class NameServer:
         for code, handler in handlers.items():
             self.server.register(code, handler)
         self.server.add_connection_listener(on_close=self.routes.remove_by_connection)
-        self.metrics_registry = namesrv_registry(self)
+        self.metrics_registry = namesrv_registry(self.routes, lambda: len(self.server.connections))
         self.serving = False
 
     @property
