@@ -6,13 +6,12 @@ import argparse
 import sys
 
 from ferrymq import __version__
-from ferrymq.cli import client_commands, cluster_commands, group_commands, message_commands, servers
+from ferrymq.cli import client_commands, cluster_commands, console_command, group_commands, message_commands, servers
 from ferrymq.cli.logging_setup import configure_logging
 from ferrymq.cli.output import fail
 from ferrymq.client.errors import MQClientError
 from ferrymq.common import event_loop
 from ferrymq.common.config_loader import ConfigError
-from ferrymq.console import command as console_command
 
 
 class _Parser(argparse.ArgumentParser):

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
+from ferrymq.cli.console_command import settings_from
 from ferrymq.console import message_export
 from ferrymq.console.alerts import BrokerState, derive_alerts
-from ferrymq.console.command import settings_from
 from ferrymq.console.http_errors import BadRequest, point_in_time
 from ferrymq.console.message_search import Cursor
 from ferrymq.console.settings import ClusterSpec, ConsoleSettings, SettingsError, parse_cluster

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ferrymq.cli.client_commands import client_config
+from ferrymq.cli.servers import stop_on_signals
+from ferrymq.client.config import default_namesrv
 from ferrymq.console.settings import ClusterSpec, ConsoleSettings, SettingsError, is_loopback, parse_cluster
 
 
@@ -38,9 +41,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> ConsoleSettings:
-    from ferrymq.cli.client_commands import client_config
-    from ferrymq.client.config import default_namesrv
-
     clusters = args.clusters or [parse_cluster(f"default={default_namesrv() or '127.0.0.1:9876'}")]
     configs = {}
     for spec in clusters:
@@ -55,7 +55,6 @@ def settings_from(args: argparse.Namespace) -> ConsoleSettings:
 
 
 async def run_console(args: argparse.Namespace) -> int:
-    from ferrymq.cli.servers import stop_on_signals
     from ferrymq.console.server import ConsoleServer
 
     stop = stop_on_signals()
