@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import BrokerConfig
+from ferrymq.grpc.wiring import broker_grpc
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 from ferrymq.store.config import StoreConfig
 
@@ -109,7 +110,7 @@ class InProcessCluster:
         store_config = StoreConfig(store_path_root_dir=str(self.data_dir), mapped_file_size_commit_log=4 * 1024 * 1024)
         from ferrymq.common.config_loader import apply_settings
         apply_settings({k: str(v) for k, v in self.settings.items()}, broker_config, store_config)
-        self.broker = Broker(broker_config, store_config)
+        self.broker = Broker(broker_config, store_config, grpc=broker_grpc(broker_config))
         await self.broker.start()
         await self.broker.registered.wait()
         return self.broker

@@ -11,7 +11,7 @@ import socket
 import time
 import zlib
 from pathlib import Path
-from typing import Coroutine
+from typing import Coroutine, Protocol
 
 from ferrymq.acl.access_validator import AccessValidator, AclGuard
 from ferrymq.acl.acl_file import AclFile, default_acl_path
@@ -38,7 +38,7 @@ from ferrymq.broker.processors.query import QueryProcessors
 from ferrymq.broker.processors.reply import ReplyProcessor
 from ferrymq.broker.processors.send import SendProcessor
 from ferrymq.broker.processors.transaction import EndTransactionProcessor
-from ferrymq.broker.online_clients import OnlineClients, OnlineClientsCollector
+from ferrymq.broker.online_clients import GrpcClientTable, OnlineClients, OnlineClientsCollector
 from ferrymq.broker.pop.metrics import PopCollector
 from ferrymq.broker.pop.service import PopService
 from ferrymq.broker.protection import ConsumeProtection
@@ -49,8 +49,7 @@ from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.broker.transactions import TransactionService
 from ferrymq.common.address_lookup import changed_namesrv_addr
-from ferrymq.grpc.clients import GrpcClients
-from ferrymq.grpc.wiring import check_grpc, grpc_endpoint
+from ferrymq.common.config_loader import ConfigError
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
@@ -70,8 +69,29 @@ def free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
+class Endpoint(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class GrpcSupport(Protocol):
+    """The broker's RocketMQ 5 side (ferrymq/grpc), as the broker uses it. ``ferrymq/grpc`` sits
+    above the broker (it serves the broker's tables), so the broker does not import it: whoever
+    builds a broker hands it in (``ferrymq.grpc.wiring.broker_grpc``, docs/architecture.md#who-may-import-whom)."""
+
+    clients: GrpcClientTable  # the table of v2 clients, there from the start
+
+    def endpoint(self, broker: "Broker") -> Endpoint: ...
+
+
 class Broker:
-    def __init__(self, config: BrokerConfig, store_config: StoreConfig) -> None:
+    def __init__(self, config: BrokerConfig, store_config: StoreConfig, grpc: GrpcSupport | None = None) -> None:
+        """``grpc``: the gRPC side, which ``grpcListenPort`` (not -1) needs
+        (``ferrymq.grpc.wiring.broker_grpc(config)``: None when off)."""
+        if config.grpc_listen_port >= 0 and grpc is None:
+            raise ConfigError(f"grpcListenPort={config.grpc_listen_port} asks for the gRPC endpoint, but this broker "
+                              "was built without it (ferrymq.grpc.wiring.broker_grpc)")
         self.config = config
         self.store_config = store_config
         if config.listen_port == 0:
@@ -113,11 +133,12 @@ class Broker:
         self.replication = Replication(config, store_config, self.store, self.namesrv_client, self.topics,
                                        self.offsets, self.groups, self.schedule, self._persist_tables)
         self.replication_lag = ReplicationLag(self.store, self.replication)
-        # RocketMQ 5 clients (ferrymq/grpc): checked before anything starts, created in start()
-        self.grpc_enabled = check_grpc(config)
-        self.grpc = None
+        # RocketMQ 5 clients (ferrymq/grpc): checked before the broker was built, created in start()
+        self._grpc_support = grpc if config.grpc_listen_port >= 0 else None
+        self.grpc_enabled = self._grpc_support is not None
+        self.grpc: Endpoint | None = None
         # its client table is the broker's: admin views and /metrics show 5.x consumers beside 4.x ones
-        self.grpc_clients = GrpcClients() if self.grpc_enabled else None
+        self.grpc_clients = self._grpc_support.clients if self._grpc_support is not None else None
         self.online_clients = OnlineClients(self.consumers, self.grpc_clients, self.pop.clients,
                                             self.pop.client_groups,
                                             lambda: self.config.channel_expired_timeout / 1000,
@@ -213,13 +234,8 @@ class Broker:
                 log.warning("VIP port %d unavailable (%s): clients with vipChannelEnabled cannot reach this broker",
                             self.vip_server.port, e)
                 self.vip_server = None
-        if self.grpc_enabled:
-            self.grpc = grpc_endpoint(config=self.config, store_config=self.store_config, topics=self.topics,
-                                      groups=self.groups, send=self.send_processor, transactions=self.transactions,
-                                      retry=self.retry, pop=self.pop,
-                                      namesrv_client=self.namesrv_client, remoting_address=lambda: self.address,
-                                      acl_config=(lambda: self.acl.config) if self.acl is not None else None,
-                                      producers=self.consumers, clients=self.grpc_clients)
+        if self._grpc_support is not None:
+            self.grpc = self._grpc_support.endpoint(self)
             await self.grpc.start()
         log.info("broker %s (%s) listening on %s:%d, advertised as %s, store %s",
                  self.config.broker_name, self.config.broker_cluster_name, self.config.listen_host,

@@ -10,14 +10,16 @@ import signal
 from pathlib import Path
 
 from ferrymq.broker.broker import Broker
-from ferrymq.broker.config import load_broker_settings
+from ferrymq.broker.config import BrokerConfig, load_broker_settings
 from ferrymq.cli import controller_options
 from ferrymq.common import gc_tuning
 from ferrymq.common.config_loader import apply_settings
 from ferrymq.common.http_endpoints import HttpEndpoints
 from ferrymq.controller.controller import ControllerConfig
+from ferrymq.grpc.wiring import broker_grpc
 from ferrymq.namesrv.address_server import ADDRESS_ROUTE, NamesrvAddressBook, NamesrvAddressServer
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
+from ferrymq.store.config import StoreConfig
 
 
 def add_server_arguments(p: argparse.ArgumentParser, *, namesrv: bool, broker: bool) -> None:
@@ -56,8 +58,14 @@ def broker_settings(args: argparse.Namespace, namesrv_addr: str | None):
     return broker_config, store_config
 
 
+def new_broker(broker_config: BrokerConfig, store_config: StoreConfig) -> Broker:
+    """A broker with its gRPC endpoint when ``grpcListenPort`` asks for one (ConfigError, before
+    anything starts, when it cannot run here)."""
+    return Broker(broker_config, store_config, grpc=broker_grpc(broker_config))
+
+
 def build_broker(args: argparse.Namespace, namesrv_addr: str | None) -> Broker:
-    return Broker(*broker_settings(args, namesrv_addr))
+    return new_broker(*broker_settings(args, namesrv_addr))
 
 
 def stop_on_signals() -> asyncio.Event:
@@ -112,7 +120,7 @@ async def run_standalone(args: argparse.Namespace) -> int:
     broker_config.namesrv_addr = f"{args.host}:{namesrv.port}"
     if broker_config.tls_mode == "enforcing":
         broker_config.use_tls = True
-    broker = Broker(broker_config, store_config)
+    broker = new_broker(broker_config, store_config)
     http = await start_http(args, namesrv, broker)
     try:
         await broker.start()

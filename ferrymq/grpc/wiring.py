@@ -1,6 +1,9 @@
 """Whether and how a broker serves gRPC (``grpcListenPort``: -1 off, 0 a free port, else that
 port). Imports the gRPC modules only when gRPC is on, so a broker without the ``grpc`` extra
-starts (gRPC off, one log line) and one asked for gRPC without it refuses to start."""
+starts (gRPC off, one log line) and one asked for gRPC without it refuses to start.
+
+The broker does not import this package (it sits above the broker): whoever builds a broker
+asks ``broker_grpc(config)`` for its gRPC side and hands it to ``Broker(..., grpc=...)``."""
 
 from __future__ import annotations
 
@@ -9,15 +12,16 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ferrymq.common.config_loader import ConfigError
 from ferrymq.grpc.availability import missing
+from ferrymq.grpc.clients import GrpcClients
 
 if TYPE_CHECKING:
+    from ferrymq.broker.broker import Broker
     from ferrymq.broker.config import BrokerConfig
     from ferrymq.broker.consumer_manager import ConsumerManager
     from ferrymq.broker.retry import RetryService
     from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
     from ferrymq.broker.topic_config_manager import TopicConfigManager
     from ferrymq.broker.transactions import TransactionService
-    from ferrymq.grpc.clients import GrpcClients
     from ferrymq.grpc.endpoint import GrpcEndpoint
     from ferrymq.remoting.client import RemotingClient
     from ferrymq.store.config import StoreConfig
@@ -36,6 +40,29 @@ def check_grpc(config: "BrokerConfig") -> bool:
     return True
 
 
+class BrokerGrpc:
+    """The gRPC side of one broker (``Broker(..., grpc=...)``): its table of v2 clients is there
+    from the start (the broker's admin views and /metrics show 5.x consumers beside 4.x ones),
+    the endpoint is made when the broker starts."""
+
+    def __init__(self) -> None:
+        self.clients = GrpcClients()
+
+    def endpoint(self, broker: "Broker") -> "GrpcEndpoint":
+        return grpc_endpoint(config=broker.config, store_config=broker.store_config, topics=broker.topics,
+                             groups=broker.groups, send=broker.send_processor, transactions=broker.transactions,
+                             retry=broker.retry, pop=broker.pop, namesrv_client=broker.namesrv_client,
+                             remoting_address=lambda: broker.address,
+                             acl_config=(lambda: broker.acl.config) if broker.acl is not None else None,
+                             producers=broker.consumers, clients=self.clients)
+
+
+def broker_grpc(config: "BrokerConfig") -> BrokerGrpc | None:
+    """The gRPC side of a broker about to be built from ``config``: None when gRPC is off,
+    ConfigError when ``grpcListenPort`` asks for it but it cannot run here (before anything starts)."""
+    return BrokerGrpc() if check_grpc(config) else None
+
+
 def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics: "TopicConfigManager",
                   groups: "SubscriptionGroupManager", send: Callable, transactions: "TransactionService",
                   retry: "RetryService", pop: Any, namesrv_client: "RemotingClient",
@@ -46,7 +73,6 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
     ``clients``: the table of v2 clients to keep (the broker's, read by its admin views and
     /metrics), else a new one."""
     from ferrymq.grpc.auth import GrpcAuth
-    from ferrymq.grpc.clients import GrpcClients
     from ferrymq.grpc.endpoint import GrpcEndpoint
     from ferrymq.grpc.routes import RouteDirectory
     from ferrymq.grpc.service import MessagingService

@@ -12,6 +12,10 @@ import sys
 
 import pytest
 
+from ferrymq.broker.broker import Broker
+from ferrymq.broker.config import BrokerConfig
+from ferrymq.common.config_loader import ConfigError
+from ferrymq.store.config import StoreConfig
 from tests.support import REPO, InProcessCluster, free_port
 
 pytestmark = pytest.mark.integration
@@ -34,6 +38,15 @@ async def test_grpc_is_off_unless_asked_for(tmp_path, caplog):
         assert "gRPC endpoint off (grpcListenPort=-1)" in caplog.text
     finally:
         await c.stop()
+
+
+def test_a_broker_built_without_its_grpc_side_refuses_grpc(tmp_path):
+    """The broker does not import ferrymq/grpc (issue 32): whoever builds it hands the gRPC side in
+    (ferrymq.grpc.wiring.broker_grpc). Forgetting to is a clear error, not a broker without gRPC."""
+    config = BrokerConfig(listen_port=0, grpc_listen_port=free_port())
+    with pytest.raises(ConfigError, match="grpcListenPort=.*broker_grpc"):
+        Broker(config, StoreConfig(store_path_root_dir=str(tmp_path / "store")))
+    assert not (tmp_path / "store").exists(), "refused before the store was touched"
 
 
 def test_asked_for_without_the_package_the_broker_refuses_to_start(tmp_path):
