@@ -344,11 +344,15 @@ class AsyncMessageStore:
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="store-flush")
         # Retention deletes files and may take a while: it must not hold up the timed flushes.
         self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="store-clean")
-        self.arrival_listeners: list[ArrivalListener] = []
+        self.arrival_listeners: list[ArrivalListener] = []  # messages became consumable
+        # The CommitLog grew (before its messages are consumable): replication sends it on.
+        self.write_listeners: list[Callable[[], None]] = []
         # The dispatch of puts made on the loop, queued behind them (or its retry after a failure),
         # and the arrivals to announce once it has run.
         self._dispatch_handle: asyncio.Handle | None = None
-        self._arrivals: list[tuple[str, int, int, Sequence[MessageExt]]] = []
+        # Each with the CommitLog offset its records end at (a visibility limit may hold it back).
+        self._arrivals: list[tuple[str, int, int, Sequence[MessageExt], int]] = []
+        self._visibility_limited = False
         # SYNC_MASTER (broker/ha): for a stored put, a future of the status its replication ends with
         self.replication_wait: Callable[[AppendResult], asyncio.Future[PutStatus]] | None = None
 
@@ -407,14 +411,35 @@ class AsyncMessageStore:
             self._dispatch_handle = asyncio.get_running_loop().call_soon(self._dispatch)
 
     def _dispatch(self) -> None:
-        """Make the puts stored on the loop consumable, then announce their arrivals."""
+        """Make the puts stored on the loop consumable, then announce their arrivals (those a
+        visibility limit still holds back wait for the call that releases them)."""
         self._dispatch_handle = None
-        if not self.sync_store.dispatch_pending():
+        store = self.sync_store
+        if not store.dispatch_pending():
             self._dispatch_handle = asyncio.get_running_loop().call_later(DISPATCH_RETRY_SECONDS, self._dispatch)
             return
-        arrivals, self._arrivals = self._arrivals, []
-        for arrival in arrivals:
-            self._notify_arrival(*arrival)
+        arrivals = self._arrivals
+        if not arrivals:
+            return
+        if self._visibility_limited:
+            visible = store.visible_end
+            self._arrivals = [a for a in arrivals if a[4] > visible]
+            arrivals = [a for a in arrivals if a[4] <= visible]
+        else:
+            self._arrivals = []
+        for topic, queue_id, max_offset, msgs, _ in arrivals:
+            self._notify_arrival(topic, queue_id, max_offset, msgs)
+
+    def set_visible_limit(self, limit: int | None) -> None:
+        """Controller mode's master: messages become consumable (and held pulls hear of them)
+        only once they end at or before CommitLog offset ``limit``, what every in-sync member
+        holds; ``None`` lifts the limit. Raising it dispatches what it now covers."""
+        self._visibility_limited = limit is not None
+        self.sync_store.set_visible_limit(limit)
+        if limit is None and self._dispatch_handle is None:  # at once: replicated writes may follow
+            self._dispatch()
+        elif self.sync_store.dispatch_backlog or self._arrivals:
+            self._dispatch_soon()
 
     def _check_append_time(self, started: float) -> None:
         """An append that held the loop too long moves appends to the writer thread for a while."""
@@ -523,11 +548,16 @@ class AsyncMessageStore:
     def _announce(self, topic: str, queue_id: int, result: AppendResult, msgs: Sequence[MessageExt]) -> None:
         """Tell the arrival listeners (held pulls) of a stored put, once it is consumable."""
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
-            arrival = (topic, queue_id, result.queue_offset + result.msg_num, msgs)
-            if self._dispatch_handle is not None:  # its dispatch (or an earlier one) is still to run
-                self._arrivals.append(arrival)
+            for wrote in self.write_listeners:
+                wrote()
+            if self._visibility_limited:  # dispatched (and announced) once the limit covers it
+                self._arrivals.append((topic, queue_id, result.queue_offset + result.msg_num, msgs,
+                                       result.wrote_offset + result.wrote_bytes))
+                self._dispatch_soon()
+            elif self._dispatch_handle is not None:  # its dispatch (or an earlier one) is still to run
+                self._arrivals.append((topic, queue_id, result.queue_offset + result.msg_num, msgs, 0))
             else:
-                self._notify_arrival(*arrival)
+                self._notify_arrival(topic, queue_id, result.queue_offset + result.msg_num, msgs)
 
     def _notify_arrival(self, topic: str, queue_id: int, max_offset: int, msgs: Sequence[MessageExt]) -> None:
         for listener in self.arrival_listeners:
@@ -630,6 +660,8 @@ class AsyncMessageStore:
         """A slave: bytes of the master's CommitLog, written and dispatched in the writer thread
         (held pulls wake as for a put); returns the CommitLog offset now confirmed."""
         progress = await self._write(appender.append, offset, data)
+        for wrote in self.write_listeners:
+            wrote()
         for topic, queue_id, max_offset, msgs in progress.arrivals:
             for listener in self.arrival_listeners:
                 listener(topic, queue_id, max_offset, msgs)
@@ -642,8 +674,12 @@ class AsyncMessageStore:
 
     async def truncate(self, offset: int) -> int:
         """Drop the CommitLog from ``offset`` on (and the queue entries pointing there), in the
-        writer thread after any write still queued; returns the CommitLog's new end."""
-        return await self._write(self.sync_store.truncate, offset)
+        writer thread after any write still queued; returns the CommitLog's new end. Lifts the
+        visibility limit: what was held back before ``offset`` becomes consumable."""
+        self._visibility_limited = False
+        end = await self._write(self.sync_store.truncate, offset)
+        self._dispatch_soon()
+        return end
 
     async def _in_flusher(self, fn: Callable[..., T], *args) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._flusher, functools.partial(fn, *args))

@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+import dataclasses
 from dataclasses import dataclass
 
 from ferrymq.common.message import (
@@ -77,6 +78,20 @@ class _Prepared:
                          self.put.record_sizes, self.put.dispatched)
 
 
+def _records_before(put: StoredPut, offset: int) -> StoredPut | None:
+    """The part of ``put`` that ends at or before CommitLog offset ``offset`` (None if none)."""
+    end, count = put.phys, 0
+    for size in put.sizes:
+        if end + size > offset:
+            break
+        end, count = end + size, count + 1
+    if count == len(put.sizes):
+        return put
+    if count == 0:
+        return None
+    return dataclasses.replace(put, msgs=put.msgs[:count], sizes=put.sizes[:count])
+
+
 def _total_physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -111,8 +126,11 @@ class MessageStore:
         self._msg_id_prefix = ""  # the store host's part of every offset msgId (set by load)
         # Runs put with defer_dispatch and not yet in their ConsumeQueues and IndexFile, in
         # CommitLog order (appended under the CommitLog's lock); drained under _dispatch_lock.
-        self._undispatched: collections.deque[tuple[list[StoredPut], int]] = collections.deque()
+        self._undispatched: collections.deque[tuple[list[StoredPut], int, int]] = collections.deque()
         self._dispatch_lock = threading.Lock()
+        # Controller mode's master: records past this CommitLog offset (what every in-sync member
+        # holds) are stored but not yet consumable; None: everything is (docs/failover.md).
+        self._visible_limit: int | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -194,7 +212,8 @@ class MessageStore:
         ``defer_dispatch``: the puts' ConsumeQueue entries and index keys are written by the
         next ``dispatch_pending`` instead of before this returns (RocketMQ's ReputMessageService:
         the broker answers a send first and makes it consumable right after, so the answer does
-        not wait for those writes). A put without it dispatches the deferred runs first."""
+        not wait for those writes). A put without it dispatches the deferred runs first.
+        While a visibility limit is set (``set_visible_limit``) every put is deferred."""
         results: list[AppendResult | None] = [None] * len(puts)
         pending: list[tuple[int, _Prepared]] = []
         for i, put in enumerate(puts):
@@ -206,8 +225,9 @@ class MessageStore:
 
         def dispatch(placed: list[Appended], store_ts: int) -> None:  # under the CommitLog's lock
             run = [p.stored_at(a) for (_, p), a in zip(pending, placed)]
-            if defer_dispatch:
-                self._undispatched.append((run, store_ts))
+            if defer_dispatch or self._visible_limit is not None:
+                last = run[-1]
+                self._undispatched.append((run, store_ts, last.phys + sum(last.sizes)))
                 return
             with self._dispatch_lock:
                 self._dispatch_undispatched()  # a queue's entries go in in CommitLog order
@@ -248,11 +268,28 @@ class MessageStore:
         """Runs stored with ``defer_dispatch`` that are not yet consumable."""
         return len(self._undispatched)
 
+    def set_visible_limit(self, limit: int | None) -> None:
+        """Make records consumable only once they end at or before CommitLog offset ``limit``
+        (a controller-mode master: what every in-sync member holds, so a consumer never reads
+        a message a failover can take back); ``None`` lifts it. Takes effect for runs not yet
+        dispatched; ``dispatch_pending`` dispatches what a raised limit now covers."""
+        self._visible_limit = limit
+
+    @property
+    def visible_end(self) -> int:
+        """The CommitLog offset up to which stored records are consumable (or about to be):
+        the start of the first run the visibility limit holds back, else the CommitLog's end."""
+        pending = self._undispatched
+        if pending and self._visible_limit is not None:
+            return pending[0][0][0].phys
+        return self.commit_log.max_offset
+
     def dispatch_pending(self) -> bool:
         """Write the ConsumeQueue entries and index keys of the runs put with ``defer_dispatch``,
-        in CommitLog order. False when a write failed: the error is logged, a full disk refuses
-        puts from then on (as a failed put does), and the runs not dispatched stay for the next
-        call; their records are in the CommitLog (a restart's recovery would dispatch them too)."""
+        in CommitLog order, up to the visibility limit. False when a write failed: the error is
+        logged, a full disk refuses puts from then on (as a failed put does), and the runs not
+        dispatched stay for the next call; their records are in the CommitLog (a restart's
+        recovery would dispatch them too)."""
         if not self._undispatched:
             return True
         with self._dispatch_lock:
@@ -270,9 +307,22 @@ class MessageStore:
         """Under ``_dispatch_lock``: dispatch the deferred runs; a failed one stays first."""
         pending = self._undispatched
         while pending:
-            run, store_ts = pending[0]
+            run, store_ts, end = pending[0]
+            limit = self._visible_limit
+            if limit is not None and end > limit:
+                return
             self.dispatcher.appended_run(run, store_ts)  # all or nothing (Dispatcher.appended_run)
             pending.popleft()
+
+    def _forget_undispatched_from(self, offset: int) -> None:
+        """Under ``_dispatch_lock``: drop the deferred records at and after ``offset`` (a truncation)."""
+        kept: collections.deque[tuple[list[StoredPut], int, int]] = collections.deque()
+        for run, store_ts, _ in self._undispatched:
+            puts = [p for p in (_records_before(put, offset) for put in run) if p is not None]
+            if puts:
+                last = puts[-1]
+                kept.append((puts, store_ts, last.phys + sum(last.sizes)))
+        self._undispatched = kept
 
     def _prepare(self, msgs: Sequence[MessageExt], *, batch: bool) -> "_Prepared | AppendResult":
         """A put's records encoded (offsets still to stamp), or why it is refused."""
@@ -351,6 +401,9 @@ class MessageStore:
         returns the CommitLog's new end. A broker rejoining its group as a slave truncates
         back to the start of the first epoch it does not share with the new master."""
         self._check_running()
+        with self._dispatch_lock:  # records held back and now cut never become consumable
+            self._forget_undispatched_from(offset)
+            self._visible_limit = None
         self.dispatch_pending()
         report = self.commit_log.truncate(offset)
         recovery = StoreRecovery(self.commit_log, self.queues, self.dispatcher, self.checkpoint, self.flusher,

@@ -591,3 +591,48 @@ def test_min_in_sync_replicas_refuses_sends_until_the_set_is_big_enough(group):
     results, on_master = asyncio.run(scenario())
     assert {r.status for r in results} == {SendStatus.SEND_OK}
     assert b"too few replicas" not in on_master and sum(b.startswith(b"enough-") for b in on_master) == 20
+
+
+def test_consumers_read_only_what_every_in_sync_slave_holds(group):
+    """The read half of the in-sync guarantee (RocketMQ 5's confirm offset): with the in-sync
+    slave frozen, a send is stored on the master but not acknowledged (FLUSH_SLAVE_TIMEOUT);
+    consumers must not read it, since a failover to that slave would take it back: neither a
+    pull nor a pull held by long polling gets it. Once the slave holds it again it is readable
+    and the held pull wakes with it."""
+    p = group(["syncFlushTimeout=1000"])
+    p.start_master()
+    p.start_slave()
+
+    async def scenario():
+        await create_topic(p.namesrv, TOPIC, queues=1)
+        producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=5, retry_times=0)
+        await producer.start()
+        consumer = PullConsumer("failover-readers", namesrv_addr=p.namesrv)
+        await consumer.start()
+        try:
+            await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
+            acked = await send_all(producer, 10, "confirmed", concurrency=1)
+            assert {r.status for r in acked} == {SendStatus.SEND_OK}
+            (mq,) = await consumer.fetch_queues(TOPIC)
+            slave = p.processes["slave"].proc
+            os.kill(slave.pid, signal.SIGSTOP)
+            try:
+                unconfirmed = await producer.send(Message(TOPIC, b"unconfirmed"))
+                assert unconfirmed.status is SendStatus.FLUSH_SLAVE_TIMEOUT
+                seen = await bodies_on_master(p.namesrv)
+                held = asyncio.create_task(consumer.pull(mq, 10, max_nums=32, suspend=20))
+                await asyncio.sleep(2)  # the pull is held on the master meanwhile
+                assert not held.done(), "a held pull was answered with a message no in-sync slave holds"
+            finally:
+                os.kill(slave.pid, signal.SIGCONT)
+            woken = await asyncio.wait_for(held, 30)
+            seen_after = await bodies_on_master(p.namesrv)
+        finally:
+            await consumer.close()
+            await producer.close()
+        return seen, woken, seen_after
+
+    seen, woken, seen_after = asyncio.run(scenario())
+    assert sum(b.startswith(b"confirmed-") for b in seen) == 10 and b"unconfirmed" not in seen
+    assert woken.status is PullStatus.FOUND and [m.body for m in woken.messages] == [b"unconfirmed"]
+    assert b"unconfirmed" in seen_after

@@ -92,3 +92,58 @@ def test_a_truncated_store_is_the_same_after_a_clean_restart_and_after_a_crash(o
     assert not recovered.last_exit_clean
     assert keys_found(recovered, "dropped", 60) == 0 and keys_found(recovered, "after", 5) == 5
     assert sum(recovered.get_max_offset_in_queue(t, q) for t, n in TOPICS for q in range(n)) == 65
+
+
+def test_records_past_the_visible_limit_are_stored_but_not_consumable_until_it_covers_them(open_store):
+    """A controller-mode master sets the limit to what its in-sync slaves hold: a consumer must
+    not read a message a failover could take back, and must read it once the slaves hold it."""
+    store = open_store()
+    fill(store, 4, "visible")
+    limit = store.commit_log.max_offset
+    store.set_visible_limit(limit)
+    before = {(t, q): store.get_max_offset_in_queue(t, q) for t, n in TOPICS for q in range(n)}
+    held = fill(store, 6, "held")
+    assert store.commit_log.max_offset > limit and store.visible_end == limit
+    for topic, q, result in held:
+        assert store.get_max_offset_in_queue(topic, q) == before[(topic, q)]  # only what came before
+        assert result.queue_offset >= before[(topic, q)]
+    assert keys_found(store, "held", 6) == 0 and keys_found(store, "visible", 4) == 4
+
+    # The slaves acknowledge part of it: exactly the messages they hold become consumable.
+    third = held[2][2]
+    store.set_visible_limit(third.wrote_offset + third.wrote_bytes)
+    assert store.dispatch_pending()
+    assert keys_found(store, "held", 3) == 3 and not store.query_message("TopicB", "held-3", 5, 0, 2**62).records
+    store.set_visible_limit(None)
+    assert store.dispatch_pending() and store.visible_end == store.commit_log.max_offset
+    assert keys_found(store, "held", 6) == 6
+
+
+def test_truncating_a_master_drops_what_it_held_back_past_the_cut_and_shows_the_rest(open_store):
+    """Demoted, the old master cuts back to what the group shares: held-back records before the
+    cut become consumable, those after it never do (not even for a moment)."""
+    store = open_store()
+    fill(store, 2, "before")
+    store.set_visible_limit(store.commit_log.max_offset)
+    shared = fill(store, 4, "shared")
+    cut = store.commit_log.max_offset
+    fill(store, 4, "lost")
+    assert store.truncate(cut) == cut
+    assert keys_found(store, "shared", 4) == 4 and keys_found(store, "lost", 4) == 0
+    counts = {(t, q): store.get_max_offset_in_queue(t, q) for t, n in TOPICS for q in range(n)}
+    assert sum(counts.values()) == 6 and shared
+    topic, q, result = fill(store, 1, "next")[0]  # no limit any more: consumable at once
+    assert result.queue_offset == counts[(topic, q)] and store.get_max_offset_in_queue(topic, q) == counts[(topic, q)] + 1
+
+
+def test_a_cut_inside_a_held_back_batch_keeps_the_batch_records_before_it(open_store):
+    store = open_store()
+    store.set_visible_limit(0)
+    batch = [make_msg("TopicA", 0, body=f"b{i}".encode() * 30, KEYS=f"b-{i}") for i in range(5)]
+    result = store.put_messages(batch)
+    assert result.ok and store.get_max_offset_in_queue("TopicA", 0) == 0
+    sizes = [m.store_size for m in batch]
+    cut = result.wrote_offset + sum(sizes[:2])
+    assert store.truncate(cut) == cut
+    got = store.get_messages("g", "TopicA", 0, 0, 10)
+    assert len(got.records) == 2 and store.get_max_offset_in_queue("TopicA", 0) == 2

@@ -85,13 +85,13 @@ class ReplicationLag:
         self.replication = replication
         self.clock = clock
         self.timeline = HeadTimeline()
-        store.arrival_listeners.append(self._on_arrival)
+        store.write_listeners.append(self._on_write)
 
     def loaded(self) -> None:
         """The store has loaded: what it holds was there at least since now."""
         self.timeline.advanced(self.store.max_phy_offset, self.clock())
 
-    def _on_arrival(self, *_args) -> None:
+    def _on_write(self) -> None:
         self.timeline.advanced(self.store.max_phy_offset, self.clock())
 
     def status(self) -> dict:

@@ -124,7 +124,7 @@ class HAMaster:
                         "server (haServerAddr), not by haMasterAddress=host:listenPort+1", self.settings.port, exc)
             self._server = await asyncio.start_server(self._serve, self.settings.host, 0)
         self.port = self._server.sockets[0].getsockname()[1]
-        self.store.arrival_listeners.append(self._on_arrival)
+        self.store.write_listeners.append(self._on_write)
         log.info("HA service listening on %s:%d", self.settings.host, self.port)
 
     async def stop(self) -> None:
@@ -160,7 +160,7 @@ class HAMaster:
             self.acknowledged_end = max(self.acknowledged_end, end)
         elif self.in_sync is None and not self.slave_ok(end):
             future.set_result(PutStatus.SLAVE_NOT_AVAILABLE)
-        elif self.acked_offset >= end:
+        elif (self.acked_offset if self.in_sync is None else self.confirmed()) >= end:
             future.set_result(PutStatus.PUT_OK)
             self.acknowledged_end = max(self.acknowledged_end, end)
         else:
@@ -197,6 +197,15 @@ class HAMaster:
         now = time.monotonic()  # members get a full haMaxTimeSlaveNotCatchup to (re)connect
         self._member_caught_up = {m: max(now, self._member_caught_up.get(m, 0.0)) for m in members}
         self.set_in_sync(members, in_sync_epoch)
+        self._advance()
+
+    def step_down(self) -> None:
+        """No longer the group's master (it follows another now): forget the in-sync set and let
+        consumers read everything this store holds (a truncation already cut what the group
+        does not share)."""
+        self.in_sync, self._expected = None, None
+        self._member_acked.clear()
+        self.store.set_visible_limit(None)
 
     def set_in_sync(self, members: frozenset[int], in_sync_epoch: int) -> None:
         """The set the controller committed (version ``in_sync_epoch``); waits it now covers are answered."""
@@ -205,14 +214,14 @@ class HAMaster:
         self.in_sync, self.in_sync_epoch = frozenset(members), in_sync_epoch
         self._expected = None
         self._adopt_acks()
-        self._release(self.confirmed())
+        self._advance()
 
     def expect(self, members: frozenset[int] | None) -> None:
         """Wait for ``members`` too from now on, until the controller answers a proposal
         (``None``: back to the committed set)."""
         self._expected = members
         self._adopt_acks()
-        self._release(self.confirmed())
+        self._advance()
 
     def _adopt_acks(self) -> None:
         """A new member's acknowledgements so far count at once."""
@@ -257,7 +266,7 @@ class HAMaster:
 
     # ------------------------------------------------------------------ connections
 
-    def _on_arrival(self, *_args) -> None:
+    def _on_write(self) -> None:
         for _, wake in self._connections.values():
             wake.set()
 
@@ -326,7 +335,15 @@ class HAMaster:
         self._member_acked[identity] = offset
         self.acked_offset = max(self.acked_offset, offset)
         if identity in self.waited_for:
-            self._release(self.confirmed())
+            self._advance()
+
+    def _advance(self) -> None:
+        """Controller mode: answer the puts every member now holds, and make consumable only
+        what they hold (RocketMQ 5's confirm offset): a consumer never reads a message that a
+        failover to a member could take back."""
+        confirmed = self.confirmed()
+        self._release(confirmed)
+        self.store.set_visible_limit(confirmed if self.waited_for else None)
 
     async def _send(self, writer: asyncio.StreamWriter, state: SlaveState, wake: asyncio.Event,
                     first_report: asyncio.Future) -> None:

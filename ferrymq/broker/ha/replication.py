@@ -143,6 +143,8 @@ class Replication:
         self.config.broker_id = slave_id
         self._fence_reason = SLAVE_REFUSAL
         self._apply_refusal()
+        if self.master is not None:
+            self.master.step_down()
         if self.slave is None:
             self._make_slave(master_ha_addr)
             self._start_slave_tasks()
