@@ -28,12 +28,7 @@ SUBPACKAGES = ("ferrymq.broker.ha", "ferrymq.broker.pop", "ferrymq.broker.proces
 # entry is the set of members of the cycle (package names, or module names). The check fails
 # when one of them is gone, so that the entry goes too.
 KNOWN_PACKAGE_CYCLES: list[frozenset[str]] = []
-KNOWN_MODULE_CYCLES: list[frozenset[str]] = [
-    # issue 32: Replication builds the FailoverAgent, which takes the Replication back (its type
-    # under TYPE_CHECKING). ferrymq/broker/ha/ is being changed by the failover work; the agent
-    # should get what it uses of Replication as a narrower protocol or callables.
-    frozenset({"ferrymq.broker.ha.failover", "ferrymq.broker.ha.replication"}),
-]
+KNOWN_MODULE_CYCLES: list[frozenset[str]] = []
 
 
 @dataclass(frozen=True)

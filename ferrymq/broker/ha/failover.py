@@ -37,12 +37,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.ha.controller_link import ControllerLink
 from ferrymq.broker.ha.epochs import EpochFile
+from ferrymq.broker.ha.master import HAMaster
 from ferrymq.common.controller_protocol import (
     CONTROLLER_ALTER_IN_SYNC,
     CONTROLLER_HEARTBEAT,
@@ -57,9 +58,6 @@ from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
 
-if TYPE_CHECKING:
-    from ferrymq.broker.ha.replication import Replication
-
 log = logging.getLogger(__name__)
 
 FENCED_REFUSAL = ("the broker lost the controller for longer than the failover timeout and has no in-sync slave: it "
@@ -67,8 +65,23 @@ FENCED_REFUSAL = ("the broker lost the controller for longer than the failover t
 DEMOTED_REFUSAL = "another broker is master of this group now (the controller said so): sends go there"
 
 
+class Roles(Protocol):
+    """What the agent drives: the broker's replication role (ha/replication.py's Replication)."""
+
+    master: HAMaster | None
+    ha_port: int
+
+    def confirmed_offset(self) -> int: ...
+    async def lead(self, epoch: int, in_sync: frozenset[int], in_sync_epoch: int) -> None: ...
+    async def follow(self, master_ha_addr: str, master_addr: str, slave_id: int) -> None: ...
+    async def stop_slave(self) -> None: ...
+    def set_in_sync(self, members: frozenset[int], in_sync_epoch: int) -> None: ...
+    def fence(self, reason: str) -> None: ...
+    def unfence(self) -> None: ...
+
+
 class FailoverAgent:
-    def __init__(self, config: BrokerConfig, replication: "Replication", store: AsyncMessageStore,
+    def __init__(self, config: BrokerConfig, replication: Roles, store: AsyncMessageStore,
                  epochs: EpochFile, client: RemotingClient) -> None:
         self.config = config
         self.replication = replication
