@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ferrymq.broker.async_store import AsyncMessageStore  # noqa: E402
+from ferrymq.store.async_store import AsyncMessageStore  # noqa: E402
 from ferrymq.client.admin import AdminClient  # noqa: E402
 from ferrymq.client.producer import Producer, SendStatus  # noqa: E402
 from ferrymq.common.message import Message, MessageExt  # noqa: E402
@@ -58,7 +58,7 @@ async def store_level(root: str, flush: str, producers: int, seconds: float, bod
     started = time.monotonic()
     await asyncio.gather(*(producer(n) for n in range(producers)))
     elapsed = time.monotonic() - started
-    stats = store.sync_store.group_commit.stats if store.sync_store.group_commit else None
+    stats = store.group_commit_stats
     await store.shutdown()
     return _row(len(latencies), elapsed, latencies, stats.fsyncs if stats else None)
 

@@ -15,7 +15,6 @@ from typing import Coroutine, Protocol
 
 from ferrymq.acl.access_validator import AccessValidator, AclGuard
 from ferrymq.acl.acl_file import AclFile, default_acl_path
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.client_notifier import ClientNotifier
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.context import BrokerContext
@@ -57,6 +56,7 @@ from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
 from ferrymq.remoting.server import RemotingServer
+from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
 from ferrymq.store.message_store import MessageStore
 

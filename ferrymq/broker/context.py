@@ -11,7 +11,6 @@ import asyncio
 from dataclasses import dataclass
 from typing import Callable, Coroutine
 
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.consumer_manager import ConsumerManager
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
@@ -20,6 +19,7 @@ from ferrymq.broker.long_polling import PullWaiters
 from ferrymq.broker.stats import BrokerStats
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
+from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
 
 Spawn = Callable[[Coroutine, str], asyncio.Task]  # start a background task the broker owns

@@ -5,8 +5,8 @@ broker. Pulls, heartbeats and admin requests are never refused here."""
 
 from __future__ import annotations
 
-from ferrymq.broker.async_store import WriteBacklog
 from ferrymq.broker.config import BrokerConfig
+from ferrymq.store.loop_bridge import WriteBacklog
 
 
 def send_refusal(backlog: WriteBacklog, config: BrokerConfig, queued_ms: int = 0) -> str | None:

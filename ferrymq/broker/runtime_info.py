@@ -10,10 +10,10 @@ import shutil
 import time
 
 from ferrymq import __version__
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.broker.context import BrokerContext
 from ferrymq.remoting.codes import CURRENT_VERSION
+from ferrymq.store.async_store import AsyncMessageStore
 
 
 async def runtime_info(ctx: BrokerContext, replication: dict | None = None) -> dict[str, str]:

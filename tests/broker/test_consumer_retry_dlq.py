@@ -176,8 +176,8 @@ async def test_producer_delay_level_and_delayed_messages_survive_a_clean_restart
     ns = delay_cluster.namesrv_addr
     await wait_until(lambda: _count(pull_all(ns, "DelayT"), 10), 20, "the level-4 messages after the restart", poll=0.1)
     got = await pull_all(ns, "DelayT")
-    store = delay_cluster.broker.store.sync_store
-    assert store.get_max_offset_in_queue("SCHEDULE_TOPIC_XXXX", 6) == 1, "the 1 h message still waits"
+    store = delay_cluster.broker.store
+    assert store.max_offset("SCHEDULE_TOPIC_XXXX", 6) == 1, "the 1 h message still waits"
     assert delay_cluster.broker.schedule.offsets.get(7, 0) == 0
     keys = sorted(k for m in got for k in m.keys)
     assert keys == sorted([f"soon-{i}" for i in range(5)] + [f"later-{i}" for i in range(5)]), keys

@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from ferrymq.broker.async_store import WriteBacklog
 from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.flow_control import send_refusal
@@ -25,7 +24,9 @@ from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.remoting.server import RemotingServer
+from ferrymq.store import MessageStore
 from ferrymq.store.config import StoreConfig
+from ferrymq.store.loop_bridge import WriteBacklog
 from tests.consumer_support import cluster_with_topic, read_all
 from tests.support import wait_until
 
@@ -75,14 +76,14 @@ async def test_a_raw_flood_gets_system_busy_while_other_clients_are_served(threa
     cluster.broker.config.send_thread_pool_queue_capacity = 64  # a small queue, so the flood overruns it
     # A disk that takes 2 ms a write: the flood outruns the writer on any machine (a fast writer
     # on a loaded one kept up with it, and no send was refused).
-    store = cluster.broker.store.sync_store
-    put_group = store.put_group
+    # (The class's: the cluster's broker holds the one MessageStore of this process.)
+    put_group = MessageStore.put_group
 
-    def slow_disk_put_group(puts):
+    def slow_disk_put_group(self, puts, **kwargs):
         time.sleep(0.002)
-        return put_group(puts)
+        return put_group(self, puts, **kwargs)
 
-    monkeypatch.setattr(store, "put_group", slow_disk_put_group)
+    monkeypatch.setattr(MessageStore, "put_group", slow_disk_put_group)
     raw = RemotingClient()
     peak = 0
 

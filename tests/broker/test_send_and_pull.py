@@ -15,6 +15,7 @@ from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode, SerializeType
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.store import MessageStore
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -288,7 +289,7 @@ async def test_pulls_of_recent_data_read_on_the_loop_older_ones_in_the_read_pool
     """A pull from one of a queue's newest entries reads on the event loop (no thread hop);
     one further behind, or whose records left the in-memory window, goes to the read pool.
     All answer the same records."""
-    import ferrymq.broker.async_store as async_store
+    import ferrymq.store.async_store as async_store
     monkeypatch.setattr(async_store, "RECENT_QUEUE_ENTRIES", 10)
     mq = MessageQueue("Recent", "broker-a", 0)
     store = cluster.broker.store
@@ -303,7 +304,8 @@ async def test_pulls_of_recent_data_read_on_the_loop_older_ones_in_the_read_pool
         assert (store.reads_on_loop, store.reads_in_pool) == (on_loop + 1, in_pool + 1)
         # Recent entries whose records are no longer in the CommitLog's in-memory window: the
         # read on the loop declines after its ConsumeQueue read, and the pool reads them.
-        monkeypatch.setattr(store.sync_store, "in_memory_window", 0)
+        # (The class's, over the instance's: the cluster's broker holds the one MessageStore here.)
+        monkeypatch.setattr(MessageStore, "in_memory_window", property(lambda self: 0), raising=False)
         cold = await consumer.pull(mq, 35, max_nums=8)
         assert (store.reads_on_loop, store.reads_in_pool) == (on_loop + 1, in_pool + 2)
     assert [m.body for m in old.messages] == [f"m{i}".encode() for i in range(8)]

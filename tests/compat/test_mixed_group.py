@@ -155,7 +155,7 @@ async def test_java_push_consumer_retries_and_dead_letters_through_ferrymq(tmp_p
             return [e for e in java.of("received") if e["key"] == "bad-0"]
 
         await wait_until(lambda: len(bad()) >= 2, 60, "the failed message redelivered to the Java consumer")
-        await wait_until(lambda: cluster.broker.store.sync_store.get_max_offset_in_queue(dlq_topic("java-retry-group"), 0) == 1,
+        await wait_until(lambda: cluster.broker.store.max_offset(dlq_topic("java-retry-group"), 0) == 1,
                          30, "the message in the DLQ")
         assert await java.stop() == 0
     finally:

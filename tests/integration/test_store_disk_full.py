@@ -104,8 +104,8 @@ async def test_guard_ratio_refuses_sends_until_space_is_freed(small_fs):
                 await producer.send(Message("Full", b"refused"), queue=ok.message_queue)
             assert refused.value.code == ResponseCode.SERVICE_NOT_AVAILABLE
             assert "diskSpaceWarningLevelRatio 50%" in str(refused.value)
-            store = c.broker.store.sync_store
-            assert store.get_max_offset_in_queue("Full", ok.message_queue.queue_id) == ok.queue_offset + 1
+            store = c.broker.store
+            assert store.max_offset("Full", ok.message_queue.queue_id) == ok.queue_offset + 1
 
             filler.unlink()
             deadline = time.monotonic() + 20

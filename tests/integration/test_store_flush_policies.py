@@ -38,23 +38,23 @@ async def test_concurrent_sync_sends_share_fsyncs(tmp_path):
     # is about fsyncs shared, not about shedding load (tests/broker/test_flow_control.py is).
     c = await start_cluster(tmp_path, flushDiskType="SYNC_FLUSH", waitTimeMillsInSendQueue=60_000)
     try:
-        store = c.broker.store.sync_store
+        store = c.broker.store
         async with Producer("p", namesrv_addr=c.namesrv_addr) as producer:
             await producer.send(Message("GroupCommit", b"warm-up"))  # topic created, route known
-            before = store.group_commit.stats.acks, store.group_commit.stats.fsyncs
+            before = store.group_commit_stats.acks, store.group_commit_stats.fsyncs
 
             async def one_producer(n: int) -> list:
                 return [await producer.send(Message("GroupCommit", b"%d-%d" % (n, i))) for i in range(5)]
 
             results = [r for rs in await asyncio.gather(*(one_producer(n) for n in range(128))) for r in rs]
         assert len(results) == 640 and all(r.status is SendStatus.SEND_OK for r in results)
-        acks = store.group_commit.stats.acks - before[0]
-        fsyncs = store.group_commit.stats.fsyncs - before[1]
+        acks = store.group_commit_stats.acks - before[0]
+        fsyncs = store.group_commit_stats.fsyncs - before[1]
         assert acks == 640
         assert fsyncs < acks  # 128 senders at once: many acknowledgements per fsync
         print(f"128 concurrent producers: {acks} acknowledgements, {fsyncs} fsyncs ({acks / fsyncs:.1f} per fsync)")
         # Every acknowledged byte is on disk.
-        assert store.commit_log.flushed_offset >= max(decode_offset_msg_id(r.offset_msg_id)[2] for r in results)
+        assert store.flushed_phy_offset >= max(decode_offset_msg_id(r.offset_msg_id)[2] for r in results)
     finally:
         await c.stop()
 
@@ -88,10 +88,10 @@ async def test_wait_false_is_answered_without_waiting_for_the_disk(tmp_path):
     try:
         response = await client.invoke(c.broker_addr, send_request("NoWait", 0, b"x", "WAIT\x01false"), 5)
         assert response.code == ResponseCode.SUCCESS
-        store = c.broker.store.sync_store
+        store = c.broker.store
         end = store.max_phy_offset
-        await wait_until(lambda: store.commit_log.flushed_offset >= end)  # and it was flushed soon after
-        record = store.look_message_by_offset(decode_offset_msg_id(response.get_str("msgId"))[2])
+        await wait_until(lambda: store.flushed_phy_offset >= end)  # and it was flushed soon after
+        record = await store.look_message(decode_offset_msg_id(response.get_str("msgId"))[2])
         assert "WAIT" not in decode_records(record)[0].properties  # honoured, not stored (as 4.9.1+)
         waited = await client.invoke(c.broker_addr, send_request("NoWait", 0, b"y"), 5)
         assert waited.code == ResponseCode.FLUSH_DISK_TIMEOUT
@@ -104,12 +104,12 @@ async def test_async_flush_timer_flushes_without_anyone_asking(tmp_path):
     c = await start_cluster(tmp_path, flushDiskType="ASYNC_FLUSH", flushIntervalCommitLog=20,
                             flushCommitLogLeastPages=4, flushCommitLogThoroughInterval=200)
     try:
-        store = c.broker.store.sync_store
+        store = c.broker.store
         async with Producer("p", namesrv_addr=c.namesrv_addr) as producer:
             result = await producer.send(Message("Timed", b"small"))
             assert result.status is SendStatus.SEND_OK
         end = store.max_phy_offset
         # One page dirty (< 4): only the thorough flush, at most 200 ms later, takes it.
-        await wait_until(lambda: store.commit_log.flushed_offset >= end)
+        await wait_until(lambda: store.flushed_phy_offset >= end)
     finally:
         await c.stop()

@@ -26,7 +26,7 @@ async def test_limits(tmp_path):
     c = await InProcessCluster(tmp_path / "store", settings={"maxMessageSize": 4096}).start()
     client = RemotingClient()
     try:
-        store = c.broker.store.sync_store
+        store = c.broker.store
         ok = await client.invoke(c.broker_addr, send("Limits", b"x" * 4096))
         assert ok.code == ResponseCode.SUCCESS
         end = store.max_phy_offset
@@ -44,7 +44,7 @@ async def test_limits(tmp_path):
             assert refused.code == ResponseCode.SYSTEM_ERROR, bad
             assert "topic" in refused.remark and ("illegal characters" in refused.remark or "longer" in refused.remark)
         assert store.max_phy_offset > end  # only the message that fit was stored after the first
-        assert store.get_max_offset_in_queue("Limits", 0) == 2
+        assert store.max_offset("Limits", 0) == 2
         assert not any(t.startswith(("has", "x" * 10, "semi")) for t in store.topic_queue_ids())
     finally:
         await client.close()

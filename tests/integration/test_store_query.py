@@ -63,7 +63,7 @@ async def test_query_view_search_and_earliest_time_over_the_wire(tmp_path):
             raw = await client.invoke(c.broker_addr, RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
                 "topic": "Orders", "key": "order-5", "maxNum": 32, "beginTimestamp": 0, "endTimestamp": 2**63 - 1}))
             assert raw.code == ResponseCode.SUCCESS
-            assert int(raw.get_str("indexLastUpdatePhyoffset")) == c.broker.store.sync_store.index.indexed_end
+            assert int(raw.get_str("indexLastUpdatePhyoffset")) == c.broker.store.indexed_phy_offset
             assert int(raw.get_str("indexLastUpdateTimestamp")) > 0
             assert [m.body for m in decode_records(raw.body)][:1] == [sent[5][0].body]
             missing = await client.invoke(c.broker_addr, RemotingCommand.request(RequestCode.QUERY_MESSAGE, {

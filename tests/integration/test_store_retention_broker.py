@@ -25,17 +25,17 @@ async def test_expired_files_go_and_pulls_below_the_new_start_are_moved(tmp_path
         "mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 2000, "maxHashSlotNum": 64, "maxIndexNum": 100,
         "fileReservedTime": 0, "deleteWhen": EVERY_HOUR, "cleanResourceInterval": 50}).start()
     try:
-        store = c.broker.store.sync_store
+        store = c.broker.store
         async with Producer("p", namesrv_addr=c.namesrv_addr) as producer:
             first = await producer.send(Message("Aging", b"first " * 100))
             mq = first.message_queue
             results = [await producer.send(Message("Aging", b"body %d " % i * 100), queue=mq) for i in range(300)]
         # The broker's own clean task (every 50 ms) deletes every file but the one being written.
-        await wait_until(lambda: len(store.commit_log.segments) == 1)
+        await wait_until(lambda: store.commit_log_segments == 1)
         assert store.min_phy_offset > 0
         index_dir = tmp_path / "store" / "index"
-        await wait_until(lambda: all(f.header.end_phy_offset >= store.min_phy_offset for f in store.index.files))
-        assert len(os.listdir(index_dir)) == len(store.index.files)
+        await wait_until(lambda: all(end >= store.min_phy_offset for end in store.index_file_ends()))
+        assert len(os.listdir(index_dir)) == len(store.index_file_ends())
 
         async with PullConsumer("g", namesrv_addr=c.namesrv_addr) as consumer:
             new_min = await consumer.min_offset(mq)

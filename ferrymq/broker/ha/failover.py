@@ -39,7 +39,6 @@ import logging
 import time
 from typing import Callable, Protocol
 
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.ha.controller_link import ControllerLink
 from ferrymq.broker.ha.epochs import EpochFile
@@ -57,6 +56,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.store.async_store import AsyncMessageStore
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.ha.replication import Replication
+from ferrymq.store.async_store import AsyncMessageStore
 
 Clock = Callable[[], float]
 

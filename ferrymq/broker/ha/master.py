@@ -32,7 +32,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.ha.frames import (
     HELLO,
     OFFSET_REPORT,
@@ -43,6 +42,7 @@ from ferrymq.broker.ha.frames import (
     is_hello,
 )
 from ferrymq.common.tasks import TaskSet
+from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.results import AppendResult, PutStatus
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ import asyncio
 import logging
 from typing import Awaitable, Callable
 
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.config import SLAVE, SYNC_MASTER, BrokerConfig
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.broker.ha.epochs import EpochFile
@@ -25,6 +24,7 @@ from ferrymq.common.tasks import TaskSet
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
 from ferrymq.store.results import PutStatus
 
@@ -73,7 +73,7 @@ class Replication:
         elif config.is_slave:
             self.registrable.set()
             # The store takes data only from the master (RocketMQ's store refuses puts on a slave).
-            store.sync_store.refuse_puts = SLAVE_REFUSAL
+            store.refuse_puts(SLAVE_REFUSAL)
             self._make_slave(config.ha_master_address)
         else:
             self.registrable.set()
@@ -93,7 +93,7 @@ class Replication:
 
     def _make_slave(self, master_address: str | None) -> None:
         config, store = self.config, self.store
-        self.slave = HASlave(store, store.sync_store.replica_appender(),
+        self.slave = HASlave(store, store.replica_appender(),
                              HASlaveSettings(config.ha_send_heartbeat_interval, config.ha_housekeeping_interval),
                              master_address, hello=self._hello)
         self.sync = SlaveSynchronize(self._client, *self._tables)
@@ -197,13 +197,12 @@ class Replication:
         return self._fence_reason is not None
 
     def _apply_refusal(self) -> None:
-        store = self.store.sync_store
         if self._fence_reason is not None:
-            store.refuse_puts, store.refuse_status = self._fence_reason, PutStatus.SERVICE_NOT_AVAILABLE
+            self.store.refuse_puts(self._fence_reason, PutStatus.SERVICE_NOT_AVAILABLE)
         elif self._shortfall is not None:
-            store.refuse_puts, store.refuse_status = self._shortfall, PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH
+            self.store.refuse_puts(self._shortfall, PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH)
         else:
-            store.refuse_puts, store.refuse_status = None, PutStatus.SERVICE_NOT_AVAILABLE
+            self.store.refuse_puts(None)
 
     def confirmed_offset(self) -> int:
         """A master: the offset a successor must hold so that nothing acknowledged is lost (SYNC:

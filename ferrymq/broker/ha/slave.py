@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.ha.frames import TRANSFER_HEADER, HAFrameError, decode_transfer_header, encode_offset_report
+from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.replica import ReplicaAppender, ReplicaDataError
 
 log = logging.getLogger(__name__)

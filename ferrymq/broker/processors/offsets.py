@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.store.async_store import AsyncMessageStore
 
 class OffsetProcessors:
     def __init__(self, store: AsyncMessageStore, offsets: ConsumerOffsetManager) -> None:

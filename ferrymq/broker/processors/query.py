@@ -7,10 +7,10 @@ the IndexFile's candidates (the index is hash based): clients check the keys the
 
 from __future__ import annotations
 
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
 
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # extField: the key is a UNIQ_KEY (a client message id)

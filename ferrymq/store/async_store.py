@@ -1,4 +1,6 @@
-"""The broker's asyncio face of the (synchronous, thread-safe) message store.
+"""The store's asyncio face: the (synchronous, thread-safe) MessageStore as the broker's event
+loop uses it. The threads it runs the store in, and how their results reach the loop, are in
+store/loop_bridge.py.
 
 Appends (puts) run on the event loop itself while they are fast, as RocketMQ appends in the
 request thread: an append is a copy into the page cache, microseconds, and handing it to a
@@ -49,18 +51,16 @@ ASYNC_FLUSH: the broker's timers call ``flush_commit_log_timed`` / ``flush_consu
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import logging
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 from ferrymq.common.eager import Parked
 from ferrymq.common.message import MessageExt, record_store_timestamp
-from ferrymq.store.flush import settle_flush_wait
+from ferrymq.store.flush import GroupCommitStats, settle_flush_wait
+from ferrymq.store.loop_bridge import FlushWaits, LoopCompletions, WriteBacklog, WriterThread
 from ferrymq.store.message_store import MessageStore
 from ferrymq.store.replica import ReplicaAppender
 from ferrymq.store.results import AppendResult, GetResult, PutStatus, QueryMessageResult
@@ -81,252 +81,16 @@ RECENT_QUEUE_ENTRIES = 65536
 ArrivalListener = Callable[[str, int, int, Sequence[MessageExt]], None]
 
 
-_CALL = object()  # marks a call posted to the loop among future completions
-
-
-class _LoopCompletions:
-    """Completes asyncio futures (and runs calls) from other threads with one loop wake-up per batch."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self._lock = threading.Lock()
-        self._pending: list[tuple[Any, Any, Any]] = []
-        self._scheduled = False
-
-    def complete(self, future: asyncio.Future, result: Any = None, error: BaseException | None = None) -> None:
-        self._post((future, result, error))
-
-    def call(self, fn: Callable[[Any], None], arg: Any) -> None:
-        """Run ``fn(arg)`` on the loop, in the same wake-up as completions posted with it."""
-        self._post((fn, arg, _CALL))
-
-    def _post(self, item: tuple[Any, Any, Any]) -> None:
-        with self._lock:
-            self._pending.append(item)
-            if self._scheduled:
-                return  # the wake-up already asked for will take this one too
-            self._scheduled = True
-        self.loop.call_soon_threadsafe(self._drain)
-
-    def _drain(self) -> None:
-        with self._lock:
-            batch, self._pending, self._scheduled = self._pending, [], False
-        for target, result, error in batch:
-            if error is _CALL:
-                target(result)
-            elif target.done():  # cancelled meanwhile (a timed-out wait)
-                continue
-            elif error is not None:
-                target.set_exception(error)
-            else:
-                target.set_result(result)
-
-
-class _Deadlines:
-    """Resolves futures with None once their deadline passes, with one timer for all of them.
-
-    SYNC_FLUSH waits all have the same timeout, so they expire in the order they began: a deque
-    in that order, pruned of answered waits as new ones come, and one ``call_at`` for the oldest
-    (``asyncio.wait_for`` per send cost a timer, a waiter future and an extra callback each)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self._waits: collections.deque[tuple[float, asyncio.Future]] = collections.deque()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, future: asyncio.Future, timeout_s: float) -> None:
-        waits = self._waits
-        while waits and waits[0][1].done():
-            waits.popleft()
-        deadline = self.loop.time() + timeout_s
-        if waits and deadline < waits[-1][0]:  # a shorter timeout than before (config changed)
-            deadline = waits[-1][0]  # keeps the order; such a wait ends no later than the one before
-        waits.append((deadline, future))
-        if self._timer is None:
-            self._timer = self.loop.call_at(waits[0][0], self._expire)
-
-    def _expire(self) -> None:
-        self._timer = None
-        waits, now = self._waits, self.loop.time()
-        while waits and (waits[0][1].done() or waits[0][0] <= now):
-            _, future = waits.popleft()
-            if not future.done():
-                future.set_result(None)
-        if waits:
-            self._timer = self.loop.call_at(waits[0][0], self._expire)
-
-
-class _FlushWait:
-    """Puts waiting for the CommitLog to be fsynced up to ``end``, all on one future."""
-
-    __slots__ = ("end", "future", "puts")
-
-    def __init__(self, end: int, future: asyncio.Future[bool | None]) -> None:
-        self.end, self.future, self.puts = end, future, 1
-
-
-class _FlushWaits:
-    """SYNC_FLUSH puts of one loop waiting for their fsync, with at most one request to the
-    group-commit thread at a time.
-
-    Puts append in CommitLog order on the loop, so their waits are a deque in offset order
-    (but for a put the writer thread appended, which may come a little late: it is answered
-    with the wait in front of it). Only the first wait asks the flush thread for an fsync;
-    waits that come while it runs queue here, and when it reports back (one cross-thread
-    call per fsync, however many puts it covered) every wait up to the offset now durable is
-    answered and, if some remain, the next fsync is asked for all of them. Before, each put made its own request: a Condition
-    notify on the loop and a callback plus a lock in the flush thread per put, the flush
-    thread taking the GIL once per acknowledgement."""
-
-    def __init__(self, completions: _LoopCompletions, store: MessageStore) -> None:
-        self._completions = completions
-        self._store = store
-        self._deadlines = _Deadlines(completions.loop)  # the waits' syncFlushTimeout, one timer for all
-        self._waits: collections.deque[_FlushWait] = collections.deque()  # in offset order
-        self._asked: int | None = None  # the end offset of the fsync request that is out, if one is
-        self._max_end = 0  # the furthest end a wait needs fsynced
-
-    def add(self, end: int, timeout_s: float) -> asyncio.Future[bool | None]:
-        """A future resolved with True once the CommitLog is fsynced up to ``end``, False if the
-        fsync failed, None after ``timeout_s``; the same future as the wait before when that
-        one waits for the same end."""
-        last = self._waits[-1] if self._waits else None
-        if last is not None and last.end == end and not last.future.done():
-            last.puts += 1  # waits for the same end share one future (the sends of a round)
-            return last.future
-        future: asyncio.Future[bool | None] = self._completions.loop.create_future()
-        # (Reset when no wait is left: a CommitLog truncated back, a slave rejoining, ends lower.)
-        self._max_end = max(self._max_end, end) if self._waits else end
-        self._waits.append(_FlushWait(end, future))
-        self._deadlines.add(future, timeout_s)
-        if self._asked is None:
-            self._ask(self._max_end)
-        return future
-
-    def _ask(self, end: int) -> None:
-        self._asked = end
-        # Called by the group-commit thread after its fsync; the loop runs _answered (and counts).
-        self._store.request_flush(end, functools.partial(self._completions.call, self._answered), acks=0)
-
-    def _answered(self, ok: bool) -> None:
-        # A failed fsync fails the waits it was asked for (their bytes may not be on disk);
-        # later ones get the next fsync.
-        covered, answer = (self._store.flushed_phy_offset, True) if ok else (self._asked, False)
-        self._asked = None
-        waits, answered = self._waits, 0
-        while waits and waits[0].end <= covered:
-            wait = waits.popleft()
-            if not wait.future.done():  # (not timed out meanwhile)
-                wait.future.set_result(answer)
-                answered += wait.puts
-        if answered:
-            self._store.count_flush_acks(answered)
-        while waits and waits[0].future.done():
-            waits.popleft()
-        if waits:
-            self._ask(self._max_end)
-
-
-@dataclass(frozen=True)
-class WriteBacklog:
-    """The writer thread's queue as admission control sees it."""
-
-    pending: int  # writes queued or running
-    oldest_wait_ms: int  # how long the oldest queued write has waited to start
-    running_ms: int  # how long the running write has run (a slow disk holds every put)
-
-
-IDLE_BACKLOG = WriteBacklog(pending=0, oldest_wait_ms=0, running_ms=0)
-
-
-class _WriterThread:
-    """The store's one writer: runs queued calls in order, all that queued up per wake-up."""
-
-    def __init__(self) -> None:
-        self._jobs: collections.deque = collections.deque()
-        self._cond = threading.Condition()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="store-write", daemon=True)
-        # Backlog, read by the loop for admission control without taking the lock: each
-        # counter has one writer; deque append/popleft are atomic.
-        self._submitted = 0  # loop thread
-        self._finished = 0  # writer thread
-        self._enqueued_at: collections.deque[float] = collections.deque()  # of jobs not started yet
-        self._running_since: float | None = None
-
-    def backlog(self) -> "WriteBacklog":
-        if self._submitted == self._finished:  # the common case, asked on every send: nothing queued
-            return IDLE_BACKLOG
-        now = time.monotonic()
-        enqueued = self._enqueued_at
-        oldest = enqueued[0] if enqueued else None
-        running = self._running_since
-        return WriteBacklog(pending=self._submitted - self._finished,
-                            oldest_wait_ms=0 if oldest is None else int((now - oldest) * 1000),
-                            running_ms=0 if running is None else int((now - running) * 1000))
-
-    def start(self) -> None:
-        if not self._thread.is_alive():
-            self._thread.start()
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
-    @property
-    def idle(self) -> bool:
-        """Nothing queued or running: a write done elsewhere now cannot overtake one of ours."""
-        return self._submitted == self._finished
-
-    def submit(self, completions: _LoopCompletions, future: asyncio.Future, fn: Callable, args: tuple, kwargs: dict) -> None:
-        with self._cond:
-            if self._stopping:
-                raise RuntimeError("the store's writer thread has stopped")
-            self._jobs.append((completions, future, fn, args, kwargs))
-            self._submitted += 1
-            self._enqueued_at.append(time.monotonic())
-            if len(self._jobs) == 1:
-                self._cond.notify()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._jobs and not self._stopping:
-                    self._cond.wait()
-                if not self._jobs:
-                    return
-                jobs = list(self._jobs)
-                self._jobs.clear()
-            for completions, future, fn, args, kwargs in jobs:
-                self._running_since = time.monotonic()
-                self._enqueued_at.popleft()
-                result = error = None
-                try:
-                    result = fn(*args, **kwargs)
-                except BaseException as exc:  # delivered to the awaiting coroutine
-                    error = exc
-                # Counted as finished before its caller hears of it: the caller's next put must
-                # find the thread idle (and may then run on the loop).
-                self._running_since = None
-                self._finished += 1
-                completions.complete(future, result, error)
-
-
 class AsyncMessageStore:
     """What the broker's processors and services use of the store. Calls that may touch the
     disk are coroutines run in the store's threads; those answered from memory (queue
-    offsets, CommitLog bounds) are plain methods. ``sync_store`` is for the broker's
-    lifecycle and for tests; broker code goes through the methods here."""
+    offsets, CommitLog bounds) are plain methods. ``sync_store`` is for the store package
+    (and its tests) only: code outside the store goes through the methods here."""
 
     def __init__(self, store: MessageStore, *, read_threads: int = 4, append_on_loop: bool = True,
                  slow_append_ms: int = 100) -> None:
         self.sync_store = store
-        self._writer = _WriterThread()
+        self._writer = WriterThread()
         self._append_on_loop = append_on_loop
         self._slow_append_s = slow_append_ms / 1000
         self._offloaded_until = 0.0  # monotonic time until which appends go to the writer thread
@@ -337,8 +101,8 @@ class AsyncMessageStore:
         self._round: list[tuple[MessageExt | list[MessageExt], Parked]] | None = None  # puts parked in the open round
         self.round_writes = 0  # writes of parked puts (each: one write per file for all of them)
         self.round_puts = 0  # puts written by those writes
-        self._completions: _LoopCompletions | None = None
-        self._flush_waits: _FlushWaits  # made with the loop's completions
+        self._completions: LoopCompletions | None = None
+        self._flush_waits: FlushWaits  # made with the loop's completions
         self._readers = ThreadPoolExecutor(read_threads, thread_name_prefix="store-read")
         # fsync gets its own thread: a slow disk delays durability, never the next append.
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="store-flush")
@@ -356,14 +120,14 @@ class AsyncMessageStore:
         # SYNC_MASTER (broker/ha): for a stored put, a future of the status its replication ends with
         self.replication_wait: Callable[[AppendResult], asyncio.Future[PutStatus]] | None = None
 
-    def _loop_completions(self) -> _LoopCompletions:
+    def _loop_completions(self) -> LoopCompletions:
         loop = asyncio.get_running_loop()
         if self._completions is None or self._completions.loop is not loop:
-            self._completions = _LoopCompletions(loop)
-            self._flush_waits = _FlushWaits(self._completions, self.sync_store)  # per loop, as the completions
+            self._completions = LoopCompletions(loop)
+            self._flush_waits = FlushWaits(self._completions, self.sync_store)  # per loop, as the completions
         return self._completions
 
-    def _loop_flush_waits(self) -> _FlushWaits:
+    def _loop_flush_waits(self) -> FlushWaits:
         """This loop's SYNC_FLUSH waits, made together with its completions. Asked on every
         SYNC_FLUSH send: once made, they are not checked against the running loop again (a
         store serves one loop; ``load`` and every offloaded write make them for theirs)."""
@@ -622,6 +386,36 @@ class AsyncMessageStore:
     def commit_log_segments(self) -> int:
         return len(self.sync_store.commit_log.segments)
 
+    @property
+    def flushed_phy_offset(self) -> int:
+        """Where the CommitLog is fsynced up to: what a crash of the machine keeps."""
+        return self.sync_store.flushed_phy_offset
+
+    @property
+    def group_commit_stats(self) -> GroupCommitStats | None:
+        """SYNC_FLUSH: the group-commit thread's counters (fsyncs, the puts they answered);
+        None under ASYNC_FLUSH or before the store has loaded."""
+        group_commit = self.sync_store.group_commit
+        return group_commit.stats if group_commit is not None else None
+
+    @property
+    def writable(self) -> bool:
+        """Whether the store takes puts: it runs and its disk guard finds room."""
+        return self.sync_store.writable
+
+    @property
+    def indexed_phy_offset(self) -> int:
+        """How far into the CommitLog the message index reaches (QUERY_MESSAGE's
+        indexLastUpdatePhyoffset); 0 without an index."""
+        index = self.sync_store.index
+        return index.indexed_end if index is not None else 0
+
+    def index_file_ends(self) -> list[int]:
+        """The CommitLog offset each index file reaches to, oldest file first (retention deletes
+        an index file once the CommitLog it indexes is gone)."""
+        index = self.sync_store.index
+        return [f.header.end_phy_offset for f in index.files] if index is not None else []
+
     def is_in_memory(self, phys_offset: int) -> bool:
         """Whether a record is near enough the CommitLog head to be in the page cache."""
         return self.sync_store.is_in_memory(phys_offset)
@@ -651,6 +445,17 @@ class AsyncMessageStore:
         return record_store_timestamp(record) if record else 0
 
     # ------------------------------------------------------------ replication (broker/ha)
+
+    def refuse_puts(self, reason: str | None, status: PutStatus = PutStatus.SERVICE_NOT_AVAILABLE) -> None:
+        """Refuse every put with ``status`` (a slave, a fenced master, too few in-sync replicas),
+        ``reason`` said in the answer's remark; ``None`` takes puts again. Replicated data is
+        written all the same (``append_replica``)."""
+        store = self.sync_store
+        store.refuse_puts, store.refuse_status = reason, status
+
+    def replica_appender(self) -> ReplicaAppender:
+        """A slave: what writes its master's CommitLog bytes here (``append_replica``)."""
+        return self.sync_store.replica_appender()
 
     async def transfer_data(self, offset: int, limit: int) -> bytes | None:
         """A master: up to ``limit`` CommitLog bytes from ``offset`` for a slave; None if none yet."""

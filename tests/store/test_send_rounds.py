@@ -1,4 +1,4 @@
-"""The sends of one read from a connection are written together (broker/async_store.py's
+"""The sends of one read from a connection are written together (store/async_store.py's
 dispatch rounds): each still gets its own answer, in order, with the offsets it would get
 alone, and a send that cannot join the round never overtakes one that did."""
 
@@ -8,7 +8,6 @@ import asyncio
 
 import pytest
 
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.eager import start_eagerly
@@ -19,6 +18,7 @@ from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import FrameDecoder, RemotingCommand, encode_frame
 from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store import MessageStore, PutStatus, StoreConfig
+from ferrymq.store.async_store import AsyncMessageStore
 from tests.support import InProcessCluster
 
 pytestmark = pytest.mark.integration
@@ -92,7 +92,7 @@ async def test_a_send_that_cannot_join_the_round_does_not_overtake_one_that_did(
 
 async def test_a_refused_send_in_a_round_is_answered_and_the_others_stored(cluster):
     await make_queues(cluster, "Refusals", range(2))
-    too_big = b"x" * (cluster.broker.ctx.store.sync_store.config.max_message_size + 1)
+    too_big = b"x" * (cluster.broker.store_config.max_message_size + 1)
     sends = [("Refusals", 0, b"ok1"), ("Refusals", 1, too_big), ("Refusals", 0, b"ok2"), ("bad topic!", 0, b"no")]
     answers = await burst(cluster.broker_addr, sends)
     assert answers[0].code == answers[2].code == ResponseCode.SUCCESS
@@ -135,14 +135,14 @@ async def test_under_sync_flush_the_sends_of_a_round_are_answered_after_the_fsyn
     c = await InProcessCluster(tmp_path / "store", settings={"flushDiskType": "SYNC_FLUSH"}).start()
     try:
         await make_queues(c, "Durable", range(4))
-        sync_store = c.broker.ctx.store.sync_store
-        stats = sync_store.group_commit.stats
+        store = c.broker.ctx.store
+        stats = store.group_commit_stats
         acks_before, fsyncs_before, rounds_before = stats.acks, stats.fsyncs, c.broker.ctx.store.round_writes
         sends = [("Durable", i % 4, f"d{i}".encode()) for i in range(40)]
         answers = await burst(c.broker_addr, sends)
         assert [a.code for a in answers] == [ResponseCode.SUCCESS] * 40
         ends = [decode_offset_msg_id(a.ext_fields["msgId"])[2] for a in answers]
-        assert sync_store.commit_log.flushed_offset > max(ends)
+        assert store.flushed_phy_offset > max(ends)
         assert stats.acks - acks_before == 40
         assert c.broker.ctx.store.round_writes > rounds_before
         assert stats.fsyncs - fsyncs_before < 40  # shared, not one per send

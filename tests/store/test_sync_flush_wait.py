@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.common.message import MessageExt
 from ferrymq.store import MessageStore, PutStatus, StoreConfig
 from ferrymq.store import mapped_file
+from ferrymq.store.async_store import AsyncMessageStore
 
 
 def message(i: int) -> MessageExt:

@@ -10,10 +10,10 @@ import asyncio
 
 import pytest
 
-from ferrymq.broker import async_store as async_store_module
-from ferrymq.broker.async_store import AsyncMessageStore
 from ferrymq.common.message import MessageExt, decode_records
 from ferrymq.store import MessageStore, PutStatus, StoreConfig
+from ferrymq.store import async_store as async_store_module
+from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.consume_queue import ConsumeQueue
 
 STORE_HOST = ("127.0.0.1", 10911)
