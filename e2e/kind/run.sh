@@ -5,9 +5,16 @@
 #   2. the kind node image (e2e/kind/build-node-image.sh: no registry needed) and FerryMQ's
 #      images (e2e/images/build-images.sh, tag "e2e");
 #   3. the docker network ferrymq-kind with an explicit subnet, and kind cluster "ferrymq-e2e"
-#      (control plane + worker; a cluster of that name left by an earlier run is deleted first);
+#      (control plane + 3 workers; a cluster of that name left by an earlier run is deleted first);
 #   4. `kind load` of the images, `helm upgrade --install` of charts/ferrymq-operator;
-#   5. pytest e2e/kind (marker kind): the scenarios, in the cluster, against its own addresses.
+#   5. pytest e2e/kind/test_kind_e2e.py (marker kind): the scenarios, in the cluster, against its
+#      own addresses (the last one uninstalls the chart);
+#   6. the chart installed again, then pytest e2e/kind/test_kind_chaos.py: node faults (docker
+#      pause / kill / network disconnect of the master's node, the deciders' pods deleted) under a
+#      replicated Broker with failover, in the same cluster. FERRYMQ_KIND_CHAOS_FAULTS (default 4:
+#      one of each kind) sets how many; `make chaos-kind` runs 30 random ones and writes
+#      bench/results/chaos-kind-<date>.json.
+# FERRYMQ_KIND_SUITES (default "e2e chaos") chooses which of 5 and 6 run ("chaos": only the faults).
 # On failure: `kind export logs`, the operator's and brokers' logs and an object dump under
 # .cache/e2e-logs/. The cluster is deleted at the end unless FERRYMQ_KIND_KEEP=1.
 # Per-phase wall times are printed at the end (and appended to .cache/e2e-timings.log).
@@ -22,6 +29,7 @@ TAG=e2e
 PY="${PY:-$REPO/.venv/bin/python}"
 LOGS="$REPO/.cache/e2e-logs"
 TIMINGS=()
+SUITES=" ${FERRYMQ_KIND_SUITES:-e2e chaos} "
 phase() {  # phase NAME CMD...
   local t0=$SECONDS name="$1"; shift
   echo "e2e-kind: == $name" >&2
@@ -61,15 +69,27 @@ create_cluster() {
 }
 
 install_chart() {
-  kind load docker-image --name "$CLUSTER" "ferrymq/operator:$TAG" "ferrymq/broker:$TAG" "ferrymq/spark:$TAG"
+  # The Spark image (1.3 GB, into every node) only for the scenarios: the node faults need none.
+  local images=("ferrymq/operator:$TAG" "ferrymq/broker:$TAG")
+  [[ "$SUITES" != *" e2e "* ]] || images+=("ferrymq/spark:$TAG")
+  kind load docker-image --name "$CLUSTER" "${images[@]}"
   helm upgrade --install ferrymq "$REPO/charts/ferrymq-operator" -n ferrymq-system --create-namespace \
     --set image.tag="$TAG" --set image.pullPolicy=Never --set brokerImage.tag="$TAG" \
     --set resyncSeconds=10 --set brokerResyncSeconds=3 --wait --timeout 300s
 }
 
-run_tests() {
+run_tests() {  # run_tests FILE [pytest args...]
+  local file="$1"; shift
   (cd "$REPO" && FERRYMQ_KIND_TESTS=1 FERRYMQ_IMAGE_TAG="$TAG" PYTHONPATH="$REPO" \
-     "$PY" -m pytest -q -ra -p no:cacheprovider e2e/kind)
+     "$PY" -m pytest -q -ra -p no:cacheprovider "$@" "$file")
+}
+
+run_chaos() {
+  # The scenarios end with `helm uninstall`: the faults need the operator back (images are loaded).
+  helm upgrade --install ferrymq "$REPO/charts/ferrymq-operator" -n ferrymq-system --create-namespace \
+    --set image.tag="$TAG" --set image.pullPolicy=Never --set brokerImage.tag="$TAG" \
+    --set resyncSeconds=10 --set brokerResyncSeconds=3 --wait --timeout 300s
+  run_tests e2e/kind/test_kind_chaos.py -s
 }
 
 diagnostics() {
@@ -110,7 +130,8 @@ main() {
   phase "FerryMQ images" env FERRYMQ_IMAGE_TAG="$TAG" bash "$REPO/e2e/images/build-images.sh"
   phase "kind create cluster" create_cluster
   phase "load images, helm install" install_chart
-  phase "scenarios (pytest)" run_tests
+  if [[ "$SUITES" == *" e2e "* ]]; then phase "scenarios (pytest)" run_tests e2e/kind/test_kind_e2e.py; fi
+  if [[ "$SUITES" == *" chaos "* ]]; then phase "node faults (pytest)" run_chaos; fi
 }
 
 main "$@"
