@@ -27,10 +27,11 @@ current master runs (asked of the name server, then the pod's spec.nodeName):
 After each fault the group must heal (node Ready, Broker Ready with its slave, both brokers in the
 name server's table, the slave back in the controller's in-sync set, sends acknowledged again)
 and every message acknowledged before the reading pass began must be read by it. At the end the
-whole history goes through e2e/chaos/checker.py once (lost, unseen, inconsistent, misplaced, corrupt, nonmonotonic must be none) and is attributed
-per fault (e2e/chaos/attribution.py). Per fault the write outage is printed: from the injection to
-the first SEND_OK after the last failed send of that fault (acceptance for a killed master node:
-p50 <= 20 s, max <= 45 s; printed, not asserted, as are all times on this 2-core machine).
+whole history goes through e2e/chaos/checker.py once (lost, unseen, inconsistent, misplaced,
+corrupt, nonmonotonic must be none) and is attributed per fault (e2e/chaos/attribution.py).
+Per fault the write outage is printed: from the injection to the first SEND_OK after the last
+failed send of that fault (acceptance for a killed master node: p50 <= 20 s, max <= 45 s;
+printed, not asserted, as are all times on this 2-core machine).
 
 FERRYMQ_KIND_CHAOS_FAULTS (default 4: one of each kind, in the order above but deciders first);
 more than 4 draws random kinds from FERRYMQ_KIND_CHAOS_SEED. FERRYMQ_KIND_CHAOS_RESULTS: a path
