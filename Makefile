@@ -26,10 +26,11 @@ test: $(STAMP) chromium
 
 ## test-slow: the single tests of 25 s or more (kill -9 with failover, a consumer moving to the
 ## slave, the gRPC Java client's push/FIFO/simple consumers, a Spark job crashing between write
-## and commit), about 4 min; CI runs it after make test
+## and commit, the chaos tests of tests/chaos with the official Java workload), about 8 min; CI
+## runs it after make test
 .PHONY: test-slow
 test-slow: $(STAMP)
-	@$(PY) -m pytest -q -ra --durations=10 --ignore=tests/k8s -m "slow and not chaos"
+	@$(PY) -m pytest -q -ra --durations=10 --ignore=tests/k8s -m slow
 
 ## chromium: Debian's chromium for the console's browser tests (Playwright drives it; no browser
 ## download), installed with apt when missing

@@ -325,16 +325,6 @@ def unavailability(sends: list[Send], min_window: float = 1.0) -> list[Window]:
     return out
 
 
-def unconfirmed_read_signature(result: Result, acked: set[str]) -> bool:
-    """The anomalies are exactly those of the known gap "a pull is not limited to the confirmed
-    offset" (docs/chaos.md): every inconsistent offset holds one acknowledged key and otherwise
-    only keys whose send was not acknowledged (read from a master that then lost them), and
-    every lost key is the acknowledged one of such an offset. ``acked``: the acknowledged keys."""
-    gap = {x.position for x in result.inconsistent
-           if len(x.acked) == 1 and all(k not in acked for k in x.keys if k not in x.acked)}
-    return len(gap) == len(result.inconsistent) and all(m.position in gap for m in result.lost)
-
-
 # --------------------------------------------------------------------------------------------
 # The table: one row per fault kind
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from e2e.chaos.attribution import attribute, spans
-from e2e.chaos.checker import Result, check, report, table, unconfirmed_read_signature
+from e2e.chaos.checker import Result, check, report, table
 from e2e.chaos.faults import KINDS, Fault, plan
 from e2e.chaos.group import BROKER_IDS, LocalGroup
 from e2e.chaos.history import load
@@ -71,9 +71,6 @@ class SuiteRun:
     @property
     def unhealed(self) -> list[FaultRecord]:
         return [r for r in self.records if r.heal_s is None]
-
-    def acked_keys(self) -> set[str]:
-        return {s.key for s in load(self.work / "producer.jsonl").sends if s.acked}
 
     @property
     def ok(self) -> bool:
@@ -237,10 +234,6 @@ def _wait(what: str, check_, timeout: float) -> None:
 def summarize(run: SuiteRun) -> str:
     """The table, the whole run's report, each fault's anomalies, the faults that did not heal."""
     lines = [table(run.results), "", report(run.overall)]
-    if (run.overall.lost or run.overall.inconsistent) and unconfirmed_read_signature(run.overall, run.acked_keys()):
-        lines.append("  every lost and inconsistent finding has the signature of the known gap: a consumer read, from a "
-                     "master that then lost it, a message never acknowledged; another, acknowledged, took its offset "
-                     "and the consumer, already past it, never read that one (docs/chaos.md)")
     if not run.drained:
         lines.append("  the consumer stopped reading before every acknowledged message was read")
     for r in run.results:

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from e2e.chaos.attribution import WARM_UP, Span, attribute, spans
-from e2e.chaos.checker import Inconsistent, Missing, Result, check, table, unconfirmed_read_signature
+from e2e.chaos.checker import check, table
 from e2e.chaos.faults import KINDS, plan
 from e2e.chaos.history import parse_lines
 
@@ -87,15 +87,3 @@ def test_findings_go_to_the_fault_active_when_they_happened():
 
     rows = table([warm, kill, freeze]).splitlines()
     assert len(rows) == 4 and rows[2].startswith("kill -9 master") and rows[2].endswith("NO")
-
-
-def test_the_known_gap_signature_is_only_that():
-    pos, other = ("b", 0, 28), ("b", 1, 5)
-    gap = Result(inconsistent=[Inconsistent(pos, ("k112", "k289"), ("k289",))],
-                 lost=[Missing("k289", pos, 1.0, 40)])
-    assert unconfirmed_read_signature(gap, {"k289"})
-    # Two acknowledged keys at one offset, or a loss elsewhere: not the gap.
-    assert not unconfirmed_read_signature(
-        Result(inconsistent=[Inconsistent(pos, ("k1", "k2"), ("k1", "k2"))]), {"k1", "k2"})
-    assert not unconfirmed_read_signature(
-        Result(inconsistent=gap.inconsistent, lost=[*gap.lost, Missing("k7", other, 1.0, 9)]), {"k289", "k7"})
