@@ -31,10 +31,11 @@ LOGS="$REPO/.cache/e2e-logs"
 TIMINGS=()
 SUITES=" ${FERRYMQ_KIND_SUITES:-e2e chaos} "
 phase() {  # phase NAME CMD...
-  local t0=$SECONDS name="$1"; shift
+  local t0=$SECONDS name="$1" rc=0; shift
   echo "e2e-kind: == $name" >&2
-  "$@"
-  TIMINGS+=("$(printf '%-28s %5d s' "$name" $((SECONDS - t0)))")
+  "$@" || rc=$?
+  TIMINGS+=("$(printf '%-28s %5d s%s' "$name" $((SECONDS - t0)) "$([ $rc -eq 0 ] || echo " (failed, exit $rc)")")")
+  return $rc
 }
 
 network() {
@@ -88,7 +89,7 @@ run_chaos() {
   # The scenarios end with `helm uninstall`: the faults need the operator back (images are loaded).
   helm upgrade --install ferrymq "$REPO/charts/ferrymq-operator" -n ferrymq-system --create-namespace \
     --set image.tag="$TAG" --set image.pullPolicy=Never --set brokerImage.tag="$TAG" \
-    --set resyncSeconds=10 --set brokerResyncSeconds=3 --wait --timeout 300s
+    --set resyncSeconds=10 --set brokerResyncSeconds=3 --wait --timeout 300s || return $?
   run_tests e2e/kind/test_kind_chaos.py -s
 }
 
@@ -130,8 +131,12 @@ main() {
   phase "FerryMQ images" env FERRYMQ_IMAGE_TAG="$TAG" bash "$REPO/e2e/images/build-images.sh"
   phase "kind create cluster" create_cluster
   phase "load images, helm install" install_chart
-  if [[ "$SUITES" == *" e2e "* ]]; then phase "scenarios (pytest)" run_tests e2e/kind/test_kind_e2e.py; fi
-  if [[ "$SUITES" == *" chaos "* ]]; then phase "node faults (pytest)" run_chaos; fi
+  # A failed scenario does not skip the node faults (they use their own namespace and Broker);
+  # the run fails at the end if either did.
+  local failed=0
+  if [[ "$SUITES" == *" e2e "* ]]; then phase "scenarios (pytest)" run_tests e2e/kind/test_kind_e2e.py || failed=1; fi
+  if [[ "$SUITES" == *" chaos "* ]]; then phase "node faults (pytest)" run_chaos || failed=1; fi
+  return $failed
 }
 
 main "$@"
