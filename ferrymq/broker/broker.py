@@ -184,7 +184,8 @@ class Broker:
         # The sends of one read are written together (one write per file, not three a message).
         self.server.set_dispatch_rounds(ctx.store)
         # Most pulls find their messages (or nothing, without holding) at once: no task for them either.
-        self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection, self.pop.classic_pull_refusal),
+        self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection, self.pop.classic_pull_refusal,
+                                                                   self.replication.read_refusal),
                              eager=True)
         for code, handler in PopProcessors(self.pop, self.config.enable_property_filter).handlers().items():
             self.server.register(code, handler)

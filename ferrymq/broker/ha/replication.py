@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 SLAVE_REFUSAL = "the broker is a slave (brokerRole=SLAVE): messages are put to its master"
 WAITING_REFUSAL = "the broker waits for the controller to say whether it is master (enableControllerMode)"
+WAITING_READS = ("the broker waits for the controller to say whether it is master (enableControllerMode): until "
+                 "then it serves no pulls, since its log may hold messages the group does not keep")
 
 
 class Replication:
@@ -62,12 +64,14 @@ class Replication:
         # below minInSyncReplicas.
         self._fence_reason: str | None = None
         self._shortfall: str | None = None
+        self._reads_refused: str | None = None
         if config.enable_controller_mode:
             config.broker_role = SLAVE
             epochs = EpochFile(store_config.store_path_root_dir)
             identity = config.broker_id
             self._hello = lambda: encode_hello(identity, epochs.last_epoch)
             self._fence_reason = WAITING_REFUSAL
+            self._reads_refused = WAITING_READS
             self._apply_refusal()
             self.failover = FailoverAgent(config, self, store, epochs, client)
         elif config.is_slave:
@@ -152,6 +156,7 @@ class Replication:
                      master_addr, master_ha_addr)
         self.slave.update_master_address(master_ha_addr)
         self.sync.master_addr = master_addr
+        self._reads_refused = None  # what the group does not keep is cut by now (FailoverAgent._follow)
         self.registrable.set()
 
     async def lead(self, epoch: int, in_sync: frozenset[int], in_sync_epoch: int) -> None:
@@ -165,6 +170,7 @@ class Replication:
         self.config.broker_role = self.master_role
         self.config.broker_id = 0
         self._fence_reason = None
+        self._reads_refused = None
         self._check_in_sync()
         self.registrable.set()
 
@@ -191,6 +197,10 @@ class Replication:
         self._fence_reason = None
         self._apply_refusal()
         self.registrable.set()
+
+    def read_refusal(self) -> str | None:
+        """Why pulls are refused now: only while a broker in controller mode waits for its role."""
+        return self._reads_refused
 
     @property
     def fenced(self) -> bool:

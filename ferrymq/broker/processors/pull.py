@@ -45,11 +45,15 @@ _FALL_BEHIND_KNOWN = (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE, GetStatus.O
 
 class PullProcessor:
     def __init__(self, ctx: BrokerContext, protection: ConsumeProtection,
-                 pop_refusal: Callable[[str, str], str | None] | None = None) -> None:
+                 pop_refusal: Callable[[str, str], str | None] | None = None,
+                 read_refusal: Callable[[], str | None] | None = None) -> None:
         self.ctx = ctx
         self.protection = protection
         # broker/pop: the remark to refuse a classic pull with while the group POP-consumes the topic
         self.pop_refusal = pop_refusal
+        # broker/ha: why this broker serves no reads now (a restarted broker in controller mode
+        # before the controller said what it is: its log may hold what the group will cut)
+        self.read_refusal = read_refusal
 
     async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         ctx = self.ctx
@@ -59,6 +63,8 @@ class PullProcessor:
 
         if not Perm.readable(ctx.config.broker_permission):
             return req.response(ResponseCode.NO_PERMISSION, remark=f"the broker[{ctx.config.broker_name}] pulling message is forbidden")
+        if self.read_refusal is not None and (refused := self.read_refusal()) is not None:
+            return req.response(ResponseCode.NO_PERMISSION, remark=refused)
         group_config = ctx.groups.find_or_create(group)
         if group_config is None:
             return req.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
