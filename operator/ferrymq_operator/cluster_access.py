@@ -17,7 +17,12 @@ from ferrymq_operator.settings import OperatorSettings
 async def broker_of(resource: dict, settings: OperatorSettings) -> BrokerCluster | None:
     """The Broker a Topic or ConsumerGroup names in spec.brokerRef; None if it does not exist."""
     ref = ((resource.get("spec") or {}).get("brokerRef") or {}).get("name")
-    obj = await kube.get(API_VERSION, "Broker", resource["metadata"]["namespace"], ref) if ref else None
+    return await broker_named(resource["metadata"]["namespace"], ref, settings)
+
+
+async def broker_named(namespace: str, name: str | None, settings: OperatorSettings) -> BrokerCluster | None:
+    """The model of the Broker ``namespace/name``; None if it does not exist (or no name)."""
+    obj = await kube.get(API_VERSION, "Broker", namespace, name) if name else None
     return BrokerCluster.from_resource(obj, settings.broker_image) if obj is not None else None
 
 

@@ -1,4 +1,5 @@
-"""ConsumerGroup decisions: the subscription-group config to push and the protection policy.
+"""ConsumerGroup: its typed model (``ConsumerGroup.from_resource``), the subscription-group
+config to push and the protection policy.
 
 The broker owns consumeEnable once its protection has tripped (it turns it false when a
 group falls too far behind). The operator never fights that: it pushes its own value only
@@ -18,24 +19,101 @@ from dataclasses import dataclass, field
 from ferrymq.common.consumer_protocol import ConsumerConnection
 from ferrymq.common.protocol import SubscriptionGroupConfig
 from ferrymq.common.validators import validate_group
+from ferrymq_operator.constants import ANN_ENABLE_CONSUME
 
 POLICIES = ("Disable", "ResetToLatest", "Alert")
 
 
+class GroupSpecError(ValueError):
+    """A ConsumerGroup's spec the operator cannot act on (the CRD's schema rejects these first;
+    this guards objects stored before a rule existed and hand-made dicts)."""
+
+
 def group_name(resource: dict) -> str:
+    """spec.groupName, else the resource's name (read without validating it)."""
     return (resource.get("spec") or {}).get("groupName") or resource["metadata"]["name"]
 
 
-def desired_group(resource: dict, consume_enable: bool) -> SubscriptionGroupConfig:
-    spec = resource.get("spec") or {}
-    name = group_name(resource)
-    error = validate_group(name)
-    if error:
-        raise ValueError(error)
-    return SubscriptionGroupConfig(group_name=name, consume_enable=consume_enable,
-                                   consume_broadcast_enable=bool(spec.get("consumeBroadcastEnable", True)),
-                                   retry_queue_nums=int(spec.get("retryQueueNums", 1)),
-                                   retry_max_times=int(spec.get("retryMaxTimes", 16)))
+def _int_in(spec: dict, key: str, default: int, low: int, high: int, errors: list[str]) -> int:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        errors.append(f"spec.{key} must be an integer from {low} to {high}, not {value!r}")
+        return default
+    return value
+
+
+def _bool(spec: dict, key: str, default: bool, errors: list[str]) -> bool:
+    value = spec.get(key, default)
+    if not isinstance(value, bool):
+        errors.append(f"spec.{key} must be true or false, not {value!r}")
+        return default
+    return value
+
+
+@dataclass(frozen=True)
+class ConsumerGroup:
+    """The typed model of a ConsumerGroup resource: defaults applied and values checked once,
+    when it is read (``from_resource``). The CRD's OpenAPI defaults fill most of these in on
+    the server; repeating them here keeps the model whole for hand-written dicts."""
+
+    name: str                       # the resource's name
+    namespace: str
+    broker: str                     # spec.brokerRef.name
+    group_name: str                 # the RocketMQ group: spec.groupName, else the resource's name
+    uid: str | None = None
+    generation: int | None = None
+    consume_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    on_fall_behind: str = "Disable"  # spec.protection.onFallBehind, one of POLICIES
+    spark_job: bool = False          # spec.sparkJob is set (spark_jobs reads it from the resource)
+    annotations: dict[str, str] = field(default_factory=dict)
+    deleting: bool = False           # metadata.deletionTimestamp is set
+
+    @classmethod
+    def from_resource(cls, obj: dict) -> "ConsumerGroup":
+        """The model of a ConsumerGroup (a dict as kopf or the API server hands it over).
+        Raises GroupSpecError naming every bad value."""
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        errors: list[str] = []
+        broker = (spec.get("brokerRef") or {}).get("name") or ""
+        if not broker:
+            errors.append("spec.brokerRef.name is required")
+        name = spec.get("groupName") or meta.get("name") or ""
+        error = validate_group(name)
+        if error:
+            errors.append(f"{'spec.groupName' if spec.get('groupName') else 'metadata.name'}: {error}")
+        policy = (spec.get("protection") or {}).get("onFallBehind") or "Disable"
+        if policy not in POLICIES:
+            errors.append(f"unknown onFallBehind policy {policy!r} (one of {', '.join(POLICIES)})")
+        group = cls(
+            name=meta.get("name") or "", namespace=meta.get("namespace") or "default", broker=broker,
+            group_name=name, uid=meta.get("uid"), generation=meta.get("generation"),
+            consume_enable=_bool(spec, "consumeEnable", True, errors),
+            consume_broadcast_enable=_bool(spec, "consumeBroadcastEnable", True, errors),
+            retry_queue_nums=_int_in(spec, "retryQueueNums", 1, 1, 1024, errors),
+            retry_max_times=_int_in(spec, "retryMaxTimes", 16, 0, 1000, errors),
+            on_fall_behind=policy, spark_job=bool(spec.get("sparkJob")),
+            annotations=dict(meta.get("annotations") or {}), deleting=bool(meta.get("deletionTimestamp")))
+        if errors:
+            raise GroupSpecError("; ".join(errors))
+        return group
+
+    @property
+    def alerting(self) -> bool:
+        return self.on_fall_behind == "Alert"
+
+    @property
+    def enable_consume_requested(self) -> bool:
+        """The one-shot re-enable annotation (ferrymq.io/enable-consume=true) is set."""
+        return self.annotations.get(ANN_ENABLE_CONSUME, "").lower() == "true"
+
+    def subscription(self, consume_enable: bool) -> SubscriptionGroupConfig:
+        """The subscription-group config to push, with ``consume_enable`` (which protection may own)."""
+        return SubscriptionGroupConfig(group_name=self.group_name, consume_enable=consume_enable,
+                                       consume_broadcast_enable=self.consume_broadcast_enable,
+                                       retry_queue_nums=self.retry_queue_nums, retry_max_times=self.retry_max_times)
 
 
 def same_settings(a: SubscriptionGroupConfig, b: SubscriptionGroupConfig) -> bool:

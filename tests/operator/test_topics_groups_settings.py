@@ -44,13 +44,14 @@ def test_conflicts_oldest_wins():
 
 
 def test_desired_group():
-    g = {"metadata": {"name": "billing"}, "spec": {"retryQueueNums": 2, "retryMaxTimes": 3, "consumeBroadcastEnable": False}}
-    cfg = groups.desired_group(g, False)
+    g = groups.ConsumerGroup.from_resource({"metadata": {"name": "billing"}, "spec": {
+        "brokerRef": {"name": "demo"}, "retryQueueNums": 2, "retryMaxTimes": 3, "consumeBroadcastEnable": False}})
+    cfg = g.subscription(False)
     assert (cfg.group_name, cfg.consume_enable, cfg.retry_queue_nums, cfg.retry_max_times, cfg.consume_broadcast_enable) == (
         "billing", False, 2, 3, False)
-    assert groups.same_settings(cfg, groups.desired_group(g, True))
+    assert groups.same_settings(cfg, g.subscription(True))
     with pytest.raises(ValueError):
-        groups.desired_group({"metadata": {"name": "a.b"}, "spec": {}}, True)
+        groups.ConsumerGroup.from_resource({"metadata": {"name": "a.b"}, "spec": {"brokerRef": {"name": "demo"}}})
 
 
 NOW = "2026-11-21T06:00:00Z"
