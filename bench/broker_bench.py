@@ -55,7 +55,8 @@ from ferrymq.client.admin import AdminClient  # noqa: E402
 from ferrymq.client.producer import Producer  # noqa: E402
 from ferrymq.client.pull_consumer import PullConsumer, PullStatus  # noqa: E402
 from ferrymq.common.message import Message  # noqa: E402
-from tests.support import StandaloneProcess  # noqa: E402
+from testkit.processes import StandaloneProcess  # noqa: E402
+from testkit.wait import wait_until  # noqa: E402
 
 import targets  # noqa: E402  (bench/, beside this script: how the rounds are judged)
 SCENARIOS = ("sync1", "sync64", "batch32", "pull")  # the default set; syncN and batchK take any N, K
@@ -219,7 +220,7 @@ def outside_load_line(info: dict, warning: str = "figures are disturbed") -> str
 async def apache_available(without: str) -> bool:
     """Whether the Apache RocketMQ jars are there (fetched once); if not, says what runs ``without`` them."""
     try:
-        from tests.compat.harness import CompatUnavailable, ensure_compat_classes
+        from testkit.java_client import CompatUnavailable, ensure_compat_classes
 
         await asyncio.to_thread(ensure_compat_classes)
         return True
@@ -284,7 +285,7 @@ class ApacheBroker:
     name = "Apache"
 
     def __init__(self, workdir: Path, flush: str = "ASYNC_FLUSH") -> None:
-        from tests.compat.harness import ApacheRocketMQ
+        from testkit.apache import ApacheRocketMQ
 
         self.mq = ApacheRocketMQ(broker_jvm_opts=APACHE_BROKER_JVM,
                                  broker_conf={**APACHE_BROKER_CONF, "flushDiskType": flush},
@@ -305,7 +306,7 @@ class ApacheBroker:
         return None
 
     async def create_topic(self, topic: str) -> None:
-        from tests.compat.harness import run_mqadmin
+        from testkit.java_client import run_mqadmin
 
         await asyncio.to_thread(run_mqadmin, self.namesrv_addr, "updateTopic", "-c", self.mq.cluster_name,
                                 "-t", topic, "-r", str(QUEUES), "-w", str(QUEUES))
@@ -319,18 +320,15 @@ class ApacheBroker:
 
 async def wait_for_route(namesrv: str, topic: str, timeout: float = 30) -> None:
     """Until the name server lists ``topic`` with 8 writable queues."""
-    deadline = time.monotonic() + timeout
     async with AdminClient(namesrv_addr=namesrv) as admin:
-        while True:
+        async def routed() -> bool:
             try:
                 route = await admin.topic_route(topic)
-                if sum(q.write_queue_nums for q in route.queue_datas) >= QUEUES:
-                    return
             except Exception:  # noqa: BLE001 - not there yet
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"topic {topic} has no route with {QUEUES} queues after {timeout}s")
-            await asyncio.sleep(0.2)
+                return False
+            return sum(q.write_queue_nums for q in route.queue_datas) >= QUEUES
+
+        await wait_until(routed, timeout, f"a route for {topic} with {QUEUES} queues", interval=0.2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,7 +472,7 @@ class PythonLoad:
 
 def java_load(namesrv: str, topic: str, scenarios: list[str], messages: int, seconds: float, warmup: int,
               size: int, broker_pid: int | None) -> dict[str, dict]:
-    from tests.compat.harness import java_client_command
+    from testkit.java_client import java_client_command
 
     args = ["--namesrv", namesrv, "--topic", topic, "--scenarios", ",".join(scenarios),
             "--messages", str(messages), "--seconds", str(int(seconds)), "--warmup", str(warmup),

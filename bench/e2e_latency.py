@@ -39,6 +39,7 @@ from ferrymq.client.producer import Producer  # noqa: E402
 from ferrymq.client.push_config import ConsumeFromWhere  # noqa: E402
 from ferrymq.client.push_consumer import PushConsumer  # noqa: E402
 from ferrymq.common.message import Message  # noqa: E402
+from testkit.wait import wait_until  # noqa: E402
 # The brokers and helpers are the throughput bench's (same set-up, one definition).
 from broker_bench import (ApacheBroker, FerryBroker, OutsideLoad, log, machine_info, outside_load_line,  # noqa: E402
                           percentile, wait_for_route)
@@ -127,7 +128,7 @@ class JavaConsumer:
         self.reader: asyncio.Task | None = None
 
     async def start(self) -> None:
-        from tests.compat.harness import java_client_command
+        from testkit.java_client import java_client_command
 
         cmd = java_client_command(self.args, main="ferrymq.compat.PushConsumerRun", jvm_args=CONSUMER_JVM)
         self.proc = await asyncio.create_subprocess_exec(*cmd, stdin=asyncio.subprocess.PIPE,
@@ -169,11 +170,8 @@ CONSUMERS = {"python": PythonConsumer, "java": JavaConsumer}
 
 
 async def wait_count(arrivals: Arrivals, n: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while arrivals.count < n:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"only {arrivals.count} of {n} messages arrived within {timeout:.0f} s")
-        await asyncio.sleep(0.05)
+    await wait_until(lambda: arrivals.count >= n, timeout, f"{n} messages arrived", interval=0.05,
+                     diagnostics=lambda: f"only {arrivals.count} of {n} arrived")
 
 
 # ---------------------------------------------------------------------------------------------

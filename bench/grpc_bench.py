@@ -34,9 +34,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from ferrymq.client.admin import AdminClient  # noqa: E402
-from tests.compat.grpc_harness import run_grpc_java  # noqa: E402
-from tests.compat.harness import java_client_command  # noqa: E402
-from tests.support import StandaloneProcess, free_port  # noqa: E402
+from testkit.grpc_clients import run_grpc_java  # noqa: E402
+from testkit.java_client import java_client_command  # noqa: E402
+from testkit.ports import free_port  # noqa: E402
+from testkit.processes import StandaloneProcess  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -45,7 +45,8 @@ from ferrymq.remoting.codes import RequestCode, ResponseCode  # noqa: E402
 from ferrymq.remoting.command import RemotingCommand  # noqa: E402
 from ferrymq.remoting.connection import Connection, open_connection  # noqa: E402
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag, SendMessageHeader  # noqa: E402
-from tests.support import FerryProcess, free_port  # noqa: E402
+from testkit.ports import free_port  # noqa: E402
+from testkit.processes import FerryProcess  # noqa: E402
 from broker_bench import (APACHE_BROKER_JVM, ApacheBroker, OutsideLoad, apache_available, log,  # noqa: E402
                           machine_info, outside_load_line, print_problems, write_json)
 

@@ -7,7 +7,7 @@ Not a test. Run: .venv/bin/python bench/replication_bench.py [--quick] [--roles 
 For each broker and each master role (a fresh pair per role, on 127.0.0.1, both brokers
 ASYNC_FLUSH, 1 GiB CommitLog files as bench/broker_bench.py runs them):
 
-* FerryMQ: ``tests/replication_support.BrokerPair``: ``ferrymq namesrv``, a master
+* FerryMQ: ``testkit/processes.BrokerPair``: ``ferrymq namesrv``, a master
   (``brokerRole`` = the role) and a slave (``brokerRole=SLAVE``, ``brokerId=1``, the master's HA
   address from the name server), three processes, /metrics on both brokers;
 * Apache: the compat harness's ``ApacheRocketMQ`` twice: name server + master (broker JVM as
@@ -52,8 +52,8 @@ from ferrymq.client.admin import AdminClient  # noqa: E402
 from ferrymq.client.errors import MQClientError  # noqa: E402
 from ferrymq.client.producer import Producer, SendStatus  # noqa: E402
 from ferrymq.common.message import Message  # noqa: E402
-from tests.replication_support import BrokerPair  # noqa: E402
-from tests.support import free_port  # noqa: E402
+from testkit.ports import free_port  # noqa: E402
+from testkit.processes import BrokerPair  # noqa: E402
 from broker_bench import (APACHE_BROKER_CONF, APACHE_BROKER_JVM, LOADGEN_JVM, QUEUES, TOPICS,  # noqa: E402
                           WARMUP_TOPIC, OutsideLoad, PythonLoad, _num, _ratio, apache_available, describe, log,
                           machine_info, outside_load_line, print_problems, proc_cpu_seconds, wait_for_route, write_json)
@@ -145,7 +145,7 @@ class ApachePair:
     name = "Apache"
 
     def __init__(self, workdir: Path, role: str, flush: str) -> None:
-        from tests.compat.harness import ApacheRocketMQ
+        from testkit.apache import ApacheRocketMQ
 
         self.role = role
         self.master = ApacheRocketMQ(cluster_name=CLUSTER, broker_name=BROKER_NAME, broker_jvm_opts=APACHE_BROKER_JVM,
@@ -157,10 +157,10 @@ class ApachePair:
         self.flush = flush
 
     def start(self) -> None:
-        from tests.compat.harness import ApacheRocketMQ, free_port as harness_free_port
+        from testkit.apache import ApacheRocketMQ
 
         self.master.start()
-        own_namesrv = harness_free_port()
+        own_namesrv = free_port()
         # The harness always starts a name server; the slave registers with it (so the harness
         # sees it ready) and with the master's, where the clients look.
         self.slave = ApacheRocketMQ(namesrv_port=own_namesrv, **self._slave_args, broker_conf={
@@ -197,7 +197,7 @@ class ApachePair:
         return self._broker_pid(self.slave)
 
     async def create_topic(self, topic: str) -> None:
-        from tests.compat.harness import run_mqadmin
+        from testkit.java_client import run_mqadmin
 
         await asyncio.to_thread(run_mqadmin, self.namesrv_addr, "updateTopic", "-c", CLUSTER,
                                 "-t", topic, "-r", str(QUEUES), "-w", str(QUEUES))
@@ -333,7 +333,7 @@ def java_load_timed(namesrv: str, topic: str, scenarios: list[str], args, master
     """bench/broker_bench.py's java_load (same program, arguments and JVM options), reading
     each result line as it comes, so that the scenario's measured window is known and the
     slave's CPU and lag over it can be taken from the watcher."""
-    from tests.compat.harness import java_client_command
+    from testkit.java_client import java_client_command
 
     cmd = java_client_command(["--namesrv", namesrv, "--topic", topic, "--scenarios", ",".join(scenarios),
                                "--messages", str(args.messages), "--seconds", str(int(args.seconds)),

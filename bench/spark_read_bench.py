@@ -47,8 +47,8 @@ sys.path.insert(0, str(REPO / "spark-jobs"))
 
 from ferrymq_spark.jvm_reader import read_batch  # noqa: E402
 from ferrymq_spark.options import BULK_READ_BROKER_SETTINGS  # noqa: E402
-from tests.spark.spark_support import create_topic, make_spark_session, produce  # noqa: E402
-from tests.support import StandaloneProcess  # noqa: E402
+from testkit.spark import create_topic, make_spark_session, produce  # noqa: E402
+from testkit.processes import StandaloneProcess  # noqa: E402
 
 
 # The per-pull caps docs/spark.md#bulk-reads advises for a broker that feeds Spark.

@@ -72,7 +72,7 @@ def _row(count: int, elapsed: float, latencies: list[float], fsyncs: int | None)
 
 
 async def broker_level(parent: Path, flush: str, producers: int, seconds: float, body: bytes) -> dict:
-    from tests.support import StandaloneProcess
+    from testkit.processes import StandaloneProcess
 
     proc = await asyncio.to_thread(StandaloneProcess(parent / f"broker-{flush}-{producers}", [
         f"flushDiskType={flush}", "maxHashSlotNum=500000", "maxIndexNum=2000000"]).start)

@@ -54,7 +54,7 @@ from ferrymq.remoting.codes import RequestCode, ResponseCode  # noqa: E402
 from ferrymq.remoting.command import RemotingCommand  # noqa: E402
 from ferrymq.remoting.connection import Connection, open_connection  # noqa: E402
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag, SendMessageHeader  # noqa: E402
-from tests.support import free_port  # noqa: E402
+from testkit.ports import free_port  # noqa: E402
 from broker_bench import (ApacheBroker, FerryBroker, OutsideLoad, apache_available, log,  # noqa: E402
                           machine_info, outside_load_line, percentile, print_problems, write_json)
 

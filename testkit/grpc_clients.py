@@ -1,4 +1,4 @@
-"""Compatibility harness for RocketMQ 5 (gRPC) clients: the official Java client
+"""RocketMQ 5 (gRPC) clients as peers: the official Java client
 (``org.apache.rocketmq:rocketmq-client-java`` from Maven Central) and Node.js client
 (``rocketmq-client-nodejs`` from npm) as scriptable peers, cached under ``<repo>/.cache/``:
 
@@ -25,14 +25,16 @@ import time
 import uuid
 from pathlib import Path
 
-from .harness import (CACHE_DIR, MAVEN_REPO, CompatError, CompatUnavailable, JavaClientError, JavaEvents,
-                      session_dir)
+from testkit.java_client import (CACHE_DIR, MAVEN_REPO, REPO_ROOT, CompatError, CompatUnavailable, JavaClientError,
+                                 JavaEvents, session_dir)
+from testkit.ports import free_port
+from testkit.processes import StandaloneProcess
 
-__all__ = ["JAVA5_VERSION", "ensure_java5_classes", "ensure_node5", "grpc_standalone", "parse_events", "require",
-           "run_grpc_java", "run_grpc_node"]
+__all__ = ["JAVA5_VERSION", "ensure_java5_classes", "ensure_node5", "grpc_standalone", "parse_events",
+           "run_grpc_java", "run_grpc_node", "running_grpc_standalone", "unique_names"]
 
 JAVA5_VERSION = "5.2.0"  # in tests/compat/java5/pom.xml
-HERE = Path(__file__).resolve().parent
+HERE = REPO_ROOT / "tests" / "compat"  # the client programs' sources
 JAVA5_PROJECT = HERE / "java5"
 JAVA5_LIB = CACHE_DIR / "rocketmq-client-java-5" / "lib"
 JAVA5_CLASSES = CACHE_DIR / "compat-java5" / "classes"
@@ -201,8 +203,6 @@ def run_grpc_node(mode: str, timeout: float = 120, check: bool = True, **options
 
 def grpc_standalone(data_dir: Path, *settings: str):
     """``ferrymq standalone`` with the gRPC endpoint on a free port: (process, "127.0.0.1:port")."""
-    from tests.support import StandaloneProcess, free_port
-
     port = free_port()
     server = StandaloneProcess(data_dir, settings=[f"grpcListenPort={port}", *settings]).start()
     return server, f"127.0.0.1:{port}"
@@ -223,13 +223,3 @@ def unique_names(prefix: str) -> tuple[str, str]:
     """A topic and a consumer group of this test's own."""
     suffix = uuid.uuid4().hex[:8]
     return f"{prefix}_{suffix}", f"G{prefix}_{suffix}"
-
-
-def require(fn, *args, **kwargs):
-    """Run a fetch step; an unreachable registry is a skip (a failure under CI=true)."""
-    from tests.support import missing_prerequisite
-
-    try:
-        return fn(*args, **kwargs)
-    except CompatUnavailable as exc:
-        missing_prerequisite(str(exc))

@@ -1,4 +1,4 @@
-"""Helpers shared by the Spark tests: a FerryMQ broker process to read from, fast producing,
+"""Shared by the Spark tests and bench/spark_read_bench.py: topics routed, fast producing,
 and one local SparkSession for the whole session."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import os
 import random
 import shutil
 import sys
-import time
 from dataclasses import dataclass
 
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.common.message import Message
+from testkit.wait import wait_until
 
 
 @dataclass(frozen=True)
@@ -57,14 +57,12 @@ async def create_topic(namesrv: str, topic: str, queues: int, timeout: float = 3
     """Create the topic and wait until the name server routes it (the broker re-registers)."""
     async with AdminClient(namesrv_addr=namesrv) as admin:
         await admin.create_topic(topic, read_queues=queues, write_queues=queues)
-        deadline = time.monotonic() + timeout
-        while True:
+
+        async def routed() -> bool:
             route = await admin.instance.fetch_route(topic)
-            if route is not None and len(route.publish_queues(topic)) == queues:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the name server did not route {topic} within {timeout}s")
-            await asyncio.sleep(0.05)  # polling a remote condition with a deadline
+            return route is not None and len(route.publish_queues(topic)) == queues
+
+        await wait_until(routed, timeout, f"the name server routing {topic} to {queues} queues", interval=0.05)
 
 
 async def produce(namesrv: str, topic: str, count: int, *, queues: int, batch: int = 128, seed: int = 7,

@@ -18,7 +18,7 @@ from ferrymq.common.controller_protocol import CONTROLLER_GET_STATE
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from tests.replication_support import BrokerPair
+from testkit.processes import BrokerPair
 from tests.support import FerryProcess, free_port, wait_until
 
 GROUP = "ha-broker"  # BrokerPair's brokerName

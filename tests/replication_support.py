@@ -1,18 +1,15 @@
-"""Shared by the replication tests: a master/slave pair of FerryMQ broker processes, a TCP
-proxy the test controls on 127.0.0.1 (cut, throttle, restore the replication link), and
-CommitLog bytes read straight from a store directory."""
+"""Shared by the replication tests: a TCP proxy the test controls on 127.0.0.1 (cut,
+throttle, restore the replication link), a producer load that records what was acknowledged,
+and CommitLog bytes read straight from a store directory. The master/slave pair of broker
+processes is ``testkit.processes.BrokerPair``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support import FerryProcess, free_port
-
-SEGMENT = 1024 * 1024  # small CommitLog files: transfers cross file ends (blank tails) often
+from testkit.processes import SEGMENT
 
 
 def commit_log_range(store_dir: Path, start: int, end: int, segment: int = SEGMENT) -> bytes:
@@ -32,71 +29,6 @@ def commit_log_range(store_dir: Path, start: int, end: int, segment: int = SEGME
         out += chunk
         offset += len(chunk)
     return bytes(out)
-
-
-@dataclass
-class BrokerPair:
-    """A name server, a master and a slave under one brokerName, each its own process."""
-
-    tmp: Path
-    master_role: str = "SYNC_MASTER"
-    settings: list[str] = field(default_factory=list)  # for both brokers
-    namesrv_port: int = 0
-    master_port: int = 0
-    slave_port: int = 0
-    processes: dict[str, FerryProcess] = field(default_factory=dict)
-
-    @property
-    def namesrv(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    @property
-    def master_ha(self) -> str:
-        return f"127.0.0.1:{self.master_port + 1}"
-
-    @property
-    def master_dir(self) -> Path:
-        return self.tmp / "master"
-
-    slave_dir_override: Path | None = None  # e.g. on a small file system
-
-    @property
-    def slave_dir(self) -> Path:
-        return self.slave_dir_override or self.tmp / "slave"
-
-    def start_namesrv(self) -> None:
-        self.namesrv_port = self.namesrv_port or free_port()
-        self.processes["namesrv"] = FerryProcess(["namesrv", "--port", str(self.namesrv_port)], "name server is ready",
-                                                 self.tmp / f"namesrv-{time.time_ns()}.log").start()
-
-    http_ports: dict[str, int] = field(default_factory=dict)  # broker name -> its /metrics port, when asked for
-
-    def _broker(self, name: str, port: int, data_dir: Path, settings: list[str]) -> FerryProcess:
-        args = ["broker", "--namesrv", self.namesrv, "--broker-port", str(port), "--data-dir", str(data_dir),
-                "--set", "brokerName=ha-broker", "--set", "brokerClusterName=HACluster",
-                "--set", f"mappedFileSizeCommitLog={SEGMENT}"]
-        if name in self.http_ports:
-            args += ["--http-port", str(self.http_ports[name])]
-        for s in [*self.settings, *settings]:
-            args += ["--set", s]
-        return FerryProcess(args, "is ready on", self.tmp / f"{name}-{time.time_ns()}.log")
-
-    def start_master(self, *settings: str) -> None:
-        self.master_port = self.master_port or free_port()
-        self.processes["master"] = self._broker("master", self.master_port, self.master_dir,
-                                                [f"brokerRole={self.master_role}", *settings]).start()
-
-    def start_slave(self, *settings: str) -> None:
-        self.slave_port = self.slave_port or free_port()
-        self.processes["slave"] = self._broker("slave", self.slave_port, self.slave_dir,
-                                               ["brokerRole=SLAVE", "brokerId=1", *settings]).start()
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {name} ---\n{p.log()[-6000:]}" for name, p in self.processes.items())
-
-    def stop_all(self) -> None:
-        for p in reversed(list(self.processes.values())):
-            p.stop()
 
 
 class TcpProxy:

@@ -1,16 +1,13 @@
-"""Real FerryMQ servers for tests and benchmarks: in-process or as a subprocess, on
-127.0.0.1 with free ports and a temporary data directory."""
+"""The tests' own helpers: an in-process cluster, throw-away certificates, the CI rule for a
+missing prerequisite.
+
+The helpers benchmarks use too live in ``testkit`` (ports, waits, FerryMQ processes); this
+module re-exports the ones its many importers take from here (``wait_until``, ``poll_until``,
+``free_port``, ``FerryProcess``, ``StandaloneProcess``)."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,42 +16,12 @@ from ferrymq.broker.config import BrokerConfig
 from ferrymq.grpc.wiring import broker_grpc
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 from ferrymq.store.config import StoreConfig
+from testkit.ports import free_port
+from testkit.processes import REPO, FerryProcess, StandaloneProcess
+from testkit.wait import poll_until, wait_until
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-async def wait_until(predicate, timeout: float = 10.0, what: str = "the condition", poll: float = 0.02):
-    """Wait on the event loop for ``predicate()`` (a plain or async callable) to be truthy and
-    return its value, checking every ``poll`` s: for states no event announces. Fails the test
-    naming ``what`` when ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        await asyncio.sleep(poll)
-
-
-def poll_until(what: str, check, timeout: float, interval: float = 0.2, diagnostics=lambda: ""):
-    """Block until ``check()`` returns something truthy and return it: for another process's
-    state (a server, a cluster, Spark's progress), where there is no event to wait on. An
-    exception from ``check`` counts as "not yet"; at the deadline the failure names ``what``,
-    the last error and ``diagnostics()``."""
-    deadline = time.monotonic() + timeout
-    last_error = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-        except Exception as e:  # noqa: BLE001 - not up yet
-            last_error = e
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not reached in {timeout:.0f}s (last error: {last_error})\n{diagnostics()}")
+__all__ = ["REPO", "FerryProcess", "InProcessCluster", "StandaloneProcess", "free_port", "make_test_certificates",
+           "missing_prerequisite", "poll_until", "require", "wait_until"]
 
 
 def missing_prerequisite(what: str) -> None:
@@ -69,25 +36,15 @@ def missing_prerequisite(what: str) -> None:
     pytest.skip(what)
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 whose neighbours (port-2 VIP, port+1 HA) are free too."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 3 or port > 65530:
-            continue
-        if all(_is_free(p) for p in (port - 2, port + 1)):
-            return port
+def require(fn, *args, **kwargs):
+    """Run a fetch step (``testkit.grpc_clients.ensure_node5``, ...): an unreachable registry
+    (``CompatUnavailable``) is a missing prerequisite."""
+    from testkit.java_client import CompatUnavailable
 
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
+    try:
+        return fn(*args, **kwargs)
+    except CompatUnavailable as exc:
+        missing_prerequisite(str(exc))
 
 
 @dataclass
@@ -132,100 +89,6 @@ class InProcessCluster:
             await self.broker.stop()
         if self.namesrv:
             await self.namesrv.stop()
-
-
-@dataclass
-class FerryProcess:
-    """Any ``ferrymq`` server command as a subprocess, ready once it prints ``ready_text``."""
-
-    args: list[str]
-    ready_text: str
-    log_path: Path
-    proc: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 30.0) -> "FerryProcess":
-        cmd = [sys.executable, "-m", "ferrymq.cli.main", "--log-level", "info", *self.args]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{' '.join(self.args[:1])} exited with {self.proc.returncode}:\n{self.log()}")
-            if self.ready_text.encode() in self.log_path.read_bytes():
-                return self
-            time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"{' '.join(self.args[:1])} did not become ready in {timeout}s:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.proc.returncode if self.proc else 0
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@dataclass
-class StandaloneProcess:
-    """``ferrymq standalone`` as a subprocess (for restarts, kill -9 and foreign clients)."""
-
-    data_dir: Path
-    settings: list[str] = field(default_factory=list)
-    namesrv_port: int = 0
-    broker_port: int = 0
-    http_port: int | None = None
-    process: FerryProcess | None = None
-
-    def start(self, timeout: float = 30.0) -> "StandaloneProcess":
-        self.namesrv_port = self.namesrv_port or free_port()
-        self.broker_port = self.broker_port or free_port()
-        args = ["standalone", "--host", "127.0.0.1", "--namesrv-port", str(self.namesrv_port),
-                "--broker-port", str(self.broker_port), "--data-dir", str(self.data_dir)]
-        if self.http_port is not None:
-            args += ["--http-port", str(self.http_port)]
-        for s in self.settings:
-            args += ["--set", s]
-        log_path = self.data_dir.parent / f"{self.data_dir.name}-standalone-{time.time_ns()}.log"
-        self.process = FerryProcess(args, "FerryMQ standalone is ready", log_path).start(timeout)
-        return self
-
-    @property
-    def proc(self) -> subprocess.Popen | None:
-        return self.process.proc if self.process else None
-
-    @property
-    def log_path(self) -> Path | None:
-        return self.process.log_path if self.process else None
-
-    @property
-    def namesrv_addr(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    @property
-    def broker_addr(self) -> str:
-        return f"127.0.0.1:{self.broker_port}"
-
-    def log(self) -> str:
-        return self.process.log() if self.process else ""
-
-    def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait: a clean shutdown."""
-        return self.process.stop(timeout) if self.process else 0
-
-    def kill(self) -> None:
-        if self.process:
-            self.process.kill()
 
 
 def make_test_certificates(directory: Path) -> dict[str, str]:

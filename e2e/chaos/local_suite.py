@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
     faults = plan(args.faults, args.seed, args.kinds.split(","))
     work = Path(args.work or REPO / ".cache" / "chaos" / f"{args.role.lower()}-{time.strftime('%Y%m%d-%H%M%S')}")
-    from tests.compat.harness import ensure_compat_classes
+    from testkit.java_client import ensure_compat_classes
     ensure_compat_classes()
     run = run_suite(faults, args.role, work, seed=args.seed, rate=args.rate, heal_deadline_s=args.heal_deadline,
                     failover_timeout_ms=args.failover_timeout)

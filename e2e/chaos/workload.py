@@ -2,7 +2,7 @@
 client's producer and push consumer (tests/compat/java/src/main/java/ferrymq/chaos/), each
 writing its history file (e2e/chaos/history.py).
 
-The jars and the compiled programs come from the compatibility harness (tests/compat/harness.py:
+The jars and the compiled programs come from the compatibility harness (testkit/java_client.py:
 Maven Central into .cache/, javac); nothing here downloads or builds on its own.
 
     p = start_producer(namesrv, "T", tmp / "producer.jsonl", rate=50)
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tests.compat.harness import _pdeathsig, java_client_command
+from testkit.java_client import _pdeathsig, java_client_command
 
 if TYPE_CHECKING:
     from e2e.chaos.checker import Result

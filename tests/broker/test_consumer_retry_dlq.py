@@ -78,7 +78,7 @@ async def test_failed_message_is_redelivered_after_each_delay_level_then_dead_le
             dead[:] = await pull_all(ns, dlq_topic("retry-group"))
             return bool(dead)
 
-        await wait_until(dead_lettered, 20, "the failing message in the DLQ", poll=0.1)
+        await wait_until(dead_lettered, 20, "the failing message in the DLQ", interval=0.1)
     finally:
         await consumer.shutdown()
 
@@ -129,7 +129,7 @@ async def test_listener_chosen_delay_level_and_straight_to_dlq(delay_cluster):
         await produce(ns, "LevelT", 1, prefix="later")
         await produce(ns, "LevelT", 1, prefix="dead")
         await wait_until(lambda: len(rec.of("later-0")) == 2, 20, "the redelivery at level 4")
-        await wait_until(lambda: pull_all(ns, dlq_topic("level-group")), 20, "the dead letter", poll=0.1)
+        await wait_until(lambda: pull_all(ns, dlq_topic("level-group")), 20, "the dead letter", interval=0.1)
     finally:
         await consumer.shutdown()
     first, second = rec.of("later-0")
@@ -170,11 +170,11 @@ async def test_producer_delay_level_and_delayed_messages_survive_a_clean_restart
     await create_topic(ns, "DelayT", 2)
     await produce(ns, "DelayT", 1, prefix="hour", delay_level=7)  # 1 h: never due during the test
     await produce(ns, "DelayT", 5, prefix="soon", delay_level=1)  # 1 s
-    await wait_until(lambda: _count(pull_all(ns, "DelayT"), 5), 15, "the level-1 messages", poll=0.1)
+    await wait_until(lambda: _count(pull_all(ns, "DelayT"), 5), 15, "the level-1 messages", interval=0.1)
     await produce(ns, "DelayT", 5, prefix="later", delay_level=4)  # 2 s
     await delay_cluster.restart_broker()  # clean stop: progress persisted in delayOffset.json
     ns = delay_cluster.namesrv_addr
-    await wait_until(lambda: _count(pull_all(ns, "DelayT"), 10), 20, "the level-4 messages after the restart", poll=0.1)
+    await wait_until(lambda: _count(pull_all(ns, "DelayT"), 10), 20, "the level-4 messages after the restart", interval=0.1)
     got = await pull_all(ns, "DelayT")
     store = delay_cluster.broker.store
     assert store.max_offset("SCHEDULE_TOPIC_XXXX", 6) == 1, "the 1 h message still waits"
@@ -201,7 +201,7 @@ async def test_delayed_messages_survive_kill_9(tmp_path, standalone_process):
     first.kill()
     second = standalone_process(tmp_path / "store", settings, **ports)
     await wait_until(lambda: _count(pull_all(second.namesrv_addr, "KillDelayT"), 20), 30,
-                     "all 20 delayed messages after kill -9", poll=0.2)
+                     "all 20 delayed messages after kill -9", interval=0.2)
     got = await pull_all(second.namesrv_addr, "KillDelayT")
     # At least once: a crash right after a delivery may repeat it, never lose it.
     assert {k for m in got for k in m.keys} == {f"d-{i}" for i in range(20)}

@@ -167,7 +167,7 @@ async def test_message_goes_to_the_dlq_after_max_attempts(cluster):
         dead[:] = await read_all(ns, dlq_topic("dead-g"))
         return bool(dead)
 
-    await wait_until(dead_lettered, 20, "the message in the group's DLQ", poll=0.2)
+    await wait_until(dead_lettered, 20, "the message in the group's DLQ", interval=0.2)
     assert [(m.keys[0], m.reconsume_times) for m in dead] == [("poison-0", 3)], "the DLQ copy tells its deliveries"
     assert all(q["in_flight"] == 0 and q["visible_again"] == 0 for q in pop.lag("dead-g", "PopDead").values())
     text = generate_latest(cluster.broker.metrics_registry).decode()

@@ -19,7 +19,7 @@ from e2e.chaos.group import create_topic
 from e2e.chaos.history import load
 from e2e.chaos.results import write_results
 from e2e.chaos.workload import drain
-from tests.compat.harness import CompatUnavailable, ensure_compat_classes
+from testkit.java_client import CompatUnavailable, ensure_compat_classes
 from tests.failover_support import FailoverPair, controller_state
 from tests.support import missing_prerequisite, poll_until
 

@@ -14,7 +14,7 @@ import pytest
 
 from e2e.chaos.faults import plan
 from e2e.chaos.local_suite import run_suite, save, summarize
-from tests.compat.harness import CompatUnavailable, ensure_compat_classes
+from testkit.java_client import CompatUnavailable, ensure_compat_classes
 from tests.support import missing_prerequisite
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat, pytest.mark.slow, pytest.mark.chaos]

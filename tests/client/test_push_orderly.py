@@ -136,7 +136,7 @@ async def test_orderly_failure_suspends_the_queue_then_dead_letters_in_order(clu
             r = await pc.pull(queues[0], 0)
             return r.messages if r.status is PullStatus.FOUND else []
 
-        await wait_until(lambda: _nonempty(dead()), 20, "the dead letter", poll=0.1)
+        await wait_until(lambda: _nonempty(dead()), 20, "the dead letter", interval=0.1)
         [letter] = await dead()
     assert letter.keys == ["q0-1"] and letter.reconsume_times == 2
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from .harness import JavaEvents
+from testkit.java_client import JavaEvents
 
 COUNT = 20
 MODES = ("sync", "async", "oneway")

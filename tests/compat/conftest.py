@@ -1,10 +1,10 @@
-"""Fixtures for the compatibility tests (helpers live in harness.py).
+"""Fixtures for the compatibility tests (the peers live in testkit/: java_client.py, apache.py).
 
 * ``rocketmq_jars``   (session) the cached RocketMQ lib dir, our Java programs compiled;
                       skips with ONE line if Maven Central is unreachable
 * ``apache_rocketmq`` (session) a running real Apache name server + broker
-                      (``.namesrv_addr``, ``.broker_addr``, ...; see ``harness.ApacheRocketMQ``)
-* ``java_client``     (session) a ``harness.JavaClient``: ``.produce_consume()``,
+                      (``.namesrv_addr``, ``.broker_addr``, ...; see ``testkit.apache.ApacheRocketMQ``)
+* ``java_client``     (session) a ``testkit.java_client.JavaClient``: ``.produce_consume()``,
                       ``.produce()``, ``.consume()``, ``.run(args)``, ``.mqadmin()``
 
 A failing test that used ``apache_rocketmq`` gets the name server's and broker's log tails in
@@ -20,13 +20,8 @@ import pytest
 
 from tests.support import missing_prerequisite
 
-from .harness import (
-    ApacheRocketMQ,
-    CompatUnavailable,
-    JavaClient,
-    ensure_compat_classes,
-    ensure_rocketmq_jars,
-)
+from testkit.apache import ApacheRocketMQ
+from testkit.java_client import CompatUnavailable, ensure_compat_classes, ensure_rocketmq_jars, JavaClient
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,8 @@ from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
 from tests.support import StandaloneProcess
 
-from .harness import ApacheRocketMQ, CompatError, JavaClient, run_mqadmin
+from testkit.apache import ApacheRocketMQ
+from testkit.java_client import CompatError, JavaClient, run_mqadmin
 
 pytestmark = pytest.mark.compat
 

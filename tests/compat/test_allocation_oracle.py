@@ -20,7 +20,7 @@ from ferrymq.client.allocation import (
 )
 from ferrymq.common.protocol import MessageQueue
 
-from .harness import java_client_command
+from testkit.java_client import java_client_command
 
 pytestmark = pytest.mark.compat
 

@@ -10,7 +10,8 @@ from collections import defaultdict
 
 import pytest
 
-from .grpc_harness import ensure_node5, require, run_grpc_java, run_grpc_node, running_grpc_standalone, unique_names
+from testkit.grpc_clients import ensure_node5, run_grpc_java, run_grpc_node, running_grpc_standalone, unique_names
+from tests.support import require
 
 pytestmark = pytest.mark.compat
 

@@ -11,7 +11,8 @@ import uuid
 import pytest
 
 from .checks import COUNT, MODES, check_produce_consume
-from .harness import ApacheRocketMQ, JavaClient, JavaEvents, run_mqadmin
+from testkit.apache import ApacheRocketMQ
+from testkit.java_client import JavaClient, JavaEvents, run_mqadmin
 
 pytestmark = pytest.mark.compat
 

@@ -19,7 +19,7 @@ from ferrymq.common.message import Message
 from tests.support import FerryProcess, StandaloneProcess, free_port
 
 from .checks import COUNT, MODES, check_produce_consume
-from .harness import JavaClient, run_java_client, run_mqadmin
+from testkit.java_client import JavaClient, run_java_client, run_mqadmin
 
 pytestmark = pytest.mark.compat
 

@@ -16,7 +16,7 @@ from ferrymq.common.protocol import MessageQueue
 from tests.consumer_support import JsonEventsProcess, Recorder, create_topic, produce
 from tests.support import wait_until
 
-from .harness import java_client_command
+from testkit.java_client import java_client_command
 
 pytestmark = pytest.mark.compat
 
@@ -103,7 +103,7 @@ async def test_java_and_python_push_consumers_share_a_group_without_overlap(clus
 async def test_mqadmin_reads_ferrymq_consume_stats_connections_and_subscription_groups(cluster, rocketmq_jars):
     """The official mqadmin parses our GET_CONSUME_STATS (with its extra consumeEnable field),
     GET_CONSUMER_CONNECTION_LIST and UPDATE_AND_CREATE_SUBSCRIPTIONGROUP."""
-    from .harness import run_mqadmin
+    from testkit.java_client import run_mqadmin
 
     ns, topic, group = cluster.namesrv_addr, "AdmProgT", "adm-prog-group"
     await create_topic(ns, topic, 2)

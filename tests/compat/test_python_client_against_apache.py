@@ -15,7 +15,7 @@ from ferrymq.client.pull_consumer import PullConsumer, PullStatus
 from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
 
-from .harness import ApacheRocketMQ
+from testkit.apache import ApacheRocketMQ
 
 pytestmark = pytest.mark.compat
 

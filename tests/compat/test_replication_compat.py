@@ -23,10 +23,12 @@ from ferrymq.client.producer import Producer, SendStatus
 from ferrymq.common.message import Message
 from ferrymq.common.message_id import decode_offset_msg_id
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
-from tests.replication_support import SEGMENT, BrokerPair, commit_log_range
+from testkit.processes import BrokerPair, SEGMENT
+from tests.replication_support import commit_log_range
 from tests.support import FerryProcess, free_port, poll_until, wait_until
 
-from .harness import ApacheRocketMQ, JavaClient, free_broker_port, remoting_request
+from testkit.apache import ApacheRocketMQ, remoting_request
+from testkit.java_client import JavaClient
 
 pytestmark = pytest.mark.compat
 
@@ -61,7 +63,7 @@ async def _send(namesrv: str, topic: str, count: int) -> list:
         # A SYNC master answers SLAVE_NOT_AVAILABLE until the slave has connected: wait for that.
         async def slave_acks():
             return (await producer.send(Message(topic, b"probe"))).status is SendStatus.SEND_OK
-        await wait_until(slave_acks, 60, "the slave connected to the SYNC master", poll=0.5)
+        await wait_until(slave_acks, 60, "the slave connected to the SYNC master", interval=0.5)
         await asyncio.gather(*(worker() for _ in range(16)))
     finally:
         await producer.close()
@@ -128,7 +130,7 @@ def test_a_ferrymq_slave_replicates_an_apache_master(rocketmq_jars, tmp_path):
         # No haMasterAddress: the slave takes the Apache master's haServerAddr from the Apache
         # name server's answer to its registration.
         slave = FerryProcess(
-            ["broker", "--namesrv", apache.namesrv_addr, "--broker-port", str(free_broker_port()),
+            ["broker", "--namesrv", apache.namesrv_addr, "--broker-port", str(free_port()),
              "--data-dir", str(slave_dir), "--set", f"brokerName={BROKER_NAME}",
              "--set", f"brokerClusterName={CLUSTER}", "--set", "brokerRole=SLAVE", "--set", "brokerId=1",
              "--set", f"mappedFileSizeCommitLog={SEGMENT}"],
@@ -186,7 +188,7 @@ def test_the_java_push_consumer_reads_a_ferrymq_slave_after_its_master_is_killed
                 async def slave_acks():
                     return (await producer.send(Message(topic, b"probe", properties={"KEYS": "probe"}))).status \
                         is SendStatus.SEND_OK
-                await wait_until(slave_acks, 30, "the slave connected", poll=0.2)
+                await wait_until(slave_acks, 30, "the slave connected", interval=0.2)
                 return [await producer.send(Message(topic, f"m{i}".encode(), properties={"KEYS": f"java-ha-{i}"}))
                         for i in range(300)]
             finally:

@@ -15,7 +15,7 @@ from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.client.request_reply import create_reply
 from tests.consumer_support import create_topic
 
-from .harness import run_java_client
+from testkit.java_client import run_java_client
 
 pytestmark = pytest.mark.compat
 

@@ -11,7 +11,7 @@ import pytest
 
 from ferrymq.filter.sql92 import SqlError, compile_selector
 
-from .harness import java_client_command
+from testkit.java_client import java_client_command
 
 pytestmark = pytest.mark.compat
 

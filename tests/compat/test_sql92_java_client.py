@@ -9,7 +9,7 @@ import pytest
 
 from tests.support import StandaloneProcess
 
-from .harness import JavaClient
+from testkit.java_client import JavaClient
 
 pytestmark = pytest.mark.compat
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from .harness import run_mqadmin
+from testkit.java_client import run_mqadmin
 
 pytestmark = pytest.mark.compat
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support import StandaloneProcess, make_test_certificates
 
-from .harness import JavaClient, run_java_client
+from testkit.java_client import JavaClient, run_java_client
 
 pytestmark = pytest.mark.compat
 

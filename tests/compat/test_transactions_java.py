@@ -13,7 +13,7 @@ import pytest
 from tests.consumer_support import read_all
 from tests.support import StandaloneProcess
 
-from .harness import run_java_client
+from testkit.java_client import run_java_client
 
 pytestmark = pytest.mark.compat
 

@@ -40,7 +40,8 @@ from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import Recorder
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
-from tests.replication_support import SEGMENT, AckedLoad, BrokerPair, TcpProxy, assert_acked_on_both, commit_log_range
+from testkit.processes import BrokerPair, SEGMENT
+from tests.replication_support import AckedLoad, assert_acked_on_both, commit_log_range, TcpProxy
 from tests.store.small_fs import SmallFsUnavailable, small_filesystem
 from tests.support import free_port, missing_prerequisite, wait_until
 
@@ -400,7 +401,7 @@ def test_a_slave_killed_mid_transfer_catches_up_after_restart(pair):
 
             def partly_copied() -> bool:
                 return len(commit_log_range(p.slave_dir, SEGMENT, SEGMENT + 4096)) > 0
-            await wait_until(partly_copied, 30, "the slave in the middle of the transfer", poll=0.01)
+            await wait_until(partly_copied, 30, "the slave in the middle of the transfer", interval=0.01)
             p.processes["slave"].kill()
             assert not await slave_caught_up(p, end)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 import pytest
 from store_checks import Acked, assert_acked_present, pull_queue
@@ -20,6 +19,7 @@ from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.codes import ResponseCode
 from tests.store.small_fs import SmallFsUnavailable, fill_to, small_filesystem
+from testkit.wait import wait_until
 from tests.support import InProcessCluster, missing_prerequisite
 
 pytestmark = pytest.mark.integration
@@ -78,15 +78,15 @@ async def test_enospc_refuses_sends_keeps_everything_acknowledged_and_recovers(s
     assert_acked_present(await pull_all(proc.namesrv_addr, 2), acked)
 
     filler.unlink()  # space again: the clean task (every 100 ms) lets sends in
-    deadline = time.monotonic() + 20
     async with Producer("p", namesrv_addr=proc.namesrv_addr, retry_times=0) as producer:
-        while True:
+        async def accepted():
             try:
-                r = await producer.send(Message("Full", b"after"), queue=MessageQueue("Full", "broker-a", 0))
-                break
+                return await producer.send(Message("Full", b"after"), queue=MessageQueue("Full", "broker-a", 0))
             except MQBrokerError as e:
-                assert e.code == ResponseCode.SERVICE_NOT_AVAILABLE and time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+                assert e.code == ResponseCode.SERVICE_NOT_AVAILABLE
+                return None
+
+        r = await wait_until(accepted, 20, "a send accepted once there is space again", interval=0.05)
     acked.append(Acked(0, r.queue_offset, b"after", r.offset_msg_id))
     assert_acked_present(await pull_all(proc.namesrv_addr, 2), acked)
     await asyncio.to_thread(proc.stop)
@@ -108,10 +108,7 @@ async def test_guard_ratio_refuses_sends_until_space_is_freed(small_fs):
             assert store.max_offset("Full", ok.message_queue.queue_id) == ok.queue_offset + 1
 
             filler.unlink()
-            deadline = time.monotonic() + 20
-            while not store.writable:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.02)
+            await wait_until(lambda: store.writable, 20, "the store writable once there is space again")
             after = await producer.send(Message("Full", b"after"), queue=ok.message_queue)
             assert after.queue_offset == ok.queue_offset + 1
     finally:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 
 import pytest
 from remoting_support import ECHO, read_commands
 
+from testkit.ports import free_port
 from tests.support import wait_until
 
 from ferrymq.remoting import (
@@ -334,9 +334,7 @@ async def test_client_invoke_async_connects_on_demand(server: RemotingServer, cl
 
 
 async def test_connect_failure_is_a_connection_error(client: RemotingClient) -> None:
-    with socket.socket() as probe:  # a port that was free a moment ago
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # free a moment ago, nothing listens
     with pytest.raises(RemotingConnectionError):
         await client.invoke(f"127.0.0.1:{port}", echo_request(1))
     with pytest.raises(ValueError):

@@ -16,7 +16,7 @@ except ImportError:
 
 @pytest.fixture(scope="session")
 def spark():
-    from tests.spark.spark_support import make_spark_session
+    from testkit.spark import make_spark_session
     try:
         session = make_spark_session()
     except RuntimeError as e:

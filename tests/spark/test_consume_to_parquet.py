@@ -13,7 +13,7 @@ import pytest
 
 from ferrymq_spark.jvm_reader import jar_path
 
-from tests.spark.spark_support import create_topic, produce
+from testkit.spark import create_topic, produce
 from tests.spark.test_batch_read import _committed
 from tests.support import REPO
 

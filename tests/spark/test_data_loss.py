@@ -15,7 +15,7 @@ from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.protocol import MessageQueue
 from ferrymq_spark import DataLossError, commit_offsets, plan_batch
 
-from tests.spark.spark_support import create_topic, produce
+from testkit.spark import create_topic, produce
 from tests.support import StandaloneProcess, free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

@@ -29,7 +29,7 @@ from ferrymq_spark.options import parse_options
 from ferrymq_spark.planning import BatchPlan, open_client, plan_with
 from ferrymq_spark.rows import SCHEMA, BatchBuilder
 
-from tests.spark.spark_support import create_topic, produce
+from testkit.spark import create_topic, produce
 from tests.spark.test_data_loss import _bounds, trimmed_broker  # noqa: F401  (a fixture)
 from tests.spark.test_record_columns import record
 from tests.support import StandaloneProcess, free_port

@@ -7,7 +7,7 @@ import asyncio
 import pyspark
 import pytest
 
-from tests.spark.spark_support import create_topic, produce
+from testkit.spark import create_topic, produce
 from tests.spark.test_batch_read import _committed
 from tests.support import poll_until
 

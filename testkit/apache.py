@@ -1,0 +1,358 @@
+"""The real Apache RocketMQ 4.9.7 name server and broker as subprocesses
+(:class:`ApacheRocketMQ`), and a minimal remoting probe (:func:`remoting_request`,
+:func:`namesrv_cluster_info`). The jars come from :mod:`testkit.java_client`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from testkit.java_client import (_JDK17_OPENS, CompatError, _pdeathsig, _require_tool, _write_rocketmq_home,
+                                 ensure_rocketmq_jars)
+from testkit.ports import free_port
+
+__all__ = ["ApacheRocketMQ", "namesrv_cluster_info", "remoting_request"]
+
+NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
+BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
+# The stock runserver.sh/runbroker.sh want 4 GiB/8 GiB heaps and a 15 GiB direct limit.
+NAMESRV_JVM_OPTS = (
+    "-Xms128m", "-Xmx128m", "-XX:MaxDirectMemorySize=64m", "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
+)
+BROKER_JVM_OPTS = (
+    "-Xms256m", "-Xmx256m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# A minimal remoting probe
+
+
+_GET_BROKER_CLUSTER_INFO = 106
+
+
+def remoting_request(addr: str, code: int, ext_fields: dict | None = None, body: bytes = b"",
+                     timeout: float = 3.0) -> tuple[dict, bytes]:
+    """One RocketMQ remoting request/response over TCP with a JSON header (for probes only)."""
+    host, _, port = addr.rpartition(":")
+    header = json.dumps({
+        "code": code, "language": "PYTHON", "version": 433, "opaque": 1, "flag": 0,
+        "extFields": ext_fields or {}, "serializeTypeCurrentRPC": "JSON",
+    }).encode()
+    frame = struct.pack(">II", 4 + len(header) + len(body), len(header)) + header + body
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.settimeout(timeout)
+        s.sendall(frame)
+
+        def read(n: int) -> bytes:
+            buf = b""
+            while len(buf) < n:
+                chunk = s.recv(n - len(buf))
+                if not chunk:
+                    raise ConnectionError(f"{addr} closed the connection")
+                buf += chunk
+            return buf
+
+        (length,) = struct.unpack(">I", read(4))
+        data = read(length)
+    (mark,) = struct.unpack(">I", data[:4])
+    hlen = mark & 0xFFFFFF
+    return json.loads(data[4:4 + hlen]), data[4 + hlen:]
+
+
+def namesrv_cluster_info(namesrv: str, timeout: float = 3.0) -> str:
+    """The raw GET_BROKER_CLUSTER_INFO body (fastjson text, not always strict JSON)."""
+    header, body = remoting_request(namesrv, _GET_BROKER_CLUSTER_INFO, timeout=timeout)
+    if header.get("code") != 0:
+        raise CompatError(f"GET_BROKER_CLUSTER_INFO from {namesrv}: {header}")
+    return body.decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------------------------
+# The real Apache name server + broker
+
+
+@dataclass
+class _Proc:
+    name: str
+    popen: subprocess.Popen
+    stdout_path: Path
+    started: float
+    ready_after: float | None = None
+
+
+@dataclass
+class ApacheRocketMQ:
+    """A real Apache RocketMQ 4.9.7 name server and broker, as subprocesses.
+
+    Use as a context manager (``with ApacheRocketMQ() as mq: mq.namesrv_addr``) or call
+    :meth:`start` / :meth:`stop`. Ports are free 127.0.0.1 ports (the broker's P-2 VIP and P+1 HA
+    ports included), the store, ROCKETMQ_HOME and all logs live in ``workdir`` (a fresh temp dir
+    by default, removed by :meth:`stop` unless ``keep_workdir`` or ``FERRYMQ_COMPAT_KEEP=1``).
+    """
+
+    cluster_name: str = "FerryCompatCluster"
+    broker_name: str = "ferry-compat-broker-a"
+    broker_conf: dict[str, str] = field(default_factory=dict)  # extra/overriding broker.conf keys
+    plain_acl: str | None = None  # written to $ROCKETMQ_HOME/conf/plain_acl.yml (with aclEnable=true)
+    namesrv_jvm_opts: Sequence[str] = NAMESRV_JVM_OPTS
+    broker_jvm_opts: Sequence[str] = BROKER_JVM_OPTS
+    startup_timeout: float = 60.0
+    workdir: Path | None = None
+    keep_workdir: bool = False
+
+    namesrv_port: int = 0
+    broker_port: int = 0
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: namesrv, broker, total
+    _procs: list[_Proc] = field(default_factory=list, repr=False)
+    _own_workdir: bool = field(default=False, repr=False)
+
+    def __repr__(self) -> str:
+        return (f"ApacheRocketMQ(namesrv={self.namesrv_addr}, broker={self.broker_addr}, "
+                f"workdir={self.workdir}, alive={self.alive()})")
+
+    # -- addresses -------------------------------------------------------------------------
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def broker_vip_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port - 2}"
+
+    @property
+    def log_dir(self) -> Path:
+        assert self.workdir is not None
+        return self.workdir / "logs"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> "ApacheRocketMQ":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.dump_logs()
+        self.stop()
+
+    def start(self) -> "ApacheRocketMQ":
+        t0 = time.monotonic()
+        java = _require_tool("java")
+        cp = str(ensure_rocketmq_jars() / "*")
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="ferrymq-apache-rocketmq-"))
+            self._own_workdir = True
+        atexit.register(self.stop)
+        fixed_ports = bool(self.namesrv_port or self.broker_port)
+        for attempt in range(1, 4):
+            try:
+                self._launch(java, cp)
+                break
+            except CompatError as e:
+                # a free port can be taken between our probe and the JVM's bind: pick again
+                lost_race = "Address already in use" in f"{e}\n{self.logs()}"
+                if fixed_ports or not lost_race or attempt == 3:
+                    self.dump_logs()
+                    self.stop()
+                    raise
+                self._kill(graceful=False)
+                self.namesrv_port = self.broker_port = 0
+            except BaseException:
+                self.dump_logs()
+                self.stop()
+                raise
+        self.timings["total"] = time.monotonic() - t0
+        return self
+
+    def _launch(self, java: str, cp: str) -> None:
+        assert self.workdir is not None
+        wd = self.workdir
+        for sub in ("store", "logs", "namesrv"):
+            shutil.rmtree(wd / sub, ignore_errors=True)
+        home = _write_rocketmq_home(wd / "home", wd / "logs")
+        if self.plain_acl is not None:
+            (home / "conf" / "plain_acl.yml").write_text(self.plain_acl)
+        (wd / "store").mkdir(parents=True, exist_ok=True)
+        self.namesrv_port = self.namesrv_port or free_port()
+        self.broker_port = self.broker_port or free_port(exclude={self.namesrv_port})
+        common = [
+            *_JDK17_OPENS,
+            f"-Duser.home={wd}",
+            f"-Drocketmq.home.dir={home}",
+            f"-Drocketmq.client.logRoot={wd / 'logs'}",
+            "-Drocketmq.client.logUseSlf4j=true",
+            f"-Dlogback.configurationFile={home / 'conf' / 'logback_client.xml'}",
+            # Plain TCP only. The default "permissive" mode also accepts TLS, and builds a
+            # self-signed certificate at start-up (~1.4 s of RSA key generation per server).
+            "-Dtls.server.mode=disabled",
+        ]
+
+        ns_conf = wd / "namesrv.conf"
+        ns_conf.write_text(_properties({
+            "listenPort": str(self.namesrv_port),
+            "rocketmqHome": str(home),
+            "kvConfigPath": str(wd / "namesrv" / "kvConfig.json"),
+        }))
+        ns = self._spawn("namesrv", [java, *self.namesrv_jvm_opts, *common, "-cp", cp,
+                                     NAMESRV_MAIN, "-c", str(ns_conf)])
+        self._wait(ns, lambda: b"boot success" in ns.stdout_path.read_bytes()
+                   and _port_open(self.namesrv_port), "name server start-up")
+
+        conf = {
+            "brokerClusterName": self.cluster_name,
+            "brokerName": self.broker_name,
+            "brokerId": "0",
+            "brokerRole": "ASYNC_MASTER",
+            "flushDiskType": "ASYNC_FLUSH",
+            "namesrvAddr": self.namesrv_addr,
+            "listenPort": str(self.broker_port),
+            "brokerIP1": "127.0.0.1",
+            "brokerIP2": "127.0.0.1",
+            "rocketmqHome": str(home),
+            "storePathRootDir": str(wd / "store"),
+            "storePathCommitLog": str(wd / "store" / "commitlog"),
+            "autoCreateTopicEnable": "true",
+            "autoCreateSubscriptionGroup": "true",
+            # small files: the defaults are a 1 GiB commit log and ~420 MB index files
+            "mappedFileSizeCommitLog": str(64 * 1024 * 1024),
+            "mappedFileSizeConsumeQueue": str(30000 * 20),
+            "maxHashSlotNum": "50000",
+            "maxIndexNum": "200000",
+            # a loaded 2-core CI machine must not make the broker shed sends as "busy"
+            "waitTimeMillsInSendQueue": "5000",
+            "osPageCacheBusyTimeOutMills": "5000",
+            "diskMaxUsedSpaceRatio": "95",
+        }
+        conf.update({k: str(v) for k, v in self.broker_conf.items()})
+        broker_conf = wd / "broker.conf"
+        broker_conf.write_text(_properties(conf))
+        broker = self._spawn("broker", [java, *self.broker_jvm_opts, *common, "-cp", cp,
+                                         BROKER_MAIN, "-c", str(broker_conf)])
+        self._wait(broker, self._broker_registered, "broker registration with the name server")
+
+    def _spawn(self, name: str, cmd: list[str]) -> _Proc:
+        assert self.workdir is not None
+        out_path = self.workdir / f"{name}.out"
+        with open(out_path, "wb") as out:
+            popen = subprocess.Popen(
+                cmd, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_pdeathsig,
+            )
+        proc = _Proc(name, popen, out_path, time.monotonic())
+        self._procs.append(proc)
+        return proc
+
+    def _wait(self, proc: _Proc, ready, what: str) -> None:
+        deadline = proc.started + self.startup_timeout
+        while True:
+            if proc.popen.poll() is not None:
+                raise CompatError(
+                    f"Apache {proc.name} exited with {proc.popen.returncode} before {what}; "
+                    f"{proc.stdout_path}:\n{_tail(proc.stdout_path)}"
+                )
+            try:
+                if ready():
+                    break
+            except (OSError, ValueError, CompatError):
+                pass
+            if time.monotonic() > deadline:
+                raise CompatError(f"Apache {proc.name}: no {what} within {self.startup_timeout}s")
+            time.sleep(0.05)
+        proc.ready_after = time.monotonic() - proc.started
+        self.timings[proc.name] = proc.ready_after
+
+    def _broker_registered(self) -> bool:
+        return self.broker_addr in namesrv_cluster_info(self.namesrv_addr, timeout=1.0)
+
+    def is_registered(self) -> bool:
+        """Whether the name server currently lists this broker."""
+        try:
+            return self._broker_registered()
+        except (OSError, ValueError, CompatError):
+            return False
+
+    def stop(self, graceful: bool = False) -> None:
+        """Stop the broker, then the name server; idempotent.
+
+        By default SIGKILL: the store is thrown away, and the broker's orderly shutdown (SIGTERM)
+        takes over 5 s (DefaultMessageStore.shutdown sleeps 3 s). ``graceful=True`` sends
+        SIGTERM and waits up to 30 s per process before killing it.
+        """
+        self._kill(graceful)
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        if (self._own_workdir and not self.keep_workdir
+                and os.environ.get("FERRYMQ_COMPAT_KEEP") != "1" and self.workdir is not None):
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self._own_workdir = False
+
+    def _kill(self, graceful: bool) -> None:
+        for proc in reversed(self._procs):
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.popen.pid, signal.SIGTERM if graceful else signal.SIGKILL)
+                try:
+                    proc.popen.wait(timeout=30 if graceful else 10)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.popen.pid, signal.SIGKILL)
+                    proc.popen.wait(timeout=10)
+        self._procs.clear()
+
+    def alive(self) -> bool:
+        return bool(self._procs) and all(p.popen.poll() is None for p in self._procs)
+
+    def logs(self, lines: int = 80) -> str:
+        """Tails of the processes' stdout and of the name server / broker logs."""
+        if self.workdir is None or not self.workdir.exists():
+            return ""
+        parts = []
+        for path in [*(p.stdout_path for p in self._procs),
+                     self.log_dir / "namesrv.log", self.log_dir / "broker.log"]:
+            if path.is_file():
+                parts.append(f"--- {path} (last {lines} lines) ---\n{_tail(path, lines)}")
+        return "\n".join(parts)
+
+    def dump_logs(self, file=None) -> None:
+        print(f"compat: Apache RocketMQ logs ({self.workdir}):\n{self.logs()}",
+              file=file or sys.stderr)
+
+
+def _properties(d: dict[str, str]) -> str:
+    # java.util.Properties: backslash is an escape character
+    return "".join(f"{k}={str(v).replace(chr(92), chr(92) * 2)}\n" for k, v in d.items())
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _tail(path: Path, lines: int = 80) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as e:
+        return f"<{e}>"

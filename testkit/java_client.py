@@ -1,0 +1,552 @@
+"""The official Apache RocketMQ 4.9.7 Java toolchain as a peer: the jars, the client programs
+and ``mqadmin``.
+
+Everything downloaded or built lives under ``<repo>/.cache/`` (git-ignored):
+
+* ``.cache/maven-repo``               Maven's local repository (``-Dmaven.repo.local``)
+* ``.cache/rocketmq-4.9.7/lib/*.jar`` client, tools (mqadmin), name server, broker + deps
+* ``.cache/compat-java/classes``      ``tests/compat/java/src/main/java`` compiled by javac
+
+* :func:`ensure_rocketmq_jars` / :func:`ensure_compat_classes` / :func:`java_classpath`
+* :func:`run_java_client` runs ``ferrymq.compat.ProduceConsume`` and returns its JSON events;
+  :class:`JavaClient` is a session's handle on it; :func:`java_client_command` its command line
+* :func:`run_mqadmin` runs the real ``mqadmin`` (``MQAdminStartup``)
+
+The Apache name server and broker processes are :mod:`testkit.apache`. Only these modules and
+``tests/compat/conftest.py`` know about Maven, javac and JVM flags; tests do not.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+from xml.sax.saxutils import escape as _xml_escape
+
+__all__ = [
+    "ROCKETMQ_VERSION",
+    "CompatUnavailable",
+    "CompatError",
+    "JavaClientError",
+    "JavaEvents",
+    "JavaClient",
+    "ensure_rocketmq_jars",
+    "ensure_compat_classes",
+    "java_classpath",
+    "java_client_command",
+    "run_java_client",
+    "run_mqadmin",
+    "session_dir",
+]
+
+ROCKETMQ_VERSION = "4.9.7"
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CACHE_DIR = REPO_ROOT / ".cache"
+MAVEN_REPO = CACHE_DIR / "maven-repo"
+LIB_DIR = CACHE_DIR / f"rocketmq-{ROCKETMQ_VERSION}" / "lib"
+CLASSES_DIR = CACHE_DIR / "compat-java" / "classes"
+JAVA_PROJECT = REPO_ROOT / "tests" / "compat" / "java"
+JAVA_SOURCES = JAVA_PROJECT / "src" / "main" / "java"
+
+_DEPENDENCY_PLUGIN = "3.6.1"
+
+PRODUCE_CONSUME_MAIN = "ferrymq.compat.ProduceConsume"
+# ferrymq.compat.MQAdmin = org.apache.rocketmq.tools.command.MQAdminStartup + a prompt exit
+MQADMIN_MAIN = "ferrymq.compat.MQAdmin"
+
+# Short-lived client JVMs (ProduceConsume, mqadmin): small heap, C1 only, no perf file.
+CLIENT_JVM_OPTS = (
+    "-Xms32m", "-Xmx160m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    "-XX:-UsePerfData", "-Xshare:auto",
+)
+# RocketMQ 4.9 reflects into java.nio buffers (mmap clean-up) and java.lang; open them on JDK 17.
+_JDK17_OPENS = (
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+)
+# Lines of Maven output that mean "could not reach the repository" rather than a broken pom.
+_NETWORK_FAILURE = re.compile(
+    r"(Could not transfer artifact|Could not resolve host|UnknownHostException|Unknown host"
+    r"|Connection refused|Connection reset|connect timed out|Read timed out|Network is unreachable"
+    r"|No route to host|Temporary failure in name resolution|transfer failed for"
+    r"|was cached in the local repository, resolution will not be reattempted"
+    r"|Could not resolve dependencies|Plugin .* could not be resolved"
+    r"|Failed to read artifact descriptor|PKIX path building failed|Remote host terminated"
+    r"|No plugin found for prefix)",
+    re.IGNORECASE,
+)
+
+
+class CompatError(RuntimeError):
+    """The harness itself failed (a JVM did not start, javac failed, ...)."""
+
+
+class CompatUnavailable(CompatError):
+    """The Apache jars cannot be had here (Maven Central unreachable). Tests skip on this."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class JavaClientError(CompatError):
+    """The Java client exited non-zero (``events`` holds what it printed before)."""
+
+    def __init__(self, message: str, events: "JavaEvents"):
+        super().__init__(message)
+        self.events = events
+
+
+class JavaEvents(list):
+    """The JSON-line events a Java program printed (a plain ``list[dict]``) plus run details."""
+
+    returncode: int
+    stderr: str
+    noise: list[str]  # stdout lines that were not JSON objects
+    elapsed: float
+    argv: list[str]
+
+    def of(self, event: str) -> list[dict]:
+        """Events of one kind, e.g. ``events.of("received")``."""
+        return [e for e in self if e.get("event") == event]
+
+    @property
+    def done(self) -> dict | None:
+        """The final ``{"event": "done", ...}`` summary, if the program got that far."""
+        found = self.of("done")
+        return found[-1] if found else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools, caching, building
+
+
+def _require_tool(name: str) -> str:
+    path = shutil.which(name)
+    if not path:
+        raise CompatError(
+            f"compat: `{name}` is not on PATH; the compat tests need a JDK (17) and Maven (3.8+)"
+        )
+    return path
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """Serialise cache builds between concurrent pytest processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _digest(paths: Iterable[Path], root: Path, extra: str = "") -> str:
+    h = hashlib.sha256(extra.encode())
+    for p in sorted(paths):
+        h.update(str(p.relative_to(root)).encode() + b"\0")
+        h.update(p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+_jars_lock = threading.Lock()
+_jars_failure: CompatUnavailable | None = None
+
+
+def ensure_rocketmq_jars(*, timeout: float = 270) -> Path:
+    """Resolve the RocketMQ jars with Maven once; return the lib directory holding them.
+
+    Cached by a stamp (hash of ``java/pom.xml``) in the lib directory. Raises
+    :class:`CompatUnavailable` when Maven Central cannot be reached or the download takes over
+    ``timeout`` seconds (kept under pytest's 300 s timeout; remembered for the rest of the
+    process, so Maven runs once), :class:`CompatError` for any other failure.
+    """
+    global _jars_failure
+    pom = JAVA_PROJECT / "pom.xml"
+    stamp = LIB_DIR / ".stamp"
+    want = _digest([pom], JAVA_PROJECT, ROCKETMQ_VERSION)
+    with _jars_lock:
+        if stamp.is_file() and stamp.read_text().strip() == want:
+            return LIB_DIR
+        if _jars_failure is not None:
+            raise _jars_failure
+        mvn = _require_tool("mvn")
+        _require_tool("java")
+        with _file_lock(CACHE_DIR / "locks" / "maven.lock"):
+            if stamp.is_file() and stamp.read_text().strip() == want:
+                return LIB_DIR
+            staging = LIB_DIR.with_name(LIB_DIR.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            cmd = [
+                mvn, "-q", "-B", "-U", "-f", str(pom),
+                # e.g. FERRYMQ_COMPAT_MAVEN_ARGS="-s /path/settings.xml" for a mirror or proxy
+                *shlex.split(os.environ.get("FERRYMQ_COMPAT_MAVEN_ARGS", "")),
+                f"-Dmaven.repo.local={MAVEN_REPO}",
+                # fully qualified: no plugin-prefix look-up (which hides the network error)
+                f"org.apache.maven.plugins:maven-dependency-plugin:{_DEPENDENCY_PLUGIN}"
+                ":copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={staging}",
+            ]
+            t0 = time.monotonic()
+            try:
+                proc = subprocess.run(
+                    cmd, cwd=JAVA_PROJECT, stdin=subprocess.DEVNULL, capture_output=True,
+                    text=True, timeout=timeout,
+                )
+            except subprocess.TimeoutExpired:
+                _jars_failure = CompatUnavailable(
+                    f"`mvn dependency:copy-dependencies` took more than {timeout:.0f}s"
+                )
+                raise _jars_failure from None
+            output = proc.stdout + proc.stderr
+            if proc.returncode != 0:
+                network = [ln for ln in output.splitlines() if _NETWORK_FAILURE.search(ln)]
+                if network:
+                    _jars_failure = CompatUnavailable(_maven_failure_reason(network[0]))
+                    raise _jars_failure
+                raise CompatError(
+                    f"mvn failed (exit {proc.returncode}): {' '.join(cmd)}\n{output[-4000:]}"
+                )
+            jars = list(staging.glob("*.jar"))
+            if not any(j.name.startswith("rocketmq-broker-") for j in jars):
+                raise CompatError(f"mvn succeeded but {staging} holds no rocketmq-broker jar")
+            shutil.rmtree(LIB_DIR, ignore_errors=True)
+            staging.rename(LIB_DIR)
+            stamp.write_text(want + "\n")
+            print(
+                f"compat: resolved {len(jars)} RocketMQ {ROCKETMQ_VERSION} jars into {LIB_DIR} "
+                f"in {time.monotonic() - t0:.1f}s",
+                file=sys.stderr,
+            )
+    return LIB_DIR
+
+
+def _maven_failure_reason(line: str) -> str:
+    """One short line out of Maven's network error."""
+    line = re.sub(r"\x1b\[[0-9;]*m", "", line).replace("[ERROR]", "").replace("-> [Help 1]", "")
+    line = line.strip()
+    m = re.search(r"Could not transfer artifact (\S+) from/to (\S+ \([^)]*\))", line)
+    if m:
+        cause = line.rsplit(": ", 1)[-1]
+        return f"cannot download {m.group(1)} from {m.group(2)}: {cause}"[:300]
+    return line[:300]
+
+
+def ensure_compat_classes() -> Path:
+    """Compile ``tests/compat/java/src/main/java`` with javac (only when sources changed)."""
+    lib = ensure_rocketmq_jars()
+    sources = sorted(JAVA_SOURCES.rglob("*.java"))
+    if not sources:
+        raise CompatError(f"no Java sources under {JAVA_SOURCES}")
+    jar_names = ",".join(sorted(p.name for p in lib.glob("*.jar")))
+    want = _digest(sources, JAVA_SOURCES, jar_names)
+    stamp = CLASSES_DIR / ".stamp"
+    if stamp.is_file() and stamp.read_text().strip() == want:
+        return CLASSES_DIR
+    javac = _require_tool("javac")
+    with _file_lock(CACHE_DIR / "locks" / "javac.lock"):
+        if stamp.is_file() and stamp.read_text().strip() == want:
+            return CLASSES_DIR
+        staging = CLASSES_DIR.with_name(CLASSES_DIR.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        cmd = [
+            javac, "-encoding", "UTF-8", "-nowarn", "-Xlint:none", "-d", str(staging),
+            "-cp", str(lib / "*"), *map(str, sources),
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise CompatError(f"javac failed:\n{proc.stdout}{proc.stderr}")
+        shutil.rmtree(CLASSES_DIR, ignore_errors=True)
+        staging.rename(CLASSES_DIR)
+        stamp.write_text(want + "\n")
+    return CLASSES_DIR
+
+
+def java_classpath() -> str:
+    """Classpath with our compiled programs and every RocketMQ jar (builds them if needed)."""
+    classes = ensure_compat_classes()
+    return os.pathsep.join([str(classes), str(LIB_DIR / "*")])
+
+
+# ---------------------------------------------------------------------------------------------
+# Logging set-up: nothing on stdout, everything under a temp dir
+
+_LOGBACK_TEMPLATE = """<?xml version="1.0" encoding="UTF-8"?>
+<!-- generated by testkit/java_client.py -->
+<configuration>
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>{file}</file>
+    <append>true</append>
+    <encoder><pattern>%d{{HH:mm:ss.SSS}} %-5p [%t] %c{{0}} - %m%n</pattern><charset>UTF-8</charset></encoder>
+  </appender>
+  <root level="{level}"><appender-ref ref="FILE"/></root>
+</configuration>
+"""
+
+
+def _write_rocketmq_home(home: Path, log_dir: Path, level: str = "INFO") -> Path:
+    """A ROCKETMQ_HOME whose conf/ holds the logback files 4.9.7 loads by fixed name.
+
+    NamesrvStartup reads ``$ROCKETMQ_HOME/conf/logback_namesrv.xml``, BrokerStartup
+    ``conf/logback_broker.xml`` and MQAdminStartup ``conf/logback_tools.xml``; the client itself
+    logs with its own inner logger to ``-Drocketmq.client.logRoot``.
+    """
+    conf = home / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for name, log in (
+        ("logback_namesrv.xml", "namesrv.log"),
+        ("logback_broker.xml", "broker.log"),
+        ("logback_tools.xml", "tools.log"),
+        ("logback_client.xml", "client-slf4j.log"),
+    ):
+        (conf / name).write_text(
+            _LOGBACK_TEMPLATE.format(file=_xml_escape(str(log_dir / log)), level=level)
+        )
+    return home
+
+
+_session_dir: Path | None = None
+_session_lock = threading.Lock()
+
+
+def session_dir() -> Path:
+    """Per-process temp dir for client logs and the tools' ROCKETMQ_HOME (removed at exit
+    unless ``FERRYMQ_COMPAT_KEEP=1``)."""
+    global _session_dir
+    with _session_lock:
+        if _session_dir is None:
+            d = Path(tempfile.mkdtemp(prefix="ferrymq-compat-"))
+            _write_rocketmq_home(d / "home", d / "logs")
+            if os.environ.get("FERRYMQ_COMPAT_KEEP") != "1":
+                atexit.register(shutil.rmtree, d, True)
+            _session_dir = d
+        return _session_dir
+
+
+def _client_jvm_args(home: Path, log_dir: Path, debug: bool = False) -> list[str]:
+    return [
+        *CLIENT_JVM_OPTS,
+        *_JDK17_OPENS,
+        f"-Duser.home={home.parent}",
+        f"-Drocketmq.home.dir={home}",
+        f"-Drocketmq.client.logRoot={log_dir}",
+        f"-Drocketmq.client.logLevel={'DEBUG' if debug else 'INFO'}",
+        "-Drocketmq.client.logUseSlf4j=false",
+        # netty and other slf4j users: to a file, never the console
+        f"-Dlogback.configurationFile={home / 'conf' / 'logback_client.xml'}",
+    ]
+
+
+def _pdeathsig():  # pragma: no cover - runs in the child
+    """Kill the JVM if the Python process dies without cleaning up (Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Running Java programs
+
+
+def java_client_command(args: Sequence[str], *, main: str = PRODUCE_CONSUME_MAIN,
+                        jvm_args: Sequence[str] = (), debug: bool = False) -> list[str]:
+    """The full ``java ...`` command line :func:`run_java_client` would run."""
+    d = session_dir()
+    return [
+        _require_tool("java"), *_client_jvm_args(d / "home", d / "logs", debug), *jvm_args,
+        "-cp", java_classpath(), main, *map(str, args),
+    ]
+
+
+def _parse_events(stdout: str) -> tuple[list[dict], list[str]]:
+    events, noise = [], []
+    for line in stdout.splitlines():
+        s = line.strip()
+        if s.startswith("{"):
+            try:
+                obj = json.loads(s)
+            except ValueError:
+                noise.append(line)
+                continue
+            if isinstance(obj, dict):
+                events.append(obj)
+                continue
+        if s:
+            noise.append(line)
+    return events, noise
+
+
+def _client_log_tail(lines: int = 60) -> str:
+    log = session_dir() / "logs" / "rocketmq_client.log"
+    if not log.is_file():
+        return ""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def run_java_client(args: Sequence[str], timeout: float = 120, *, check: bool = True,
+                    main: str = PRODUCE_CONSUME_MAIN, jvm_args: Sequence[str] = (),
+                    debug: bool = False) -> JavaEvents:
+    """Run a Java program of ours (default ``ferrymq.compat.ProduceConsume``) to completion.
+
+    Returns its stdout JSON lines as a :class:`JavaEvents` (a ``list[dict]``). With ``check``
+    (default) a non-zero exit prints stderr/stdout/client-log tails to stderr and raises
+    :class:`JavaClientError` (its ``.events`` has what was printed). A timeout always raises.
+    ``debug=True`` sets ``-Drocketmq.client.logLevel=DEBUG`` (written to the client log).
+    """
+    cmd = java_client_command(args, main=main, jvm_args=jvm_args, debug=debug)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=_pdeathsig,
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.kill()
+        out, err = proc.communicate()
+    events_list, noise = _parse_events(out)
+    events = JavaEvents(events_list)
+    events.returncode = proc.returncode
+    events.stderr = err
+    events.noise = noise
+    events.elapsed = time.monotonic() - t0
+    events.argv = cmd
+    if timed_out or (check and proc.returncode != 0):
+        why = f"timed out after {timeout:.0f}s" if timed_out else f"exited {proc.returncode}"
+        report = (
+            f"compat: Java client {main} {why}: {' '.join(map(str, args))}\n"
+            f"--- stderr ---\n{err[-6000:]}\n"
+            f"--- stdout (last 40 lines) ---\n" + "\n".join(out.splitlines()[-40:]) + "\n"
+            f"--- rocketmq_client.log (tail) ---\n{_client_log_tail()}\n"
+        )
+        print(report, file=sys.stderr)
+        raise JavaClientError(report if timed_out else report[:2000], events)
+    return events
+
+
+def run_mqadmin(namesrv: str, *args: str, timeout: float = 60, check: bool = True,
+                credentials: tuple[str, str] | None = None) -> str:
+    """Run the official ``mqadmin SUBCOMMAND -n NAMESRV ARGS...``; return its stdout.
+
+    ``credentials`` (access key, secret key) go where mqadmin reads them, a
+    ``conf/tools.yml`` under its ROCKETMQ_HOME, so every request it sends is signed.
+
+    ``mqadmin`` exits 0 even when a sub-command fails (it prints the exception to stderr); with
+    ``check`` a non-zero exit or a stderr naming ``SubCommandException`` raises
+    :class:`CompatError`.
+    """
+    if not args:
+        raise ValueError("run_mqadmin needs a sub-command, e.g. run_mqadmin(ns, 'clusterList')")
+    sub, rest = args[0], list(args[1:])
+    jvm_args: list[str] = []
+    if credentials is not None:
+        home = Path(tempfile.mkdtemp(prefix="mqadmin-home-", dir=session_dir()))
+        _write_rocketmq_home(home, session_dir() / "logs")
+        (home / "conf" / "tools.yml").write_text(f"accessKey: {credentials[0]}\nsecretKey: {credentials[1]}\n")
+        jvm_args.append(f"-Drocketmq.home.dir={home}")
+    cmd = java_client_command([sub, "-n", namesrv, *rest], main=MQADMIN_MAIN, jvm_args=jvm_args)
+    proc = subprocess.run(
+        cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+        preexec_fn=_pdeathsig,
+    )
+    if check and (proc.returncode != 0 or "SubCommandException" in proc.stderr):
+        raise CompatError(
+            f"mqadmin {' '.join(args)} failed (exit {proc.returncode}):\n"
+            f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
+        )
+    return proc.stdout
+
+
+class JavaClient:
+    """Convenience front-end to ``ferrymq.compat.ProduceConsume`` and mqadmin (the
+    ``java_client`` fixture). Every method returns :class:`JavaEvents` (a ``list[dict]``)."""
+
+    def run(self, args: Sequence[str], timeout: float = 120, *, check: bool = True,
+            debug: bool = False) -> JavaEvents:
+        return run_java_client(args, timeout, check=check, debug=debug)
+
+    __call__ = run
+
+    @staticmethod
+    def _opts(namesrv: str, topic: str, group: str | None, timeout_ms: int,
+              **opts) -> list[str]:
+        args = ["--namesrv", namesrv, "--topic", topic, "--timeout-ms", str(timeout_ms)]
+        if group:
+            args += ["--group", group]
+        for name, value in opts.items():
+            if value is None:
+                continue
+            if isinstance(value, (list, tuple, set)):
+                value = ",".join(map(str, value))
+            args += ["--" + name.replace("_", "-"), str(value)]
+        return args
+
+    def produce_consume(self, namesrv: str, topic: str, *, count: int = 20,
+                        modes: Sequence[str] = ("sync", "async", "oneway"),
+                        group: str | None = None, tag: str | None = None,
+                        key_prefix: str | None = None, subscribe: str | None = None,
+                        timeout_ms: int = 30000, check: bool = True,
+                        debug: bool = False) -> JavaEvents:
+        """Send ``count`` messages per mode, then push-consume until every key arrived."""
+        args = ["produce-consume", *self._opts(
+            namesrv, topic, group, timeout_ms, count=count, modes=list(modes), tag=tag,
+            key_prefix=key_prefix, subscribe=subscribe)]
+        return self.run(args, timeout_ms / 1000 + 60, check=check, debug=debug)
+
+    def produce(self, namesrv: str, topic: str, *, count: int = 20,
+                modes: Sequence[str] = ("sync", "async", "oneway"), group: str | None = None,
+                tag: str | None = None, key_prefix: str | None = None,
+                timeout_ms: int = 30000, check: bool = True, debug: bool = False) -> JavaEvents:
+        """Only send (for a Python consumer to read). Keys are ``KEY_PREFIX-MODE-I``."""
+        args = ["produce", *self._opts(namesrv, topic, group, timeout_ms, count=count,
+                                       modes=list(modes), tag=tag, key_prefix=key_prefix)]
+        return self.run(args, timeout_ms / 1000 + 60, check=check, debug=debug)
+
+    def consume(self, namesrv: str, topic: str, *, expect_keys: Sequence[str] | None = None,
+                expect_count: int | None = None, group: str | None = None,
+                subscribe: str | None = None, settle_ms: int | None = None,
+                timeout_ms: int = 30000, check: bool = True, debug: bool = False) -> JavaEvents:
+        """Only push-consume (e.g. what a Python producer sent) until ``expect_keys`` all
+        arrived or ``expect_count`` distinct keys did; with neither, until ``timeout_ms``."""
+        keys = list(expect_keys or ())
+        keys_arg: str | None = ",".join(keys) or None
+        if keys_arg and len(keys_arg) > 16000:  # argv strings are limited to 128 KiB
+            fd, path = tempfile.mkstemp(prefix="keys-", suffix=".txt", dir=session_dir())
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write("\n".join(keys) + "\n")
+            keys_arg = "@" + path
+        args = ["consume", *self._opts(namesrv, topic, group, timeout_ms,
+                                       expect_keys=keys_arg,
+                                       expect_count=expect_count, subscribe=subscribe,
+                                       settle_ms=settle_ms)]
+        return self.run(args, timeout_ms / 1000 + 60, check=check, debug=debug)
+
+    @staticmethod
+    def mqadmin(namesrv: str, *args: str, timeout: float = 60, check: bool = True) -> str:
+        return run_mqadmin(namesrv, *args, timeout=timeout, check=check)
