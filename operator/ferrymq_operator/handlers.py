@@ -12,6 +12,7 @@ import asyncio
 import copy
 import logging
 import os
+import re
 from typing import Awaitable, Callable
 
 import kopf
@@ -35,6 +36,29 @@ Reconcile = Callable[[object, kopf.Patch, OperatorSettings], Awaitable[None]]
 Delete = Callable[[object, OperatorSettings], Awaitable[None]]
 
 
+class QuietResyncs(logging.Filter):
+    """kopf logs "Timer '<plural>-resync' succeeded." at INFO for every object on every resync
+    (no kopf setting changes that level): such a line becomes DEBUG, shown only when kopf runs
+    --verbose. What a reconcile changes is logged at INFO by the reconcile itself (objects
+    created, deleted or restarted, groups pushed, condition transitions in status.finish), and
+    the create/update/resume handlers' lines stay as they are."""
+
+    RESYNC = re.compile(r"Timer '[a-z]+-resync' succeeded\.$")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or not self.RESYNC.match(record.getMessage()):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def quiet_resync_logs(logger: logging.Logger | None = None) -> None:
+    """Install QuietResyncs on kopf's per-object logger (once)."""
+    logger = logger or logging.getLogger("kopf.objects")
+    if not any(isinstance(f, QuietResyncs) for f in logger.filters):
+        logger.addFilter(QuietResyncs())
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     memo.settings = OperatorSettings.from_env()  # per-object memos are copies of this one
@@ -56,6 +80,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.background.cancellation_polling = 1.0
     # Events only where we post them explicitly (transitions), not one per log line.
     settings.posting.level = logging.CRITICAL + 1
+    quiet_resync_logs()
 
 
 @kopf.on.startup()

@@ -8,6 +8,8 @@ person should notice become Events (Warnings when something is wrong).
 
 from __future__ import annotations
 
+import logging
+
 import kopf
 
 from ferrymq_operator import conditions
@@ -21,6 +23,8 @@ from ferrymq_operator.rollout import RestartPlan, pod_ready
 EVENT_TYPES = {"Ready", "ScaleDownBlocked", "UnsupportedChange", "Restarting", "ReconciliationPaused",
                "MasterRestartBlocked", "StorageResized"}
 WARNING_WHEN_TRUE = {"ScaleDownBlocked", "UnsupportedChange"}
+
+log = logging.getLogger("ferrymq.operator")
 
 
 def annotation(obj, key: str) -> str | None:
@@ -42,6 +46,8 @@ def finish(body, patch: kopf.Patch, new: list[Condition], extra: dict, applied: 
     merged = conditions.merge(old, new)
     had = {c["type"] for c in old}
     for c in conditions.transitions(old, merged):
+        log.info("%s %s/%s: %s %s (%s)", body.get("kind") or "resource", body["metadata"].get("namespace"),
+                 body["metadata"].get("name"), c["type"], c["status"], c["reason"])
         if c["type"] not in EVENT_TYPES or (c["type"] not in had and c["type"] != "Ready" and c["status"] != "True"):
             continue
         warning = (c["type"] == "Ready" and c["status"] != "True") or (c["type"] in WARNING_WHEN_TRUE and c["status"] == "True")

@@ -2,6 +2,7 @@
 when kopf updates a timer's (live) body while it runs."""
 
 import asyncio
+import logging
 
 import kopf
 
@@ -28,3 +29,38 @@ async def test_a_reconcile_works_on_the_generation_it_started_with():
     release.set()
     await run
     assert seen == [(1, 1)]  # status will name generation 1 as observed/applied, not 2
+
+
+def _record(message: str, name: str = "kopf.objects.quiet-test") -> logging.LogRecord:
+    return logging.LogRecord(name, logging.INFO, __file__, 1, message, None, None)
+
+
+def test_a_resync_that_succeeds_logs_at_debug_only(caplog):
+    quiet = handlers.QuietResyncs()
+    logger = logging.getLogger("kopf.objects.quiet-test")
+    logger.setLevel(logging.INFO)
+    resync = _record("Timer 'consumergroups-resync' succeeded.")
+    assert not quiet.filter(resync) and resync.levelno == logging.DEBUG, "dropped at INFO"
+    logger.setLevel(logging.DEBUG)
+    assert quiet.filter(_record("Timer 'brokers-resync' succeeded.")), "shown with --verbose"
+    changed = _record("Handler 'consumergroups-changed' succeeded.")
+    failed = _record("Timer 'consumergroups-resync' failed with an exception and will try again in 1 seconds: x")
+    logger.setLevel(logging.INFO)
+    assert quiet.filter(changed) and changed.levelno == logging.INFO and quiet.filter(failed)
+    handlers.quiet_resync_logs(logger)
+    handlers.quiet_resync_logs(logger)
+    assert sum(isinstance(f, handlers.QuietResyncs) for f in logger.filters) == 1
+
+
+def test_status_logs_condition_transitions_only(caplog, monkeypatch):
+    from ferrymq_operator import status
+    from ferrymq_operator.conditions import Condition
+
+    monkeypatch.setattr(kopf, "event", lambda *a, **kw: None)
+    body = {"kind": "ConsumerGroup", "metadata": {"name": "g", "namespace": "prod", "generation": 1}, "status": {}}
+    with caplog.at_level(logging.INFO, logger="ferrymq.operator"):
+        patch = kopf.Patch()
+        status.finish(body, patch, [Condition("Ready", True, "Applied")], {})
+        body["status"] = {"conditions": patch["status"]["conditions"]}
+        status.finish(body, kopf.Patch(), [Condition("Ready", True, "Applied", "again")], {})
+    assert [r.getMessage() for r in caplog.records] == ["ConsumerGroup prod/g: Ready True (Applied)"]
