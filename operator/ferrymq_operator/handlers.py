@@ -39,9 +39,10 @@ Delete = Callable[[object, OperatorSettings], Awaitable[None]]
 class QuietResyncs(logging.Filter):
     """kopf logs "Timer '<plural>-resync' succeeded." at INFO for every object on every resync
     (no kopf setting changes that level): such a line becomes DEBUG, shown only when kopf runs
-    --verbose. What a reconcile changes is logged at INFO by the reconcile itself (objects
-    created, deleted or restarted, groups pushed, condition transitions in status.finish), and
-    the create/update/resume handlers' lines stay as they are."""
+    --verbose (or left at INFO with FERRYMQ_LOG_RESYNCS=true). What a reconcile changes is
+    logged at INFO by the reconcile itself (objects created, deleted or restarted, groups
+    pushed, condition transitions in status.finish); the create/update/resume handlers' lines
+    and failures stay as they are."""
 
     RESYNC = re.compile(r"Timer '[a-z]+-resync' succeeded\.$")
 
@@ -80,7 +81,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_) -> None:
     settings.background.cancellation_polling = 1.0
     # Events only where we post them explicitly (transitions), not one per log line.
     settings.posting.level = logging.CRITICAL + 1
-    quiet_resync_logs()
+    if not memo.settings.log_resyncs:
+        quiet_resync_logs()
 
 
 @kopf.on.startup()

@@ -16,6 +16,8 @@ FERRYMQ_BROKER_IMAGE       default broker image when a Broker names none.
 FERRYMQ_ADMIN_TIMEOUT      seconds per admin call to a broker or name server (default 5).
 FERRYMQ_WATCH_TIMEOUT      server-side watch timeout in seconds (default 300), so a silently
                            dropped watch connection is replaced instead of hanging forever.
+FERRYMQ_LOG_RESYNCS        true: kopf's "Timer '...-resync' succeeded." line of every resync at
+                           INFO, as kopf logs it (default false: DEBUG, see handlers.QuietResyncs).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class OperatorSettings:
     broker_image: str = DEFAULT_BROKER_IMAGE
     admin_timeout: float = 5.0
     watch_timeout: int = 300
+    log_resyncs: bool = False
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "OperatorSettings":
@@ -54,7 +57,8 @@ class OperatorSettings:
                    restart_drain_seconds=float(env.get("FERRYMQ_RESTART_DRAIN_SECONDS", 35)),
                    broker_image=env.get("FERRYMQ_BROKER_IMAGE", DEFAULT_BROKER_IMAGE),
                    admin_timeout=float(env.get("FERRYMQ_ADMIN_TIMEOUT", 5)),
-                   watch_timeout=int(env.get("FERRYMQ_WATCH_TIMEOUT", 300)))
+                   watch_timeout=int(env.get("FERRYMQ_WATCH_TIMEOUT", 300)),
+                   log_resyncs=env.get("FERRYMQ_LOG_RESYNCS", "").strip().lower() == "true")
 
     def namesrv_addr(self, namespace: str, broker: str, in_cluster: list[str]) -> str:
         """Where admin calls for Broker ``namespace/broker`` go: an override if one matches,

@@ -150,6 +150,8 @@ class OperatorProcess:
                "FERRYMQ_RESYNC_SECONDS": "2", "FERRYMQ_BROKER_RESYNC_SECONDS": "1", "FERRYMQ_ADMIN_TIMEOUT": "3",
                # kwok pods are fake: a "restarted" pod would leave its real broker read-only.
                "FERRYMQ_RESTART_DRAIN_SECONDS": "0",
+               # test_groups and test_operator_ha count the resyncs in the log (DEBUG by default)
+               "FERRYMQ_LOG_RESYNCS": "true",
                # as the chart's Deployment sets them (values.yaml leaderElection)
                "FERRYMQ_LEADER_ELECTION": "true", "FERRYMQ_LEASE_NAME": LEASE, "POD_NAMESPACE": RELEASE_NS,
                "POD_NAME": identity, "FERRYMQ_LIVENESS_PORT": str(free_port())}

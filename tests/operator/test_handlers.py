@@ -64,3 +64,10 @@ def test_status_logs_condition_transitions_only(caplog, monkeypatch):
         body["status"] = {"conditions": patch["status"]["conditions"]}
         status.finish(body, kopf.Patch(), [Condition("Ready", True, "Applied", "again")], {})
     assert [r.getMessage() for r in caplog.records] == ["ConsumerGroup prod/g: Ready True (Applied)"]
+
+
+def test_resync_lines_stay_at_info_when_asked():
+    from ferrymq_operator.settings import OperatorSettings
+
+    assert OperatorSettings.from_env({"FERRYMQ_LOG_RESYNCS": "True"}).log_resyncs
+    assert not OperatorSettings.from_env({}).log_resyncs
