@@ -174,7 +174,8 @@ async def test_producer_delay_level_and_delayed_messages_survive_a_clean_restart
     await produce(ns, "DelayT", 5, prefix="later", delay_level=4)  # 2 s
     await delay_cluster.restart_broker()  # clean stop: progress persisted in delayOffset.json
     ns = delay_cluster.namesrv_addr
-    await wait_until(lambda: _count(pull_all(ns, "DelayT"), 10), 20, "the level-4 messages after the restart", interval=0.1)
+    await wait_until(lambda: _count(pull_all(ns, "DelayT"), 10), 20, "the level-4 messages after the restart",
+                     interval=0.1)
     got = await pull_all(ns, "DelayT")
     store = delay_cluster.broker.store
     assert store.max_offset("SCHEDULE_TOPIC_XXXX", 6) == 1, "the 1 h message still waits"

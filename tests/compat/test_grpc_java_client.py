@@ -16,7 +16,8 @@ from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
 
-from testkit.grpc_clients import ensure_java5_classes, grpc_standalone, run_grpc_java, running_grpc_standalone, unique_names
+from testkit.grpc_clients import (ensure_java5_classes, grpc_standalone, run_grpc_java, running_grpc_standalone,
+                                  unique_names)
 from tests.support import require
 
 pytestmark = pytest.mark.compat
