@@ -1,12 +1,18 @@
 """Reconcile a Broker: its objects applied, scale-down gated on drained brokers, stale pods
 restarted one at a time (writes drained first; with replication slaves first, and a master
-only once its slaves caught up), status from what actually runs."""
+only once its slaves caught up), status from what actually runs.
+
+One reconcile is a row of named steps over one ``BrokerContext`` (the model, what was
+observed, the conditions to report): plan_scaling, apply_objects, observe_pods,
+restart_stale_pods, observe_readiness, report; the decisions among them (scale_condition,
+plan_restarts, serving_masters, restarting_condition, readiness) are pure."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 
 import kopf
 
@@ -25,20 +31,84 @@ log = logging.getLogger("ferrymq.operator")
 RECREATE_WAIT_SECONDS = 10.0
 
 
-async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) -> None:
-    if status.is_paused(body):
-        return status.paused(body, patch)
-    cluster = BrokerCluster.from_resource(dict(body), settings.broker_image)
-    invalid = manifests.broker_conf_error(cluster)
-    if invalid:
-        # Nothing is applied: the running brokers keep the configuration they have.
-        return status.finish(body, patch, [status.not_ready("InvalidConfig", invalid), status.not_paused()],
-                             {"phase": "InvalidConfig"}, applied=False)
-    n, ns = cluster.names, cluster.namespace
-    conds: list[Condition] = [status.not_paused()]
+@dataclass
+class BrokerContext:
+    """One reconcile of a Broker: its model, what was observed, the conditions to report."""
 
-    # Scale: up at once; down only once the leaving brokers hold no unconsumed messages.
-    sts = await kube.get("apps/v1", "StatefulSet", ns, n.broker_sts)
+    cluster: BrokerCluster
+    previous: dict                                   # status as the last reconcile left it
+    conditions: list[Condition] = field(default_factory=lambda: [status.not_paused()])  # Ready goes first
+    scale: rollout.ScalePlan | None = None
+    pods: list[dict] = field(default_factory=list)          # the master StatefulSet's pods
+    slave_pods: list[dict] = field(default_factory=list)
+    roles: list[replication_roles.GroupRoles] | None = None  # with replication: each group's roles
+    restart: rollout.RestartPlan | None = None
+    draining: str = ""                               # what the restart waits for, if anything
+    ready: int = 0                                   # ready broker (master) pods
+    namesrv_ready: int = 0
+
+    @property
+    def all_pods(self) -> list[dict]:
+        return self.pods + self.slave_pods
+
+
+# ---------------------------------------------------------------------------- pure decisions
+
+def scale_condition(plan: rollout.ScalePlan) -> Condition:
+    if plan.blocked:
+        return Condition("ScaleDownBlocked", True, "BrokersNotDrained", plan.blocked)
+    return Condition("ScaleDownBlocked", False, "NotBlocked", "")
+
+
+def plan_restarts(ctx: BrokerContext) -> rollout.RestartPlan:
+    """Pods whose config hash is stale, and which one to restart next (with replication slaves
+    before masters, a master only once its slaves caught up)."""
+    cluster, replicas = ctx.cluster, ctx.scale.replicas
+    desired_hash = manifests.config_hash(cluster)
+    if ctx.roles is None:
+        return rollout.plan_restart(ctx.pods, desired_hash, replicas)
+    max_lag = cluster.replication.max_restart_lag_bytes
+    masters, slaves, undetermined = replication_roles.split_pods(ctx.roles, ctx.all_pods)
+    return rollout.plan_replicated_restart(masters, slaves, desired_hash, replicas, cluster.replication.slaves_per_group,
+                                           {g.master: g.behind(max_lag) for g in ctx.roles if g.observed}, max_lag,
+                                           undetermined)
+
+
+def serving_masters(ctx: BrokerContext) -> dict[str, str]:
+    """Which brokerName each pod serving as master takes sends for: only those are drained first."""
+    if ctx.roles is not None:
+        return replication_roles.serving_masters(ctx.roles)
+    return {p["metadata"]["name"]: p["metadata"]["name"] for p in ctx.pods}
+
+
+def restarting_condition(restart: rollout.RestartPlan, draining: str) -> Condition:
+    if not restart.stale:
+        return Condition("Restarting", False, "UpToDate", "every broker pod runs the current configuration")
+    waiting = draining or restart.waiting_reason
+    return Condition("Restarting", True, "ConfigChanged", f"{len(restart.stale)} pod(s) to restart: "
+                     f"{', '.join(restart.stale)}" + (f" ({waiting})" if waiting else ""))
+
+
+def readiness(ctx: BrokerContext) -> tuple[Condition, dict]:
+    """The Ready condition and the status fields (replication's are added by ``report``)."""
+    cluster, replicas = ctx.cluster, ctx.scale.replicas
+    ready_cond, phase = status.broker_readiness(cluster.namesrv_replicas, replicas, ctx.ready, ctx.namesrv_ready,
+                                                bool(ctx.restart.stale), bool(ctx.scale.blocked),
+                                                replicas * cluster.replication.slaves_per_group,
+                                                sum(rollout.pod_ready(p) for p in ctx.slave_pods))
+    return ready_cond, {"phase": phase, "replicas": replicas, "readyReplicas": ctx.ready,
+                        "selector": manifests.selector_string(cluster, "broker"),
+                        "nameServers": cluster.namesrv_addresses, "configHash": manifests.config_hash(cluster),
+                        "replication": None}
+
+
+# ---------------------------------------------------------------------------- steps with I/O
+
+async def plan_scaling(ctx: BrokerContext, settings: OperatorSettings) -> None:
+    """Scale: up at once; down only once the leaving brokers hold no unconsumed messages (their
+    writes are turned off first)."""
+    cluster, n = ctx.cluster, ctx.cluster.names
+    sts = await kube.get("apps/v1", "StatefulSet", cluster.namespace, n.broker_sts)
     current = sts["spec"]["replicas"] if sts else None
     backlog = None
     if current is not None and cluster.replicas < current:
@@ -49,22 +119,24 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
                 backlog = await broker_admin.backlog(admin, n.broker, leaving)
         except Exception as e:  # noqa: BLE001 - any failure means "not known": refuse to shrink
             log.info("backlog of %s unknown: %s", leaving, e)
-    plan = rollout.plan_scale(current, cluster.replicas, n.broker_pod, backlog)
-    if plan.blocked:
-        conds.append(Condition("ScaleDownBlocked", True, "BrokersNotDrained", plan.blocked))
-    else:
-        conds.append(Condition("ScaleDownBlocked", False, "NotBlocked", ""))
+    ctx.scale = rollout.plan_scale(current, cluster.replicas, n.broker_pod, backlog)
+    ctx.conditions.append(scale_condition(ctx.scale))
 
+
+async def apply_objects(ctx: BrokerContext) -> None:
+    """The ACL and TLS Secrets the pods need, claims grown, every object applied, and the
+    objects the Broker no longer wants deleted."""
+    cluster, ns = ctx.cluster, ctx.cluster.namespace
     if cluster.acl_enabled:  # the pods mount the ACL: it exists before they do
         await sync_acl(cluster)
     if cluster.tls_secret:
-        conds.append(await _tls_condition(cluster))
-    conds.append(await _expand_claims(cluster))
+        ctx.conditions.append(await _tls_condition(cluster))
+    ctx.conditions.append(await _expand_claims(cluster))
     if manifests.failover_on(cluster):
         state = manifests.controller_state_config_map(cluster)
         if await kube.get("v1", "ConfigMap", ns, state["metadata"]["name"]) is None:
             await kube.create(state)
-    for obj in manifests.all_objects(cluster, broker_replicas=plan.replicas):
+    for obj in manifests.all_objects(cluster, broker_replicas=ctx.scale.replicas):
         if obj["kind"] == "StatefulSet":
             await _apply_statefulset(obj)
         else:
@@ -75,62 +147,71 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
             log.info("replication narrowed (fewer slaves, or failover off): deleting %s %s/%s (its claims are "
                      "kept)", kind, ns, name)
             await kube.delete(api_version, kind, ns, name)
-    await _delete_stale_pdbs(cluster, plan.replicas)
+    await _delete_stale_pdbs(cluster, ctx.scale.replicas)
 
-    # Health-gated restarts of pods whose config hash is stale (the StatefulSets are OnDelete);
-    # with replication, slaves before masters.
-    desired_hash = manifests.config_hash(cluster)
-    selector = manifests.selector_string(cluster, "broker")
-    pods = await kube.list_("v1", "Pod", ns, selector)
-    slave_pods = [p for k in cluster.replication.slave_sets
-                  for p in await kube.list_("v1", "Pod", ns, manifests.selector_string(cluster, manifests.slave_component(k)))]
-    roles = None
+
+async def observe_pods(ctx: BrokerContext, settings: OperatorSettings) -> None:
+    """The broker and slave pods, and with replication each group's roles as its brokers say."""
+    cluster, ns = ctx.cluster, ctx.cluster.namespace
+    ctx.pods = await kube.list_("v1", "Pod", ns, manifests.selector_string(cluster, "broker"))
+    ctx.slave_pods = [p for k in cluster.replication.slave_sets
+                      for p in await kube.list_("v1", "Pod", ns, manifests.selector_string(cluster, manifests.slave_component(k)))]
     if cluster.replication.slaves_per_group:
-        roles = await _group_roles(cluster, settings, plan.replicas, pods + slave_pods)
-        max_lag = cluster.replication.max_restart_lag_bytes
-        masters, slaves, undetermined = replication_roles.split_pods(roles, pods + slave_pods)
-        restart = rollout.plan_replicated_restart(masters, slaves, desired_hash, plan.replicas,
-                                                  cluster.replication.slaves_per_group,
-                                                  {g.master: g.behind(max_lag) for g in roles if g.observed}, max_lag,
-                                                  undetermined)
-        conds.append(status.master_restart_condition(restart))
-    else:
-        restart = rollout.plan_restart(pods, desired_hash, plan.replicas)
-    # Which brokerName each pod serving as master takes sends for: only those are drained first.
-    serving = (replication_roles.serving_masters(roles) if roles is not None
-               else {p["metadata"]["name"]: p["metadata"]["name"] for p in pods})
-    draining = await _controlled_restart(cluster, pods + slave_pods, restart.delete_next, serving, settings)
-    if restart.stale:
-        waiting = draining or restart.waiting_reason
-        conds.append(Condition("Restarting", True, "ConfigChanged",
-                               f"{len(restart.stale)} pod(s) to restart: {', '.join(restart.stale)}"
-                               + (f" ({waiting})" if waiting else "")))
-    else:
-        conds.append(Condition("Restarting", False, "UpToDate", "every broker pod runs the current configuration"))
+        ctx.roles = await _group_roles(cluster, settings, ctx.scale.replicas, ctx.all_pods)
 
+
+async def restart_stale_pods(ctx: BrokerContext, settings: OperatorSettings) -> None:
+    """Health-gated restarts of pods whose config hash is stale (the StatefulSets are OnDelete)."""
+    ctx.restart = plan_restarts(ctx)
+    if ctx.roles is not None:
+        ctx.conditions.append(status.master_restart_condition(ctx.restart))
+    ctx.draining = await _controlled_restart(ctx.cluster, ctx.all_pods, ctx.restart.delete_next, serving_masters(ctx),
+                                             settings)
+    ctx.conditions.append(restarting_condition(ctx.restart, ctx.draining))
+
+
+async def observe_readiness(ctx: BrokerContext) -> None:
+    n, ns = ctx.cluster.names, ctx.cluster.namespace
     sts = await kube.get("apps/v1", "StatefulSet", ns, n.broker_sts) or {}
     ns_sts = await kube.get("apps/v1", "StatefulSet", ns, n.namesrv) or {}
-    ready = (sts.get("status") or {}).get("readyReplicas", 0) or 0
-    ns_ready = (ns_sts.get("status") or {}).get("readyReplicas", 0) or 0
-    slaves_ready = sum(rollout.pod_ready(p) for p in slave_pods)
-    ready_cond, phase = status.broker_readiness(cluster.namesrv_replicas, plan.replicas, ready, ns_ready,
-                                                bool(restart.stale), bool(plan.blocked),
-                                                plan.replicas * cluster.replication.slaves_per_group, slaves_ready)
-    conds.insert(0, ready_cond)
-    extra = {"phase": phase, "replicas": plan.replicas, "readyReplicas": ready, "selector": selector,
-             "nameServers": cluster.namesrv_addresses, "configHash": desired_hash, "replication": None}
-    if roles is not None:
-        previous = (body.get("status") or {}).get("replication")
-        extra["replication"] = status.replication_groups(
-            cluster.replication.mode, cluster.replication.slaves_per_group, roles, pods + slave_pods,
+    ctx.ready = (sts.get("status") or {}).get("readyReplicas", 0) or 0
+    ctx.namesrv_ready = (ns_sts.get("status") or {}).get("readyReplicas", 0) or 0
+
+
+def report(body, patch: kopf.Patch, ctx: BrokerContext) -> None:
+    """Write the status: Ready first, status.replication, and MasterChanged Events."""
+    ready_cond, fields = readiness(ctx)
+    cluster = ctx.cluster
+    if ctx.roles is not None:
+        previous = ctx.previous.get("replication")
+        fields["replication"] = status.replication_groups(
+            cluster.replication.mode, cluster.replication.slaves_per_group, ctx.roles, ctx.all_pods,
             cluster.replication.max_restart_lag_bytes, cluster.replication.failover, previous, conditions.now_rfc3339())
         if cluster.replication.failover:
-            changes = replication_roles.master_changes(previous, roles)
+            changes = replication_roles.master_changes(previous, ctx.roles)
             for change in changes:
-                log.info("group %s/%s: master moved from pod %s to pod %s (epoch %s)", ns, change.broker_name,
-                         change.from_pod, change.to_pod, change.epoch)
+                log.info("group %s/%s: master moved from pod %s to pod %s (epoch %s)", cluster.namespace,
+                         change.broker_name, change.from_pod, change.to_pod, change.epoch)
             status.master_changed_events(body, changes)
-    status.finish(body, patch, conds, extra)
+    status.finish(body, patch, [ready_cond, *ctx.conditions], fields)
+
+
+async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) -> None:
+    if status.is_paused(body):
+        return status.paused(body, patch)
+    cluster = BrokerCluster.from_resource(dict(body), settings.broker_image)
+    invalid = manifests.broker_conf_error(cluster)
+    if invalid:
+        # Nothing is applied: the running brokers keep the configuration they have.
+        return status.finish(body, patch, [status.not_ready("InvalidConfig", invalid), status.not_paused()],
+                             {"phase": "InvalidConfig"}, applied=False)
+    ctx = BrokerContext(cluster, dict(body.get("status") or {}))
+    await plan_scaling(ctx, settings)
+    await apply_objects(ctx)
+    await observe_pods(ctx, settings)
+    await restart_stale_pods(ctx, settings)
+    await observe_readiness(ctx)
+    report(body, patch, ctx)
 
 
 async def _delete_stale_pdbs(cluster: BrokerCluster, replicas: int) -> None:
