@@ -36,6 +36,7 @@ printed, not asserted, as are all times on this 2-core machine).
 FERRYMQ_KIND_CHAOS_FAULTS (default 4: one of each kind, in the order above but deciders first);
 more than 4 draws random kinds from FERRYMQ_KIND_CHAOS_SEED. FERRYMQ_KIND_CHAOS_RESULTS: a path
 to write the results file (e2e/chaos/results.py) to; `make chaos-kind` sets it.
+FERRYMQ_KIND_CHAOS_KINDS: a comma-separated subset of the kinds.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ GROUP = f"{BROKER}-broker-0"  # the broker group (brokerName) of pod index 0
 FAILOVER_TIMEOUT = 5  # s: failoverTimeoutSeconds
 KINDS = ("kill-deciders", "pause-node", "disconnect-node", "kill-node")
 FAULTS = int(os.environ.get("FERRYMQ_KIND_CHAOS_FAULTS", "4"))
+# e.g. "disconnect-node,kill-node": only those kinds (in turn when FAULTS <= their number, else drawn)
+ONLY = tuple(k for k in os.environ.get("FERRYMQ_KIND_CHAOS_KINDS", "").split(",") if k)
 SEED = int(os.environ.get("FERRYMQ_KIND_CHAOS_SEED", "1"))
 RESULTS = os.environ.get("FERRYMQ_KIND_CHAOS_RESULTS", "")
 DECIDERS_HOLD = float(os.environ.get("FERRYMQ_KIND_CHAOS_DECIDERS_HOLD", "120"))
@@ -421,8 +424,9 @@ def test_node_faults_lose_no_acknowledged_message(ns):
     poll_until("the slave in the controller's in-sync set", lambda: in_sync(ns, 0), 240, interval=3)
     run_start = time.time()
     rng = random.Random(SEED)
-    plan = list(KINDS) if FAULTS <= len(KINDS) else [rng.choice(KINDS) for _ in range(FAULTS)]
-    plan = plan[:FAULTS]
+    kinds = ONLY or KINDS
+    assert set(kinds) <= set(KINDS), f"FERRYMQ_KIND_CHAOS_KINDS: unknown kinds {set(kinds) - set(KINDS)}"
+    plan = list(kinds)[:FAULTS] if FAULTS <= len(kinds) else [rng.choice(kinds) for _ in range(FAULTS)]
     injections: list[Injection] = []
     for n, kind in enumerate(plan, 1):
         master = group_pods(ns).get(0)
