@@ -398,7 +398,8 @@ def ns():
     name = unique_name("chaos")
     kubectl("create", "namespace", name)
     yield name
-    kubectl("delete", "namespace", name, "--wait=false", check=False)
+    if os.environ.get("FERRYMQ_KIND_CHAOS_KEEP_NAMESPACE") != "1":  # =1: keep the pods' logs to read
+        kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 @pytest.mark.timeout(1200 + FAULTS * 900)
