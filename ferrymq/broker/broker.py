@@ -275,8 +275,12 @@ class Broker:
     def _take_up_mastership(self) -> None:
         """Controller mode, this broker just became master: a topic whose config the slave had not
         copied yet (SlaveSynchronize runs every slaveSynchronizeInterval) but whose queues it holds is
-        declared from the store, so its route survives the registration as master."""
+        declared from the store, so its route survives the registration as master. Registrations
+        carry the epoch (stateVersion), so a name server keeps this broker's address against a
+        deposed master's late registration."""
         self._repair_topics_from_store()
+        self.topics.data_version.state_version = self.replication.failover.epoch
+        self.topics.data_version.next()
         self._start_master_services()
 
     def _start_master_services(self) -> None:

@@ -66,13 +66,17 @@ def now_ms() -> int:
 class DataVersion(JsonModel):
     timestamp: int = field(default_factory=now_ms)
     counter: int = 0
+    # RocketMQ 5: the master epoch of a broker in controller mode (0 otherwise); a name server
+    # keeps a broker id's address against a registration of an older epoch (route_info.py).
+    state_version: int = 0
 
     def next(self) -> None:
         self.timestamp = now_ms()
         self.counter += 1
 
     def same(self, other: "DataVersion | None") -> bool:
-        return other is not None and other.timestamp == self.timestamp and other.counter == self.counter
+        return (other is not None and other.timestamp == self.timestamp and other.counter == self.counter
+                and other.state_version == self.state_version)
 
 
 @dataclass

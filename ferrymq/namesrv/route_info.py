@@ -45,6 +45,8 @@ class RouteInfo:
     def register_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int,
                         ha_server_addr: str, topics: TopicConfigSerializeWrapper | None,
                         connection: object | None = None) -> RegisterResult:
+        if self._stale_epoch(broker_name, broker_id, broker_addr, topics):
+            return RegisterResult()
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
         broker = self.broker_addr_table.get(broker_name)
         first = broker is None
@@ -77,6 +79,26 @@ class RouteInfo:
                 master_live = self.broker_live_table.get(master)
                 result.ha_server_addr = master_live.ha_server_addr if master_live else None
         return result
+
+    def _stale_epoch(self, broker_name: str, broker_id: int, broker_addr: str,
+                     topics: TopicConfigSerializeWrapper | None) -> bool:
+        """A registration for an id that a live broker of a later master epoch holds (RocketMQ 5's
+        stateVersion): a deposed master whose registration arrives after its successor's (a
+        partition healed, a request stuck in a socket) must not take the route back. Refused, and
+        forgotten as a live broker."""
+        broker = self.broker_addr_table.get(broker_name)
+        holder_addr = broker.broker_addrs.get(broker_id) if broker else None
+        if holder_addr is None or holder_addr == broker_addr:
+            return False
+        holder = self.broker_live_table.get(holder_addr)
+        epoch = topics.data_version.state_version if topics is not None else 0
+        if holder is None or holder.data_version.state_version <= epoch:
+            return False
+        log.warning("broker %s id %d at %s registered with master epoch %d, but %s holds that id with epoch %d: "
+                    "ignored", broker_name, broker_id, broker_addr, epoch, holder_addr,
+                    holder.data_version.state_version)
+        self.broker_live_table.pop(broker_addr, None)
+        return True
 
     def _replace_queue_data(self, broker_name: str, topics: TopicConfigSerializeWrapper) -> None:
         present = set()

@@ -18,6 +18,7 @@ import re
 import signal
 import time
 import urllib.request
+import zlib
 
 import pytest
 
@@ -28,11 +29,12 @@ from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.client.pull_service import PullStatus
 from ferrymq.common.message import MESSAGE_MAGIC, Message, decode_record
 from ferrymq.common.message_id import decode_offset_msg_id
+from ferrymq.common.protocol import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
-from tests.failover_support import GROUP, FailoverPair, FailoverTrio, controller_state, create_topic
+from tests.failover_support import CLUSTER, GROUP, FailoverPair, FailoverTrio, controller_state, create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import SEGMENT
 from tests.replication_support import AckedLoad, assert_acked_on_both, commit_log_range
@@ -277,6 +279,10 @@ def test_an_async_group_fails_over_and_the_new_master_acknowledges_alone(group):
             after = await send_all(producer, 100, "after")
             assert {r.status for r in after} == {SendStatus.SEND_OK}
             assert await _is(route_master(p.namesrv), p.addr("slave"))
+            # The deposed master's registration of epoch 1 arriving late (a request stuck in its
+            # socket while it was cut off): the name server keeps the route on epoch 2's master.
+            assert (await register_late(p.namesrv, p.addr("master"), epoch=1)).code == ResponseCode.SUCCESS
+            assert await _is(route_master(p.namesrv), p.addr("slave"))
             on_master = await bodies_on_master(p.namesrv)
         finally:
             await producer.close()
@@ -285,6 +291,19 @@ def test_an_async_group_fails_over_and_the_new_master_acknowledges_alone(group):
     on_master = asyncio.run(scenario())
     assert sum(b.startswith(b"before-") for b in on_master) == 200
     assert sum(b.startswith(b"after-") for b in on_master) == 100
+
+
+async def register_late(namesrv: str, addr: str, epoch: int) -> RemotingCommand:
+    """REGISTER_BROKER as brokerId 0 of the group at ``addr``, of master epoch ``epoch``."""
+    wrapper = TopicConfigSerializeWrapper({TOPIC: TopicConfig(TOPIC, 4, 4)}, DataVersion(state_version=epoch))
+    body = RegisterBrokerBody(wrapper).to_json()
+    client = RemotingClient()
+    try:
+        return await client.invoke(namesrv, RemotingCommand.request(RequestCode.REGISTER_BROKER, {
+            "brokerAddr": addr, "brokerName": GROUP, "clusterName": CLUSTER, "brokerId": 0,
+            "haServerAddr": addr, "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF}, body), 5)
+    finally:
+        await client.close()
 
 
 async def in_sync(p: FailoverPair, *members: int) -> bool:

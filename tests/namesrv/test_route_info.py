@@ -50,3 +50,36 @@ def test_silent_broker_expires_and_closed_connection_removes_at_once():
     routes.remove_by_connection(conn_b)
     assert routes.topic_route("T") is None
     assert routes.cluster_info().cluster_addr_table == {}
+
+
+def in_epoch(epoch: int, *configs):
+    return TopicConfigSerializeWrapper({c.topic_name: c for c in configs}, DataVersion(1000, 1, epoch))
+
+
+def test_a_deposed_masters_late_registration_does_not_take_the_route_back():
+    """Controller mode: the promoted slave registers as brokerId 0 with the new epoch; the old
+    master's registration of an older epoch, arriving after (a partition healed, a request stuck
+    in its socket), is ignored: producers keep the new master. A later epoch takes the id over."""
+    routes = RouteInfo()
+    routes.register_broker("c", "old:10911", "b", 0, "old:10912", in_epoch(1, TopicConfig("T", 4, 4)))
+    routes.register_broker("c", "new:10911", "b", 1, "new:10912", in_epoch(1, TopicConfig("T", 4, 4)))
+    routes.register_broker("c", "new:10911", "b", 0, "new:10912", in_epoch(2, TopicConfig("T", 4, 4)))
+    assert routes.topic_route("T").broker_datas[0].broker_addrs == {0: "new:10911"}
+
+    result = routes.register_broker("c", "old:10911", "b", 0, "old:10912", in_epoch(1, TopicConfig("T", 4, 4)))
+    assert result.master_addr is None
+    assert routes.topic_route("T").broker_datas[0].broker_addrs == {0: "new:10911"}
+    # As a slave of the new epoch it registers again; a later epoch takes brokerId 0 back.
+    routes.register_broker("c", "old:10911", "b", 1, "old:10912", in_epoch(2, TopicConfig("T", 4, 4)))
+    assert routes.topic_route("T").broker_datas[0].broker_addrs == {0: "new:10911", 1: "old:10911"}
+    routes.register_broker("c", "old:10911", "b", 0, "old:10912", in_epoch(3, TopicConfig("T", 4, 4)))
+    assert routes.topic_route("T").broker_datas[0].broker_addrs[0] == "old:10911"
+
+
+def test_brokers_without_epochs_replace_an_address_as_before():
+    """Outside controller mode (stateVersion 0) a broker id at a new address (a rescheduled pod)
+    replaces the old one, as it always did."""
+    routes = RouteInfo()
+    routes.register_broker("c", "a:1", "b", 0, "", topics(TopicConfig("T", 4, 4)))
+    routes.register_broker("c", "b:1", "b", 0, "", topics(TopicConfig("T", 4, 4), counter=2))
+    assert routes.topic_route("T").broker_datas[0].broker_addrs == {0: "b:1"}
