@@ -38,7 +38,7 @@ test-slow: $(STAMP)
 chromium:
 	@bash tests/console/ensure-chromium.sh || echo "chromium: not installed; the console's browser tests say what is missing"
 
-## unit: quick tests only
+## unit: the tests not marked integration or compat (no separate broker processes, no Java or Apache peers)
 unit: $(STAMP)
 	@$(PY) -m pytest -q -m "not integration and not compat"
 

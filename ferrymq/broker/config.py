@@ -251,7 +251,7 @@ def load_broker_settings(conf_file: str | None, assignments: list[str] | None,
 def build_broker_settings(*sources: dict[str, str]):
     """Apply ``sources`` in order; returns (BrokerConfig, StoreConfig, the RocketMQ keys FerryMQ
     does not implement and skipped). Raises ConfigError for an unknown key, a bad value, or an
-    unimplemented key whose value promises something FerryMQ does not do (``aclEnable=true``)."""
+    unimplemented key whose value promises something FerryMQ does not do (``enableDLegerCommitLog=true``)."""
     from ferrymq.broker import rocketmq_keys
     from ferrymq.common.config_loader import ConfigError, apply_settings
     from ferrymq.store.config import StoreConfig
