@@ -21,12 +21,11 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
 from testkit.java_client import (CACHE_DIR, MAVEN_REPO, REPO_ROOT, CompatError, CompatUnavailable, JavaClientError,
-                                 JavaEvents, session_dir)
+                                 JavaEvents, run_to_end, session_dir)
 from testkit.ports import free_port
 from testkit.processes import StandaloneProcess
 
@@ -144,22 +143,14 @@ def ensure_node5(timeout: float = 270) -> Path:
 
 
 def _run(cmd: list[str], what: str, timeout: float, check: bool, env: dict | None = None) -> JavaEvents:
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
-    timed_out = False
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        proc.kill()
-        out, err = proc.communicate()
+    run = run_to_end(cmd, timeout, env=env)
+    out, err = run.out, run.err
     events = JavaEvents(parse_events(out))
-    events.returncode = proc.returncode
+    events.returncode = run.returncode
     events.stderr = err
-    events.elapsed = time.monotonic() - t0
-    if timed_out or (check and proc.returncode != 0):
-        why = f"timed out after {timeout:.0f}s" if timed_out else f"exited {proc.returncode}"
+    events.elapsed = run.elapsed
+    if run.timed_out or (check and run.returncode != 0):
+        why = f"timed out after {timeout:.0f}s" if run.timed_out else f"exited {run.returncode}"
         report = (f"compat: {what} {why}: {' '.join(cmd[-6:])}\n--- stderr ---\n{err[-4000:]}\n"
                   "--- stdout (last 30 lines) ---\n" + "\n".join(out.splitlines()[-30:]))
         print(report, file=sys.stderr)

@@ -33,8 +33,9 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 from xml.sax.saxutils import escape as _xml_escape
 
 __all__ = [
@@ -418,27 +419,17 @@ def run_java_client(args: Sequence[str], timeout: float = 120, *, check: bool = 
     ``debug=True`` sets ``-Drocketmq.client.logLevel=DEBUG`` (written to the client log).
     """
     cmd = java_client_command(args, main=main, jvm_args=jvm_args, debug=debug)
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, preexec_fn=_pdeathsig,
-    )
-    timed_out = False
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        proc.kill()
-        out, err = proc.communicate()
+    run = run_to_end(cmd, timeout, preexec_fn=_pdeathsig)
+    out, err = run.out, run.err
     events_list, noise = _parse_events(out)
     events = JavaEvents(events_list)
-    events.returncode = proc.returncode
+    events.returncode = run.returncode
     events.stderr = err
     events.noise = noise
-    events.elapsed = time.monotonic() - t0
+    events.elapsed = run.elapsed
     events.argv = cmd
-    if timed_out or (check and proc.returncode != 0):
-        why = f"timed out after {timeout:.0f}s" if timed_out else f"exited {proc.returncode}"
+    if run.timed_out or (check and run.returncode != 0):
+        why = f"timed out after {timeout:.0f}s" if run.timed_out else f"exited {run.returncode}"
         report = (
             f"compat: Java client {main} {why}: {' '.join(map(str, args))}\n"
             f"--- stderr ---\n{err[-6000:]}\n"
@@ -446,8 +437,35 @@ def run_java_client(args: Sequence[str], timeout: float = 120, *, check: bool = 
             f"--- rocketmq_client.log (tail) ---\n{_client_log_tail()}\n"
         )
         print(report, file=sys.stderr)
-        raise JavaClientError(report if timed_out else report[:2000], events)
+        raise JavaClientError(report if run.timed_out else report[:2000], events)
     return events
+
+
+@dataclass
+class Finished:
+    """A program run to its end: its output, exit code, whether it was killed at the timeout."""
+
+    out: str
+    err: str
+    returncode: int
+    timed_out: bool
+    elapsed: float
+
+
+def run_to_end(cmd: Sequence[str], timeout: float, *, env: dict | None = None,
+               preexec_fn: Callable[[], None] | None = None) -> Finished:
+    """Run ``cmd`` with its stdout and stderr collected; killed after ``timeout`` s."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, preexec_fn=preexec_fn)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        proc.kill()
+        out, err = proc.communicate()
+    return Finished(out, err, proc.returncode, timed_out, time.monotonic() - t0)
 
 
 def run_mqadmin(namesrv: str, *args: str, timeout: float = 60, check: bool = True,

@@ -116,7 +116,6 @@ class AsyncMessageStore:
         self._dispatch_handle: asyncio.Handle | None = None
         # Each with the CommitLog offset its records end at (a visibility limit may hold it back).
         self._arrivals: list[tuple[str, int, int, Sequence[MessageExt], int]] = []
-        self._visibility_limited = False
         # SYNC_MASTER (broker/ha): for a stored put, a future of the status its replication ends with
         self.replication_wait: Callable[[AppendResult], asyncio.Future[PutStatus]] | None = None
 
@@ -185,7 +184,7 @@ class AsyncMessageStore:
         arrivals = self._arrivals
         if not arrivals:
             return
-        if self._visibility_limited:
+        if store.visibility_limited:
             visible = store.visible_end
             self._arrivals = [a for a in arrivals if a[4] > visible]
             arrivals = [a for a in arrivals if a[4] <= visible]
@@ -198,7 +197,6 @@ class AsyncMessageStore:
         """Controller mode's master: messages become consumable (and held pulls hear of them)
         only once they end at or before CommitLog offset ``limit``, what every in-sync member
         holds; ``None`` lifts the limit. Raising it dispatches what it now covers."""
-        self._visibility_limited = limit is not None
         self.sync_store.set_visible_limit(limit)
         if limit is None and self._dispatch_handle is None:  # at once: replicated writes may follow
             self._dispatch()
@@ -314,7 +312,7 @@ class AsyncMessageStore:
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
             for wrote in self.write_listeners:
                 wrote()
-            if self._visibility_limited:  # dispatched (and announced) once the limit covers it
+            if self.sync_store.visibility_limited:  # dispatched (and announced) once the limit covers it
                 self._arrivals.append((topic, queue_id, result.queue_offset + result.msg_num, msgs,
                                        result.wrote_offset + result.wrote_bytes))
                 self._dispatch_soon()
@@ -481,7 +479,6 @@ class AsyncMessageStore:
         """Drop the CommitLog from ``offset`` on (and the queue entries pointing there), in the
         writer thread after any write still queued; returns the CommitLog's new end. Lifts the
         visibility limit: what was held back before ``offset`` becomes consumable."""
-        self._visibility_limited = False
         end = await self._write(self.sync_store.truncate, offset)
         self._dispatch_soon()
         return end

@@ -120,6 +120,11 @@ class StoredPut:
     sizes: Sequence[int]
     to_queue: bool  # False: prepared/rollback transaction records get no ConsumeQueue entry
 
+    @property
+    def end(self) -> int:
+        """The CommitLog offset just past its last record."""
+        return self.phys + sum(self.sizes)
+
 
 class Dispatcher:
     """Writes the ConsumeQueue entries and index keys of records in the CommitLog."""

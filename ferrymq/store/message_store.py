@@ -18,12 +18,12 @@ here is the facade's own job (put, get, query, lifecycle), each part already els
 from __future__ import annotations
 
 import collections
+import dataclasses
 import errno
 import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-import dataclasses
 from dataclasses import dataclass
 
 from ferrymq.common.message import (
@@ -80,16 +80,14 @@ class _Prepared:
 
 def _records_before(put: StoredPut, offset: int) -> StoredPut | None:
     """The part of ``put`` that ends at or before CommitLog offset ``offset`` (None if none)."""
+    if put.end <= offset:
+        return put
     end, count = put.phys, 0
     for size in put.sizes:
         if end + size > offset:
             break
         end, count = end + size, count + 1
-    if count == len(put.sizes):
-        return put
-    if count == 0:
-        return None
-    return dataclasses.replace(put, msgs=put.msgs[:count], sizes=put.sizes[:count])
+    return dataclasses.replace(put, msgs=put.msgs[:count], sizes=put.sizes[:count]) if count else None
 
 
 def _total_physical_memory() -> int:
@@ -226,8 +224,7 @@ class MessageStore:
         def dispatch(placed: list[Appended], store_ts: int) -> None:  # under the CommitLog's lock
             run = [p.stored_at(a) for (_, p), a in zip(pending, placed)]
             if defer_dispatch or self._visible_limit is not None:
-                last = run[-1]
-                self._undispatched.append((run, store_ts, last.phys + sum(last.sizes)))
+                self._undispatched.append((run, store_ts, run[-1].end))
                 return
             with self._dispatch_lock:
                 self._dispatch_undispatched()  # a queue's entries go in in CommitLog order
@@ -276,6 +273,10 @@ class MessageStore:
         self._visible_limit = limit
 
     @property
+    def visibility_limited(self) -> bool:
+        return self._visible_limit is not None
+
+    @property
     def visible_end(self) -> int:
         """The CommitLog offset up to which stored records are consumable (or about to be):
         the start of the first run the visibility limit holds back, else the CommitLog's end."""
@@ -320,8 +321,7 @@ class MessageStore:
         for run, store_ts, _ in self._undispatched:
             puts = [p for p in (_records_before(put, offset) for put in run) if p is not None]
             if puts:
-                last = puts[-1]
-                kept.append((puts, store_ts, last.phys + sum(last.sizes)))
+                kept.append((puts, store_ts, puts[-1].end))
         self._undispatched = kept
 
     def _prepare(self, msgs: Sequence[MessageExt], *, batch: bool) -> "_Prepared | AppendResult":

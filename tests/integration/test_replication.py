@@ -39,6 +39,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import Recorder
+from tests.failover_support import create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import BrokerPair, SEGMENT
 from tests.replication_support import AckedLoad, assert_acked_on_both, commit_log_range, TcpProxy
@@ -68,17 +69,6 @@ def pair(tmp_path):
     for p in created:
         print(p.logs())  # shown when the test failed
         p.stop_all()
-
-
-async def create_topic(namesrv: str, cluster: str = "HACluster") -> None:
-    async with AdminClient(namesrv_addr=namesrv) as admin:
-        async def master_registered():
-            try:
-                return await admin.master_addrs(cluster)
-            except MQClientError:  # the cluster is not known yet
-                return None
-        await wait_until(master_registered, 20, "the master registered")
-        await admin.create_topic(TOPIC, read_queues=4, write_queues=4, cluster=cluster)
 
 
 async def send_all(producer: Producer, count: int, prefix: str, concurrency: int = 64) -> list:
@@ -113,7 +103,7 @@ def test_sync_master_acknowledges_only_what_the_slave_has_byte_for_byte(pair):
     p.start_slave()
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         producer = Producer("ha-producer", namesrv_addr=p.namesrv, send_timeout=15)
         await producer.start()
         try:
@@ -158,7 +148,7 @@ def test_a_slave_refuses_sends_with_rocketmqs_answer_and_registers_beside_its_ma
     p.start_slave()
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         async with AdminClient(namesrv_addr=p.namesrv) as admin:
             async def both_in_route():
                 try:
@@ -192,7 +182,7 @@ def test_a_slave_copies_its_masters_topics_groups_and_offsets(pair):
     slave = f"127.0.0.1:{p.slave_port}"
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         async with AdminClient(namesrv_addr=p.namesrv) as admin:
             await admin.create_group("ha-group", cluster="HACluster", retry_max_times=3)
         async with PullConsumer("ha-group", namesrv_addr=p.namesrv) as consumer:
@@ -244,7 +234,7 @@ def test_a_consumer_keeps_consuming_from_the_slave_when_the_master_is_killed(pai
     slave = f"127.0.0.1:{p.slave_port}"
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         producer = Producer("ha-producer", namesrv_addr=p.namesrv)
         await producer.start()
         rec = Recorder()
@@ -304,7 +294,7 @@ def test_metrics_show_each_brokers_role_and_replication_lag(pair):
             return r.read().decode()
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         producer = Producer("ha-producer", namesrv_addr=p.namesrv)
         await producer.start()
         try:
@@ -335,7 +325,7 @@ def test_replication_link_cut_and_restored(pair, role):
         proxy = await TcpProxy(p.master_ha).start()
         try:
             await asyncio.to_thread(p.start_slave, f"haMasterAddress={proxy.address}")
-            await create_topic(p.namesrv)
+            await create_topic(p.namesrv, TOPIC)
             producer = Producer("ha-producer", namesrv_addr=p.namesrv, send_timeout=10, retry_times=0)
             await producer.start()
             try:
@@ -382,7 +372,7 @@ def test_a_slave_killed_mid_transfer_catches_up_after_restart(pair):
     p.start_master()
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         proxy = await TcpProxy(p.master_ha).start()
         producer = Producer("ha-producer", namesrv_addr=p.namesrv)
         await producer.start()
@@ -451,7 +441,7 @@ def test_a_slave_whose_disk_is_full_catches_up_once_space_is_freed(pair, small_f
         p.start_slave()
 
         async def scenario():
-            await create_topic(p.namesrv)
+            await create_topic(p.namesrv, TOPIC)
             producer = Producer("ha-producer", namesrv_addr=p.namesrv, send_timeout=10, retry_times=0)
             await producer.start()
             try:
@@ -490,7 +480,7 @@ def test_random_kill_9_of_master_or_slave_under_sync_load_loses_nothing_acknowle
     rng = random.Random(int(os.environ.get("FERRYMQ_HA_SEED", "13")))
 
     async def scenario():
-        await create_topic(p.namesrv)
+        await create_topic(p.namesrv, TOPIC)
         producer = Producer("ha-chaos", namesrv_addr=p.namesrv, send_timeout=3, retry_times=0)
         await producer.start()
         try:
@@ -540,7 +530,7 @@ def test_lag_in_bytes_and_seconds_grows_while_the_link_is_cut_and_returns_to_zer
         producer = Producer("ha-producer", namesrv_addr=p.namesrv, send_timeout=10, retry_times=0)
         try:
             await asyncio.to_thread(p.start_slave, f"haMasterAddress={proxy.address}")
-            await create_topic(p.namesrv)
+            await create_topic(p.namesrv, TOPIC)
             await producer.start()
 
             async def slaves() -> list[dict]:
