@@ -351,9 +351,12 @@ class Controller:
         return req.response(ext_fields={"inSyncEpoch": in_sync_epoch})
 
     async def get_state(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        now = time.monotonic()
-        body = {"failoverTimeout": self.config.failover_timeout,
-                "groups": {n: g.status(now) for n, g in sorted(self.groups.items())}}
+        # Under the lock: a change is shown only once _save made it durable, never while it is
+        # being written (a controller killed then restarts without it).
+        async with self._lock:
+            now = time.monotonic()
+            body = {"failoverTimeout": self.config.failover_timeout,
+                    "groups": {n: g.status(now) for n, g in sorted(self.groups.items())}}
         return req.response(body=json.dumps(body).encode())
 
     # ------------------------------------------------------------------ elections

@@ -194,3 +194,55 @@ def test_a_broker_epochs_behind_is_promoted_only_uncleanly_and_first_cuts_what_t
             await client.close()
 
     asyncio.run(scenario())
+
+
+class HeldStateStore:
+    """A state store whose writes wait until released: a slow disk (or a kill -9 during the
+    write), a fault the test cannot cause with a real file at the right moment."""
+
+    description = "held in memory"
+
+    def __init__(self) -> None:
+        self.saved: str | None = None
+        self.writing = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def load(self) -> str | None:
+        return self.saved
+
+    async def save(self, data: str) -> None:
+        self.writing.set()
+        await self.release.wait()
+        self.saved = data
+
+
+def test_the_state_shows_an_in_sync_change_only_once_it_is_written():
+    """A reader (an operator, a test, the metrics) must never see a set the controller would
+    not have after a restart: GET_STATE during the write of a change shows it only afterwards."""
+    async def scenario():
+        store = HeldStateStore()
+        store.release.set()
+        controller = Controller(ControllerConfig(listen_port=0, failover_timeout=1000), store)
+        await controller.start()
+        client = RemotingClient()
+        try:
+            addr = controller.address
+            await heartbeat(client, addr, 0, 0, 0, "NONE")
+            await heartbeat(client, addr, 1, 0, 0, "NONE")
+            store.release.clear()
+            store.writing.clear()
+            growing = asyncio.create_task(alter(client, addr, 0, 1, 1, "1"))
+            await asyncio.wait_for(store.writing.wait(), 5)
+            reading = asyncio.create_task(client.invoke(addr, RemotingCommand.request(CONTROLLER_GET_STATE), 5))
+            await asyncio.sleep(0.3)  # time for the read to be answered, were it not held back
+            assert not reading.done(), "GET_STATE answered while the change was being written"
+            store.release.set()
+            assert (await growing).code == ResponseCode.SUCCESS
+            assert json.loads((await reading).body)["groups"]["grp"]["inSync"] == [1]
+            assert json.loads(store.saved)["groups"]["grp"]["inSync"] == [1]
+        finally:
+            store.release.set()
+            await controller.stop()
+            await client.close()
+
+    asyncio.run(scenario())
