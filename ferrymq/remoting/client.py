@@ -88,10 +88,19 @@ class RemotingClient:
             raise
 
     async def invoke(self, address: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
-        """Like Java, connecting counts against `timeout`."""
+        """Like Java, connecting counts against `timeout`; and like Java's invokeSync (its
+        clientCloseSocketIfTimeout, on by default) a request left unanswered closes the
+        connection: a peer that stopped answering (a frozen or partitioned broker) must not
+        keep holding the next requests, which connect again instead."""
         connection, remaining = await self._connection_within(address, timeout)
         self._prepare(request)
-        return await connection.invoke(request, remaining)
+        try:
+            return await connection.invoke(request, remaining)
+        except RemotingTimeoutError:
+            if self._connections.get(address) is connection:
+                log.info("no answer from %s within %.1fs: closing the connection", address, timeout)
+                await connection.close()
+            raise
 
     def invoke_async(
         self,

@@ -123,6 +123,21 @@ async def test_timeout_leaves_the_response_table_empty(server: RemotingServer, c
     assert (await connection.invoke(echo_request(1))).body == b"1"
 
 
+async def test_a_client_request_left_unanswered_closes_its_connection(
+        server: RemotingServer, client: RemotingClient, address: str) -> None:
+    """As Java's invokeSync does: the next request goes out on a new connection, not behind
+    the unanswered one, and the server sees the old connection end."""
+    server.register(HANG, hang_forever)
+    first = await client.connection(address)
+    await wait_until(lambda: len(server.connections) == 1)
+    with pytest.raises(RemotingTimeoutError):
+        await client.invoke(address, RemotingCommand.request(HANG), timeout=0.3)
+    assert first.closed
+    assert (await client.invoke(address, echo_request(2))).body == b"2"
+    assert await client.connection(address) is not first
+    await wait_until(lambda: len(server.connections) == 1)
+
+
 async def test_cancelled_invoke_is_forgotten(server: RemotingServer, client: RemotingClient, address: str) -> None:
     server.register(HANG, hang_forever)
     connection = await client.connection(address)
