@@ -21,8 +21,11 @@ run: $(STAMP)
 ## test: the full suite (unit, integration, compatibility with the official Java client,
 ## Spark local mode) but for its few tests of 25 s or more (test-slow); the Kubernetes layer
 ## has its own target, k8s-test
+## TEST_WORKERS: pytest processes for make test, each taking whole modules (loadfile: a module's
+## fixtures, a JVM or a Spark session, stay in one process); 1 runs the suite in one process
+TEST_WORKERS ?= 3
 test: $(STAMP) chromium
-	@$(PY) -m pytest -q -ra --durations=25 --ignore=tests/k8s -m "not slow"
+	@$(PY) -m pytest -q -ra --durations=25 --ignore=tests/k8s -m "not slow" $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 ## test-slow: the single tests of 25 s or more (kill -9 with failover, a consumer moving to the
 ## slave, the gRPC Java client's push/FIFO/simple consumers, a Spark job crashing between write

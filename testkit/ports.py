@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import tempfile
+from pathlib import Path
 from typing import Iterable
+
+# Ports handed out by any process of this machine (test modules run in parallel processes):
+# one file per port holding the claimant's pid; a claim of a process that has ended is void.
+CLAIMS_DIR = Path(tempfile.gettempdir()) / f"ferrymq-test-ports-{os.getuid()}"
 
 
 def can_bind(port: int) -> bool:
@@ -27,6 +34,56 @@ def free_port(exclude: Iterable[int] = ()) -> int:
             port = s.getsockname()[1]
         if port - 2 < 1024 or port + 1 > 65535 or excluded & {port - 2, port, port + 1}:
             continue
-        if can_bind(port - 2) and can_bind(port + 1) and can_bind(port):
+        if can_bind(port - 2) and can_bind(port + 1) and can_bind(port) and claim(port - 2, port, port + 1):
             return port
     raise RuntimeError("could not find three free ports P-2, P, P+1")
+
+
+def claim(*ports: int) -> bool:
+    """Claim ``ports`` for this process, unless another live process of the machine holds one
+    of them (a port handed out is free until its server binds it: two parallel test processes
+    must not both be given it)."""
+    CLAIMS_DIR.mkdir(exist_ok=True)
+    mine = os.getpid()
+    ticket = CLAIMS_DIR / f".ticket-{mine}"
+    ticket.write_text(str(mine))
+    taken: list[Path] = []
+    try:
+        for port in ports:
+            path = CLAIMS_DIR / str(port)
+            for _ in range(2):
+                try:
+                    os.link(ticket, path)  # atomic, complete: fails if the port is claimed
+                    taken.append(path)
+                    break
+                except FileExistsError:
+                    holder = _holder(path)
+                    if holder == mine:
+                        break
+                    if holder is not None and _alive(holder):
+                        break
+                    path.unlink(missing_ok=True)  # a claim of a process that has ended
+            if path not in taken and _holder(path) != mine:
+                for own in taken:
+                    own.unlink(missing_ok=True)
+                return False
+        return True
+    finally:
+        ticket.unlink(missing_ok=True)
+
+
+def _holder(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
