@@ -44,8 +44,8 @@ def finish(body, patch: kopf.Patch, new: list[Condition], extra: dict, applied: 
     merged = conditions.merge(old, new)
     had = {c["type"] for c in old}
     for c in conditions.transitions(old, merged):
-        log.info("%s %s/%s: %s %s (%s)", res.kind or "resource", res.metadata.get("namespace"),
-                 res.metadata.get("name"), c["type"], c["status"], c["reason"])
+        log.info("%s %s/%s: %s %s (%s)", res.kind or "resource", res.namespace, res.name, c["type"], c["status"],
+                 c["reason"])
         if c["type"] not in EVENT_TYPES or (c["type"] not in had and c["type"] != "Ready" and c["status"] != "True"):
             continue
         warning = (c["type"] == "Ready" and c["status"] != "True") or (c["type"] in WARNING_WHEN_TRUE and c["status"] == "True")
