@@ -21,7 +21,7 @@ import yaml
 from ferrymq_operator import spec_checks
 from ferrymq_operator.constants import API_VERSION, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME
 from ferrymq_operator.model import BrokerCluster
-from ferrymq_operator.spec_checks import SpecError
+from ferrymq_operator.spec_checks import BrokerChild, SpecError
 from ferrymq_operator.views import ResourceView, SecretView
 
 OPERATOR_ACCESS_KEY = "ferrymq-operator"
@@ -60,17 +60,12 @@ def _resource_perms(auth: Mapping[str, Any], key: str, errors: list[str]) -> tup
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class AclUser:
+@dataclass(frozen=True, kw_only=True)
+class AclUser(BrokerChild):
     """The typed model of a User resource: defaults applied and values checked once, when it
     is read (``from_resource``)."""
 
-    name: str
-    namespace: str
-    broker: str
-    access_key: str
-    uid: str | None = None
-    generation: int | None = None
+    access_key: str                 # spec.accessKey, else the resource's name
     secret_ref: tuple[str, str] | None = None  # (Secret name, key) the person provides
     admin: bool = False
     default_topic_perm: str = "DENY"
@@ -78,7 +73,6 @@ class AclUser:
     topics: tuple[tuple[str, str], ...] = ()
     groups: tuple[tuple[str, str], ...] = ()
     white_remote_address: str = ""
-    deleting: bool = False
 
     @classmethod
     def from_resource(cls, obj: dict) -> "AclUser":
@@ -89,7 +83,7 @@ class AclUser:
         auth = spec.get("authorization") or {}
         ref = spec.get("secretRef")
         errors: list[str] = []
-        broker = spec_checks.broker_ref(spec, errors)
+        common = BrokerChild.common(res, errors)
         key = access_key(obj)
         if not isinstance(key, str) or not ACCESS_KEY.fullmatch(key):
             errors.append(f"{'spec.accessKey' if spec.get('accessKey') else 'metadata.name'} {key!r} is no valid "
@@ -98,8 +92,7 @@ class AclUser:
             errors.append("spec.secretRef.name is required")
             ref = None
         user = cls(
-            name=res.name, namespace=res.namespace or "default", broker=broker,
-            access_key=key, uid=res.uid, generation=res.generation,
+            **common, access_key=key,
             secret_ref=(ref["name"], ref.get("key") or SECRET_KEY_FIELD) if ref else None,
             admin=spec_checks.bool_of(auth, "admin", False, errors, "spec.authorization"),
             default_topic_perm=_perm(auth, "defaultTopicPerm", errors),
@@ -107,7 +100,6 @@ class AclUser:
             topics=_resource_perms(auth, "topics", errors),
             groups=_resource_perms(auth, "groups", errors),
             white_remote_address=auth.get("whiteRemoteAddress") or "",
-            deleting=res.deleting,
         )
         spec_checks.raise_errors(errors, UserSpecError)
         return user

@@ -21,7 +21,7 @@ from ferrymq.common.protocol import SubscriptionGroupConfig
 from ferrymq.common.validators import validate_group
 from ferrymq_operator import spec_checks
 from ferrymq_operator.constants import ANN_ENABLE_CONSUME
-from ferrymq_operator.spec_checks import SpecError
+from ferrymq_operator.spec_checks import BrokerChild, SpecError
 from ferrymq_operator.views import ResourceView
 
 POLICIES = ("Disable", "ResetToLatest", "Alert")
@@ -38,26 +38,19 @@ def group_name(resource: dict) -> str:
     return res.spec.get("groupName") or res.name
 
 
-@dataclass(frozen=True)
-class ConsumerGroup:
+@dataclass(frozen=True, kw_only=True)
+class ConsumerGroup(BrokerChild):
     """The typed model of a ConsumerGroup resource: defaults applied and values checked once,
     when it is read (``from_resource``). The CRD's OpenAPI defaults fill most of these in on
     the server; repeating them here keeps the model whole for hand-written dicts."""
 
-    name: str                       # the resource's name
-    namespace: str
-    broker: str                     # spec.brokerRef.name
     group_name: str                 # the RocketMQ group: spec.groupName, else the resource's name
-    uid: str | None = None
-    generation: int | None = None
     consume_enable: bool = True
     consume_broadcast_enable: bool = True
     retry_queue_nums: int = 1
     retry_max_times: int = 16
     on_fall_behind: str = "Disable"  # spec.protection.onFallBehind, one of POLICIES
     spark_job: bool = False          # spec.sparkJob is set (spark_jobs reads it from the resource)
-    annotations: dict[str, str] = field(default_factory=dict)
-    deleting: bool = False           # metadata.deletionTimestamp is set
 
     @classmethod
     def from_resource(cls, obj: dict) -> "ConsumerGroup":
@@ -66,7 +59,7 @@ class ConsumerGroup:
         res = ResourceView(obj)
         spec = res.spec
         errors: list[str] = []
-        broker = spec_checks.broker_ref(spec, errors)
+        common = BrokerChild.common(res, errors)
         name = spec.get("groupName") or res.name
         error = validate_group(name)
         if error:
@@ -75,14 +68,12 @@ class ConsumerGroup:
         if policy not in POLICIES:
             errors.append(f"unknown onFallBehind policy {policy!r} (one of {', '.join(POLICIES)})")
         group = cls(
-            name=res.name, namespace=res.namespace or "default", broker=broker,
-            group_name=name, uid=res.uid, generation=res.generation,
+            **common, group_name=name,
             consume_enable=spec_checks.bool_of(spec, "consumeEnable", True, errors),
             consume_broadcast_enable=spec_checks.bool_of(spec, "consumeBroadcastEnable", True, errors),
             retry_queue_nums=spec_checks.int_in(spec, "retryQueueNums", 1, 1, 1024, errors),
             retry_max_times=spec_checks.int_in(spec, "retryMaxTimes", 16, 0, 1000, errors),
-            on_fall_behind=policy, spark_job=bool(spec.get("sparkJob")),
-            annotations=dict(res.annotations), deleting=res.deleting)
+            on_fall_behind=policy, spark_job=bool(spec.get("sparkJob")))
         spec_checks.raise_errors(errors, GroupSpecError)
         return group
 

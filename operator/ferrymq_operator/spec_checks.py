@@ -1,11 +1,15 @@
-"""Checks the typed models run when they read a custom resource's spec (groups.ConsumerGroup,
-topics.Topic, acl.AclUser): each appends what is wrong to ``errors`` and returns the default,
-so a model names every bad value at once (``raise_errors``). The CRDs' OpenAPI schemas refuse
-these first; the checks guard objects stored before a rule existed and hand-made dicts."""
+"""What the typed models of the resources that name a Broker (groups.ConsumerGroup,
+topics.Topic, acl.AclUser) share: their common fields (``BrokerChild``) and the checks they
+run when they read a spec. Each check appends what is wrong to ``errors`` and returns the
+default, so a model names every bad value at once (``raise_errors``). The CRDs' OpenAPI schemas
+refuse these first; the checks guard objects stored before a rule existed and hand-made dicts."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from ferrymq_operator.views import ResourceView
 
 
 class SpecError(ValueError):
@@ -51,3 +55,23 @@ def broker_ref(spec: Mapping[str, Any], errors: list[str]) -> str:
 def raise_errors(errors: list[str], error: type[SpecError]) -> None:
     if errors:
         raise error("; ".join(errors))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerChild:
+    """The fields every model of a resource that names a Broker has."""
+
+    name: str                       # the resource's name
+    namespace: str
+    broker: str                     # spec.brokerRef.name
+    uid: str | None = None
+    generation: int | None = None
+    annotations: dict[str, str] = field(default_factory=dict)
+    deleting: bool = False          # metadata.deletionTimestamp is set
+
+    @staticmethod
+    def common(res: ResourceView, errors: list[str]) -> dict[str, Any]:
+        """The common fields of ``res`` (spec.brokerRef.name checked into ``errors``)."""
+        return {"name": res.name, "namespace": res.namespace or "default", "broker": broker_ref(res.spec, errors),
+                "uid": res.uid, "generation": res.generation, "annotations": dict(res.annotations),
+                "deleting": res.deleting}

@@ -3,11 +3,11 @@ needs, conflicts between Topic resources naming the same broker-side topic."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ferrymq.common.validators import validate_topic
 from ferrymq_operator import spec_checks
-from ferrymq_operator.spec_checks import SpecError
+from ferrymq_operator.spec_checks import BrokerChild, SpecError
 from ferrymq_operator.views import ResourceView
 
 PERMS = (2, 4, 6)  # write-only, read-only, read+write (the CRD's enum)
@@ -41,24 +41,17 @@ def topic_name(resource: dict) -> str:
     return res.spec.get("topicName") or res.name
 
 
-@dataclass(frozen=True)
-class Topic:
+@dataclass(frozen=True, kw_only=True)
+class Topic(BrokerChild):
     """The typed model of a Topic resource: defaults applied and values checked once, when it
     is read (``from_resource``). The CRD's OpenAPI defaults fill these in on the server;
     repeating them keeps the model whole for hand-written dicts."""
 
-    name: str                       # the resource's name
-    namespace: str
-    broker: str                     # spec.brokerRef.name
     topic_name: str                 # the RocketMQ topic: spec.topicName, else the resource's name
-    uid: str | None = None
-    generation: int | None = None
     read_queues: int = 8
     write_queues: int = 8
     perm: int = 6                   # one of PERMS
     order: bool = False
-    annotations: dict[str, str] = field(default_factory=dict)
-    deleting: bool = False          # metadata.deletionTimestamp is set
 
     @classmethod
     def from_resource(cls, obj: dict) -> "Topic":
@@ -67,19 +60,17 @@ class Topic:
         res = ResourceView(obj)
         spec = res.spec
         errors: list[str] = []
-        broker = spec_checks.broker_ref(spec, errors)
+        common = BrokerChild.common(res, errors)
         name = topic_name(obj)
         error = validate_topic(name)
         if error:
             errors.append(f"{'spec.topicName' if spec.get('topicName') else 'metadata.name'}: {error}")
         topic = cls(
-            name=res.name, namespace=res.namespace or "default", broker=broker, topic_name=name,
-            uid=res.uid, generation=res.generation,
+            **common, topic_name=name,
             read_queues=spec_checks.int_in(spec, "readQueueNums", 8, 1, 1024, errors),
             write_queues=spec_checks.int_in(spec, "writeQueueNums", 8, 1, 1024, errors),
             perm=spec_checks.one_of(spec.get("perm", 6), PERMS, "spec.perm", errors),
-            order=spec_checks.bool_of(spec, "order", False, errors),
-            annotations=dict(res.annotations), deleting=res.deleting)
+            order=spec_checks.bool_of(spec, "order", False, errors))
         spec_checks.raise_errors(errors, TopicSpecError)
         return topic
 

@@ -46,3 +46,28 @@ def fake_kube(monkeypatch):
         monkeypatch.setattr(kube, name, getattr(fake, name))
     monkeypatch.setattr(kopf, "event", lambda *a, **kw: None)
     return fake
+
+
+@pytest.fixture
+def spec_error():
+    """The message of the ``error`` a typed model's ``from_resource(obj)`` raises."""
+    def check(model, error, obj) -> str:
+        with pytest.raises(error) as e:
+            model.from_resource(obj)
+        return str(e.value)
+    return check
+
+
+@pytest.fixture
+def reconcile_invalid(monkeypatch):
+    """Run ``reconcile`` (of ``module``) on an invalid resource, failing if it looks its Broker up:
+    the status it wrote."""
+    async def run(module, reconcile, resource) -> dict:
+        async def no_broker(*a, **kw):
+            raise AssertionError("the Broker was looked up")
+        monkeypatch.setattr(module, "broker_named", no_broker)
+        monkeypatch.setattr(kopf, "event", lambda body, **kw: None)
+        patch = kopf.Patch()
+        await reconcile(resource, patch, None)
+        return patch["status"]
+    return run
