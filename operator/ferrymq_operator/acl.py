@@ -12,27 +12,60 @@ the Secrets around it.
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import yaml
 
+from ferrymq_operator import spec_checks
 from ferrymq_operator.constants import API_VERSION, LABEL_COMPONENT, LABEL_INSTANCE, LABEL_MANAGED_BY, LABEL_NAME
 from ferrymq_operator.model import BrokerCluster
+from ferrymq_operator.spec_checks import BrokerChild, SpecError
+from ferrymq_operator.views import ResourceView, SecretView
 
 OPERATOR_ACCESS_KEY = "ferrymq-operator"
 ACL_FILE = "plain_acl.yml"
 SECRET_KEY_FIELD = "secretKey"
 ACCESS_KEY_FIELD = "accessKey"
+PERMS = ("DENY", "PUB", "SUB", "PUB|SUB")
+ACCESS_KEY = re.compile(r"[a-zA-Z0-9._-]{7,64}")  # the CRD's pattern (RocketMQ: longer than 6)
 
 
-@dataclass(frozen=True)
-class AclUser:
-    name: str
-    namespace: str
-    broker: str
-    access_key: str
-    uid: str | None = None
-    generation: int | None = None
+class UserSpecError(SpecError):
+    """A User's spec the operator cannot act on (the CRD's schema rejects these first; this
+    guards objects stored before a rule existed and hand-made dicts)."""
+
+
+def access_key(resource: dict) -> str:
+    """spec.accessKey, else the resource's name (read without validating it)."""
+    res = ResourceView(resource)
+    return res.spec.get("accessKey") or res.name
+
+
+def _perm(auth: Mapping[str, Any], key: str, errors: list[str]) -> str:
+    return spec_checks.one_of(auth.get(key) or "DENY", PERMS, f"spec.authorization.{key}", errors)
+
+
+def _resource_perms(auth: Mapping[str, Any], key: str, errors: list[str]) -> tuple[tuple[str, str], ...]:
+    """spec.authorization.topics or .groups: (name, perm) pairs, each with both set."""
+    out = []
+    for i, entry in enumerate(auth.get(key) or ()):
+        where = f"spec.authorization.{key}[{i}]"
+        name = entry.get("name") if isinstance(entry, Mapping) else None
+        if not name:
+            errors.append(f"{where}.name is required")
+            continue
+        out.append((name, spec_checks.one_of(entry.get("perm"), PERMS, f"{where}.perm", errors)))
+    return tuple(out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AclUser(BrokerChild):
+    """The typed model of a User resource: defaults applied and values checked once, when it
+    is read (``from_resource``)."""
+
+    access_key: str                 # spec.accessKey, else the resource's name
     secret_ref: tuple[str, str] | None = None  # (Secret name, key) the person provides
     admin: bool = False
     default_topic_perm: str = "DENY"
@@ -40,25 +73,36 @@ class AclUser:
     topics: tuple[tuple[str, str], ...] = ()
     groups: tuple[tuple[str, str], ...] = ()
     white_remote_address: str = ""
-    deleting: bool = False
 
     @classmethod
     def from_resource(cls, obj: dict) -> "AclUser":
-        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        """The model of a User (a dict as kopf or the API server hands it over). Raises
+        UserSpecError naming every bad value."""
+        res = ResourceView(obj)
+        spec = res.spec
         auth = spec.get("authorization") or {}
         ref = spec.get("secretRef")
-        return cls(
-            name=meta["name"], namespace=meta.get("namespace") or "default", broker=spec["brokerRef"]["name"],
-            access_key=spec.get("accessKey") or meta["name"], uid=meta.get("uid"), generation=meta.get("generation"),
+        errors: list[str] = []
+        common = BrokerChild.common(res, errors)
+        key = access_key(obj)
+        if not isinstance(key, str) or not ACCESS_KEY.fullmatch(key):
+            errors.append(f"{'spec.accessKey' if spec.get('accessKey') else 'metadata.name'} {key!r} is no valid "
+                          "access key (7 to 64 letters, digits, '.', '_', '-')")
+        if ref is not None and not (isinstance(ref, Mapping) and ref.get("name")):
+            errors.append("spec.secretRef.name is required")
+            ref = None
+        user = cls(
+            **common, access_key=key,
             secret_ref=(ref["name"], ref.get("key") or SECRET_KEY_FIELD) if ref else None,
-            admin=bool(auth.get("admin", False)),
-            default_topic_perm=auth.get("defaultTopicPerm") or "DENY",
-            default_group_perm=auth.get("defaultGroupPerm") or "DENY",
-            topics=tuple((t["name"], t["perm"]) for t in auth.get("topics") or ()),
-            groups=tuple((g["name"], g["perm"]) for g in auth.get("groups") or ()),
+            admin=spec_checks.bool_of(auth, "admin", False, errors, "spec.authorization"),
+            default_topic_perm=_perm(auth, "defaultTopicPerm", errors),
+            default_group_perm=_perm(auth, "defaultGroupPerm", errors),
+            topics=_resource_perms(auth, "topics", errors),
+            groups=_resource_perms(auth, "groups", errors),
             white_remote_address=auth.get("whiteRemoteAddress") or "",
-            deleting=bool(meta.get("deletionTimestamp")),
         )
+        spec_checks.raise_errors(errors, UserSpecError)
+        return user
 
     @property
     def secret_name(self) -> str:
@@ -97,8 +141,7 @@ def _b64(text: str) -> str:
 
 
 def decode_secret_field(secret: dict | None, key: str) -> str | None:
-    value = ((secret or {}).get("data") or {}).get(key)
-    return base64.b64decode(value).decode() if value else None
+    return SecretView.of(secret).field(key)
 
 
 def _labels(cluster_name: str, component: str) -> dict[str, str]:

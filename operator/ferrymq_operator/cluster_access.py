@@ -4,20 +4,26 @@ and where admin calls for it go (its name servers, or an override from the setti
 from __future__ import annotations
 
 import contextlib
+from typing import Awaitable, Callable
 
 from ferrymq.acl.signature import Credentials
+from ferrymq.client.admin import AdminClient
 from ferrymq.remoting.tls import ClientTls
 from ferrymq_operator import broker_admin, kube
 from ferrymq_operator.acl import OPERATOR_ACCESS_KEY, SECRET_KEY_FIELD, decode_secret_field
+from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import API_VERSION
 from ferrymq_operator.model import BrokerCluster
 from ferrymq_operator.settings import OperatorSettings
+from ferrymq_operator.views import ResourceView
+
+BrokerStep = Callable[[AdminClient, dict[str, str]], Awaitable[None]]
 
 
 async def broker_of(resource: dict, settings: OperatorSettings) -> BrokerCluster | None:
     """The Broker a Topic or ConsumerGroup names in spec.brokerRef; None if it does not exist."""
-    ref = ((resource.get("spec") or {}).get("brokerRef") or {}).get("name")
-    return await broker_named(resource["metadata"]["namespace"], ref, settings)
+    res = ResourceView(resource)
+    return await broker_named(res.namespace, res.broker_ref, settings)
 
 
 async def broker_named(namespace: str, name: str | None, settings: OperatorSettings) -> BrokerCluster | None:
@@ -54,3 +60,18 @@ async def admin_client(settings: OperatorSettings, cluster: BrokerCluster):
     async with broker_admin.connect(namesrv_addr(settings, cluster), settings.admin_timeout, credentials,
                                     client_tls(cluster)) as admin:
         yield admin
+
+
+async def on_brokers(settings: OperatorSettings, cluster: BrokerCluster, step: BrokerStep) -> Condition | None:
+    """Run ``step(admin, addrs)`` against ``cluster``'s registered brokers (``addrs``: brokerName ->
+    address). Returns the not-Ready condition that ended it early (NoBrokers: none registered
+    yet; BrokerUnreachable: any failure, retried by the next resync), None once it ran."""
+    try:
+        async with admin_client(settings, cluster) as admin:
+            addrs = await broker_admin.brokers(admin, cluster.name)
+            if not addrs:
+                return Condition("Ready", False, "NoBrokers", "no broker of this Broker is registered yet")
+            await step(admin, addrs)
+    except Exception as e:  # noqa: BLE001 - reported, retried by the timer
+        return Condition("Ready", False, "BrokerUnreachable", f"{type(e).__name__}: {e}")
+    return None

@@ -19,68 +19,48 @@ from dataclasses import dataclass, field
 from ferrymq.common.consumer_protocol import ConsumerConnection
 from ferrymq.common.protocol import SubscriptionGroupConfig
 from ferrymq.common.validators import validate_group
+from ferrymq_operator import spec_checks
 from ferrymq_operator.constants import ANN_ENABLE_CONSUME
+from ferrymq_operator.spec_checks import BrokerChild, SpecError
+from ferrymq_operator.views import ResourceView
 
 POLICIES = ("Disable", "ResetToLatest", "Alert")
 
 
-class GroupSpecError(ValueError):
+class GroupSpecError(SpecError):
     """A ConsumerGroup's spec the operator cannot act on (the CRD's schema rejects these first;
     this guards objects stored before a rule existed and hand-made dicts)."""
 
 
 def group_name(resource: dict) -> str:
     """spec.groupName, else the resource's name (read without validating it)."""
-    return (resource.get("spec") or {}).get("groupName") or resource["metadata"]["name"]
+    res = ResourceView(resource)
+    return res.spec.get("groupName") or res.name
 
 
-def _int_in(spec: dict, key: str, default: int, low: int, high: int, errors: list[str]) -> int:
-    value = spec.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        errors.append(f"spec.{key} must be an integer from {low} to {high}, not {value!r}")
-        return default
-    return value
-
-
-def _bool(spec: dict, key: str, default: bool, errors: list[str]) -> bool:
-    value = spec.get(key, default)
-    if not isinstance(value, bool):
-        errors.append(f"spec.{key} must be true or false, not {value!r}")
-        return default
-    return value
-
-
-@dataclass(frozen=True)
-class ConsumerGroup:
+@dataclass(frozen=True, kw_only=True)
+class ConsumerGroup(BrokerChild):
     """The typed model of a ConsumerGroup resource: defaults applied and values checked once,
     when it is read (``from_resource``). The CRD's OpenAPI defaults fill most of these in on
     the server; repeating them here keeps the model whole for hand-written dicts."""
 
-    name: str                       # the resource's name
-    namespace: str
-    broker: str                     # spec.brokerRef.name
     group_name: str                 # the RocketMQ group: spec.groupName, else the resource's name
-    uid: str | None = None
-    generation: int | None = None
     consume_enable: bool = True
     consume_broadcast_enable: bool = True
     retry_queue_nums: int = 1
     retry_max_times: int = 16
     on_fall_behind: str = "Disable"  # spec.protection.onFallBehind, one of POLICIES
     spark_job: bool = False          # spec.sparkJob is set (spark_jobs reads it from the resource)
-    annotations: dict[str, str] = field(default_factory=dict)
-    deleting: bool = False           # metadata.deletionTimestamp is set
 
     @classmethod
     def from_resource(cls, obj: dict) -> "ConsumerGroup":
         """The model of a ConsumerGroup (a dict as kopf or the API server hands it over).
         Raises GroupSpecError naming every bad value."""
-        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        res = ResourceView(obj)
+        spec = res.spec
         errors: list[str] = []
-        broker = (spec.get("brokerRef") or {}).get("name") or ""
-        if not broker:
-            errors.append("spec.brokerRef.name is required")
-        name = spec.get("groupName") or meta.get("name") or ""
+        common = BrokerChild.common(res, errors)
+        name = spec.get("groupName") or res.name
         error = validate_group(name)
         if error:
             errors.append(f"{'spec.groupName' if spec.get('groupName') else 'metadata.name'}: {error}")
@@ -88,16 +68,13 @@ class ConsumerGroup:
         if policy not in POLICIES:
             errors.append(f"unknown onFallBehind policy {policy!r} (one of {', '.join(POLICIES)})")
         group = cls(
-            name=meta.get("name") or "", namespace=meta.get("namespace") or "default", broker=broker,
-            group_name=name, uid=meta.get("uid"), generation=meta.get("generation"),
-            consume_enable=_bool(spec, "consumeEnable", True, errors),
-            consume_broadcast_enable=_bool(spec, "consumeBroadcastEnable", True, errors),
-            retry_queue_nums=_int_in(spec, "retryQueueNums", 1, 1, 1024, errors),
-            retry_max_times=_int_in(spec, "retryMaxTimes", 16, 0, 1000, errors),
-            on_fall_behind=policy, spark_job=bool(spec.get("sparkJob")),
-            annotations=dict(meta.get("annotations") or {}), deleting=bool(meta.get("deletionTimestamp")))
-        if errors:
-            raise GroupSpecError("; ".join(errors))
+            **common, group_name=name,
+            consume_enable=spec_checks.bool_of(spec, "consumeEnable", True, errors),
+            consume_broadcast_enable=spec_checks.bool_of(spec, "consumeBroadcastEnable", True, errors),
+            retry_queue_nums=spec_checks.int_in(spec, "retryQueueNums", 1, 1, 1024, errors),
+            retry_max_times=spec_checks.int_in(spec, "retryMaxTimes", 16, 0, 1000, errors),
+            on_fall_behind=policy, spark_job=bool(spec.get("sparkJob")))
+        spec_checks.raise_errors(errors, GroupSpecError)
         return group
 
     @property

@@ -21,6 +21,7 @@ from ferrymq_operator.constants import (
     NAMESRV_PORT,
 )
 from ferrymq_operator.quantity import to_bytes
+from ferrymq_operator.views import ResourceView
 
 
 @dataclass(frozen=True)
@@ -180,15 +181,16 @@ class BrokerCluster:
     def from_resource(cls, obj: dict, default_image: str = DEFAULT_BROKER_IMAGE) -> "BrokerCluster":
         """The model of a Broker resource (a dict as kopf or the API server hands it over).
         ``default_image``: the operator's broker image, for a Broker that names none."""
-        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        res = ResourceView(obj)
+        spec = res.spec
         storage = spec.get("storage") or {}
         ns = spec.get("nameServer") or {}
         protection = spec.get("protection") or {}
         tls = spec.get("tls") or {}
         replication = spec.get("replication") or {}
         return cls(
-            names=BrokerNames(meta["name"], meta.get("namespace") or "default"),
-            uid=meta.get("uid"), generation=meta.get("generation"),
+            names=BrokerNames(res.name, res.namespace or "default"),
+            uid=res.uid, generation=res.generation,
             replicas=int(spec.get("replicas", 1)), image=spec.get("image") or default_image,
             image_pull_policy=spec.get("imagePullPolicy") or "IfNotPresent",
             http_port=int(spec.get("httpPort", DEFAULT_HTTP_PORT)),
@@ -200,7 +202,7 @@ class BrokerCluster:
             consumer_fallbehind_threshold=to_bytes(protection.get("consumerFallbehindThreshold", "16Gi")),
             config={k: str(v) for k, v in (spec.get("config") or {}).items()},
             acl_enabled=bool((spec.get("acl") or {}).get("enabled", False)),
-            tls_secret=tls.get("secretName") or (f"{meta['name']}-tls" if tls.get("issuerRef") else None),
+            tls_secret=tls.get("secretName") or (f"{res.name}-tls" if tls.get("issuerRef") else None),
             tls_issuer=((tls["issuerRef"]["name"], tls["issuerRef"].get("kind") or "Issuer")
                         if tls.get("issuerRef") else None),
             tls_mode=tls.get("mode") or "enforcing",
@@ -212,7 +214,7 @@ class BrokerCluster:
                                     spread=replication.get("spreadAcrossNodes") or "Preferred"),
             grpc_port=(int((spec.get("grpc") or {}).get("port", GRPC_PORT))
                        if (spec.get("grpc") or {}).get("enabled") else None),
-            annotations=dict(meta.get("annotations") or {}), deleting=bool(meta.get("deletionTimestamp")),
+            annotations=dict(res.annotations), deleting=res.deleting,
             api_version=obj.get("apiVersion", API_VERSION), kind=obj.get("kind", "Broker"),
         )
 

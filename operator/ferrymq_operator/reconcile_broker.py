@@ -19,10 +19,11 @@ import kopf
 from ferrymq_operator import broker_admin, conditions, kube, manifests, replication_roles, rollout, status, storage
 from ferrymq_operator.cluster_access import admin_client
 from ferrymq_operator.conditions import Condition
-from ferrymq_operator.constants import ANN_DRAIN_STARTED, LABEL_COMPONENT
+from ferrymq_operator.constants import ANN_DRAIN_STARTED
 from ferrymq_operator.model import BrokerCluster
 from ferrymq_operator.reconcile_user import sync_acl
 from ferrymq_operator.settings import OperatorSettings
+from ferrymq_operator.views import ClaimView, ObjectView, ResourceView, StatefulSetView
 
 log = logging.getLogger("ferrymq.operator")
 
@@ -78,7 +79,7 @@ def serving_masters(ctx: BrokerContext) -> dict[str, str]:
     """Which brokerName each pod serving as master takes sends for: only those are drained first."""
     if ctx.roles is not None:
         return replication_roles.serving_masters(ctx.roles)
-    return {p["metadata"]["name"]: p["metadata"]["name"] for p in ctx.pods}
+    return {name: name for name in replication_roles.pods_by_name(ctx.pods)}
 
 
 def restarting_condition(restart: rollout.RestartPlan, draining: str) -> Condition:
@@ -108,8 +109,7 @@ async def plan_scaling(ctx: BrokerContext, settings: OperatorSettings) -> None:
     """Scale: up at once; down only once the leaving brokers hold no unconsumed messages (their
     writes are turned off first)."""
     cluster, n = ctx.cluster, ctx.cluster.names
-    sts = await kube.get("apps/v1", "StatefulSet", cluster.namespace, n.broker_sts)
-    current = sts["spec"]["replicas"] if sts else None
+    current = StatefulSetView.of(await kube.get("apps/v1", "StatefulSet", cluster.namespace, n.broker_sts)).replicas
     backlog = None
     if current is not None and cluster.replicas < current:
         leaving = [n.broker_pod(i) for i in range(cluster.replicas, current)]
@@ -126,7 +126,7 @@ async def plan_scaling(ctx: BrokerContext, settings: OperatorSettings) -> None:
 async def apply_objects(ctx: BrokerContext) -> None:
     """The ACL and TLS Secrets the pods need, claims grown, every object applied, and the
     objects the Broker no longer wants deleted."""
-    cluster, ns = ctx.cluster, ctx.cluster.namespace
+    cluster, n, ns = ctx.cluster, ctx.cluster.names, ctx.cluster.namespace
     if cluster.acl_enabled:  # the pods mount the ACL: it exists before they do
         await sync_acl(cluster)
     if cluster.tls_secret:
@@ -134,7 +134,7 @@ async def apply_objects(ctx: BrokerContext) -> None:
     ctx.conditions.append(await _expand_claims(cluster))
     if manifests.failover_on(cluster):
         state = manifests.controller_state_config_map(cluster)
-        if await kube.get("v1", "ConfigMap", ns, state["metadata"]["name"]) is None:
+        if await kube.get("v1", "ConfigMap", ns, n.controller_state) is None:
             await kube.create(state)
     for obj in manifests.all_objects(cluster, broker_replicas=ctx.scale.replicas):
         if obj["kind"] == "StatefulSet":
@@ -172,10 +172,8 @@ async def restart_stale_pods(ctx: BrokerContext, settings: OperatorSettings) -> 
 
 async def observe_readiness(ctx: BrokerContext) -> None:
     n, ns = ctx.cluster.names, ctx.cluster.namespace
-    sts = await kube.get("apps/v1", "StatefulSet", ns, n.broker_sts) or {}
-    ns_sts = await kube.get("apps/v1", "StatefulSet", ns, n.namesrv) or {}
-    ctx.ready = (sts.get("status") or {}).get("readyReplicas", 0) or 0
-    ctx.namesrv_ready = (ns_sts.get("status") or {}).get("readyReplicas", 0) or 0
+    ctx.ready = StatefulSetView.of(await kube.get("apps/v1", "StatefulSet", ns, n.broker_sts)).ready_replicas
+    ctx.namesrv_ready = StatefulSetView.of(await kube.get("apps/v1", "StatefulSet", ns, n.namesrv)).ready_replicas
 
 
 def report(body, patch: kopf.Patch, ctx: BrokerContext) -> None:
@@ -205,7 +203,7 @@ async def reconcile_broker(body, patch: kopf.Patch, settings: OperatorSettings) 
         # Nothing is applied: the running brokers keep the configuration they have.
         return status.finish(body, patch, [status.not_ready("InvalidConfig", invalid), status.not_paused()],
                              {"phase": "InvalidConfig"}, applied=False)
-    ctx = BrokerContext(cluster, dict(body.get("status") or {}))
+    ctx = BrokerContext(cluster, dict(ResourceView(body).status))
     await plan_scaling(ctx, settings)
     await apply_objects(ctx)
     await observe_pods(ctx, settings)
@@ -224,7 +222,7 @@ async def _delete_stale_pdbs(cluster: BrokerCluster, replicas: int) -> None:
         log.info("cannot list the PodDisruptionBudgets of %s/%s (%s %s): stale ones stay", ns, cluster.name,
                  e.status, e.reason)
         return
-    for name in manifests.stale_disruption_budgets(cluster, [p["metadata"]["name"] for p in pdbs], replicas):
+    for name in manifests.stale_disruption_budgets(cluster, [ObjectView(p).name for p in pdbs], replicas):
         log.info("deleting PodDisruptionBudget %s/%s (replaced, or its group is gone)", ns, name)
         await kube.delete("policy/v1", "PodDisruptionBudget", ns, name)
 
@@ -236,19 +234,19 @@ async def _apply_statefulset(obj: dict) -> None:
     Broker pods are orphaned meanwhile and adopted by the new set (they keep running and keep
     their claims); the old failover controller goes with its set (Foreground) before the new
     ones start, so never two decide from different state."""
-    meta = obj["metadata"]
-    ns, name = meta["namespace"], meta["name"]
+    desired = StatefulSetView(obj)
+    ns, name = desired.namespace, desired.name
     current = await kube.get("apps/v1", "StatefulSet", ns, name)
-    if current is not None and current["metadata"].get("deletionTimestamp"):
+    if current is not None and StatefulSetView(current).deleting:
         log.info("StatefulSet %s/%s is being replaced: created again once it is gone", ns, name)
         return
     reason = rollout.statefulset_recreate_reason(current, obj) if current is not None else ""
     if reason:
-        controller = meta["labels"].get(LABEL_COMPONENT) == "controller"
+        controller = desired.component == "controller"
         policy = "Foreground" if controller else "Orphan"
         log.info("StatefulSet %s/%s: %s cannot change in place: deleting it (%s) to create it anew", ns, name,
                  reason, "with its pods" if controller else "its pods keep running")
-        await kube.delete("apps/v1", "StatefulSet", ns, name, uid=current["metadata"]["uid"], propagation=policy)
+        await kube.delete("apps/v1", "StatefulSet", ns, name, uid=StatefulSetView(current).uid, propagation=policy)
         if controller or not await _gone("apps/v1", "StatefulSet", ns, name, RECREATE_WAIT_SECONDS):
             return  # the next reconcile creates it
     await kube.apply(obj)
@@ -270,7 +268,7 @@ async def _expand_claims(cluster: BrokerCluster) -> Condition:
     try:
         claims = [c for c in await kube.list_("v1", "PersistentVolumeClaim", cluster.namespace,
                                               manifests.instance_selector(cluster))
-                  if (c["metadata"].get("labels") or {}).get(LABEL_COMPONENT) in manifests.broker_components(cluster)]
+                  if ClaimView(c).component in manifests.broker_components(cluster)]
         classes = {name: await kube.get_cluster("storage.k8s.io/v1", "StorageClass", name)
                    for name in storage.classes_to_read(claims, size)}
         plan = storage.plan_expansion(claims, size, classes)
@@ -307,7 +305,7 @@ async def _controlled_restart(cluster: BrokerCluster, pods: list[dict], next_pod
     ns = cluster.namespace
     kept = rollout.drained_but_kept(pods, next_pod)
     now = time.time()
-    pod = next((p for p in pods if p["metadata"]["name"] == next_pod), None)
+    pod = replication_roles.pods_by_name(pods).get(next_pod) if next_pod else None
     # A slave takes no sends: nothing to drain before restarting it (``serving``: pod -> the
     # brokerName it serves as master of; after a failover not the pod's own name).
     drain_seconds = settings.restart_drain_seconds if next_pod in serving else 0

@@ -20,12 +20,13 @@ import kopf
 from ferrymq.client.admin import AdminClient
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX, SubscriptionGroupConfig
 from ferrymq_operator import broker_admin, conditions, groups, spark_jobs, status
-from ferrymq_operator.cluster_access import admin_client, broker_named, broker_of
+from ferrymq_operator.cluster_access import admin_client, broker_named, broker_of, on_brokers
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_ENABLE_CONSUME, ANN_MANAGED
 from ferrymq_operator.groups import ConsumerGroup, GroupDecision, GroupSpecError, ProtectionState
 from ferrymq_operator.model import BrokerCluster
 from ferrymq_operator.settings import OperatorSettings
+from ferrymq_operator.views import ResourceView
 
 log = logging.getLogger("ferrymq.operator")
 
@@ -192,22 +193,14 @@ async def reconcile_group(body, patch: kopf.Patch, settings: OperatorSettings) -
     except GroupSpecError as e:
         return status.finish(body, patch, [status.not_ready("InvalidSpec", str(e))],
                              {"groupName": groups.group_name(res)}, applied=False)
-    current = res.get("status") or {}
+    current = dict(ResourceView(res).status)
     ctx = GroupContext.start(group, current)
     cluster = await broker_named(group.namespace, group.broker, settings)
     await sync_spark_job(ctx, res, cluster, current)
     if cluster is None:
         return report(body, patch, ctx, status.not_ready("BrokerNotFound", f"Broker {group.broker} does not exist"))
-    try:
-        async with admin_client(settings, cluster) as admin:
-            addrs = await broker_admin.brokers(admin, cluster.name)
-            if not addrs:
-                return report(body, patch, ctx, status.not_ready(
-                    "NoBrokers", "no broker of this Broker is registered yet"), applied=False)
-            await converge(admin, addrs, ctx, cluster.name)
-    except Exception as e:  # noqa: BLE001 - reported, retried by the timer
-        return report(body, patch, ctx, status.not_ready("BrokerUnreachable", f"{type(e).__name__}: {e}"), applied=False)
-    report(body, patch, ctx)
+    stopped = await on_brokers(settings, cluster, lambda admin, addrs: converge(admin, addrs, ctx, cluster.name))
+    report(body, patch, ctx, stopped, applied=stopped is None)
 
 
 async def delete_group(body, settings: OperatorSettings) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ferrymq_operator.broker_admin import SlaveLag
+from ferrymq_operator.views import PodView
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,7 @@ def _host(address: str) -> str:
 
 
 def pod_ips(pod: dict | None) -> set[str]:
-    status = (pod or {}).get("status") or {}
-    ips = {status.get("podIP")} | {entry.get("ip") for entry in status.get("podIPs") or []}
-    return {ip for ip in ips if ip}
+    return PodView.of(pod).ips
 
 
 def match_links(slave_pods: Mapping[str, dict | None], links: list[SlaveLag] | None) -> dict[str, SlaveLag | None]:

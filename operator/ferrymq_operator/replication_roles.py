@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 
 from ferrymq_operator.broker_admin import ObservedBroker
 from ferrymq_operator.replication_lag import GroupLag, match_links, pod_ips
+from ferrymq_operator.views import PodView
 
 MASTER_ROLES = frozenset({"ASYNC_MASTER", "SYNC_MASTER"})
 
@@ -44,6 +45,15 @@ class GroupRoles:
         if self.lag is None:
             return {pod: None for pod in self.slaves}
         return self.lag.behind(max_bytes)
+
+
+def pods_by_name(pods: list[dict]) -> dict[str, dict]:
+    return {PodView(p).name: p for p in pods}
+
+
+def previous_groups(previous: dict | None) -> dict[str | None, dict]:
+    """status.replication as written before: brokerName -> its group entry."""
+    return {g.get("brokerName"): g for g in (previous or {}).get("groups") or []}
 
 
 def _host(address: str) -> str:
@@ -103,7 +113,7 @@ def all_group_roles(replicas: int, slaves_per_group: int, master_pod: Callable[[
                     observed: Mapping[str, list[ObservedBroker] | None], failover: bool) -> list[GroupRoles]:
     """Every group's roles (``observed``: brokerName, the static master pod's name, -> what its
     brokers said, as broker_admin.group_members gives it)."""
-    by_name = {p["metadata"]["name"]: p for p in pods}
+    by_name = pods_by_name(pods)
     out = []
     for i in range(replicas):
         members = {0: master_pod(i), **{k: slave_pod(k, i) for k in range(1, slaves_per_group + 1)}}
@@ -116,7 +126,7 @@ def split_pods(groups: list[GroupRoles], pods: list[dict]) -> tuple[list[dict], 
     """The broker pods by the role they serve in now: (masters, slaves, undetermined), for
     rollout.plan_replicated_restart. Pods of no group (e.g. beyond the replicas) go with
     nobody."""
-    by_name = {p["metadata"]["name"]: p for p in pods}
+    by_name = pods_by_name(pods)
     masters, slaves, undetermined = [], [], []
     for g in groups:
         for name in [g.master, *g.slaves]:
@@ -149,6 +159,6 @@ class MasterChange:
 def master_changes(previous: dict | None, groups: list[GroupRoles]) -> list[MasterChange]:
     """Groups whose observed master differs from the last one observed (``previous``: the
     status.replication written before, whose groups keep ``lastObservedMaster``)."""
-    before = {g.get("brokerName"): g.get("lastObservedMaster") for g in (previous or {}).get("groups") or []}
+    before = {name: g.get("lastObservedMaster") for name, g in previous_groups(previous).items()}
     return [MasterChange(g.broker_name, before[g.broker_name], g.master, g.epoch) for g in groups
             if g.observed and before.get(g.broker_name) and before[g.broker_name] != g.master]

@@ -1,27 +1,31 @@
 """Broker lifecycle decisions: which pod to restart next, and whether a scale-down may proceed.
 
-Pure functions over plain pod/StatefulSet dicts; the handlers carry them out.
+Pure functions over plain pod/StatefulSet dicts, read through views.py; the reconcile steps
+carry them out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from ferrymq_operator.constants import ANN_CONFIG_HASH, ANN_DRAIN_STARTED, LABEL_COMPONENT
-from ferrymq_operator.quantity import to_bytes
+from ferrymq_operator.views import PodView, StatefulSetView
 
 
 def pod_ready(pod: dict) -> bool:
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    conds = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+    return PodView(pod).ready
 
 
 def _ordinal(pod: dict) -> int:
-    return int(pod["metadata"]["name"].rsplit("-", 1)[1])
+    return PodView(pod).ordinal
+
+
+def _names(pods: list[dict]) -> list[str]:
+    return [PodView(p).name for p in pods]
+
+
+def _not_ready(pods: list[dict]) -> list[str]:
+    return sorted(PodView(p).name for p in pods if not pod_ready(p))
 
 
 @dataclass(frozen=True)
@@ -36,12 +40,11 @@ def plan_restart(pods: list[dict], desired_hash: str, replicas: int) -> RestartP
     """One pod at a time, and only when every pod of the set exists and is Ready: a restart
     never takes a second broker down while another is still recovering. Highest ordinal
     first, like the StatefulSet controller's own rolling update."""
-    stale = sorted((p for p in pods if (p["metadata"].get("annotations") or {}).get(ANN_CONFIG_HASH) != desired_hash),
-                   key=_ordinal, reverse=True)
-    names = [p["metadata"]["name"] for p in stale]
+    stale = sorted((p for p in pods if PodView(p).config_hash != desired_hash), key=_ordinal, reverse=True)
+    names = _names(stale)
     if not stale:
         return RestartPlan([], None)
-    not_ready = sorted(p["metadata"]["name"] for p in pods if not pod_ready(p))
+    not_ready = _not_ready(pods)
     if not_ready:
         return RestartPlan(names, None, f"waiting for {', '.join(not_ready)} to be Ready")
     if len(pods) < replicas:
@@ -72,7 +75,7 @@ def plan_replicated_restart(masters: list[dict], slaves: list[dict], desired_has
     if not stale:
         return RestartPlan([], None)
     everyone = masters + slaves + undetermined
-    not_ready = sorted(p["metadata"]["name"] for p in everyone if not pod_ready(p))
+    not_ready = _not_ready(everyone)
     if not_ready:
         return RestartPlan(stale, None, f"waiting for {', '.join(not_ready)} to be Ready")
     missing = replicas * (1 + slave_sets) - len(everyone)
@@ -101,7 +104,7 @@ def plan_replicated_restart(masters: list[dict], slaves: list[dict], desired_has
 
 
 def is_slave_pod(pod: dict) -> bool:
-    return ((pod["metadata"].get("labels") or {}).get(LABEL_COMPONENT) or "broker") != "broker"
+    return PodView(pod).is_slave
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ class RestartStep:
 def restart_step(pod: dict, now: float, drain_seconds: float) -> RestartStep:
     if drain_seconds <= 0:
         return RestartStep("delete")
-    started = (pod["metadata"].get("annotations") or {}).get(ANN_DRAIN_STARTED)
+    started = PodView(pod).drain_started
     try:
         since = float(started) if started is not None else None
     except ValueError:
@@ -133,30 +136,17 @@ def settling(pods: list[dict], now: float, settle_seconds: float) -> list[str]:
     writable again, but clients learn that only at their next route refresh. Draining the next
     broker before then would leave producers no writable broker in their routes."""
     out = []
-    for p in pods:
-        ready = next((c for c in (p.get("status") or {}).get("conditions") or []
-                      if c.get("type") == "Ready" and c.get("status") == "True"), None)
-        since = _epoch((ready or {}).get("lastTransitionTime"))
+    for p in map(PodView, pods):
+        since = p.ready_since
         if since is not None and now - since < settle_seconds:
-            out.append(p["metadata"]["name"])
+            out.append(p.name)
     return sorted(out)
-
-
-def _epoch(timestamp: str | None) -> float | None:
-    if not timestamp:
-        return None
-    try:
-        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def drained_but_kept(pods: list[dict], restarting: str | None) -> list[str]:
     """Pods marked as draining that are no longer about to be restarted (the change was undone
     while they drained): their write permission must be given back."""
-    return sorted(p["metadata"]["name"] for p in pods
-                  if ANN_DRAIN_STARTED in (p["metadata"].get("annotations") or {})
-                  and p["metadata"]["name"] != restarting)
+    return sorted(p.name for p in map(PodView, pods) if p.drain_started is not None and p.name != restarting)
 
 
 @dataclass(frozen=True)
@@ -185,36 +175,24 @@ def plan_scale(current: int | None, desired: int, pod_name, backlog: dict[str, i
     return ScalePlan(desired, leaving)
 
 
-def _claim_templates(sts: dict) -> list[tuple]:
-    """What the API server compares in volumeClaimTemplates, as we set it (it adds defaults)."""
-    out = []
-    for t in (sts.get("spec") or {}).get("volumeClaimTemplates") or []:
-        spec = t.get("spec") or {}
-        size = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
-        out.append((t["metadata"]["name"], to_bytes(size) if size is not None else None,
-                    spec.get("storageClassName"), tuple(spec.get("accessModes") or ())))
-    return out
-
-
 def statefulset_recreate_reason(current: dict, desired: dict) -> str:
     """Why the StatefulSet ``current`` cannot be patched into ``desired`` (a field the API server
     refuses to change: selector, serviceName, podManagementPolicy, volumeClaimTemplates); ""
     when it can. The operator then deletes it (its pods orphaned, or with it for the failover
     controllers) and creates it anew, rather than failing every reconcile."""
-    cur, new = current.get("spec") or {}, desired.get("spec") or {}
+    cur, new = StatefulSetView(current), StatefulSetView(desired)
     changed = []
-    if (cur.get("selector") or {}).get("matchLabels") != (new.get("selector") or {}).get("matchLabels"):
+    if cur.selector_labels != new.selector_labels:
         changed.append("selector")
-    if cur.get("serviceName") != new.get("serviceName"):
+    if cur.service_name != new.service_name:
         changed.append("serviceName")
-    if (cur.get("podManagementPolicy") or "OrderedReady") != (new.get("podManagementPolicy") or "OrderedReady"):
-        changed.append(f"podManagementPolicy {cur.get('podManagementPolicy') or 'OrderedReady'} -> "
-                       f"{new.get('podManagementPolicy') or 'OrderedReady'}")
-    old_claims, new_claims = _claim_templates(current), _claim_templates(desired)
+    if cur.pod_management_policy != new.pod_management_policy:
+        changed.append(f"podManagementPolicy {cur.pod_management_policy} -> {new.pod_management_policy}")
+    old_claims, new_claims = cur.claim_templates, new.claim_templates
     if old_claims != new_claims:
-        sizes = {name: size for name, size, *_ in new_claims}
-        if [c[0] for c in old_claims] == [c[0] for c in new_claims] and all(
-                (c[0], sizes[c[0]], *c[2:]) in new_claims for c in old_claims):
+        sizes = {c.name: c.size for c in new_claims}
+        if [c.name for c in old_claims] == [c.name for c in new_claims] and all(
+                replace(c, size=sizes[c.name]) in new_claims for c in old_claims):
             changed.append("volumeClaimTemplates storage size")
         else:
             changed.append("volumeClaimTemplates")

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from kubernetes.client.rest import ApiException
 
-from ferrymq_operator import kube
+from ferrymq_operator import conditions, kube
 from ferrymq_operator.model import BrokerCluster
 from ferrymq_operator.conditions import Condition
+from ferrymq_operator.views import CronJobView, ObjectView, ResourceView
 from ferrymq_spark import k8s_cronjob as builder
 
 log = logging.getLogger("ferrymq.operator")
@@ -56,7 +57,7 @@ def plan(group: dict, namesrv_addr: str | None, last_reason: str | None) -> Spar
     there may be some: a group that never had a sparkJob, or whose objects are gone
     (NotConfigured), costs no API calls. (Objects applied just before an operator crash that
     lost the status write stay until the group is deleted: they are owned by it.)"""
-    job = (group.get("spec") or {}).get("sparkJob")
+    job = ResourceView(group).spec.get("sparkJob")
     name = builder.job_name(group)
     if not job:
         if last_reason in (None, "NotConfigured"):
@@ -78,7 +79,7 @@ def plan(group: dict, namesrv_addr: str | None, last_reason: str | None) -> Spar
 
 
 def owned_by(obj: dict, uid: str) -> bool:
-    return any(ref.get("uid") == uid for ref in (obj.get("metadata") or {}).get("ownerReferences") or [])
+    return ObjectView(obj).owned_by(uid)
 
 
 def job_selector(group: dict) -> str:
@@ -91,9 +92,9 @@ def job_selector(group: dict) -> str:
 def status_of(cronjob: dict, jobs: list[dict]) -> dict:
     """status.sparkJob: the builder's view of the CronJob and its runs, plus its schedule."""
     out = builder.spark_job_status(cronjob, jobs)
-    spec = cronjob.get("spec") or {}
-    out["schedule"] = spec.get("schedule", "")
-    out["suspended"] = bool(spec.get("suspend"))
+    view = CronJobView(cronjob)
+    out["schedule"] = view.schedule
+    out["suspended"] = view.suspended
     return out
 
 
@@ -137,7 +138,8 @@ class SparkJobResult:
 async def sync(group: dict, namesrv_addr: str | None, status: dict) -> SparkJobResult:
     """Apply or delete the group's Spark objects and read their state. API errors become the
     condition's message (the rest of the group's reconcile goes on)."""
-    last = next((c for c in status.get("conditions") or [] if c.get("type") == CONDITION), None)
+    res = ResourceView(group)
+    last = conditions.get(status.get("conditions"), CONDITION)
     p = plan(group, namesrv_addr, last.get("reason") if last else None)
     old = status.get("sparkJob")
     try:
@@ -146,17 +148,16 @@ async def sync(group: dict, namesrv_addr: str | None, status: dict) -> SparkJobR
             applied = await kube.apply(obj)
             if obj["kind"] == "CronJob":
                 cronjob = applied
-        uid = group["metadata"].get("uid")
+        uid, ns = res.uid, res.namespace
         for api_version, kind, name in p.delete:
-            existing = await kube.get(api_version, kind, group["metadata"]["namespace"], name)
+            existing = await kube.get(api_version, kind, ns, name)
             if existing is not None and uid and owned_by(existing, uid):
-                log.info("deleting %s %s/%s: spec.sparkJob was removed", kind, group["metadata"]["namespace"], name)
-                await kube.delete(api_version, kind, group["metadata"]["namespace"], name,
-                                  uid=existing["metadata"]["uid"], propagation="Background")
+                log.info("deleting %s %s/%s: spec.sparkJob was removed", kind, ns, name)
+                await kube.delete(api_version, kind, ns, name, uid=ObjectView(existing).uid, propagation="Background")
         if cronjob is None:  # nothing applied: not configured (status goes with it), or an error
-            configured = bool((group.get("spec") or {}).get("sparkJob"))
+            configured = bool(res.spec.get("sparkJob"))
             return SparkJobResult(p.condition, None, remove_status=not configured and bool(old))
-        jobs = await kube.list_("batch/v1", "Job", group["metadata"]["namespace"], job_selector(group))
+        jobs = await kube.list_("batch/v1", "Job", ns, job_selector(group))
     except ApiException as e:
         what = "delete" if p.delete else "apply"
         hint = (" (the operator chart's values rbac.sparkJobs, and rbac.sparkJobVolumes for on-demand executor "

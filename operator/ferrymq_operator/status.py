@@ -14,9 +14,10 @@ import kopf
 
 from ferrymq_operator import conditions
 from ferrymq_operator.conditions import Condition
-from ferrymq_operator.constants import ANN_MANAGED, ANN_PAUSE
-from ferrymq_operator.replication_roles import GroupRoles, MasterChange
+from ferrymq_operator.constants import ANN_PAUSE
+from ferrymq_operator.replication_roles import GroupRoles, MasterChange, pods_by_name, previous_groups
 from ferrymq_operator.rollout import RestartPlan, pod_ready
+from ferrymq_operator.views import ResourceView
 
 # Condition types whose transitions become Events (the group's ConsumeDisabled/FallingBehind
 # transitions get more specific Events from the policy decision instead).
@@ -27,36 +28,33 @@ WARNING_WHEN_TRUE = {"ScaleDownBlocked", "UnsupportedChange"}
 log = logging.getLogger("ferrymq.operator")
 
 
-def annotation(obj, key: str) -> str | None:
-    return ((obj.get("metadata") or {}).get("annotations") or {}).get(key)
-
-
 def is_paused(obj) -> bool:
-    return (annotation(obj, ANN_PAUSE) or "").lower() == "true"
+    return ResourceView(obj).paused
 
 
 def is_unmanaged(obj) -> bool:
-    return (annotation(obj, ANN_MANAGED) or "").lower() == "false"
+    return ResourceView(obj).unmanaged
 
 
 def finish(body, patch: kopf.Patch, new: list[Condition], extra: dict, applied: bool = True) -> None:
     """Write status (conditions merged, observedGeneration) and post Events for transitions.
     ``applied``: the spec of this generation reached its target (else appliedGeneration stays)."""
-    old = list((body.get("status") or {}).get("conditions") or [])
+    res = ResourceView(body)
+    old = res.conditions
     merged = conditions.merge(old, new)
     had = {c["type"] for c in old}
     for c in conditions.transitions(old, merged):
-        log.info("%s %s/%s: %s %s (%s)", body.get("kind") or "resource", body["metadata"].get("namespace"),
-                 body["metadata"].get("name"), c["type"], c["status"], c["reason"])
+        log.info("%s %s/%s: %s %s (%s)", res.kind or "resource", res.namespace, res.name, c["type"], c["status"],
+                 c["reason"])
         if c["type"] not in EVENT_TYPES or (c["type"] not in had and c["type"] != "Ready" and c["status"] != "True"):
             continue
         warning = (c["type"] == "Ready" and c["status"] != "True") or (c["type"] in WARNING_WHEN_TRUE and c["status"] == "True")
         kopf.event(body, type="Warning" if warning else "Normal", reason=f"{c['type']}{c['status']}",
                    message=c["message"] or c["reason"])
     patch.status["conditions"] = merged
-    patch.status["observedGeneration"] = body["metadata"].get("generation")
+    patch.status["observedGeneration"] = res.generation
     if applied:
-        patch.status["appliedGeneration"] = body["metadata"].get("generation")
+        patch.status["appliedGeneration"] = res.generation
     for k, v in extra.items():
         patch.status[k] = v
 
@@ -98,8 +96,8 @@ def replication_groups(mode: str, slaves_per_group: int, groups: list[GroupRoles
     failover also the group's ``epoch``, ``lastObservedMaster`` (kept while roles are not
     observed) and ``lastMasterChange`` ({from, to, epoch, time}; ``previous``: the
     status.replication written before, ``now``: the time to stamp a change with)."""
-    by_name = {p["metadata"]["name"]: p for p in pods}
-    before = {g.get("brokerName"): g for g in (previous or {}).get("groups") or []}
+    by_name = pods_by_name(pods)
+    before = previous_groups(previous)
 
     def member(g: GroupRoles, name: str) -> dict:
         pod = by_name.get(name)

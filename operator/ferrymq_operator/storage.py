@@ -13,13 +13,7 @@ from dataclasses import dataclass, field
 
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.quantity import to_bytes
-
-
-def _size(quantity: str | None) -> int | None:
-    try:
-        return to_bytes(quantity) if quantity is not None else None
-    except ValueError:
-        return None
+from ferrymq_operator.views import ClaimView, StorageClassView, size_bytes
 
 
 @dataclass(frozen=True)
@@ -39,23 +33,22 @@ def plan_expansion(claims: list[dict], size: str, classes: dict[str, dict | None
     the StorageClass (None: it does not exist) for the classes of claims smaller than ``size``."""
     want = to_bytes(size)
     expand, refused, resizing = [], {}, []
-    for pvc in sorted(claims, key=lambda p: p["metadata"]["name"]):
-        name, spec = pvc["metadata"]["name"], pvc.get("spec") or {}
-        requested = _size(((spec.get("resources") or {}).get("requests") or {}).get("storage"))
-        capacity = _size(((pvc.get("status") or {}).get("capacity") or {}).get("storage"))
+    for pvc in sorted(map(ClaimView, claims), key=lambda c: c.name):
+        name = pvc.name
+        requested, capacity = size_bytes(pvc.requested), size_bytes(pvc.capacity)
         if requested is not None and requested >= want:
             if capacity is not None and capacity < want:
                 resizing.append(name)
             continue
-        cls_name = spec.get("storageClassName")
+        cls_name = pvc.storage_class
         cls = classes.get(cls_name) if cls_name else None
         if not cls_name:
             refused[name] = "it has no StorageClass"
         elif cls is None:
             refused[name] = f"its StorageClass {cls_name} does not exist"
-        elif not cls.get("allowVolumeExpansion"):
+        elif not StorageClassView(cls).allows_expansion:
             refused[name] = f"its StorageClass {cls_name} does not allow volume expansion"
-        elif (pvc.get("status") or {}).get("phase") != "Bound":
+        elif not pvc.bound:
             refused[name] = "it is not bound yet"
         else:
             expand.append(name)
@@ -66,11 +59,10 @@ def classes_to_read(claims: list[dict], size: str) -> set[str]:
     """The StorageClasses plan_expansion needs: those of claims smaller than ``size``."""
     want = to_bytes(size)
     out = set()
-    for pvc in claims:
-        spec = pvc.get("spec") or {}
-        requested = _size(((spec.get("resources") or {}).get("requests") or {}).get("storage"))
-        if (requested is None or requested < want) and spec.get("storageClassName"):
-            out.add(spec["storageClassName"])
+    for pvc in map(ClaimView, claims):
+        requested = size_bytes(pvc.requested)
+        if (requested is None or requested < want) and pvc.storage_class:
+            out.add(pvc.storage_class)
     return out
 
 

@@ -4,9 +4,8 @@ whole row of steps against an in-memory API server (no cluster, no brokers)."""
 from __future__ import annotations
 
 import kopf
-import pytest
 
-from ferrymq_operator import kube, manifests
+from ferrymq_operator import manifests
 from ferrymq_operator import reconcile_broker as rb
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_CONFIG_HASH
@@ -80,40 +79,6 @@ def test_readiness_from_ready_counts():
 
 
 # ---------------------------------------------------------------------------- the whole row
-
-class FakeKube:
-    """The kube functions reconcile_broker calls, over a dict of stored objects."""
-
-    def __init__(self):
-        self.objects: dict[tuple[str, str, str], dict] = {}
-        self.deleted: list[tuple[str, str]] = []
-
-    async def get(self, api_version, kind, ns, name):
-        return self.objects.get((kind, ns, name))
-
-    async def apply(self, obj):
-        m = obj["metadata"]
-        self.objects[(obj["kind"], m["namespace"], m["name"])] = obj
-        return obj
-
-    create = apply
-
-    async def list_(self, api_version, kind, ns, selector=None):
-        return [o for (k, n, _), o in self.objects.items() if k == kind and n == ns and kind != "StatefulSet"]
-
-    async def delete(self, api_version, kind, ns, name, **kw):
-        self.deleted.append((kind, name))
-        self.objects.pop((kind, ns, name), None)
-
-
-@pytest.fixture
-def fake_kube(monkeypatch):
-    fake = FakeKube()
-    for name in ("get", "apply", "create", "list_", "delete"):
-        monkeypatch.setattr(kube, name, getattr(fake, name))
-    monkeypatch.setattr(kopf, "event", lambda *a, **kw: None)
-    return fake
-
 
 async def test_a_new_broker_gets_its_objects_and_a_status(fake_kube):
     body = broker(2)
