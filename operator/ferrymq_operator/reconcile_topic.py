@@ -109,11 +109,12 @@ async def converge(admin: AdminClient, addrs: dict[str, str], ctx: TopicContext)
     await push(admin, addrs, ctx)
 
 
-def report(body, patch: kopf.Patch, ctx: TopicContext, ready: Condition | None = None, applied: bool = True) -> None:
-    """Write the status. ``ready``: a not-Ready condition that ended the reconcile early;
+def report(body, patch: kopf.Patch, ctx: TopicContext, ready: Condition | None = None) -> None:
+    """Write the status. ``ready``: a not-Ready condition that ended the reconcile early (the
+    spec reached no broker: appliedGeneration stays, as for ConsumerGroups and Users);
     without one, the converged topic's."""
     if ready is not None:
-        return status.finish(body, patch, [ready], ctx.fields, applied=applied)
+        return status.finish(body, patch, [ready], ctx.fields, applied=False)
     status.finish(body, patch, ready_conditions(ctx), {**ctx.fields, **status_fields(ctx)})
 
 

@@ -157,6 +157,7 @@ def test_report_of_an_early_end(monkeypatch):
     st = patch["status"]
     assert [(c["type"], c["reason"]) for c in st["conditions"]] == [("Ready", "NoBrokers")]
     assert st["topicName"] == "orders" and "brokers" not in st
+    assert "appliedGeneration" not in st  # the spec reached no broker
 
 
 async def test_find_conflict_names_the_older_topic(monkeypatch):
