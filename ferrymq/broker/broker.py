@@ -139,10 +139,9 @@ class Broker:
         self.grpc: Endpoint | None = None
         # its client table is the broker's: admin views and /metrics show 5.x consumers beside 4.x ones
         self.grpc_clients = self._grpc_support.clients if self._grpc_support is not None else None
-        self.online_clients = OnlineClients(self.consumers, self.grpc_clients, self.pop.clients,
-                                            self.pop.client_groups,
-                                            lambda: self.config.channel_expired_timeout / 1000,
-                                            self.pop.client_agent)
+        receivers = self.pop.receivers
+        self.online_clients = OnlineClients(self.consumers, self.grpc_clients, receivers.clients, receivers.groups,
+                                            lambda: self.config.channel_expired_timeout / 1000, receivers.agent)
         self.stopping = False
         self.registered = asyncio.Event()
         self._register_wanted = asyncio.Event()

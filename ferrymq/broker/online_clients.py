@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ferrymq.broker.consumer_manager import ConsumerManager
-from ferrymq.broker.pop.service import ReceiverAgent
+from ferrymq.broker.pop.receivers import ReceiverAgent
 from ferrymq.remoting.codes import LanguageCode
 
 REMOTING = "remoting"

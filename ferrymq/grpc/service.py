@@ -24,7 +24,9 @@ from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.consumer_manager import ClientChannel, ConsumerManager
 from ferrymq.broker.message_filter import FilterRefused, message_filter
 from ferrymq.broker.pop import receipt
-from ferrymq.broker.pop.service import AckStatus, PopService, PopStatus
+from ferrymq.broker.pop.admission import MAX_BATCH, MAX_INVISIBLE_MS
+from ferrymq.broker.pop.outcomes import AckStatus, PopStatus
+from ferrymq.broker.pop.service import PopService
 from ferrymq.broker.retry import RetryService, SendBackRequest
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
@@ -51,9 +53,7 @@ log = logging.getLogger(__name__)
 
 SendHandler = Callable[[RemotingCommand, Any], Awaitable[RemotingCommand]]
 MIN_INVISIBLE_MS = 1_000
-MAX_INVISIBLE_MS = 12 * 3600 * 1000
 DEFAULT_INVISIBLE_MS = 60_000  # auto_renew receives (PushConsumer) without their own duration
-MAX_BATCH = 32
 
 # remoting answer of the send path -> v2 status code
 SEND_CODES = {

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from ferrymq.broker.pop import AckStatus, PopStatus
-from ferrymq.broker.pop.service import MAX_BATCH
+from ferrymq.broker.pop.admission import MAX_BATCH
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.producer import Producer
@@ -61,7 +61,7 @@ async def test_receive_ack_and_progress(cluster):
     await create_topic(ns, "PopBasic", 4)
     sent = await produce(ns, "PopBasic", 20)
     got = await receive_all(pop, "pop-g", "PopBasic", 20, client_id="client-a@host")
-    assert pop.clients("pop-g") == {"client-a@host": "PopBasic"}
+    assert pop.receivers.clients("pop-g") == {"client-a@host": "PopBasic"}
     assert sorted(keys_of(got)) == sorted(f"k-{i}" for i in range(20)), "every message once"
     assert {p.message.queue_id for p in got} == {0, 1, 2, 3}, "from every queue"
     assert all(p.delivery_attempt == 1 and p.message.reconsume_times == 0 for p in got)
@@ -424,8 +424,8 @@ async def test_long_polling_slots_full(cluster):
 
 
 async def test_deadline_heap_does_not_keep_acked_messages(cluster, monkeypatch):
-    from ferrymq.broker.pop import service
-    monkeypatch.setattr(service, "REVIVE_HEAP_REBUILD", 64)
+    from ferrymq.broker.pop import revival
+    monkeypatch.setattr(revival, "REBUILD_EVERY", 64)
     ns, pop = cluster.namesrv_addr, cluster.broker.pop
     await create_topic(ns, "PopHeap", 2)
     await produce(ns, "PopHeap", 400)

@@ -28,96 +28,32 @@ and a classic pull is refused while the group POP-consumes it (see ``classic_pul
 from __future__ import annotations
 
 import asyncio
-import enum
-import heapq
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.long_polling import Waiters
 from ferrymq.broker.message_filter import MessageFilter
 from ferrymq.broker.pop import receipt
+from ferrymq.broker.pop.admission import MAX_INVISIBLE_MS, check_receive
 from ferrymq.broker.pop.journal import PopJournal, Record
+from ferrymq.broker.pop.outcomes import AckStatus, InitMode, PopCounters, PoppedMessage, PopResult, PopStatus
+from ferrymq.broker.pop.receivers import POP_ACTIVE_SECONDS, ReceiverAgent, Receivers
+from ferrymq.broker.pop.revival import RevivalSchedule
 from ferrymq.broker.pop.state import InFlight, QueueKey, QueueState
 from ferrymq.broker.retry import RetryService, SendBackRequest
 from ferrymq.common.message import MessageExt, decode_record
-from ferrymq.common.protocol import Perm
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.store.results import GetStatus
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AckStatus", "InitMode", "PopResult", "PopService", "PopStatus", "PoppedMessage",
-           "MAX_BATCH", "MAX_INVISIBLE_MS", "MAX_POLL_MS"]
+__all__ = ["PopService"]
 
-MAX_BATCH = 32  # RocketMQ's broker refuses larger POP batches too
-MAX_INVISIBLE_MS = 12 * 3600 * 1000  # RocketMQ 5's longest invisible duration
-MAX_POLL_MS = 5 * 60 * 1000
-POP_ACTIVE_SECONDS = 30.0  # a group that received within this is a POP consumer of the topic
 DLQ_RETRY_MS = 5000  # a failed move to the DLQ is tried again this much later
-REVIVE_HEAP_REBUILD = 65536  # check the deadline heap for stale entries every this many pushes past this size
-CLASSIC_CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
-
-
-@dataclass(frozen=True)
-class PoppedMessage:
-    message: MessageExt  # as the pull path decodes it; reconsume_times = delivery_attempt - 1
-    receipt_handle: str  # opaque to clients, ASCII, versioned (pop/receipt.py)
-    delivery_attempt: int  # 1 on first delivery, +1 on every redelivery
-    invisible_until_ms: int  # epoch ms when it becomes visible again unless acked
-
-
-class PopStatus(enum.Enum):
-    FOUND = "FOUND"
-    NO_NEW_MSG = "NO_NEW_MSG"
-    POLLING_FULL = "POLLING_FULL"
-    REFUSED = "REFUSED"
-
-
-@dataclass(frozen=True)
-class PopResult:
-    status: PopStatus
-    messages: list[PoppedMessage]
-    remark: str = ""  # why, for REFUSED
-    refused_code: int = 0  # REFUSED: RocketMQ's ResponseCode for it (TOPIC_NOT_EXIST, NO_PERMISSION, ...)
-
-
-class AckStatus(enum.Enum):
-    OK = "OK"
-    INVALID_HANDLE = "INVALID_HANDLE"  # malformed, another group's/topic's, or never issued here
-    EXPIRED = "EXPIRED"  # out of date: the message was delivered again, or its invisible time changed
-
-
-class InitMode(enum.IntEnum):
-    """Where a group that never consumed a queue starts (PopMessageRequestHeader.initMode)."""
-
-    MIN = 0  # the queue's first message still stored
-    MAX = 1  # only messages stored from now on
-
-
-@dataclass(frozen=True)
-class ReceiverAgent:
-    """A remoting POP receiver as its POP_MESSAGE describes it (for admin views)."""
-
-    language: int  # LanguageCode
-    version: int
-    expression: str = "*"
-    expression_type: str = "TAG"
-
-
-@dataclass
-class PopCounters:
-    received: int = 0  # messages delivered for the first time
-    redelivered: int = 0
-    acked: int = 0
-    changed: int = 0  # invisible times changed
-    dead_lettered: int = 0
-    refused_handles: int = 0  # acks/changes answered INVALID_HANDLE or EXPIRED
-    receives: int = 0  # receive calls
-    by_topic: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
 
 
 def now_ms() -> int:
@@ -136,15 +72,12 @@ class PopService:
         self._queues: dict[QueueKey, QueueState] = {}
         self._by_group_topic: dict[tuple[str, str], list[QueueState]] = defaultdict(list)  # the same states, indexed
         self._seq = 0
-        self._revive_heap: list[tuple[int, int, QueueKey, int]] = []  # deadline, seq, queue, offset
+        self._revival = RevivalSchedule(self._in_flight)
         self._revive_changed = asyncio.Event()
-        self._waiters: dict[str, list[tuple[asyncio.Future, Callable[[MessageExt], bool] | None]]] = defaultdict(list)
+        self._waiters: Waiters[str] = Waiters()  # held receives, per topic
         self.waiting = 0  # receives held by long polling now
         self._rr: dict[tuple[str, str], int] = defaultdict(int)
-        self._last_receive: dict[tuple[str, str], float] = {}
-        self._receiving: dict[tuple[str, str], int] = defaultdict(int)
-        self._clients: dict[str, dict[str, tuple[str, float]]] = defaultdict(dict)  # group -> client -> (topic, when)
-        self._agents: dict[tuple[str, str], ReceiverAgent] = {}  # (group, client) -> its last POP_MESSAGE's
+        self.receivers = Receivers()
         self._loaded = False
         self._closed = False
 
@@ -201,10 +134,7 @@ class PopService:
     def release_held(self) -> None:
         """Shutdown, first step: answer held receives now and hold none from here on."""
         self._closed = True
-        for waiters in self._waiters.values():
-            for fut, _ in waiters:
-                if not fut.done():
-                    fut.set_result(None)
+        self._waiters.close()
 
     async def close(self) -> None:
         """Shutdown, once no request runs any more: write what the journal has queued, and stop."""
@@ -255,28 +185,23 @@ class PopService:
         none, wait up to ``poll_ms`` for some (an arrival, a redelivery due, a FIFO queue freed).
         ``client_id`` and ``agent`` (what a remoting request says of its client) are kept for the
         admin views of who is online (``clients``, ``client_agent``)."""
-        checked = self._check_receive(group, topic, queue_id, max_messages, invisible_ms, poll_ms)
+        if not self._loaded or self._closed:
+            return PopResult(PopStatus.REFUSED, [], "the broker's POP service is not running",
+                             ResponseCode.SERVICE_NOT_AVAILABLE)
+        checked = check_receive(self.ctx, group, topic, queue_id, max_messages, invisible_ms, poll_ms)
         if isinstance(checked, PopResult):
             return checked
         group_config, read_queue_nums = checked
         fifo = fifo or bool(getattr(group_config, "consume_message_orderly", False))
         queue_ids = [queue_id] if queue_id >= 0 else list(range(read_queue_nums))
         wants = None if message_filter is None or message_filter.passes_all else message_filter.wants
-        key = (group, topic)
         self.counters.receives += 1
-        if client_id:
-            self._clients[group][client_id] = (topic, time.monotonic())
-            if agent is not None:
-                self._agents[(group, client_id)] = agent
-        self._receiving[key] += 1
+        self.receivers.seen(group, topic, client_id, agent)
         deadline = time.monotonic() + poll_ms / 1000
-        loop = asyncio.get_running_loop()
-        try:
+        with self.receivers.receiving(group, topic):
             while True:
                 # registered before reading, so an arrival during the read is not missed
-                fut = loop.create_future()
-                entry = (fut, wants)
-                self._waiters[topic].append(entry)
+                waiter = self._waiters.add(topic, wants)
                 try:
                     found = await self._collect(group, topic, queue_ids, max_messages, invisible_ms, message_filter,
                                                 fifo, group_config.retry_max_times + 1, init_mode)
@@ -290,66 +215,11 @@ class PopService:
                                          f"{self.waiting} receives are already held by long polling")
                     self.waiting += 1
                     try:
-                        async with asyncio.timeout(remaining):
-                            await fut
-                    except TimeoutError:
-                        pass
+                        await self._waiters.wait(waiter, remaining)
                     finally:
                         self.waiting -= 1
                 finally:
-                    waiters = self._waiters.get(topic)
-                    if waiters is not None:
-                        try:
-                            waiters.remove(entry)
-                        except ValueError:
-                            pass
-                        if not waiters:
-                            del self._waiters[topic]
-        finally:
-            self._receiving[key] -= 1
-            self._last_receive[key] = time.monotonic()
-
-    def _check_receive(self, group: str, topic: str, queue_id: int, max_messages: int, invisible_ms: int,
-                       poll_ms: int):
-        ctx = self.ctx
-
-        def refused(code: int, remark: str) -> PopResult:
-            return PopResult(PopStatus.REFUSED, [], remark, code)
-
-        if not self._loaded or self._closed:
-            return refused(ResponseCode.SERVICE_NOT_AVAILABLE, "the broker's POP service is not running")
-        if not 1 <= max_messages <= MAX_BATCH:
-            return refused(ResponseCode.INVALID_PARAMETER, f"max messages {max_messages} out of range: 1..{MAX_BATCH}")
-        if not 0 < invisible_ms <= MAX_INVISIBLE_MS:
-            return refused(ResponseCode.INVALID_PARAMETER,
-                           f"invisible time {invisible_ms} ms out of range: 1..{MAX_INVISIBLE_MS} ms")
-        if not 0 <= poll_ms <= MAX_POLL_MS:
-            return refused(ResponseCode.INVALID_PARAMETER, f"poll time {poll_ms} ms out of range: 0..{MAX_POLL_MS} ms")
-        if ctx.config.is_slave:
-            return refused(ResponseCode.NO_PERMISSION,
-                           f"the broker[{ctx.config.broker_name}] is a slave: POP consumption is served by its master")
-        if not Perm.readable(ctx.config.broker_permission):
-            return refused(ResponseCode.NO_PERMISSION, f"the broker[{ctx.config.broker_name}] pop message is forbidden")
-        group_config = ctx.groups.find_or_create(group)
-        if group_config is None:
-            return refused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
-        if not group_config.consume_enable:
-            return refused(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
-        topic_config = ctx.topics.get(topic)
-        if topic_config is None:
-            return refused(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        if not Perm.readable(topic_config.perm):
-            return refused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
-        if queue_id != -1 and not 0 <= queue_id < topic_config.read_queue_nums:
-            return refused(ResponseCode.INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
-                                                      f"topicConfig.readQueueNums:[{topic_config.read_queue_nums}]")
-        classic = self.classic_consumers(group, topic)
-        if classic:
-            return refused(ResponseCode.NO_PERMISSION,
-                           f"consumer group [{group}] has classic (pull/push) consumers online for topic [{topic}] "
-                           f"({', '.join(classic[:3])}): a group's queues are consumed by POP or by classic "
-                           f"consumers, not both")
-        return group_config, topic_config.read_queue_nums
+                    self._waiters.remove(topic, waiter)
 
     async def _collect(self, group: str, topic: str, queue_ids: list[int], n: int, invisible_ms: int,
                        message_filter: MessageFilter | None, fifo: bool, max_attempts: int,
@@ -557,8 +427,7 @@ class PopService:
         while not self._closed:
             now = now_ms()
             due_topics: set[str] = set()
-            while self._revive_heap and self._revive_heap[0][0] <= now:
-                deadline, seq, key, offset = heapq.heappop(self._revive_heap)
+            for _, seq, key, offset in self._revival.due(now):
                 st = self._queues.get(key)
                 e = st.inflight.get(offset) if st is not None else None
                 if e is None or e.seq != seq:
@@ -579,7 +448,8 @@ class PopService:
             for topic in due_topics:
                 self._wake(topic)
             self._revive_changed.clear()
-            timeout = (self._revive_heap[0][0] - now_ms()) / 1000 if self._revive_heap else None
+            next_deadline = self._revival.next_deadline()
+            timeout = (next_deadline - now_ms()) / 1000 if next_deadline is not None else None
             try:
                 async with asyncio.timeout(max(timeout, 0.001) if timeout is not None else None):
                     await self._revive_changed.wait()
@@ -589,19 +459,14 @@ class PopService:
     @property
     def scheduled_deadlines(self) -> int:
         """Deadlines the revive task holds (live ones and not yet discarded stale ones)."""
-        return len(self._revive_heap)
+        return len(self._revival)
 
     def _schedule_revive(self, key: QueueKey, e: InFlight) -> None:
-        """Look at ``e`` again at its deadline. Entries of acked messages or of replaced handles
-        stay in the heap until then; when they outnumber the live ones (long invisible times),
-        the heap is rebuilt from the live entries."""
-        heap = self._revive_heap
-        heapq.heappush(heap, (e.deadline_ms, e.seq, key, e.offset))
-        if len(heap) > REVIVE_HEAP_REBUILD and len(heap) % REVIVE_HEAP_REBUILD == 0:
-            live = [(x.deadline_ms, x.seq, k, x.offset) for k, st in self._queues.items() for x in st.inflight.values()]
-            if 2 * len(live) < len(heap):
-                heapq.heapify(live)
-                self._revive_heap = live
+        """Look at ``e`` again at its deadline."""
+        self._revival.add(key, e)
+
+    def _in_flight(self):
+        return ((key, e) for key, st in self._queues.items() for e in st.inflight.values())
 
     async def _dead_letter(self, key: QueueKey, st: QueueState, e: InFlight) -> None:
         group, topic, queue_id = key
@@ -626,33 +491,15 @@ class PopService:
         self._wake(topic, msgs)
 
     def _wake(self, topic: str, msgs: Sequence[MessageExt] = ()) -> None:
-        for fut, wants in self._waiters.get(topic, ()):
-            if fut.done():
-                continue
-            if wants is not None and msgs and not any(map(wants, msgs)):
-                continue
-            fut.set_result(None)
-
-    def classic_consumers(self, group: str, topic: str) -> list[str]:
-        """Client ids of the group's classic (pull/push) consumers online for ``topic``."""
-        info = self.ctx.consumers.groups.get(group)
-        if info is None or not info.channels or info.consume_type not in CLASSIC_CONSUME_TYPES:
-            return []
-        if topic not in info.subscriptions:
-            return []
-        return info.client_ids()
+        self._waiters.wake(topic, msgs)
 
     def pop_active(self, group: str, topic: str) -> bool:
         """Whether the group consumes ``topic`` by POP now: a receive is held or happened within
         POP_ACTIVE_SECONDS, or one of its messages is out with a POP consumer."""
-        key = (group, topic)
-        if self._receiving.get(key):
-            return True
-        last = self._last_receive.get(key)
-        if last is not None and time.monotonic() - last < POP_ACTIVE_SECONDS:
+        if self.receivers.active(group, topic):
             return True
         now = now_ms()
-        return any(st.blocked(now) for st in self._by_group_topic.get(key, ()))
+        return any(st.blocked(now) for st in self._by_group_topic.get((group, topic), ()))
 
     def classic_pull_refusal(self, group: str, topic: str) -> str | None:
         """The remark to refuse a classic pull of ``topic`` by ``group`` with, or None to serve it."""
@@ -661,27 +508,6 @@ class PopService:
         return (f"consumer group [{group}] consumes topic [{topic}] by POP (receives within the last "
                 f"{POP_ACTIVE_SECONDS:.0f} s or messages in flight): a group's queues are consumed by POP or by "
                 f"classic consumers, not both")
-
-    def clients(self, group: str, within_seconds: float = POP_ACTIVE_SECONDS * 4) -> dict[str, str]:
-        """POP clients of ``group`` that received within ``within_seconds``: client id -> the
-        topic of its last receive (for admin views: POP clients send no heartbeats here)."""
-        now = time.monotonic()
-        seen = self._clients.get(group, {})
-        for client in [c for c, (_, when) in seen.items() if now - when > within_seconds]:
-            del seen[client]
-            self._agents.pop((group, client), None)
-        if not seen:
-            self._clients.pop(group, None)
-        return {client: topic for client, (topic, _) in sorted(seen.items())}
-
-    def client_agent(self, group: str, client_id: str) -> ReceiverAgent | None:
-        """What a remoting POP receiver's last request in ``group`` said of it (its topic is the
-        one ``clients`` names); None for others."""
-        return self._agents.get((group, client_id))
-
-    def client_groups(self, within_seconds: float = POP_ACTIVE_SECONDS * 4) -> list[str]:
-        """Groups with POP clients that received within ``within_seconds``."""
-        return [group for group in sorted(self._clients) if self.clients(group, within_seconds)]
 
     def lag(self, group: str, topic: str) -> dict:
         """Per queue id: messages not yet received, in flight (invisible), visible again

@@ -21,7 +21,9 @@ from __future__ import annotations
 import time
 
 from ferrymq.broker.message_filter import FilterRefused, message_filter
-from ferrymq.broker.pop.service import AckStatus, InitMode, PopService, PopStatus, ReceiverAgent
+from ferrymq.broker.pop.outcomes import AckStatus, InitMode, PopStatus
+from ferrymq.broker.pop.receivers import ReceiverAgent
+from ferrymq.broker.pop.service import PopService
 from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common.message import encode_record
 from ferrymq.remoting.codes import RequestCode, ResponseCode
