@@ -38,7 +38,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import re
 import shutil
 import signal
@@ -55,6 +54,7 @@ from ferrymq.client.admin import AdminClient  # noqa: E402
 from ferrymq.client.producer import Producer  # noqa: E402
 from ferrymq.client.pull_consumer import PullConsumer, PullStatus  # noqa: E402
 from ferrymq.common.message import Message  # noqa: E402
+from testkit import machine  # noqa: E402
 from testkit.processes import StandaloneProcess  # noqa: E402
 from testkit.wait import wait_until  # noqa: E402
 
@@ -96,14 +96,6 @@ def log(msg: str) -> None:
 # Machine facts
 
 
-def _run(cmd: list[str]) -> str:
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-        return (p.stdout + p.stderr).strip()
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"<{e}>"
-
-
 def python_loop_seconds(iterations: int = 10_000_000) -> float:
     """CPU seconds of an empty Python loop: how fast this host runs CPython now. Hosts of one
     kind differed 2x between sessions (0.55 s against 1.4 s) while the outside-load figure
@@ -115,22 +107,12 @@ def python_loop_seconds(iterations: int = 10_000_000) -> float:
 
 
 def machine_info() -> dict:
-    model = ""
-    for line in _run(["lscpu"]).splitlines():
-        if line.lower().startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-    java = _run(["java", "-version"]).splitlines()
-    commit = _run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
-    dirty = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
+    """testkit.machine's description, with the commit and what a benchmark's figures depend on."""
+    commit = machine.git_commit(short=True)
     return {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "nproc": _run(["nproc"]),
-        "cpu": model or platform.processor(),
-        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "java": java[0] if java else "?",
-        "ferrymq_commit": commit + ("+dirty" if dirty else ""),
+        **machine.machine_info(),
+        "ferrymq_commit": commit["commit"] + ("+dirty" if commit["dirty"] else ""),
         "python_loop_s": python_loop_seconds(),
         "disk_used_pct": disk_used_percent(),
     }

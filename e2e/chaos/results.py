@@ -5,47 +5,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
-import platform
-import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
 from e2e.chaos.checker import Result, rows, table
+from testkit.machine import git_commit, machine_info
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _run(cmd: list[str]) -> str:
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return (p.stdout or p.stderr).strip()
-
-
-def git_commit() -> dict:
-    commit = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"])
-    dirty = _run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
-    return {"commit": commit, "dirty": bool(dirty)}
-
-
-def machine_info() -> dict:
-    model = ""
-    for line in _run(["lscpu"]).splitlines():
-        if line.lower().startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-    java = _run(["java", "-version"]).splitlines()
-    return {
-        "hostname": platform.node(),
-        "nproc": os.cpu_count(),
-        "cpu": model or platform.processor(),
-        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "java": java[0] if java else "?",
-        "load_avg": list(os.getloadavg()),
-    }
 
 
 def results_document(results: list[Result], extra: dict | None = None) -> dict:
