@@ -86,6 +86,18 @@ def test_one_replica_without_leader_election_is_the_old_single_operator(control_
     assert p.returncode != 0 and "needs leaderElection.enabled" in p.stderr
 
 
+def test_resync_lines_are_logged_only_when_asked(control_plane):
+    def operator_env(*values: str) -> dict:
+        p = helm(control_plane, "template", "r", str(CHART), *values)
+        assert p.returncode == 0, p.stderr
+        deployment = next(d for d in yaml.safe_load_all(p.stdout) if d and d["kind"] == "Deployment")
+        return {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "FERRYMQ_LOG_RESYNCS" not in operator_env()
+    assert operator_env("--set", "logResyncs=true")["FERRYMQ_LOG_RESYNCS"] == "true"
+    p = helm(control_plane, "template", "r", str(CHART), "--set", "logResyncs=loud")
+    assert p.returncode != 0 and "logResyncs" in p.stderr
+
+
 def test_values_schema_rejects_bad_values(control_plane):
     p = helm(control_plane, "template", "r", str(CHART), "--set", "watchNamespaces={Bad_Name}")
     assert p.returncode != 0 and "watchNamespaces" in p.stderr
