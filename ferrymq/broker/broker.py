@@ -116,9 +116,6 @@ class Broker:
         self.schedule = ScheduleMessageService(self.ctx, config_dir)
         self.store.arrival_listeners.append(self.schedule.on_arrival)
         self.retry = RetryService(self.ctx, self.schedule)
-        # POP consumption (RocketMQ 5 ReceiveMessage/Ack): its journal beside the store
-        self.pop = PopService(self.ctx, self.retry, Path(store_config.store_path_root_dir) / "pop")
-        self.store.arrival_listeners.append(self.pop.on_arrival)
         self.transactions = TransactionService(self.ctx, self.schedule.level_count)
         self.protection = ConsumeProtection(config, self.groups)
         self.server = RemotingServer(config.listen_host, config.listen_port, max_frame=config.max_frame_size, name="broker",
@@ -133,6 +130,11 @@ class Broker:
         self.replication = Replication(config, store_config, self.store, self.namesrv_client, self.topics,
                                        self.offsets, self.groups, self.schedule, self._persist_tables)
         self.replication_lag = ReplicationLag(self.store, self.replication)
+        # POP consumption (RocketMQ 5 ReceiveMessage/Ack): its journal beside the store; no
+        # receive while replication refuses reads (a restarted broker waiting for its role)
+        self.pop = PopService(self.ctx, self.retry, Path(store_config.store_path_root_dir) / "pop",
+                              read_refusal=self.replication.read_refusal)
+        self.store.arrival_listeners.append(self.pop.on_arrival)
         # RocketMQ 5 clients (ferrymq/grpc): checked before the broker was built, created in start()
         self._grpc_support = grpc if config.grpc_listen_port >= 0 else None
         self.grpc_enabled = self._grpc_support is not None

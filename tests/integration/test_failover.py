@@ -658,7 +658,8 @@ def test_consumers_read_only_what_every_in_sync_slave_holds(group):
 def test_a_restarted_broker_serves_no_pulls_until_the_controller_gave_it_its_role(group):
     """A broker in controller mode that restarts may hold messages the group will cut (written
     after a new epoch began elsewhere): until the controller has said what it is, it refuses
-    pulls with a clear remark instead of serving them; then it serves them as master."""
+    pulls and POP receives with a clear remark instead of serving them; then it serves them as
+    master."""
     p = group(["syncFlushTimeout=1000"])
     p.start_master()
 
@@ -666,6 +667,11 @@ def test_a_restarted_broker_serves_no_pulls_until_the_controller_gave_it_its_rol
         return await client.invoke(p.addr("master"), RemotingCommand.request(RequestCode.PULL_MESSAGE, {
             "consumerGroup": "failover-readers", "topic": TOPIC, "queueId": 0, "queueOffset": 0, "maxMsgNums": 32,
             "sysFlag": 0x4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}))
+
+    async def raw_pop(client: RemotingClient) -> RemotingCommand:
+        return await client.invoke(p.addr("master"), RemotingCommand.request(RequestCode.POP_MESSAGE, {
+            "consumerGroup": "failover-poppers", "topic": TOPIC, "queueId": -1, "maxMsgNums": 32,
+            "invisibleTime": 60_000, "pollTime": 0, "bornTime": 0, "initMode": 0}))
 
     async def scenario():
         await create_topic(p.namesrv, TOPIC, queues=1)
@@ -678,10 +684,10 @@ def test_a_restarted_broker_serves_no_pulls_until_the_controller_gave_it_its_rol
             assert p.processes["master"].stop() == 0
             p.processes["controller"].kill()
             await asyncio.to_thread(p.start_master)  # no controller to answer it
-            waiting = await raw_pull(client)
+            waiting = [await raw_pull(client), await raw_pop(client)]
             await asyncio.to_thread(p.start_controller)
             await wait_until(lambda: acting(p, 0, "MASTER", 1), 30, "the broker master again")
-            served = await raw_pull(client)
+            served = [await raw_pull(client), await raw_pop(client)]
         finally:
             await client.close()
             await producer.close()
@@ -689,5 +695,6 @@ def test_a_restarted_broker_serves_no_pulls_until_the_controller_gave_it_its_rol
 
     sent, waiting, served = asyncio.run(scenario())
     assert {r.status for r in sent} == {SendStatus.SEND_OK}
-    assert waiting.code == ResponseCode.NO_PERMISSION and "waits for the controller" in waiting.remark
-    assert served.code == ResponseCode.SUCCESS
+    for refused in waiting:
+        assert refused.code == ResponseCode.NO_PERMISSION and "waits for the controller" in refused.remark
+    assert [r.code for r in served] == [ResponseCode.SUCCESS, ResponseCode.SUCCESS]

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 SLAVE_REFUSAL = "the broker is a slave (brokerRole=SLAVE): messages are put to its master"
 WAITING_REFUSAL = "the broker waits for the controller to say whether it is master (enableControllerMode)"
 WAITING_READS = ("the broker waits for the controller to say whether it is master (enableControllerMode): until "
-                 "then it serves no pulls, since its log may hold messages the group does not keep")
+                 "then it serves no pulls nor POP receives, since its log may hold messages the group does not keep")
 
 
 class Replication:

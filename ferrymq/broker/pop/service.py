@@ -32,7 +32,7 @@ import logging
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.long_polling import Waiters
@@ -62,8 +62,10 @@ def now_ms() -> int:
 
 class PopService:
     def __init__(self, ctx: BrokerContext, retry: RetryService, directory: Path, *,
-                 max_polling: int = 10_000) -> None:
+                 max_polling: int = 10_000, read_refusal: Callable[[], str | None] = lambda: None) -> None:
+        """``read_refusal()``: why the broker serves no reads now (None: it does)."""
         self.ctx = ctx
+        self._read_refusal = read_refusal
         self.retry = retry
         self.journal = PopJournal(directory)
         self.journal.snapshot = self._snapshot
@@ -188,6 +190,8 @@ class PopService:
         if not self._loaded or self._closed:
             return PopResult(PopStatus.REFUSED, [], "the broker's POP service is not running",
                              ResponseCode.SERVICE_NOT_AVAILABLE)
+        if (refusal := self._read_refusal()) is not None:
+            return PopResult(PopStatus.REFUSED, [], refusal, ResponseCode.NO_PERMISSION)
         checked = check_receive(self.ctx, group, topic, queue_id, max_messages, invisible_ms, poll_ms)
         if isinstance(checked, PopResult):
             return checked
