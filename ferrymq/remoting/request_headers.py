@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import FIELD_BOOL, FIELD_INT, FIELD_LONG, FIELD_STR, HeaderSpec, RemotingCommand
@@ -92,6 +93,11 @@ class SendMessageHeader:
             return {_SEND_V2_KEYS[name]: value for name, value in fields.items()}
         return fields
 
+    @staticmethod
+    def wire_key(code: int, name: str) -> str:
+        """The key field ``name`` (SendMessageRequestHeader's long name) travels under in a request of ``code``."""
+        return _SEND_V2_KEYS[name] if code in _SEND_V2_CODES else name
+
     @classmethod
     def from_request(cls, req: RemotingCommand) -> "SendMessageHeader":
         """Read either form (by the request code); a missing topic or a malformed number raises
@@ -114,6 +120,9 @@ class SendMessageHeader:
 @dataclass
 class PullMessageHeader:
     """PULL_MESSAGE (PullMessageRequestHeader)."""
+
+    TOPIC_FIELDS: ClassVar[tuple[str, ...]] = ("topic",)
+    CONSUMER_GROUP_FIELDS: ClassVar[tuple[str, ...]] = ("consumerGroup",)
 
     consumer_group: str
     topic: str
