@@ -94,6 +94,11 @@ class SendMessageHeader:
         return fields
 
     @staticmethod
+    def wire_names() -> tuple[str, ...]:
+        """Every key its fields travel under, in either form."""
+        return tuple(_SEND_V1_KEYS) + tuple(_SEND_V2_KEYS.values())
+
+    @staticmethod
     def wire_key(code: int, name: str) -> str:
         """The key field ``name`` (SendMessageRequestHeader's long name) travels under in a request of ``code``."""
         return _SEND_V2_KEYS[name] if code in _SEND_V2_CODES else name
@@ -135,6 +140,10 @@ class PullMessageHeader:
     subscription: str | None = None
     sub_version: int = 0
     expression_type: str = "TAG"
+
+    @staticmethod
+    def wire_names() -> tuple[str, ...]:
+        return tuple(spec[0] for spec in _PULL_SPEC)
 
     def to_fields(self) -> dict[str, object]:
         return {

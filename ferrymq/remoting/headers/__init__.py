@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ferrymq.common.controller_protocol import (
     CONTROLLER_ALTER_IN_SYNC,
+    CONTROLLER_GET_STATE,
     CONTROLLER_HEARTBEAT,
     CONTROLLER_PROMOTED,
 )
@@ -109,6 +110,15 @@ REQUEST_HEADERS: dict[int, type] = {
     CONTROLLER_ALTER_IN_SYNC: AlterInSyncHeader,
 }  # fmt: skip
 
+# Requests that carry no header fields (a body, or nothing at all).
+FIELDLESS_REQUESTS: frozenset[int] = frozenset({
+    R.HEART_BEAT, R.CHECK_CLIENT_CONFIG, R.LOCK_BATCH_MQ, R.UNLOCK_BATCH_MQ, R.GET_ALL_CONSUMER_OFFSET,
+    R.GET_ALL_DELAY_OFFSET, R.GET_ALL_TOPIC_CONFIG, R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+    R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, R.GET_BROKER_CONFIG, R.UPDATE_BROKER_CONFIG, R.GET_BROKER_RUNTIME_INFO,
+    R.GET_BROKER_CLUSTER_ACL_INFO, R.GET_BROKER_CLUSTER_INFO, R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+    CONTROLLER_GET_STATE,
+})  # fmt: skip
+
 # Request code -> the header of its successful answer, where that has fields.
 RESPONSE_HEADERS: dict[int, type[Header]] = {
     R.SEND_MESSAGE: SendMessageResponseHeader, R.SEND_MESSAGE_V2: SendMessageResponseHeader,
@@ -147,6 +157,6 @@ def consumer_group_field(code: int) -> str | None:
 
 
 __all__ = [name for name in dir() if name.endswith("Header")] + [
-    "MAX_RECONSUME_TIMES_VERSION", "OTHER_RESPONSE_HEADERS", "REQUEST_HEADERS", "RESPONSE_HEADERS",
+    "FIELDLESS_REQUESTS", "MAX_RECONSUME_TIMES_VERSION", "OTHER_RESPONSE_HEADERS", "REQUEST_HEADERS", "RESPONSE_HEADERS",
     "consumer_group_field", "split_list", "topic_field",
 ]  # fmt: skip
