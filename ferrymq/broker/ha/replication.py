@@ -21,6 +21,7 @@ from ferrymq.broker.schedule import ScheduleMessageService
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.common.tasks import TaskSet
+from ferrymq.remoting.headers import RegisterBrokerResponseHeader
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
@@ -228,8 +229,8 @@ class Replication:
         (in controller mode from the controller instead)."""
         if self.slave is None or self.failover is not None:
             return
-        master_addr = answer.get_str("masterAddr") if answer.ext_fields else None
-        ha_addr = answer.get_str("haServerAddr") if answer.ext_fields else None
+        header = RegisterBrokerResponseHeader.read(answer)
+        master_addr, ha_addr = header.master_addr, header.ha_server_addr
         if ha_addr and not self.config.ha_master_address:
             self.slave.update_master_address(ha_addr)
         if master_addr:

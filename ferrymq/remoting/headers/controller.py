@@ -3,6 +3,7 @@ docs/wire-format.md#typed-headers)."""
 
 from __future__ import annotations
 
+from ferrymq.common.controller_protocol import NONE, WAIT
 from ferrymq.remoting.headers.base import BOOL, LONG, Header, header, wire
 
 
@@ -11,7 +12,7 @@ class ControllerHeartbeatHeader(Header):
     """CONTROLLER_HEARTBEAT: a broker says where it stands."""
 
     broker_name: str = wire("brokerName", required=True)
-    acting: str = wire("acting", default="NONE")
+    acting: str = wire("acting", default=NONE)
     broker_id: int = wire("brokerId", LONG, required=True)
     broker_addr: str = wire("brokerAddr", required=True)
     ha_server_addr: str = wire("haServerAddr", default="")
@@ -26,7 +27,7 @@ class ControllerHeartbeatResponseHeader(Header):
     """CONTROLLER_HEARTBEAT's answer: the broker's role and what it needs to take it up (None:
     absent, the reader picks its own default)."""
 
-    role: str = wire("role", default="WAIT")
+    role: str = wire("role", default=WAIT)
     epoch: int = wire("epoch", LONG, 0)
     epoch_start_offset: int | None = wire("epochStartOffset", LONG)
     master_id: int = wire("masterId", LONG, -1)
