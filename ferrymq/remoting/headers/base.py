@@ -69,3 +69,7 @@ class Header:
     def to_ext_fields(self) -> dict[str, object]:
         """The fields as a request's or response's ext fields (None: left out on the wire)."""
         return {spec[0]: getattr(self, attr) for spec, attr in zip(self.SPEC, self.ATTRS)}
+
+    def request(self, code: int, body: bytes | None = None, **options: Any) -> RemotingCommand:
+        """A request of ``code`` carrying this header (``options``: RemotingCommand.request's)."""
+        return RemotingCommand.request(code, self.to_ext_fields(), body, **options)

@@ -54,7 +54,7 @@ class GetRouteInfoHeader(Header):
     """GET_ROUTEINFO_BY_TOPIC."""
 
     topic: str = wire("topic", required=True, topic=True)
-    accept_standard_json_only: bool = wire("acceptStandardJsonOnly", BOOL, False)
+    accept_standard_json_only: bool | None = wire("acceptStandardJsonOnly", BOOL)
 
 
 @header

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.headers.base import BOOL, INT, LONG, Header, header, wire
 
 READ_WRITE = 6  # PermName.PERM_READ | PERM_WRITE
@@ -53,6 +54,12 @@ class OffsetResponseHeader(Header):
     QUERY_CONSUMER_OFFSET."""
 
     offset: int | None = wire("offset", LONG)
+
+    @classmethod
+    def offset_of(cls, response: RemotingCommand, default: int) -> int:
+        """The offset an answer carries, ``default`` when it carries none."""
+        offset = cls.read(response).offset
+        return default if offset is None else offset
 
 
 @header
