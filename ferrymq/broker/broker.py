@@ -51,11 +51,11 @@ from ferrymq.common.address_lookup import changed_namesrv_addr
 from ferrymq.common.config_loader import ConfigError
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
-from ferrymq.remoting.headers import RegisterBrokerHeader, UnregisterBrokerHeader
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import RegisterBrokerHeader, UnregisterBrokerHeader
 from ferrymq.remoting.server import RemotingServer
 from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig

@@ -10,11 +10,11 @@ from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.consumer_manager import ConsumerGroupInfo
 from ferrymq.broker.context import Spawn
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
-from ferrymq.remoting.headers import ConsumerGroupHeader, ResetOffsetHeader
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import ConsumerGroupHeader, ResetOffsetHeader
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from ferrymq.broker.schedule import divert_to_schedule, is_delayable
 from ferrymq.common.message import MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.message_id import offset_msg_id
 from ferrymq.common.protocol import Perm
-from ferrymq.remoting.headers import CheckTransactionStateHeader
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import CheckTransactionStateHeader
 from ferrymq.store.results import GetStatus
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,8 @@ from ferrymq.common.protocol import (
     TopicRouteData,
 )
 from ferrymq.common.validators import validate_group, validate_topic
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.headers import (
     ConsumerGroupHeader,
     ConsumeStatsHeader,
@@ -35,8 +37,6 @@ from ferrymq.remoting.headers import (
     TopicHeader,
     ViewMessageHeader,
 )
-from ferrymq.remoting.codes import RequestCode, ResponseCode
-from ferrymq.remoting.command import RemotingCommand
 
 
 def _ok(response: RemotingCommand) -> RemotingCommand:

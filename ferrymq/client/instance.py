@@ -24,12 +24,12 @@ from ferrymq.common.protocol import (
     ProducerData,
     TopicRouteData,
 )
-from ferrymq.remoting.headers import GetRouteInfoHeader, UnregisterClientHeader
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.errors import RemotingConnectionError, RemotingError
+from ferrymq.remoting.headers import GetRouteInfoHeader, UnregisterClientHeader
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from ferrymq.client.instance import ClientInstance
 from ferrymq.common.json_config_file import JsonConfigFile
 from ferrymq.common.consumer_protocol import ResetOffsetBody
 from ferrymq.common.protocol import MASTER_ID, MessageQueue
-from ferrymq.remoting.headers import OffsetResponseHeader, QueryConsumerOffsetHeader, UpdateConsumerOffsetHeader
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import OffsetResponseHeader, QueryConsumerOffsetHeader, UpdateConsumerOffsetHeader
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from ferrymq.common.message import Message, MessageExt, Prop, encode_batch_body,
 from ferrymq.common.message_id import new_uniq_key
 from ferrymq.common.protocol import DEFAULT_TOPIC, MessageQueue, TopicRouteData
 from ferrymq.common.validators import validate_topic
-from ferrymq.remoting.headers import SendMessageResponseHeader
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import SendMessageResponseHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,8 @@ from ferrymq.client.instance import ClientInstance
 from ferrymq.client.pull_service import PullResult, PullService, PullStatus
 from ferrymq.common.consumer_protocol import subscription_of
 from ferrymq.common.protocol import MASTER_ID, MessageQueue
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.headers import (
     Header,
     OffsetResponseHeader,
@@ -21,8 +23,6 @@ from ferrymq.remoting.headers import (
     SearchOffsetHeader,
     UpdateConsumerOffsetHeader,
 )
-from ferrymq.remoting.codes import RequestCode, ResponseCode
-from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 
 __all__ = ["PullConsumer", "PullResult", "PullStatus"]  # PullResult and PullStatus: pull_service.py

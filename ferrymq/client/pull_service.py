@@ -14,9 +14,9 @@ from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.instance import ClientInstance
 from ferrymq.common.message import MessageExt, Prop, decode_records, inflate_in_place
 from ferrymq.common.protocol import MASTER_ID, MessageQueue, SubscriptionData
-from ferrymq.remoting.headers import PullMessageResponseHeader
 from ferrymq.remoting.codes import RequestCode, ResponseCode, SerializeType
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import PullMessageResponseHeader
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 
 log = logging.getLogger(__name__)

@@ -59,10 +59,10 @@ from ferrymq.common.protocol import (
 )
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.validators import validate_group
-from ferrymq.remoting.headers import ConsumerGroupHeader, ResetOffsetHeader
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import ConsumerGroupHeader, ResetOffsetHeader
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 
 log = logging.getLogger(__name__)

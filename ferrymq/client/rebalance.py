@@ -25,9 +25,9 @@ from ferrymq.client.process_queue import ProcessQueue
 from ferrymq.client.push_config import ConsumeFromWhere, MessageModel, PushConsumerConfig
 from ferrymq.common.consumer_protocol import LockBatchRequestBody, LockBatchResponseBody, UnlockBatchRequestBody
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX, ConsumerListBody, MessageQueue, SubscriptionData
-from ferrymq.remoting.headers import ConsumerGroupHeader, Header, OffsetResponseHeader, QueueHeader, SearchOffsetHeader
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import ConsumerGroupHeader, Header, OffsetResponseHeader, QueueHeader, SearchOffsetHeader
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ import uuid
 
 from ferrymq.client.errors import MQClientError
 from ferrymq.common.message import Message, MessageExt, Prop, SysFlag, decode_properties, decompress_body
-from ferrymq.remoting.headers import ReplyMessageHeader
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import ReplyMessageHeader
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
 from ferrymq.common.message import MessageExt, Prop, encode_properties
 from ferrymq.common.protocol import CLIENT_INNER_PRODUCER_GROUP, DEFAULT_TOPIC, retry_topic
-from ferrymq.remoting.headers import ConsumerSendMsgBackHeader
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import ConsumerSendMsgBackHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
 
 log = logging.getLogger(__name__)

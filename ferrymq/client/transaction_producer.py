@@ -28,10 +28,10 @@ from ferrymq.client.listener import call_user_code
 from ferrymq.client.producer import Producer, SendResult, SendStatus
 from ferrymq.common.message import Message, MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.message_id import decode_offset_msg_id
-from ferrymq.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader
 
 log = logging.getLogger(__name__)
 

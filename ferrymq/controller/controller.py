@@ -40,6 +40,9 @@ from ferrymq.controller.state import (
     first_master,
     heartbeat_answer,
 )
+from ferrymq.remoting.codes import ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.headers import (
     AlterInSyncHeader,
     ControllerHeartbeatHeader,
@@ -48,9 +51,6 @@ from ferrymq.remoting.headers import (
     InSyncEpochResponseHeader,
     NotLeaderResponseHeader,
 )
-from ferrymq.remoting.codes import ResponseCode
-from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.server import RemotingServer
 from ferrymq.remoting.tls import ServerTls
 

@@ -20,11 +20,11 @@ from typing import Callable
 
 from ferrymq.common.protocol import MASTER_ID, KVTable, Perm, QueueData, TopicRouteData
 from ferrymq.grpc.protocol import pb
-from ferrymq.remoting.headers import GetRouteInfoHeader, KVConfigHeader, KVListHeader, PutKVConfigHeader
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import GetRouteInfoHeader, KVConfigHeader, KVListHeader, PutKVConfigHeader
 
 log = logging.getLogger(__name__)
 

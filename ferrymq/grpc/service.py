@@ -43,9 +43,9 @@ from ferrymq.grpc.protocol import Code, pb, rpc, spb, status
 from ferrymq.grpc.routes import RouteDirectory, RouteUnavailable, assignments, message_queues
 from ferrymq.grpc.settings import LONG_POLLING_TIMEOUT_MS, RECEIVE_BATCH_SIZE, server_settings
 from ferrymq.grpc.telemetry import TelemetrySession
-from ferrymq.remoting.headers import SendMessageResponseHeader
 from ferrymq.remoting.codes import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import SendMessageResponseHeader
 from ferrymq.store.config import StoreConfig
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,10 @@ import asyncio
 from ferrymq.common.message import Prop, decode_record
 from ferrymq.grpc.messages import incoming, transaction_id
 from ferrymq.grpc.protocol import spb
-from ferrymq.remoting.headers import CheckTransactionStateHeader
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import CheckTransactionStateHeader
 
 MAX_QUEUED = 1024  # commands waiting for a slow stream; more are refused (the check comes again)
 

@@ -23,6 +23,9 @@ from ferrymq.common.protocol import (
 )
 from ferrymq.namesrv.metrics import namesrv_registry
 from ferrymq.namesrv.route_info import RouteInfo
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.headers import (
     DeleteTopicFromNamesrvHeader,
     GetRouteInfoHeader,
@@ -37,9 +40,6 @@ from ferrymq.remoting.headers import (
     TopicsByClusterHeader,
     UnregisterBrokerHeader,
 )
-from ferrymq.remoting.codes import RequestCode, ResponseCode
-from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.server import RemotingServer
 from ferrymq.remoting.tls import ServerTls
 

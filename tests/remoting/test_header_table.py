@@ -13,7 +13,7 @@ from ferrymq.remoting import headers
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.headers import (
     FIELDLESS_REQUESTS,
-    OTHER_RESPONSE_HEADERS,
+    OTHER_HEADERS,
     REQUEST_HEADERS,
     RESPONSE_HEADERS,
     Header,
@@ -24,7 +24,7 @@ SCANNED = ("ferrymq", "operator")
 TABLE = (ROOT / "ferrymq/remoting/headers", ROOT / "ferrymq/remoting/request_headers.py")
 READERS = frozenset({"get_str", "get_int", "get_long", "get_bool"})
 SERVERS = ("ferrymq/broker", "ferrymq/namesrv", "ferrymq/controller")
-ALL_HEADERS = {*REQUEST_HEADERS.values(), *RESPONSE_HEADERS.values(), *OTHER_RESPONSE_HEADERS}
+ALL_HEADERS = {*REQUEST_HEADERS.values(), *RESPONSE_HEADERS.values(), *OTHER_HEADERS}
 
 
 def _field_names() -> frozenset[str]:
@@ -43,7 +43,8 @@ def _literal(node: ast.AST | None) -> str | None:
 
 
 def _is_ext_fields(node: ast.AST) -> bool:
-    return isinstance(node, ast.Attribute) and node.attr == "ext_fields"
+    """``node`` is, or is built from, some command's ext_fields (``(cmd.ext_fields or {})`` too)."""
+    return any(isinstance(n, ast.Attribute) and n.attr == "ext_fields" for n in ast.walk(node))
 
 
 def _ext_dict(call: ast.Call) -> ast.Dict | None:
@@ -82,7 +83,7 @@ def test_the_check_finds_each_kind_of_spelling():
 req.get_str("consumerGroup", required=True)
 answer.get_long("offset", 0)
 req.ext_fields["topic"]
-req.ext_fields.get("queueId")
+req.ext_fields.get("queueId"); (answer.ext_fields or {}).get("leaderAddr")
 RemotingCommand.request(RequestCode.PULL_MESSAGE, {"topic": t, **more})
 req.response(ext_fields={"offset": 1})
 req.response(0, None, {"msgId": ""})
@@ -90,7 +91,8 @@ other.get("topic"); {"topic": 1}; req.get_str(name)
 """
     hits = spelled_field_names(ast.parse(source), _field_names())
     assert [(line, name) for line, name, _ in hits] == [
-        (2, "consumerGroup"), (3, "offset"), (4, "topic"), (5, "queueId"), (6, "topic"), (7, "offset"), (8, "msgId")]
+        (2, "consumerGroup"), (3, "offset"), (4, "topic"), (5, "queueId"), (5, "leaderAddr"), (6, "topic"), (7, "offset"),
+        (8, "msgId")]
 
 
 def test_no_field_name_is_spelled_outside_the_table():

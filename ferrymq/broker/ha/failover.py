@@ -51,6 +51,10 @@ from ferrymq.common.controller_protocol import (
     NONE,
     SLAVE,
 )
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.errors import RemotingError
 from ferrymq.remoting.headers import (
     AlterInSyncHeader,
     ControllerHeartbeatHeader,
@@ -58,10 +62,6 @@ from ferrymq.remoting.headers import (
     ControllerPromotedHeader,
     InSyncEpochResponseHeader,
 )
-from ferrymq.remoting.client import RemotingClient
-from ferrymq.remoting.codes import ResponseCode
-from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.errors import RemotingError
 from ferrymq.store.async_store import AsyncMessageStore
 
 log = logging.getLogger(__name__)

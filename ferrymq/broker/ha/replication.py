@@ -21,10 +21,10 @@ from ferrymq.broker.schedule import ScheduleMessageService
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.common.tasks import TaskSet
-from ferrymq.remoting.headers import RegisterBrokerResponseHeader
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import RegisterBrokerResponseHeader
 from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
 from ferrymq.store.results import PutStatus

@@ -16,6 +16,9 @@ from typing import Any
 from ferrymq.acl.acl_file import AclFile
 from ferrymq.acl.plain_acl import AclConfigError
 from ferrymq.broker.config import BrokerConfig
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.headers import (
     BrokerAclConfigResponseHeader,
     CreateAccessConfigHeader,
@@ -23,9 +26,6 @@ from ferrymq.remoting.headers import (
     UpdateGlobalWhiteAddrsHeader,
     split_list,
 )
-from ferrymq.remoting.codes import RequestCode, ResponseCode
-from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.connection import Connection
 
 class AclAdminProcessors:
     def __init__(self, acl: AclFile | None, config: BrokerConfig, broker_addr) -> None:

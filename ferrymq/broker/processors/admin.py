@@ -15,10 +15,10 @@ from ferrymq.common import rocketmq_json
 from ferrymq.common.config_loader import ConfigError, apply_settings, parse_properties, to_properties
 from ferrymq.common.protocol import KVTable, MessageQueue, TopicConfig
 from ferrymq.common.validators import validate_topic
-from ferrymq.remoting.headers import BrokerConfigResponseHeader, CreateTopicHeader, TopicHeader
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import BrokerConfigResponseHeader, CreateTopicHeader, TopicHeader
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.common.consumer_protocol import CheckClientRequestBody
 from ferrymq.common.protocol import ConsumerListBody, HeartbeatData, Perm, retry_topic
-from ferrymq.remoting.headers import ConsumerGroupHeader, UnregisterClientHeader
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import ConsumerGroupHeader, UnregisterClientHeader
 
 
 class ClientManageProcessors:

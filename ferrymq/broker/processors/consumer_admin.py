@@ -25,6 +25,9 @@ from ferrymq.common.consumer_protocol import (
 )
 from ferrymq.common.protocol import MessageQueue, SubscriptionGroupConfig
 from ferrymq.common.validators import validate_group
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.headers import (
     ConsumerGroupHeader,
     ConsumerSendMsgBackHeader,
@@ -32,9 +35,6 @@ from ferrymq.remoting.headers import (
     DeleteGroupHeader,
     ResetOffsetHeader,
 )
-from ferrymq.remoting.codes import RequestCode, ResponseCode
-from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.connection import Connection
 
 log = logging.getLogger(__name__)
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
+from ferrymq.remoting.codes import ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.headers import (
     OffsetResponseHeader,
     QueryConsumerOffsetHeader,
     QueueHeader,
     UpdateConsumerOffsetHeader,
 )
-from ferrymq.remoting.codes import ResponseCode
-from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.connection import Connection
 from ferrymq.store.async_store import AsyncMessageStore
 
 class OffsetProcessors:

@@ -24,6 +24,9 @@ from ferrymq.broker.message_filter import FilterRefused, message_filter
 from ferrymq.broker.pop.service import AckStatus, InitMode, PopService, PopStatus, ReceiverAgent
 from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common.message import encode_record
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.headers import (
     AckMessageHeader,
     ChangeInvisibleTimeHeader,
@@ -31,9 +34,6 @@ from ferrymq.remoting.headers import (
     PopMessageHeader,
     PopMessageResponseHeader,
 )
-from ferrymq.remoting.codes import RequestCode, ResponseCode
-from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.connection import Connection
 
 POP_CK = "POP_CK"  # MessageConst.PROPERTY_POP_CK
 

@@ -18,10 +18,10 @@ from ferrymq.broker.message_filter import FilterRefused, MessageFilter, message_
 from ferrymq.broker.protection import ConsumeProtection
 from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common.protocol import Perm
-from ferrymq.remoting.headers import PullMessageResponseHeader
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import PullMessageResponseHeader
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 from ferrymq.store.results import GetResult, GetStatus
 
@@ -154,6 +154,6 @@ class PullProcessor:
         if code == ResponseCode.SUCCESS:
             body = result.body()
             self.ctx.stats.record_get(topic, result.message_count, len(body))
-        return req.response(code, remark=result.status.name, body=body, ext_fields=PullMessageResponseHeader(
+        return req.response(code, remark=result.status.name, body=body, ext_fields=PullMessageResponseHeader.fields_of(
             suggest_which_broker_id=suggest, next_begin_offset=result.next_begin_offset,
-            min_offset=result.min_offset, max_offset=result.max_offset).to_ext_fields())
+            min_offset=result.min_offset, max_offset=result.max_offset))

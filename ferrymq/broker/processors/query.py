@@ -7,6 +7,9 @@ the IndexFile's candidates (the index is hash based): clients check the keys the
 
 from __future__ import annotations
 
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.headers import (
     OffsetResponseHeader,
     QueryMessageHeader,
@@ -16,9 +19,6 @@ from ferrymq.remoting.headers import (
     StoreTimeResponseHeader,
     ViewMessageHeader,
 )
-from ferrymq.remoting.codes import RequestCode, ResponseCode
-from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.connection import Connection
 from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
 

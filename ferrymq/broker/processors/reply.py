@@ -13,11 +13,11 @@ import time
 
 from ferrymq.broker.context import BrokerContext
 from ferrymq.common.message import MessageExt, Prop, decode_properties, encode_properties
-from ferrymq.remoting.headers import ReplyMessageHeader, SendMessageResponseHeader
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import ReplyMessageHeader, SendMessageResponseHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
 
 log = logging.getLogger(__name__)

@@ -4,9 +4,9 @@ the answer, when asked for, says whether the decision was recorded)."""
 from __future__ import annotations
 
 from ferrymq.broker.transactions import EndTransaction, TransactionService
-from ferrymq.remoting.headers import EndTransactionHeader
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import EndTransactionHeader
 
 
 class EndTransactionProcessor:

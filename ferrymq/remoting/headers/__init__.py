@@ -14,9 +14,13 @@ from ferrymq.common.controller_protocol import (
 )
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.headers.acl import (
+    ACCESS_KEY,
+    SECURITY_TOKEN,
+    SIGNATURE,
     BrokerAclConfigResponseHeader,
     CreateAccessConfigHeader,
     DeleteAccessConfigHeader,
+    SessionCredentialsHeader,
     UpdateGlobalWhiteAddrsHeader,
     split_list,
 )
@@ -71,6 +75,7 @@ from ferrymq.remoting.headers.topic import (
     SearchOffsetHeader,
     StoreTimeResponseHeader,
     TopicHeader,
+    UNIQUE_KEY_QUERY,
     UpdateConsumerOffsetHeader,
     ViewMessageHeader,
 )
@@ -137,8 +142,9 @@ RESPONSE_HEADERS: dict[int, type[Header]] = {
     CONTROLLER_ALTER_IN_SYNC: InSyncEpochResponseHeader,
 }  # fmt: skip
 
-# Answers that are not a request's success (any request of the controller may get one).
-OTHER_RESPONSE_HEADERS: tuple[type[Header], ...] = (NotLeaderResponseHeader,)
+# Headers outside the code tables: what any signed request carries, and the answer any request
+# to a controller that does not lead gets.
+OTHER_HEADERS: tuple[type[Header], ...] = (SessionCredentialsHeader, NotLeaderResponseHeader)
 
 
 def topic_field(code: int) -> str | None:
@@ -157,6 +163,7 @@ def consumer_group_field(code: int) -> str | None:
 
 
 __all__ = [name for name in dir() if name.endswith("Header")] + [
-    "FIELDLESS_REQUESTS", "MAX_RECONSUME_TIMES_VERSION", "OTHER_RESPONSE_HEADERS", "REQUEST_HEADERS", "RESPONSE_HEADERS",
+    "ACCESS_KEY", "FIELDLESS_REQUESTS", "MAX_RECONSUME_TIMES_VERSION", "OTHER_HEADERS", "SECURITY_TOKEN",
+    "SIGNATURE", "UNIQUE_KEY_QUERY", "REQUEST_HEADERS", "RESPONSE_HEADERS",
     "consumer_group_field", "split_list", "topic_field",
 ]  # fmt: skip

@@ -7,6 +7,19 @@ from ferrymq.remoting.headers.base import BOOL, Header, header, wire
 
 
 @header
+class SessionCredentialsHeader(Header):
+    """What a signed request carries besides its own header (RocketMQ's SessionCredentials, added
+    by AclClientRPCHook to any request; ferrymq/acl/signature.py)."""
+
+    access_key: str | None = wire("AccessKey")
+    security_token: str | None = wire("SecurityToken")
+    signature: str | None = wire("Signature")
+
+
+ACCESS_KEY, SECURITY_TOKEN, SIGNATURE = SessionCredentialsHeader.wire_names()
+
+
+@header
 class CreateAccessConfigHeader(Header):
     """UPDATE_AND_CREATE_ACL_CONFIG: the account's fields as plain_acl.yml names them (absent:
     left as they are)."""

@@ -41,10 +41,27 @@ def header(cls: type[H]) -> type[H]:
     cls.SPEC = tuple((f.metadata["wire"], f.metadata["kind"], f.metadata["default"], f.metadata["required"])
                      for f in fields)
     cls.ATTRS = tuple(f.name for f in fields)
+    cls._from_values, cls.to_ext_fields, cls.fields_of = _compiled_codec(cls.SPEC, cls.ATTRS)
     cls.TOPIC_FIELDS = tuple(f.metadata["wire"] for f in fields if f.metadata["topic"])
     cls.CONSUMER_GROUP_FIELDS = tuple(f.metadata["wire"] for f in fields if f.metadata["group"] == "consumer")
     cls.PRODUCER_GROUP_FIELDS = tuple(f.metadata["wire"] for f in fields if f.metadata["group"] == "producer")
     return cls
+
+
+def _compiled_codec(spec: HeaderSpec, attrs: tuple[str, ...]) -> tuple[Any, Any, Any]:
+    """The header's conversions as straight-line code (SEND and PULL answers are on the hot path):
+    values in spec order -> header; header -> ext-field dict; keyword values -> ext-field dict
+    without building the header (``fields_of``, for the hottest answers)."""
+    build = ", ".join(f"{attr}=values[{i}]" for i, attr in enumerate(attrs))
+    fields = ", ".join(f"{name!r}: self.{attr}" for (name, *_), attr in zip(spec, attrs))
+    params = ", ".join(attr if required else f"{attr}=defaults[{i}]"
+                       for i, ((_, _, _, required), attr) in enumerate(zip(spec, attrs)))
+    direct = ", ".join(f"{name!r}: {attr}" for (name, *_), attr in zip(spec, attrs))
+    namespace: dict[str, Any] = {"defaults": tuple(default for _, _, default, _ in spec)}
+    exec(f"def from_values(cls, values):\n    return cls({build})\n"  # noqa: S102 - our own field names
+         f"def to_ext_fields(self):\n    return {{{fields}}}\n"
+         f"def fields_of(*, {params}):\n    return {{{direct}}}\n", namespace)
+    return classmethod(namespace["from_values"]), namespace["to_ext_fields"], staticmethod(namespace["fields_of"])
 
 
 class Header:
@@ -60,15 +77,24 @@ class Header:
     @classmethod
     def read(cls: type[H], cmd: RemotingCommand) -> H:
         """The header ``cmd`` carries; HeaderFieldError names a missing or malformed field."""
-        return cls(**dict(zip(cls.ATTRS, cmd.header_values(cls.SPEC))))
+        return cls._from_values(cmd.header_values(cls.SPEC))
 
     @classmethod
     def wire_names(cls) -> tuple[str, ...]:
         return tuple(spec[0] for spec in cls.SPEC)
 
-    def to_ext_fields(self) -> dict[str, object]:
+    def to_ext_fields(self) -> dict[str, object]:  # compiled per class by @header
         """The fields as a request's or response's ext fields (None: left out on the wire)."""
-        return {spec[0]: getattr(self, attr) for spec, attr in zip(self.SPEC, self.ATTRS)}
+        raise NotImplementedError
+
+    @staticmethod
+    def fields_of(**values: Any) -> dict[str, object]:  # compiled per class by @header
+        """``cls(**values).to_ext_fields()`` without building the header (same keywords, same defaults)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _from_values(cls: type[H], values: tuple) -> H:  # compiled per class by @header
+        raise NotImplementedError
 
     def request(self, code: int, body: bytes | None = None, **options: Any) -> RemotingCommand:
         """A request of ``code`` carrying this header (``options``: RemotingCommand.request's)."""

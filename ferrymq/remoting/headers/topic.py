@@ -7,6 +7,7 @@ from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.headers.base import BOOL, INT, LONG, Header, header, wire
 
 READ_WRITE = 6  # PermName.PERM_READ | PERM_WRITE
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # QUERY_MESSAGE's flag: the key is a UNIQ_KEY
 
 
 @header
@@ -97,7 +98,7 @@ class QueryMessageHeader(Header):
     max_num: int = wire("maxNum", INT, required=True)
     begin_timestamp: int = wire("beginTimestamp", LONG, required=True)
     end_timestamp: int = wire("endTimestamp", LONG, required=True)
-    unique_key_query: str | None = wire("_UNIQUE_KEY_QUERY")
+    unique_key_query: str | None = wire(UNIQUE_KEY_QUERY)
 
 
 @header
