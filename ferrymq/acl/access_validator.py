@@ -59,7 +59,8 @@ _SEND = "send"
 _TOPIC_PERMS: dict[int, Perm | str] = {
     RequestCode.SEND_MESSAGE: _SEND, RequestCode.SEND_MESSAGE_V2: _SEND,
     RequestCode.SEND_BATCH_MESSAGE: _SEND,  # checked here although 4.9 skips batches
-    RequestCode.PULL_MESSAGE: Perm.SUB, RequestCode.QUERY_MESSAGE: Perm.SUB, RequestCode.UPDATE_CONSUMER_OFFSET: Perm.SUB,
+    RequestCode.PULL_MESSAGE: Perm.SUB, RequestCode.QUERY_MESSAGE: Perm.SUB,
+    RequestCode.UPDATE_CONSUMER_OFFSET: Perm.SUB,
 }  # fmt: skip
 # Requests whose consumer group is checked (as its retry topic, SUB); 4.9 checks the group of an
 # offset update before its topic, and the topic of a pull before its group.

@@ -444,9 +444,10 @@ class Broker:
     async def _unregister_from_namesrvs(self) -> None:
         for addr in self.config.namesrv_addresses():
             with contextlib.suppress(RemotingError, OSError):
-                await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, UnregisterBrokerHeader(
-                    broker_addr=self.address, broker_name=self.config.broker_name,
-                    cluster_name=self.config.broker_cluster_name, broker_id=self.config.broker_id).to_ext_fields()), 3.0)
+                header = UnregisterBrokerHeader(broker_addr=self.address, broker_name=self.config.broker_name,
+                                                cluster_name=self.config.broker_cluster_name,
+                                                broker_id=self.config.broker_id)
+                await self.namesrv_client.invoke(addr, header.request(RequestCode.UNREGISTER_BROKER), 3.0)
 
     # ------------------------------------------------------------------ info
 

@@ -105,10 +105,12 @@ class AdminClient:
 
     async def delete_topic(self, topic: str, *, cluster: str | None = None) -> None:
         for addr in (await self.master_addrs(cluster)).values():
-            _ok(await self.instance.invoke_broker(addr, TopicHeader(topic=topic).request(RequestCode.DELETE_TOPIC_IN_BROKER)))
+            _ok(await self.instance.invoke_broker(addr, TopicHeader(topic=topic).request(
+                RequestCode.DELETE_TOPIC_IN_BROKER)))
+        in_namesrv = DeleteTopicFromNamesrvHeader(topic=topic, cluster_name=cluster)
         for ns in self.config.namesrv_addresses():
-            _ok(await self.instance.remoting.invoke(ns, DeleteTopicFromNamesrvHeader(topic=topic, cluster_name=cluster).request(
-                RequestCode.DELETE_TOPIC_IN_NAMESRV), self.config.api_timeout))
+            _ok(await self.instance.remoting.invoke(ns, in_namesrv.request(RequestCode.DELETE_TOPIC_IN_NAMESRV),
+                                                    self.config.api_timeout))
 
     async def topic_list(self) -> list[str]:
         response = _ok(await self.instance.invoke_namesrv(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)))
@@ -257,8 +259,8 @@ class AdminClient:
 
     async def delete_group(self, group: str, *, cluster: str | None = None, remove_offsets: bool = False) -> None:
         for addr in (await self._group_targets(cluster, None)).values():
-            _ok(await self.instance.invoke_broker(addr, DeleteGroupHeader(group_name=group, remove_offset=remove_offsets).request(
-                RequestCode.DELETE_SUBSCRIPTIONGROUP)))
+            header = DeleteGroupHeader(group_name=group, remove_offset=remove_offsets)
+            _ok(await self.instance.invoke_broker(addr, header.request(RequestCode.DELETE_SUBSCRIPTIONGROUP)))
 
     async def set_group_consume_enable(self, group: str, enable: bool, *, cluster: str | None = None) -> list[str]:
         """Turn a group's consumption on or off on every master (how a group disabled by broker

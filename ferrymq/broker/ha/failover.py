@@ -168,7 +168,8 @@ class FailoverAgent:
                     return
             elif self.acting != MASTER:
                 start = answer.epoch_start_offset
-                await self._take_up(epoch, self.store.max_phy_offset if start is None else start, in_sync, in_sync_epoch)
+                start = self.store.max_phy_offset if start is None else start
+                await self._take_up(epoch, start, in_sync, in_sync_epoch)
             elif in_sync_epoch > self._in_sync_epoch():
                 self.replication.set_in_sync(in_sync, in_sync_epoch)
             self._last_ok_sent = sent
@@ -234,8 +235,8 @@ class FailoverAgent:
         await self.replication.stop_slave()
         await self._truncate(truncate, epoch)
         start = self.store.max_phy_offset
-        request = RemotingCommand.request(CONTROLLER_PROMOTED, ControllerPromotedHeader(
-            broker_name=self.config.broker_name, broker_id=self.identity, epoch=epoch, start_offset=start).to_ext_fields())
+        request = ControllerPromotedHeader(broker_name=self.config.broker_name, broker_id=self.identity, epoch=epoch,
+                                           start_offset=start).request(CONTROLLER_PROMOTED)
         try:
             answer = await self._invoke(request, 5.0)
         except (RemotingError, OSError, asyncio.TimeoutError) as exc:

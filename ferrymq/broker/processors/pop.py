@@ -48,24 +48,25 @@ class PopProcessors:
                 RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible_time}
 
     async def pop_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        pop = PopMessageHeader.read(req)
-        topic, invisible_ms, init = pop.topic, pop.invisible_time, pop.init_mode
+        asked = PopMessageHeader.read(req)
+        topic, invisible_ms, init = asked.topic, asked.invisible_time, asked.init_mode
         if init not in (InitMode.MIN, InitMode.MAX):
             return req.response(ResponseCode.INVALID_PARAMETER, f"initMode {init} unknown: 0 (MIN) or 1 (MAX)")
-        exp_type = (pop.exp_type or "TAG").upper()
+        exp_type = (asked.exp_type or "TAG").upper()
         if exp_type not in ("TAG", "SQL92"):
             return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"unknown expression type {exp_type}")
         try:
-            wanted = message_filter(build_subscription(topic, pop.exp or "*", exp_type),
+            wanted = message_filter(build_subscription(topic, asked.exp or "*", exp_type),
                                     self.enable_property_filter)
         except FilterRefused as refused:
             return req.response(refused.code, refused.remark)
-        result = await self.pop.receive(group=pop.consumer_group, topic=topic, queue_id=pop.queue_id,
-                                        max_messages=pop.max_msg_nums, invisible_ms=invisible_ms, poll_ms=pop.poll_time,
+        result = await self.pop.receive(group=asked.consumer_group, topic=topic, queue_id=asked.queue_id,
+                                        max_messages=asked.max_msg_nums, invisible_ms=invisible_ms,
+                                        poll_ms=asked.poll_time,
                                         message_filter=None if wanted.passes_all else wanted,
-                                        fifo=pop.order, client_id=_client(conn),
+                                        fifo=asked.order, client_id=_client(conn),
                                         init_mode=InitMode(init),
-                                        agent=ReceiverAgent(req.language, req.version, pop.exp or "*", exp_type))
+                                        agent=ReceiverAgent(req.language, req.version, asked.exp or "*", exp_type))
         fields = PopMessageResponseHeader(pop_time=int(time.time() * 1000), invisible_time=invisible_ms, revive_qid=0,
                                           rest_num=0).to_ext_fields()
         if result.status is PopStatus.REFUSED:

@@ -43,8 +43,8 @@ class QueryProcessors:
             max_num = self.store_config.default_query_max_num
         result = await self.store.query_message(query.topic, query.key, max_num, query.begin_timestamp,
                                                 query.end_timestamp)
-        header = QueryMessageResponseHeader(index_last_update_timestamp=result.index_last_update_timestamp,
-                                            index_last_update_phyoffset=result.index_last_update_phyoffset).to_ext_fields()
+        header = QueryMessageResponseHeader.fields_of(index_last_update_timestamp=result.index_last_update_timestamp,
+                                                      index_last_update_phyoffset=result.index_last_update_phyoffset)
         if result.records:
             return req.response(ext_fields=header, body=b"".join(result.records))
         return req.response(ResponseCode.QUERY_NOT_FOUND, remark="can not find message, maybe time range not correct",
