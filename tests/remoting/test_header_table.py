@@ -148,3 +148,13 @@ def test_the_acl_fields_come_from_the_table():
     assert headers.consumer_group_field(RequestCode.PULL_MESSAGE) == "consumerGroup"
     assert headers.consumer_group_field(RequestCode.CONSUMER_SEND_MSG_BACK) == "group"
     assert headers.topic_field(RequestCode.HEART_BEAT) is None
+
+
+@pytest.mark.parametrize("cls", sorted((c for c in ALL_HEADERS if issubclass(c, Header)), key=lambda c: c.__name__))
+def test_compiled_and_python_readers_agree_on_every_header(cls):
+    from ferrymq.remoting.command import header_values, py_header_values
+    texts = ("", "7", "-1", "true", "x", "99999999999", "9" * 20)
+    for i in range(len(texts) ** 2):
+        ext = {name: texts[(i + n * (i // len(texts) + 1)) % len(texts)] for n, name in enumerate(cls.wire_names())}
+        ext = {name: text for name, text in ext.items() if text}  # an absent field as well as present ones
+        assert header_values(ext, cls.SPEC) == py_header_values(ext, cls.SPEC), ext
