@@ -23,6 +23,7 @@ from ferrymq.acl.signature import ACCESS_KEY, signature_matches
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX, HeartbeatData, retry_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import consumer_group_field, topic_field
 
 log = logging.getLogger(__name__)
 
@@ -52,54 +53,59 @@ class AccessDenied(Exception):
     """The request is refused; the message says why, as RocketMQ words it."""
 
 
-def _send_resources(ext: dict[str, str], topic_key: str) -> dict[str, Perm]:
-    topic = ext.get(topic_key)
-    if topic is None:
-        return {}
+# What a request's topic needs, by request code ("send": the producer's rule below); which
+# field holds it, and which the consumer group, is the header table's (remoting/headers).
+_SEND = "send"
+_TOPIC_PERMS: dict[int, Perm | str] = {
+    RequestCode.SEND_MESSAGE: _SEND, RequestCode.SEND_MESSAGE_V2: _SEND,
+    RequestCode.SEND_BATCH_MESSAGE: _SEND,  # checked here although 4.9 skips batches
+    RequestCode.PULL_MESSAGE: Perm.SUB, RequestCode.QUERY_MESSAGE: Perm.SUB,
+    RequestCode.UPDATE_CONSUMER_OFFSET: Perm.SUB,
+}  # fmt: skip
+# Requests whose consumer group is checked (as its retry topic, SUB); 4.9 checks the group of an
+# offset update before its topic, and the topic of a pull before its group.
+_GROUP_CHECKED = frozenset({
+    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.PULL_MESSAGE, RequestCode.UNREGISTER_CLIENT,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP, RequestCode.UPDATE_CONSUMER_OFFSET,
+})  # fmt: skip
+_GROUP_FIRST = frozenset({RequestCode.UPDATE_CONSUMER_OFFSET})
+
+
+def _topic_resource(topic: str, perm: Perm | str) -> tuple[str, Perm]:
+    if perm != _SEND:
+        return topic, perm
     if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-        return {topic: Perm.SUB}  # sending into a group's retry topic is that group's business
-    return {topic: Perm.PUB}
+        return topic, Perm.SUB  # sending into a group's retry topic is that group's business
+    return topic, Perm.PUB
+
+
+def _heartbeat_resources(request: RemotingCommand) -> dict[str, Perm]:
+    try:
+        heartbeat = HeartbeatData.from_json(request.body or b"{}")
+    except ValueError as exc:
+        raise AccessDenied(f"unreadable heartbeat: {exc}") from None
+    needed: dict[str, Perm] = {}
+    for consumer in heartbeat.consumer_data_set:
+        needed[retry_topic(consumer.group_name)] = Perm.SUB
+        for sub in consumer.subscription_data_set:
+            needed[sub.topic] = Perm.SUB
+    return needed
 
 
 def needed_resources(request: RemotingCommand) -> dict[str, Perm]:
     """The topics (and groups, as retry topics) a request touches and the permission each needs."""
     ext, code = request.ext_fields, request.code
-    needed: dict[str, Perm] = {}
-
-    def group(key: str) -> None:
-        if ext.get(key):
-            needed[retry_topic(ext[key])] = Perm.SUB
-
-    def topic(key: str, perm: Perm) -> None:
-        if ext.get(key):
-            needed[ext[key]] = perm
-
-    if code == RequestCode.SEND_MESSAGE:
-        needed.update(_send_resources(ext, "topic"))
-    elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):  # 4.9 skips batches
-        needed.update(_send_resources(ext, "b"))
-    elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
-        group("group")
-    elif code == RequestCode.PULL_MESSAGE:
-        topic("topic", Perm.SUB)
-        group("consumerGroup")
-    elif code == RequestCode.QUERY_MESSAGE:
-        topic("topic", Perm.SUB)
-    elif code == RequestCode.HEART_BEAT:
-        try:
-            heartbeat = HeartbeatData.from_json(request.body or b"{}")
-        except ValueError as exc:
-            raise AccessDenied(f"unreadable heartbeat: {exc}") from None
-        for consumer in heartbeat.consumer_data_set:
-            needed[retry_topic(consumer.group_name)] = Perm.SUB
-            for sub in consumer.subscription_data_set:
-                needed[sub.topic] = Perm.SUB
-    elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
-        group("consumerGroup")
-    elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
-        group("consumerGroup")
-        topic("topic", Perm.SUB)
-    return needed
+    if code == RequestCode.HEART_BEAT:
+        return _heartbeat_resources(request)
+    found: list[tuple[str, Perm]] = []
+    perm = _TOPIC_PERMS.get(code)
+    topic = ext.get(topic_field(code)) if perm is not None else None
+    if topic is not None and (topic or perm == _SEND):  # a send's topic counts even when empty
+        found.append(_topic_resource(topic, perm))
+    group = ext.get(consumer_group_field(code)) if code in _GROUP_CHECKED else None
+    if group:
+        found.insert(0 if code in _GROUP_FIRST else len(found), (retry_topic(group), Perm.SUB))
+    return dict(found)
 
 
 class AccessValidator:

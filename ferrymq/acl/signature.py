@@ -16,11 +16,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ferrymq.remoting.command import RemotingCommand
-
-ACCESS_KEY = "AccessKey"
-SECURITY_TOKEN = "SecurityToken"
-SIGNATURE = "Signature"
-UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+from ferrymq.remoting.headers import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, UNIQUE_KEY_QUERY
 
 __all__ = ["ACCESS_KEY", "SECURITY_TOKEN", "SIGNATURE", "Credentials", "sign_request", "signature_matches"]
 

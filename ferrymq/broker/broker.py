@@ -55,6 +55,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import RegisterBrokerHeader, UnregisterBrokerHeader
 from ferrymq.remoting.server import RemotingServer
 from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
@@ -416,12 +417,12 @@ class Broker:
                 {name: dataclasses.replace(tc, perm=tc.perm & perm) for name, tc in wrapper.topic_config_table.items()},
                 wrapper.data_version)
         body = RegisterBrokerBody(wrapper).to_json()
-        return RemotingCommand.request(RequestCode.REGISTER_BROKER, {
-            "brokerAddr": self.address, "brokerName": self.config.broker_name,
-            "clusterName": self.config.broker_cluster_name, "brokerId": self.config.broker_id,
-            "haServerAddr": f"{self.config.advertised_host()}:{self.replication.ha_port}",
-            "compressed": False, "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF,
-        }, body)
+        return RemotingCommand.request(RequestCode.REGISTER_BROKER, RegisterBrokerHeader(
+            broker_addr=self.address, broker_name=self.config.broker_name,
+            cluster_name=self.config.broker_cluster_name, broker_id=self.config.broker_id,
+            ha_server_addr=f"{self.config.advertised_host()}:{self.replication.ha_port}",
+            compressed=False, body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
+        ).to_ext_fields(), body)
 
     async def register_with_namesrvs(self) -> bool:
         addrs = self.config.namesrv_addresses()
@@ -444,9 +445,10 @@ class Broker:
     async def _unregister_from_namesrvs(self) -> None:
         for addr in self.config.namesrv_addresses():
             with contextlib.suppress(RemotingError, OSError):
-                await self.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, {
-                    "brokerAddr": self.address, "brokerName": self.config.broker_name,
-                    "clusterName": self.config.broker_cluster_name, "brokerId": self.config.broker_id}), 3.0)
+                header = UnregisterBrokerHeader(broker_addr=self.address, broker_name=self.config.broker_name,
+                                                cluster_name=self.config.broker_cluster_name,
+                                                broker_id=self.config.broker_id)
+                await self.namesrv_client.invoke(addr, header.request(RequestCode.UNREGISTER_BROKER), 3.0)
 
     # ------------------------------------------------------------------ info
 

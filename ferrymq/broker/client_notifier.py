@@ -14,6 +14,7 @@ from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import ConsumerGroupHeader, ResetOffsetHeader
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,8 @@ class ClientNotifier:
     @staticmethod
     async def _notify(conn: Connection, group: str) -> None:
         try:
-            await conn.invoke_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}))
+            await conn.invoke_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                                            ConsumerGroupHeader(consumer_group=group).to_ext_fields()))
         except RemotingError as e:
             log.debug("notify %s of group %s change failed: %s", conn.remote_address, group, e)
 
@@ -47,8 +49,8 @@ class ClientNotifier:
         """Tell the group's online members their offsets of ``topic`` changed (``body``: the
         new offset table), so they drop what they hold and pull from there."""
         for channel in list(info.channels.values()) if info else []:
-            notice = RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, {
-                "topic": topic, "group": info.group_name, "timestamp": timestamp, "isForce": force}, body)
+            notice = RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ResetOffsetHeader(
+                topic=topic, group=info.group_name, timestamp=timestamp, is_force=force).to_ext_fields(), body)
             try:
                 await channel.connection.invoke_oneway(notice)
             except RemotingError as e:

@@ -38,6 +38,7 @@ from ferrymq.common.protocol import Perm
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import CheckTransactionStateHeader
 from ferrymq.store.results import GetStatus
 
 log = logging.getLogger(__name__)
@@ -246,10 +247,10 @@ class TransactionService:
         channel = random.choice(channels)
         host, port = self.ctx.store_host
         offset_id = offset_msg_id(host, port, half.commit_log_offset)
-        request = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, {
-            "tranStateTableOffset": half.queue_offset, "commitLogOffset": half.commit_log_offset,
-            "msgId": half.client_msg_id or offset_id, "transactionId": half.client_msg_id or offset_id,
-            "offsetMsgId": offset_id}, body=record)
+        request = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, CheckTransactionStateHeader(
+            tran_state_table_offset=half.queue_offset, commit_log_offset=half.commit_log_offset,
+            msg_id=half.client_msg_id or offset_id, transaction_id=half.client_msg_id or offset_id,
+            offset_msg_id=offset_id).to_ext_fields(), body=record)
         try:
             await channel.connection.invoke_oneway(request)
             self.checks_sent += 1

@@ -26,6 +26,17 @@ from ferrymq.common.protocol import (
 from ferrymq.common.validators import validate_group, validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import (
+    ConsumerGroupHeader,
+    ConsumeStatsHeader,
+    CreateTopicHeader,
+    DeleteGroupHeader,
+    DeleteTopicFromNamesrvHeader,
+    QueryMessageHeader,
+    ResetOffsetHeader,
+    TopicHeader,
+    ViewMessageHeader,
+)
 
 
 def _ok(response: RemotingCommand) -> RemotingCommand:
@@ -85,19 +96,21 @@ class AdminClient:
         addrs = [broker_addr] if broker_addr else list((await self.master_addrs(cluster)).values())
         if not addrs:
             raise MQClientError("no broker is registered with the name server")
-        fields = {"topic": topic, "defaultTopic": DEFAULT_TOPIC, "readQueueNums": read_queues,
-                  "writeQueueNums": write_queues, "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
-                  "order": order}
+        header = CreateTopicHeader(topic=topic, default_topic=DEFAULT_TOPIC, read_queue_nums=read_queues,
+                                   write_queue_nums=write_queues, perm=perm, topic_filter_type="SINGLE_TAG",
+                                   topic_sys_flag=0, order=order)
         for addr in addrs:
-            _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)))
+            _ok(await self.instance.invoke_broker(addr, header.request(RequestCode.UPDATE_AND_CREATE_TOPIC)))
         return addrs
 
     async def delete_topic(self, topic: str, *, cluster: str | None = None) -> None:
         for addr in (await self.master_addrs(cluster)).values():
-            _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})))
+            _ok(await self.instance.invoke_broker(addr, TopicHeader(topic=topic).request(
+                RequestCode.DELETE_TOPIC_IN_BROKER)))
+        in_namesrv = DeleteTopicFromNamesrvHeader(topic=topic, cluster_name=cluster)
         for ns in self.config.namesrv_addresses():
-            _ok(await self.instance.remoting.invoke(ns, RemotingCommand.request(
-                RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster}), self.config.api_timeout))
+            _ok(await self.instance.remoting.invoke(ns, in_namesrv.request(RequestCode.DELETE_TOPIC_IN_NAMESRV),
+                                                    self.config.api_timeout))
 
     async def topic_list(self) -> list[str]:
         response = _ok(await self.instance.invoke_namesrv(RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)))
@@ -118,8 +131,8 @@ class AdminClient:
             addr = broker.master_addr()
             if not addr:
                 continue
-            response = _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(
-                RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})))
+            response = _ok(await self.instance.invoke_broker(addr, TopicHeader(topic=topic).request(
+                RequestCode.GET_TOPIC_STATS_INFO)))
             table = rocketmq_json.loads(response.body or b"{}").get("offsetTable", {})
             for key, stats in table.items():
                 mq = MessageQueue.from_dict(dict(key)) if isinstance(key, rocketmq_json.ObjectKey) else MessageQueue.from_json(key)
@@ -148,16 +161,15 @@ class AdminClient:
         client message id / UNIQ_KEY), from every broker serving the topic (QUERY_MESSAGE,
         as mqadmin queryMsgByKey). Brokers answer hash matches; the key is checked here."""
         route = await self.topic_route(topic)
-        fields = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin_ms,
-                  "endTimestamp": end_ms if end_ms is not None else 2**63 - 1}
-        if unique_key:
-            fields["_UNIQUE_KEY_QUERY"] = "true"
+        header = QueryMessageHeader(topic=topic, key=key, max_num=max_num, begin_timestamp=begin_ms,
+                                    end_timestamp=end_ms if end_ms is not None else 2**63 - 1,
+                                    unique_key_query="true" if unique_key else None)
         found: dict[tuple[str, int], MessageExt] = {}
         for broker in route.broker_datas:
             addr = broker.master_addr()
             if not addr:
                 continue
-            response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.QUERY_MESSAGE, fields))
+            response = await self.instance.invoke_broker(addr, header.request(RequestCode.QUERY_MESSAGE))
             if response.code == ResponseCode.QUERY_NOT_FOUND:
                 continue
             for m in decode_records(_ok(response).body or b""):
@@ -173,8 +185,8 @@ class AdminClient:
         except ValueError as e:
             raise MQClientError(str(e)) from None
         addr = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        response = _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(
-            RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})))
+        response = _ok(await self.instance.invoke_broker(addr, ViewMessageHeader(offset=offset).request(
+            RequestCode.VIEW_MESSAGE_BY_ID)))
         messages = decode_records(response.body or b"")
         if not messages:
             raise MQClientError(f"broker {addr} returned no message for offset {offset}")
@@ -247,8 +259,8 @@ class AdminClient:
 
     async def delete_group(self, group: str, *, cluster: str | None = None, remove_offsets: bool = False) -> None:
         for addr in (await self._group_targets(cluster, None)).values():
-            _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(
-                RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group, "removeOffset": remove_offsets})))
+            header = DeleteGroupHeader(group_name=group, remove_offset=remove_offsets)
+            _ok(await self.instance.invoke_broker(addr, header.request(RequestCode.DELETE_SUBSCRIPTIONGROUP)))
 
     async def set_group_consume_enable(self, group: str, enable: bool, *, cluster: str | None = None) -> list[str]:
         """Turn a group's consumption on or off on every master (how a group disabled by broker
@@ -273,9 +285,9 @@ class AdminClient:
         max offset, the group's committed offset (lag = the difference) and whether it may consume."""
         merged = ConsumeStats()
         enabled: list[bool] = []
-        fields = {"consumerGroup": group, "topic": topic}
+        header = ConsumeStatsHeader(consumer_group=group, topic=topic)
         for addr in (await self._group_targets(cluster, None)).values():
-            response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.GET_CONSUME_STATS, fields))
+            response = await self.instance.invoke_broker(addr, header.request(RequestCode.GET_CONSUME_STATS))
             stats = ConsumeStats.from_json(_ok(response).body or b"{}")
             merged.offset_table.update(stats.offset_table)
             merged.consume_tps += stats.consume_tps
@@ -289,8 +301,8 @@ class AdminClient:
         """Who is online in the group (GET_CONSUMER_CONNECTION_LIST), None when nobody is."""
         merged: ConsumerConnection | None = None
         for addr in (await self._group_targets(cluster, None)).values():
-            response = await self.instance.invoke_broker(addr, RemotingCommand.request(
-                RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}))
+            response = await self.instance.invoke_broker(addr, ConsumerGroupHeader(consumer_group=group).request(
+                RequestCode.GET_CONSUMER_CONNECTION_LIST))
             if response.code == ResponseCode.CONSUMER_NOT_ONLINE:
                 continue
             found = ConsumerConnection.from_json(_ok(response).body or b"{}")
@@ -313,9 +325,8 @@ class AdminClient:
             addr = broker.master_addr()
             if not addr:
                 continue
-            response = _ok(await self.instance.invoke_broker(addr, RemotingCommand.request(
-                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {"topic": topic, "group": group,
-                                                             "timestamp": -1 if timestamp is None else timestamp,
-                                                             "isForce": force})))
+            header = ResetOffsetHeader(topic=topic, group=group, timestamp=-1 if timestamp is None else timestamp,
+                                       is_force=force)
+            response = _ok(await self.instance.invoke_broker(addr, header.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)))
             out.update(ResetOffsetBody.from_json(response.body or b"{}").offset_table)
         return dict(sorted(out.items()))

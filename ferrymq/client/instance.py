@@ -29,6 +29,7 @@ from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.errors import RemotingConnectionError, RemotingError
+from ferrymq.remoting.headers import GetRouteInfoHeader, UnregisterClientHeader
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,8 @@ class ClientInstance:
 
     async def fetch_route(self, topic: str) -> TopicRouteData | None:
         """Ask a name server; None when the topic does not exist there."""
-        response = await self.invoke_namesrv(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+        response = await self.invoke_namesrv(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                                     GetRouteInfoHeader(topic=topic).to_ext_fields()))
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
             return None
         if response.code != ResponseCode.SUCCESS:
@@ -227,7 +229,8 @@ class ClientInstance:
                 log.debug("heartbeat to %s failed: %s", addr, e)
 
     async def unregister(self, *, producer_group: str | None = None, consumer_group: str | None = None) -> None:
-        request = {"clientID": self.config.client_id, "producerGroup": producer_group, "consumerGroup": consumer_group}
+        request = UnregisterClientHeader(client_id=self.config.client_id, producer_group=producer_group,
+                                         consumer_group=consumer_group).to_ext_fields()
         for addr in self.broker_addresses():
             with contextlib.suppress(MQClientError):
                 await self.invoke_broker(addr, RemotingCommand.request(RequestCode.UNREGISTER_CLIENT, request))

@@ -23,6 +23,7 @@ from ferrymq.common.consumer_protocol import ResetOffsetBody
 from ferrymq.common.protocol import MASTER_ID, MessageQueue
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import OffsetResponseHeader, QueryConsumerOffsetHeader, UpdateConsumerOffsetHeader
 
 log = logging.getLogger(__name__)
 
@@ -87,16 +88,17 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         # Read from the master, or a slave (which copies the master's offsets) when the master
         # is not in the route; offsets are only ever written to the master (``_send``).
         addr, _ = await self.instance.find_subscribe_addr(mq.broker_name, MASTER_ID, mq.topic)
-        response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, {
-            "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id}))
+        header = QueryConsumerOffsetHeader(consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id)
+        response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET,
+                                                                                   header.to_ext_fields()))
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark)
-        return response.get_long("offset", NOT_FOUND)
+        return OffsetResponseHeader.offset_of(response, NOT_FOUND)
 
     async def _send(self, mq: MessageQueue, offset: int, *, oneway: bool) -> None:
         addr = await self.instance.find_broker_addr(mq.broker_name, mq.topic)
-        request = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {
-            "consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id, "commitOffset": offset})
+        request = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, UpdateConsumerOffsetHeader(
+            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, commit_offset=offset).to_ext_fields())
         if oneway:
             await self.instance.invoke_broker_oneway(addr, request)
         else:

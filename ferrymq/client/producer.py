@@ -29,6 +29,7 @@ from ferrymq.common.protocol import DEFAULT_TOPIC, MessageQueue, TopicRouteData
 from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import SendMessageResponseHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
 
 log = logging.getLogger(__name__)
@@ -301,7 +302,8 @@ class Producer:
                 continue
             if response.code not in (0, 10, 11, 12):
                 raise MQBrokerError(response.code, response.remark)
-            return SendResult(SendStatus(response.code), msg_id, response.get_str("msgId", ""),
-                              MessageQueue(topic, mq.broker_name, response.get_int("queueId", mq.queue_id)),
-                              response.get_long("queueOffset", -1))
+            answer = SendMessageResponseHeader.read(response)
+            queue_id = mq.queue_id if answer.queue_id is None else answer.queue_id
+            return SendResult(SendStatus(response.code), msg_id, answer.msg_id, MessageQueue(topic, mq.broker_name, queue_id),
+                              -1 if answer.queue_offset is None else answer.queue_offset)
         raise last_error or MQClientError(f"send to {topic} timed out")

@@ -15,6 +15,14 @@ from ferrymq.common.consumer_protocol import subscription_of
 from ferrymq.common.protocol import MASTER_ID, MessageQueue
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import (
+    Header,
+    OffsetResponseHeader,
+    QueryConsumerOffsetHeader,
+    QueueHeader,
+    SearchOffsetHeader,
+    UpdateConsumerOffsetHeader,
+)
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 
 __all__ = ["PullConsumer", "PullResult", "PullStatus"]  # PullResult and PullStatus: pull_service.py
@@ -87,37 +95,38 @@ class PullConsumer:
 
     # ------------------------------------------------------------------ offsets
 
-    async def _offset_call(self, code: int, mq: MessageQueue, extra: dict | None = None, *,
-                           read: bool = True) -> RemotingCommand:
+    async def _offset_call(self, code: int, mq: MessageQueue, header: Header, *, read: bool = True) -> RemotingCommand:
         """A queue-offset request: reads go to the master or, without one, a slave; writes
         (``read=False``) only ever to the master."""
-        fields = {"topic": mq.topic, "queueId": mq.queue_id, **(extra or {})}
         addr = await self._reader(mq) if read else await self._broker(mq)
-        return await self.instance.invoke_broker(addr, RemotingCommand.request(code, fields))
+        return await self.instance.invoke_broker(addr, RemotingCommand.request(code, header.to_ext_fields()))
 
     async def commit(self, mq: MessageQueue, offset: int) -> None:
         """Store ``offset`` (the next offset to consume) as the group's position in ``mq``."""
-        response = await self._offset_call(RequestCode.UPDATE_CONSUMER_OFFSET, mq,
-                                           {"consumerGroup": self.group, "commitOffset": offset}, read=False)
+        header = UpdateConsumerOffsetHeader(consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
+                                            commit_offset=offset)
+        response = await self._offset_call(RequestCode.UPDATE_CONSUMER_OFFSET, mq, header, read=False)
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark)
 
     async def committed(self, mq: MessageQueue) -> int:
         """The group's committed offset for ``mq``, or -1 when it has none."""
-        response = await self._offset_call(RequestCode.QUERY_CONSUMER_OFFSET, mq, {"consumerGroup": self.group})
-        return response.get_long("offset", -1) if response.code == ResponseCode.SUCCESS else -1
+        header = QueryConsumerOffsetHeader(consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id)
+        response = await self._offset_call(RequestCode.QUERY_CONSUMER_OFFSET, mq, header)
+        return OffsetResponseHeader.offset_of(response, -1) if response.code == ResponseCode.SUCCESS else -1
 
-    async def _long_answer(self, code: int, mq: MessageQueue, field_name: str, extra: dict | None = None) -> int:
-        response = await self._offset_call(code, mq, extra)
+    async def _offset_answer(self, code: int, mq: MessageQueue, header: Header) -> int:
+        response = await self._offset_call(code, mq, header)
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark)
-        return response.get_long(field_name, 0)
+        return OffsetResponseHeader.offset_of(response, 0)
 
     async def max_offset(self, mq: MessageQueue) -> int:
-        return await self._long_answer(RequestCode.GET_MAX_OFFSET, mq, "offset")
+        return await self._offset_answer(RequestCode.GET_MAX_OFFSET, mq, QueueHeader(topic=mq.topic, queue_id=mq.queue_id))
 
     async def min_offset(self, mq: MessageQueue) -> int:
-        return await self._long_answer(RequestCode.GET_MIN_OFFSET, mq, "offset")
+        return await self._offset_answer(RequestCode.GET_MIN_OFFSET, mq, QueueHeader(topic=mq.topic, queue_id=mq.queue_id))
 
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        return await self._long_answer(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, "offset", {"timestamp": timestamp_ms})
+        header = SearchOffsetHeader(topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp_ms)
+        return await self._offset_answer(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, header)

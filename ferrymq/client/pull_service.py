@@ -16,6 +16,7 @@ from ferrymq.common.message import MessageExt, Prop, decode_records, inflate_in_
 from ferrymq.common.protocol import MASTER_ID, MessageQueue, SubscriptionData
 from ferrymq.remoting.codes import RequestCode, ResponseCode, SerializeType
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import PullMessageResponseHeader
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 
 log = logging.getLogger(__name__)
@@ -69,12 +70,15 @@ class PullService:
             header = dataclasses.replace(header, sys_flag=header.sys_flag & ~PullSysFlag.COMMIT_OFFSET)
         request = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields(), serialize_type=self.serialize_type)
         response = await self.instance.invoke_broker(addr, request, timeout)
-        self._suggested[mq] = response.get_int("suggestWhichBrokerId", MASTER_ID) if response.ext_fields else MASTER_ID
+        answer = PullMessageResponseHeader.read(response)
+        suggested = answer.suggest_which_broker_id
+        self._suggested[mq] = MASTER_ID if suggested is None else suggested
         status = _STATUS_BY_CODE.get(response.code)
         if status is None:
             raise MQBrokerError(response.code, response.remark)
-        result = PullResult(status, response.get_long("nextBeginOffset", header.queue_offset),
-                            response.get_long("minOffset", 0), response.get_long("maxOffset", 0), remark=response.remark)
+        next_begin = answer.next_begin_offset
+        result = PullResult(status, header.queue_offset if next_begin is None else next_begin, answer.min_offset,
+                            answer.max_offset, remark=response.remark)
         if status is PullStatus.FOUND and response.body and raw:
             result.body = response.body
         elif status is PullStatus.FOUND and response.body:

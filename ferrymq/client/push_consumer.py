@@ -62,6 +62,7 @@ from ferrymq.common.validators import validate_group
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import ConsumerGroupHeader, ResetOffsetHeader
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 
 log = logging.getLogger(__name__)
@@ -300,14 +301,16 @@ class PushConsumer:
     # ------------------------------------------------------------------ requests from brokers
 
     async def _on_ids_changed(self, request: RemotingCommand, conn: Connection) -> None:
-        log.info("group %s changed (told by %s); rebalancing now", request.get_str("consumerGroup"), conn.remote_address)
+        group = ConsumerGroupHeader.read(request).consumer_group
+        log.info("group %s changed (told by %s); rebalancing now", group, conn.remote_address)
         self._rebalance_wanted.set()
         return None
 
     async def _on_reset_offset(self, request: RemotingCommand, conn: Connection) -> None:
-        if request.get_str("group") != self.group:
+        notice = ResetOffsetHeader.read(request)
+        if notice.group != self.group:
             return None
-        topic = request.get_str("topic") or ""
+        topic = notice.topic
         table = ResetOffsetBody.from_json(request.body or b"{}").offset_table
         self._tasks.spawn(self._reset_offsets(topic, table))
         return None

@@ -27,6 +27,7 @@ from ferrymq.common.consumer_protocol import LockBatchRequestBody, LockBatchResp
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX, ConsumerListBody, MessageQueue, SubscriptionData
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import ConsumerGroupHeader, Header, OffsetResponseHeader, QueueHeader, SearchOffsetHeader
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class Rebalancer:
             return []
         addr = random.choice(brokers)
         response = await instance.invoke_broker(addr, RemotingCommand.request(
-            RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group}))
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP, ConsumerGroupHeader(consumer_group=self.group).to_ext_fields()))
         if response.code != ResponseCode.SUCCESS:
             log.warning("consumer list of group %s from %s: %s", self.group, addr, response.remark)
             return []
@@ -236,20 +237,23 @@ class Rebalancer:
         if where is ConsumeFromWhere.FIRST_OFFSET:
             return 0
         if where is ConsumeFromWhere.LAST_OFFSET:
-            return 0 if is_retry else await self._queue_call(RequestCode.GET_MAX_OFFSET, mq)
+            return 0 if is_retry else await self._max_offset(mq)
         if is_retry:
-            return await self._queue_call(RequestCode.GET_MAX_OFFSET, mq)
+            return await self._max_offset(mq)
         timestamp = parse_consume_timestamp(self.config.consume_timestamp)
-        return await self._queue_call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, {"timestamp": timestamp})
+        header = SearchOffsetHeader(topic=mq.topic, queue_id=mq.queue_id, timestamp=timestamp)
+        return await self._queue_call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, header)
 
-    async def _queue_call(self, code: int, mq: MessageQueue, extra: dict | None = None) -> int:
+    async def _max_offset(self, mq: MessageQueue) -> int:
+        return await self._queue_call(RequestCode.GET_MAX_OFFSET, mq, QueueHeader(topic=mq.topic, queue_id=mq.queue_id))
+
+    async def _queue_call(self, code: int, mq: MessageQueue, header: Header) -> int:
         instance = self.instance
         addr = await instance.find_broker_addr(mq.broker_name, mq.topic)
-        response = await instance.invoke_broker(addr, RemotingCommand.request(
-            code, {"topic": mq.topic, "queueId": mq.queue_id, **(extra or {})}))
+        response = await instance.invoke_broker(addr, RemotingCommand.request(code, header.to_ext_fields()))
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark)
-        return response.get_long("offset", 0)
+        return OffsetResponseHeader.offset_of(response, 0)
 
     # ------------------------------------------------------------------ orderly locks
 

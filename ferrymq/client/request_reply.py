@@ -15,6 +15,7 @@ from ferrymq.common.message import Message, MessageExt, Prop, SysFlag, decode_pr
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import ReplyMessageHeader
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +60,11 @@ class PendingRequests:
 
     async def on_push(self, request: RemotingCommand, conn: Connection) -> RemotingCommand:
         """PUSH_REPLY_MESSAGE_TO_CLIENT: complete the waiting request (a late reply is logged)."""
-        msg = MessageExt(topic=request.get_str("topic", "") or "", body=request.body or b"",
-                         flag=request.get_int("flag", 0) or 0,
-                         properties=decode_properties(request.get_str("properties", "") or ""),
-                         queue_id=request.get_int("queueId", 0) or 0, sys_flag=request.get_int("sysFlag", 0) or 0,
-                         born_timestamp=request.get_long("bornTimestamp", 0) or 0,
-                         store_timestamp=request.get_long("storeTimestamp", 0) or 0,
-                         reconsume_times=request.get_int("reconsumeTimes", 0) or 0)
+        reply = ReplyMessageHeader.read(request)
+        msg = MessageExt(topic=reply.topic, body=request.body or b"", flag=reply.flag,
+                         properties=decode_properties(reply.properties), queue_id=reply.queue_id,
+                         sys_flag=reply.sys_flag, born_timestamp=reply.born_timestamp,
+                         store_timestamp=reply.store_timestamp, reconsume_times=reply.reconsume_times)
         if msg.sys_flag & SysFlag.COMPRESSED:
             try:
                 msg.body = decompress_body(msg)

@@ -18,6 +18,7 @@ from ferrymq.common.message import MessageExt, Prop, encode_properties
 from ferrymq.common.protocol import CLIENT_INNER_PRODUCER_GROUP, DEFAULT_TOPIC, retry_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import ConsumerSendMsgBackHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
 
 log = logging.getLogger(__name__)
@@ -40,10 +41,12 @@ class SendBack:
         """CONSUMER_SEND_MSG_BACK; if the broker cannot take it, re-send to the retry topic directly."""
         try:
             addr = await self.instance.find_broker_addr(broker_name, msg.topic)
-            response = await self.instance.invoke_broker(addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
-                "offset": msg.commit_log_offset, "group": self.group, "delayLevel": delay_level,
-                "originMsgId": msg.client_msg_id, "originTopic": msg.topic, "unitMode": False,
-                "maxReconsumeTimes": self.max_reconsume_times, "bname": broker_name}), self.timeout)
+            response = await self.instance.invoke_broker(addr, RemotingCommand.request(
+                RequestCode.CONSUMER_SEND_MSG_BACK, ConsumerSendMsgBackHeader(
+                    offset=msg.commit_log_offset, group=self.group, delay_level=delay_level,
+                    origin_msg_id=msg.client_msg_id, origin_topic=msg.topic, unit_mode=False,
+                    max_reconsume_times=str(self.max_reconsume_times), broker_name=broker_name).to_ext_fields()),
+                self.timeout)
             if response.code == ResponseCode.SUCCESS:
                 return True
             raise MQBrokerError(response.code, response.remark)

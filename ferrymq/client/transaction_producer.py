@@ -31,6 +31,7 @@ from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader
 
 log = logging.getLogger(__name__)
 
@@ -97,12 +98,13 @@ class TransactionProducer(Producer):
         if msg.properties.get(Prop.PGROUP) != self.group:
             log.warning("transaction check for group %s reached producer %s", msg.properties.get(Prop.PGROUP), self.group)
             return None
+        check = CheckTransactionStateHeader.read(request)
         state = await self._decide(self.check_listener, msg)
         addr = self.instance.remoting.address_of(conn) or "%s:%d" % conn.remote_address
         try:
             await self._end(addr, state, queue_offset=msg.queue_offset, commit_log_offset=msg.commit_log_offset,
-                            msg_id=msg.client_msg_id or request.get_str("msgId", ""),
-                            transaction_id=request.get_str("transactionId", "") or "", from_check=True)
+                            msg_id=msg.client_msg_id or check.msg_id, transaction_id=check.transaction_id,
+                            from_check=True)
         except MQClientError as e:
             log.warning("answering the transaction check of %s failed: %s", msg.client_msg_id, e)
         return None
@@ -121,7 +123,9 @@ class TransactionProducer(Producer):
 
     async def _end(self, addr: str, state: LocalTransactionState, *, queue_offset: int, commit_log_offset: int,
                    msg_id: str, transaction_id: str, from_check: bool) -> None:
-        await self.instance.invoke_broker_oneway(addr, RemotingCommand.request(RequestCode.END_TRANSACTION, {
-            "producerGroup": self.group, "tranStateTableOffset": queue_offset, "commitLogOffset": commit_log_offset,
-            "commitOrRollback": state.value, "fromTransactionCheck": from_check, "msgId": msg_id,
-            "transactionId": transaction_id}, serialize_type=self.config.serialize_type))
+        header = EndTransactionHeader(
+            producer_group=self.group, tran_state_table_offset=queue_offset, commit_log_offset=commit_log_offset,
+            commit_or_rollback=state.value, from_transaction_check=from_check, msg_id=msg_id,
+            transaction_id=transaction_id)
+        await self.instance.invoke_broker_oneway(addr, RemotingCommand.request(
+            RequestCode.END_TRANSACTION, header.to_ext_fields(), serialize_type=self.config.serialize_type))

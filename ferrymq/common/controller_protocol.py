@@ -1,6 +1,7 @@
 """The FerryMQ controller's remoting requests (failover, issue 13). FerryMQ's own protocol on
 RocketMQ's remoting frames, not RocketMQ 5's controller wire: codes and field names below are
-ours. Brokers (``ferrymq.broker.ha.failover``) send them; ``ferrymq.controller`` answers.
+ours. Brokers (``ferrymq.broker.ha.failover``) send them; ``ferrymq.controller`` answers. The
+headers below are declared, typed, in ferrymq/remoting/headers/controller.py (docs/wire-format.md#typed-headers).
 
 CONTROLLER_HEARTBEAT (every ``controllerHeartbeatInterval``), ext fields:
   clusterName, brokerName, brokerId (the broker's own id from its config, its identity),

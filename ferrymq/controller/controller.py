@@ -25,7 +25,6 @@ from ferrymq.common.controller_protocol import (
     CONTROLLER_HEARTBEAT,
     CONTROLLER_NOT_LEADER,
     CONTROLLER_PROMOTED,
-    NONE,
     WAIT,
 )
 from ferrymq.controller.metrics import controller_registry
@@ -44,6 +43,14 @@ from ferrymq.controller.state import (
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import (
+    AlterInSyncHeader,
+    ControllerHeartbeatHeader,
+    ControllerHeartbeatResponseHeader,
+    ControllerPromotedHeader,
+    InSyncEpochResponseHeader,
+    NotLeaderResponseHeader,
+)
 from ferrymq.remoting.server import RemotingServer
 from ferrymq.remoting.tls import ServerTls
 
@@ -173,7 +180,7 @@ class Controller:
         leader = ""
         if self.elector is not None and self.elector.holder not in ("", self.elector.identity):
             leader = self.elector.holder_annotations.get(LEADER_ADDR_ANNOTATION, "")
-        return req.response(CONTROLLER_NOT_LEADER, ext_fields={"leaderAddr": leader},
+        return req.response(CONTROLLER_NOT_LEADER, ext_fields=NotLeaderResponseHeader(leader_addr=leader).to_ext_fields(),
                             remark=f"controller {self.advertised_address} does not lead"
                                    + (f"; {leader} does" if leader else ""))
 
@@ -267,17 +274,16 @@ class Controller:
     # ------------------------------------------------------------------ requests
 
     async def heartbeat(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        name = req.get_str("brokerName", required=True)
-        acting = req.get_str("acting", NONE)
+        header = ControllerHeartbeatHeader.read(req)
+        name, acting = header.broker_name, header.acting
         if acting not in ACTING:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"acting must be one of {', '.join(ACTING)}")
-        seen = BrokerSeen(req.get_long("brokerId", required=True), req.get_str("brokerAddr", required=True),
-                          req.get_str("haServerAddr", ""), req.get_long("epoch", 0), req.get_long("maxOffset", 0),
-                          req.get_long("confirmedOffset", 0), acting, time.monotonic())
+        seen = BrokerSeen(header.broker_id, header.broker_addr, header.ha_server_addr, header.epoch, header.max_offset,
+                          header.confirmed_offset, acting, time.monotonic())
         async with self._lock:
             group = self.groups.get(name)
             if group is None:
-                group = self.groups[name] = Group(req.get_str("clusterName", ""), name)
+                group = self.groups[name] = Group(header.cluster_name, name)
             group.brokers[seen.broker_id] = seen
             if not group.history and group.pending is None:
                 if seen.broker_id != 0:
@@ -288,28 +294,29 @@ class Controller:
                 log.info("broker group %s: broker 0 (%s) is master of epoch %d from offset %d", name, seen.addr,
                          record.epoch, record.start_offset)
             answer = heartbeat_answer(group, seen)
-        return req.response(ext_fields={
-            "role": answer.role, "epoch": answer.epoch, "epochStartOffset": answer.epoch_start_offset,
-            "masterId": answer.master_id, "masterAddr": answer.master_addr, "masterHaAddr": answer.master_ha_addr,
-            "truncateOffset": answer.truncate_offset, "promote": answer.promote,
-            "inSync": ",".join(str(m) for m in sorted(answer.in_sync)), "inSyncEpoch": answer.in_sync_epoch,
-            "uncleanElection": self.config.enable_elect_unclean_master,
-            "failoverTimeout": self.config.failover_timeout})
+        return req.response(ext_fields=ControllerHeartbeatResponseHeader(
+            role=answer.role, epoch=answer.epoch, epoch_start_offset=answer.epoch_start_offset,
+            master_id=answer.master_id, master_addr=answer.master_addr, master_ha_addr=answer.master_ha_addr,
+            truncate_offset=answer.truncate_offset, promote=answer.promote,
+            in_sync=",".join(str(m) for m in sorted(answer.in_sync)), in_sync_epoch=answer.in_sync_epoch,
+            unclean_election=self.config.enable_elect_unclean_master,
+            failover_timeout=self.config.failover_timeout).to_ext_fields())
 
     def _answer(self, req: RemotingCommand, role: str, epoch: int) -> RemotingCommand:
-        return req.response(ext_fields={"role": role, "epoch": epoch, "epochStartOffset": -1, "masterId": -1,
-                                        "masterAddr": "", "masterHaAddr": "", "truncateOffset": -1,
-                                        "promote": False, "failoverTimeout": self.config.failover_timeout})
+        answer = ControllerHeartbeatResponseHeader(  # no in-sync set, no election mode: None leaves them out
+            role=role, epoch=epoch, epoch_start_offset=-1, master_id=-1, master_addr="", master_ha_addr="",
+            truncate_offset=-1, promote=False, in_sync=None, in_sync_epoch=None, unclean_election=None,
+            failover_timeout=self.config.failover_timeout)
+        return req.response(ext_fields=answer.to_ext_fields())
 
     async def promoted(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        name = req.get_str("brokerName", required=True)
-        broker_id, epoch = req.get_long("brokerId", required=True), req.get_long("epoch", required=True)
-        start = req.get_long("startOffset", required=True)
+        header = ControllerPromotedHeader.read(req)
+        name, broker_id, epoch, start = header.broker_name, header.broker_id, header.epoch, header.start_offset
         async with self._lock:
             group = self.groups.get(name)
             cur = group.current if group else None
             if cur is not None and (cur.epoch, cur.master_id, cur.start_offset) == (epoch, broker_id, start):
-                return req.response(ext_fields={"inSyncEpoch": group.in_sync_epoch})  # a retry, already recorded
+                return _in_sync_epoch_answer(req, group.in_sync_epoch)  # a retry, already recorded
             p = group.pending if group else None
             if p is None or (p.broker_id, p.epoch) != (broker_id, epoch):
                 return req.response(ResponseCode.SYSTEM_ERROR,
@@ -325,13 +332,13 @@ class Controller:
             in_sync_epoch = group.in_sync_epoch
         log.warning("broker group %s: broker %d is master of epoch %d from CommitLog offset %d", name, broker_id,
                     epoch, start)
-        return req.response(ext_fields={"inSyncEpoch": in_sync_epoch})
+        return _in_sync_epoch_answer(req, in_sync_epoch)
 
     async def alter_in_sync(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        name = req.get_str("brokerName", required=True)
-        broker_id, epoch = req.get_long("brokerId", required=True), req.get_long("epoch", required=True)
+        header = AlterInSyncHeader.read(req)
+        name, broker_id, epoch = header.broker_name, header.broker_id, header.epoch
         try:
-            members = frozenset(int(m) for m in req.get_str("inSync", "").split(",") if m.strip())
+            members = frozenset(int(m) for m in header.in_sync.split(",") if m.strip())
         except ValueError:
             return req.response(ResponseCode.SYSTEM_ERROR, remark="inSync must list broker ids separated by commas")
         async with self._lock:
@@ -339,16 +346,16 @@ class Controller:
             if group is None:
                 return req.response(ResponseCode.SYSTEM_ERROR, remark=f"no broker group {name}")
             before = sorted(group.in_sync)
-            refusal = alter_in_sync(group, broker_id, epoch, req.get_long("inSyncEpoch", required=True), members)
+            refusal = alter_in_sync(group, broker_id, epoch, header.in_sync_epoch, members)
             if refusal is not None:
                 return req.response(ResponseCode.SYSTEM_ERROR, remark=refusal)
             # what the master acknowledged before it waited for the new members: a successor holds it
-            group.must_reach = max(group.must_reach, req.get_long("confirmedOffset", 0))
+            group.must_reach = max(group.must_reach, header.confirmed_offset)
             await self._save()
             in_sync_epoch = group.in_sync_epoch
         log.warning("broker group %s: in-sync set %s with master %d (was %s), version %d", name, sorted(members),
                     broker_id, before, in_sync_epoch)
-        return req.response(ext_fields={"inSyncEpoch": in_sync_epoch})
+        return _in_sync_epoch_answer(req, in_sync_epoch)
 
     async def get_state(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         # Under the lock: a change is shown only once _save made it durable, never while it is
@@ -399,3 +406,6 @@ class Controller:
                         "master acknowledged up to %d) to epoch %d", group.name, cur.master_id, now - silent_since,
                         chosen.broker_id, chosen.addr, chosen.max_offset, group.must_reach, cur.epoch + 1)
 
+
+def _in_sync_epoch_answer(req: RemotingCommand, in_sync_epoch: int) -> RemotingCommand:
+    return req.response(ext_fields=InSyncEpochResponseHeader(in_sync_epoch=in_sync_epoch).to_ext_fields())

@@ -24,6 +24,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import GetRouteInfoHeader, KVConfigHeader, KVListHeader, PutKVConfigHeader
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +79,8 @@ class RouteDirectory:
     async def announce(self) -> int:
         """Tell every name server this broker's gRPC endpoint; how many took it."""
         host, port = self.own_endpoint()
-        request = lambda: RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {  # noqa: E731
-            "namespace": ENDPOINTS_NAMESPACE, "key": self.own_remoting_address(), "value": f"{host}:{port}"})
+        header = PutKVConfigHeader(namespace=ENDPOINTS_NAMESPACE, key=self.own_remoting_address(), value=f"{host}:{port}")
+        request = lambda: header.request(RequestCode.PUT_KV_CONFIG)  # noqa: E731
         addrs = self.namesrv_addresses()
         results = await asyncio.gather(*(self.client.invoke(a, request(), self.timeout) for a in addrs),
                                        return_exceptions=True)
@@ -96,8 +97,8 @@ class RouteDirectory:
     async def withdraw(self) -> None:
         for addr in self.namesrv_addresses():
             try:
-                await self.client.invoke(addr, RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, {
-                    "namespace": ENDPOINTS_NAMESPACE, "key": self.own_remoting_address()}), self.timeout)
+                header = KVConfigHeader(namespace=ENDPOINTS_NAMESPACE, key=self.own_remoting_address())
+                await self.client.invoke(addr, header.request(RequestCode.DELETE_KV_CONFIG), self.timeout)
             except (RemotingError, OSError, asyncio.TimeoutError) as exc:
                 log.debug("withdrawing the gRPC endpoint from %s failed: %s", addr, exc)
 
@@ -112,8 +113,7 @@ class RouteDirectory:
 
     async def route(self, topic: str) -> TopicRouteData | None:
         """The topic's route, None when no name server knows the topic."""
-        response = await self._invoke_any(lambda: RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                                          {"topic": topic}))
+        response = await self._invoke_any(lambda: GetRouteInfoHeader(topic=topic).request(RequestCode.GET_ROUTEINFO_BY_TOPIC))
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
             return None
         if response.code != ResponseCode.SUCCESS:
@@ -126,8 +126,8 @@ class RouteDirectory:
             if time.monotonic() - self._fetched_at > ENDPOINTS_TTL_S:
                 table: dict[str, tuple[str, int]] = {}
                 try:
-                    response = await self._invoke_any(lambda: RemotingCommand.request(
-                        RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": ENDPOINTS_NAMESPACE}))
+                    response = await self._invoke_any(lambda: KVListHeader(namespace=ENDPOINTS_NAMESPACE).request(
+                        RequestCode.GET_KVLIST_BY_NAMESPACE))
                     if response.code == ResponseCode.SUCCESS and response.body:
                         for key, value in KVTable.from_json(response.body).table.items():
                             endpoint = parse_endpoint(value)

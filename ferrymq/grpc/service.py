@@ -47,6 +47,7 @@ from ferrymq.grpc.settings import LONG_POLLING_TIMEOUT_MS, RECEIVE_BATCH_SIZE, s
 from ferrymq.grpc.telemetry import TelemetrySession
 from ferrymq.remoting.codes import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import SendMessageResponseHeader
 from ferrymq.store.config import StoreConfig
 
 log = logging.getLogger(__name__)
@@ -301,11 +302,12 @@ class MessagingService(rpc.MessagingServiceServicer):
             code = Code.MESSAGE_PROPERTIES_TOO_LARGE
         if code != Code.OK:
             return spb.SendResultEntry(status=status(code, response.remark or ""))
-        offset = int(response.ext_fields.get("queueOffset", "0") or 0)
+        answer = SendMessageResponseHeader.read(response)
+        offset = answer.queue_offset or 0
         tx_id = ""
         if out.message_type == pb.MessageType.TRANSACTION:
             # what EndTransaction needs to find the half message: its CommitLog and queue offsets
-            _, _, commit_log_offset = decode_offset_msg_id(response.ext_fields.get("msgId", ""))
+            _, _, commit_log_offset = decode_offset_msg_id(answer.msg_id)
             tx_id = transaction_id(commit_log_offset, offset, out.message_id)
         return spb.SendResultEntry(status=status(), message_id=out.message_id, transaction_id=tx_id,
                                    offset=offset)

@@ -17,6 +17,7 @@ from ferrymq.grpc.protocol import spb
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import CheckTransactionStateHeader
 
 MAX_QUEUED = 1024  # commands waiting for a slow stream; more are refused (the check comes again)
 
@@ -38,8 +39,8 @@ class TelemetrySession:
         if request.code != RequestCode.CHECK_TRANSACTION_STATE:
             raise RemotingError(f"a gRPC client cannot take request code {request.code}")
         half = decode_record(request.body or b"")[0]
-        tx_id = transaction_id(request.get_long("commitLogOffset", required=True),
-                               request.get_long("tranStateTableOffset", required=True), half.client_msg_id)
+        check = CheckTransactionStateHeader.read(request)
+        tx_id = transaction_id(check.commit_log_offset, check.tran_state_table_offset, half.client_msg_id)
         message = incoming(half, topic=half.properties.get(Prop.REAL_TOPIC, half.topic), receipt_handle="",
                            delivery_attempt=0, invisible_ms=0)
         command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(

@@ -26,6 +26,20 @@ from ferrymq.namesrv.route_info import RouteInfo
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import (
+    DeleteTopicFromNamesrvHeader,
+    GetRouteInfoHeader,
+    KVConfigHeader,
+    KVConfigResponseHeader,
+    KVListHeader,
+    PutKVConfigHeader,
+    QueryDataVersionHeader,
+    QueryDataVersionResponseHeader,
+    RegisterBrokerHeader,
+    RegisterBrokerResponseHeader,
+    TopicsByClusterHeader,
+    UnregisterBrokerHeader,
+)
 from ferrymq.remoting.server import RemotingServer
 from ferrymq.remoting.tls import ServerTls
 
@@ -125,50 +139,49 @@ class NameServer:
 
     async def register_broker(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         body = req.body or b""
-        expected_crc = req.get_int("bodyCrc32", 0)
-        if expected_crc and (zlib.crc32(body) & 0x7FFFFFFF) != expected_crc:
+        header = RegisterBrokerHeader.read(req)
+        if header.body_crc32 and (zlib.crc32(body) & 0x7FFFFFFF) != header.body_crc32:
             return req.response(ResponseCode.SYSTEM_ERROR, remark="crc32 not match")
         topics = None
         if body:
-            if req.get_bool("compressed"):
+            if header.compressed:
                 return req.response(ResponseCode.SYSTEM_ERROR, remark="compressed registration is not supported; set compressedRegister=false")
             if req.version >= REGISTER_BODY_VERSION:
                 topics = RegisterBrokerBody.from_json(body).topic_config_serialize_wrapper
             else:
                 topics = TopicConfigSerializeWrapper.from_json(body)
-        result = self.routes.register_broker(
-            req.get_str("clusterName", required=True), req.get_str("brokerAddr", required=True),
-            req.get_str("brokerName", required=True), req.get_long("brokerId", required=True),
-            req.get_str("haServerAddr", ""), topics, conn)
+        result = self.routes.register_broker(header.cluster_name, header.broker_addr, header.broker_name,
+                                             header.broker_id, header.ha_server_addr, topics, conn)
         order_conf = KVTable(dict(self.kv.get("ORDER_TOPIC_CONFIG", {})))
-        return req.response(ext_fields={"masterAddr": result.master_addr, "haServerAddr": result.ha_server_addr},
-                            body=order_conf.to_json())
+        answer = RegisterBrokerResponseHeader(master_addr=result.master_addr, ha_server_addr=result.ha_server_addr)
+        return req.response(ext_fields=answer.to_ext_fields(), body=order_conf.to_json())
 
     async def unregister_broker(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        self.routes.unregister_broker(req.get_str("clusterName", ""), req.get_str("brokerAddr", required=True),
-                                      req.get_str("brokerName", required=True), req.get_long("brokerId", 0))
+        header = UnregisterBrokerHeader.read(req)
+        self.routes.unregister_broker(header.cluster_name, header.broker_addr, header.broker_name, header.broker_id)
         return req.response()
 
     async def query_data_version(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        addr = req.get_str("brokerAddr", required=True)
+        addr = QueryDataVersionHeader.read(req).broker_addr
         version = DataVersion.from_json(req.body or b"{}")
         changed = self.routes.is_changed(addr, version)
         self.routes.touch(addr)
         live = self.routes.broker_live_table.get(addr)
         body = live.data_version.to_json() if live else None
-        return req.response(ext_fields={"changed": changed}, body=body)
+        return req.response(ext_fields=QueryDataVersionResponseHeader(changed=changed).to_ext_fields(), body=body)
 
     # ------------------------------------------------------------------ routes
 
     async def get_route(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic = req.get_str("topic", required=True)
+        header = GetRouteInfoHeader.read(req)
+        topic = header.topic
         route = self.routes.topic_route(topic)
         if route is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST,
                                 remark=f"No topic route info in name server for the topic: {topic}")
         if self.config.order_message_enable:
             route.order_topic_conf = self.kv.get("ORDER_TOPIC_CONFIG", {}).get(topic)
-        standard = req.version >= STANDARD_JSON_ROUTE_VERSION or req.get_bool("acceptStandardJsonOnly")
+        standard = req.version >= STANDARD_JSON_ROUTE_VERSION or header.accept_standard_json_only
         return req.response(body=route.to_json(standard=standard))
 
     async def get_cluster_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -178,32 +191,36 @@ class NameServer:
         return req.response(body=TopicList(self.routes.all_topics()).to_json())
 
     async def get_topics_by_cluster(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        cluster = req.get_str("cluster", required=True)
+        cluster = TopicsByClusterHeader.read(req).cluster
         return req.response(body=TopicList(self.routes.topics_by_cluster(cluster)).to_json())
 
     async def delete_topic(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        self.routes.delete_topic(req.get_str("topic", required=True), req.get_str("clusterName"))
+        header = DeleteTopicFromNamesrvHeader.read(req)
+        self.routes.delete_topic(header.topic, header.cluster_name)
         return req.response()
 
     # ------------------------------------------------------------------ KV config
 
     async def put_kv(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        self.kv.setdefault(req.get_str("namespace", required=True), {})[req.get_str("key", required=True)] = req.get_str("value", required=True)
+        header = PutKVConfigHeader.read(req)
+        self.kv.setdefault(header.namespace, {})[header.key] = header.value
         return req.response()
 
     async def get_kv(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        namespace, key = req.get_str("namespace", required=True), req.get_str("key", required=True)
+        header = KVConfigHeader.read(req)
+        namespace, key = header.namespace, header.key
         value = self.kv.get(namespace, {}).get(key)
         if value is None:
             return req.response(ResponseCode.QUERY_NOT_FOUND, remark=f"No config item, Namespace: {namespace} Key: {key}")
-        return req.response(ext_fields={"value": value})
+        return req.response(ext_fields=KVConfigResponseHeader(value=value).to_ext_fields())
 
     async def delete_kv(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        self.kv.get(req.get_str("namespace", required=True), {}).pop(req.get_str("key", required=True), None)
+        header = KVConfigHeader.read(req)
+        self.kv.get(header.namespace, {}).pop(header.key, None)
         return req.response()
 
     async def get_kv_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        namespace = req.get_str("namespace", required=True)
+        namespace = KVListHeader.read(req).namespace
         table = self.kv.get(namespace)
         if not table:
             return req.response(ResponseCode.QUERY_NOT_FOUND, remark=f"No config item, Namespace: {namespace}")

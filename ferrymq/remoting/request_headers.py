@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import FIELD_BOOL, FIELD_INT, FIELD_LONG, FIELD_STR, HeaderSpec, RemotingCommand
@@ -92,6 +93,16 @@ class SendMessageHeader:
             return {_SEND_V2_KEYS[name]: value for name, value in fields.items()}
         return fields
 
+    @staticmethod
+    def wire_names() -> tuple[str, ...]:
+        """Every key its fields travel under, in either form."""
+        return tuple(_SEND_V1_KEYS) + tuple(_SEND_V2_KEYS.values())
+
+    @staticmethod
+    def wire_key(code: int, name: str) -> str:
+        """The key field ``name`` (SendMessageRequestHeader's long name) travels under in a request of ``code``."""
+        return _SEND_V2_KEYS[name] if code in _SEND_V2_CODES else name
+
     @classmethod
     def from_request(cls, req: RemotingCommand) -> "SendMessageHeader":
         """Read either form (by the request code); a missing topic or a malformed number raises
@@ -115,6 +126,9 @@ class SendMessageHeader:
 class PullMessageHeader:
     """PULL_MESSAGE (PullMessageRequestHeader)."""
 
+    TOPIC_FIELDS: ClassVar[tuple[str, ...]] = ("topic",)
+    CONSUMER_GROUP_FIELDS: ClassVar[tuple[str, ...]] = ("consumerGroup",)
+
     consumer_group: str
     topic: str
     queue_id: int
@@ -126,6 +140,10 @@ class PullMessageHeader:
     subscription: str | None = None
     sub_version: int = 0
     expression_type: str = "TAG"
+
+    @staticmethod
+    def wire_names() -> tuple[str, ...]:
+        return tuple(spec[0] for spec in _PULL_SPEC)
 
     def to_fields(self) -> dict[str, object]:
         return {

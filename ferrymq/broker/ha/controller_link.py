@@ -20,6 +20,7 @@ from ferrymq.common.controller_protocol import CONTROLLER_NOT_LEADER
 from ferrymq.remoting.client import RemotingClient, parse_address
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import NotLeaderResponseHeader
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class ControllerLink:
                     log.info("controller leader is %s (was asking %s)", target, self.current)
                     self.current = target
                 return answer
-            leader = (answer.ext_fields or {}).get("leaderAddr") or ""
+            leader = NotLeaderResponseHeader.read(answer).leader_addr
             refusals.append(f"{target} does not lead" + (f" (names {leader})" if leader else ""))
             target = leader if leader and leader not in tried and _valid(leader) else self._next(target, tried)
         if refusals:

@@ -50,12 +50,18 @@ from ferrymq.common.controller_protocol import (
     MASTER,
     NONE,
     SLAVE,
-    WAIT,
 )
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import (
+    AlterInSyncHeader,
+    ControllerHeartbeatHeader,
+    ControllerHeartbeatResponseHeader,
+    ControllerPromotedHeader,
+    InSyncEpochResponseHeader,
+)
 from ferrymq.store.async_store import AsyncMessageStore
 
 log = logging.getLogger(__name__)
@@ -129,11 +135,11 @@ class FailoverAgent:
 
     async def _heartbeat(self) -> RemotingCommand | None:
         cfg = self.config
-        request = RemotingCommand.request(CONTROLLER_HEARTBEAT, {
-            "clusterName": cfg.broker_cluster_name, "brokerName": cfg.broker_name, "brokerId": self.identity,
-            "brokerAddr": cfg.advertised_addr(), "haServerAddr": f"{cfg.advertised_host()}:{self.replication.ha_port}",
-            "epoch": self.epochs.last_epoch, "maxOffset": self.store.max_phy_offset,
-            "confirmedOffset": self.replication.confirmed_offset(), "acting": self.acting})
+        request = RemotingCommand.request(CONTROLLER_HEARTBEAT, ControllerHeartbeatHeader(
+            cluster_name=cfg.broker_cluster_name, broker_name=cfg.broker_name, broker_id=self.identity,
+            broker_addr=cfg.advertised_addr(), ha_server_addr=f"{cfg.advertised_host()}:{self.replication.ha_port}",
+            epoch=self.epochs.last_epoch, max_offset=self.store.max_phy_offset,
+            confirmed_offset=self.replication.confirmed_offset(), acting=self.acting).to_ext_fields())
         try:
             answer = await self._invoke(request, max(self.interval_s * 2, 1.0))
         except (RemotingError, OSError, asyncio.TimeoutError) as exc:
@@ -149,18 +155,21 @@ class FailoverAgent:
             self._unreachable_logged = False
         return answer
 
-    async def _apply(self, answer: RemotingCommand, sent: float) -> None:
-        role, epoch = answer.get_str("role", WAIT), answer.get_long("epoch", 0)
-        self.failover_timeout_ms = answer.get_long("failoverTimeout", self.failover_timeout_ms)
-        self._unclean = answer.get_bool("uncleanElection")
+    async def _apply(self, response: RemotingCommand, sent: float) -> None:
+        answer = ControllerHeartbeatResponseHeader.read(response)
+        role, epoch = answer.role, answer.epoch
+        if answer.failover_timeout is not None:
+            self.failover_timeout_ms = answer.failover_timeout
+        self._unclean = answer.unclean_election
         if role == MASTER:
-            in_sync, in_sync_epoch = _members(answer.get_str("inSync", "")), answer.get_long("inSyncEpoch", 0)
-            if answer.get_bool("promote"):
-                if not await self._promote(epoch, answer.get_long("truncateOffset", -1)):
+            in_sync, in_sync_epoch = _members(answer.in_sync), answer.in_sync_epoch
+            if answer.promote:
+                if not await self._promote(epoch, answer.truncate_offset):
                     return
             elif self.acting != MASTER:
-                await self._take_up(epoch, answer.get_long("epochStartOffset", self.store.max_phy_offset),
-                                    in_sync, in_sync_epoch)
+                start = answer.epoch_start_offset
+                start = self.store.max_phy_offset if start is None else start
+                await self._take_up(epoch, start, in_sync, in_sync_epoch)
             elif in_sync_epoch > self._in_sync_epoch():
                 self.replication.set_in_sync(in_sync, in_sync_epoch)
             self._last_ok_sent = sent
@@ -197,10 +206,10 @@ class FailoverAgent:
         # so it never elects the newcomer short of that.
         if not wanted <= master.in_sync:
             master.expect(master.in_sync | wanted)
-        request = RemotingCommand.request(CONTROLLER_ALTER_IN_SYNC, {
-            "brokerName": self.config.broker_name, "brokerId": self.identity, "epoch": self.epoch,
-            "inSyncEpoch": master.in_sync_epoch, "inSync": ",".join(str(m) for m in sorted(wanted)),
-            "confirmedOffset": self.replication.confirmed_offset()})
+        request = RemotingCommand.request(CONTROLLER_ALTER_IN_SYNC, AlterInSyncHeader(
+            broker_name=self.config.broker_name, broker_id=self.identity, epoch=self.epoch,
+            in_sync_epoch=master.in_sync_epoch, in_sync=",".join(str(m) for m in sorted(wanted)),
+            confirmed_offset=self.replication.confirmed_offset()).to_ext_fields())
         try:
             answer = await self._invoke(request, max(self.interval_s * 2, 1.0))
         except (RemotingError, OSError, asyncio.TimeoutError) as exc:
@@ -211,7 +220,8 @@ class FailoverAgent:
             log.warning("the controller refused in-sync set %s: %s", sorted(wanted), answer.remark)
             return
         before = sorted(master.in_sync)
-        self.replication.set_in_sync(wanted, answer.get_long("inSyncEpoch", master.in_sync_epoch + 1))
+        agreed = InSyncEpochResponseHeader.read(answer).in_sync_epoch
+        self.replication.set_in_sync(wanted, master.in_sync_epoch + 1 if agreed is None else agreed)
         log.warning("in-sync set of %s is now %s with the master (was %s, version %d)", self.config.broker_name,
                     sorted(wanted), before, master.in_sync_epoch)
 
@@ -225,8 +235,8 @@ class FailoverAgent:
         await self.replication.stop_slave()
         await self._truncate(truncate, epoch)
         start = self.store.max_phy_offset
-        request = RemotingCommand.request(CONTROLLER_PROMOTED, {
-            "brokerName": self.config.broker_name, "brokerId": self.identity, "epoch": epoch, "startOffset": start})
+        request = ControllerPromotedHeader(broker_name=self.config.broker_name, broker_id=self.identity, epoch=epoch,
+                                           start_offset=start).request(CONTROLLER_PROMOTED)
         try:
             answer = await self._invoke(request, 5.0)
         except (RemotingError, OSError, asyncio.TimeoutError) as exc:
@@ -239,7 +249,7 @@ class FailoverAgent:
         await asyncio.to_thread(self.epochs.append, epoch, start)
         log.warning("promoted to master of %s, epoch %d from CommitLog offset %d", self.config.broker_name, epoch,
                     start)
-        await self._become_master(epoch, frozenset(), answer.get_long("inSyncEpoch", 0))
+        await self._become_master(epoch, frozenset(), InSyncEpochResponseHeader.read(answer).in_sync_epoch or 0)
         return True
 
     async def _take_up(self, epoch: int, start: int, in_sync: frozenset[int], in_sync_epoch: int) -> None:
@@ -257,18 +267,18 @@ class FailoverAgent:
         if self.on_role_change is not None:
             self.on_role_change()
 
-    async def _follow(self, answer: RemotingCommand, epoch: int) -> None:
-        truncate = answer.get_long("truncateOffset", -1)
+    async def _follow(self, answer: ControllerHeartbeatResponseHeader, epoch: int) -> None:
+        truncate = answer.truncate_offset
         if 0 <= truncate < self.store.max_phy_offset:
             await self.replication.stop_slave()
             await self._truncate(truncate, epoch)
         if self.epochs.last_epoch < epoch:
-            await asyncio.to_thread(self.epochs.append, epoch, answer.get_long("epochStartOffset", 0))
-        master_ha, master_addr = answer.get_str("masterHaAddr", ""), answer.get_str("masterAddr", "")
+            await asyncio.to_thread(self.epochs.append, epoch, answer.epoch_start_offset or 0)
+        master_ha, master_addr = answer.master_ha_addr, answer.master_addr
         changed = self.acting != SLAVE or self.epoch != epoch
         # A slave registers under its own id; broker 0 following another broker takes that
         # broker's id, free in the route while its owner registers as master (brokerId 0).
-        slave_id = self.identity or answer.get_long("masterId", -1)
+        slave_id = self.identity or answer.master_id
         if slave_id <= 0:
             log.error("the controller named no master id for this broker (0) to follow: waiting")
             return

@@ -24,6 +24,7 @@ from ferrymq.common.tasks import TaskSet
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import RegisterBrokerResponseHeader
 from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
 from ferrymq.store.results import PutStatus
@@ -228,8 +229,8 @@ class Replication:
         (in controller mode from the controller instead)."""
         if self.slave is None or self.failover is not None:
             return
-        master_addr = answer.get_str("masterAddr") if answer.ext_fields else None
-        ha_addr = answer.get_str("haServerAddr") if answer.ext_fields else None
+        header = RegisterBrokerResponseHeader.read(answer)
+        master_addr, ha_addr = header.master_addr, header.ha_server_addr
         if ha_addr and not self.config.ha_master_address:
             self.slave.update_master_address(ha_addr)
         if master_addr:

@@ -19,15 +19,13 @@ from ferrymq.broker.config import BrokerConfig
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
-
-# The account fields of CreateAccessConfigRequestHeader, as plain_acl.yml names them.
-_ACCOUNT_TEXT_FIELDS = ("secretKey", "whiteRemoteAddress", "defaultTopicPerm", "defaultGroupPerm")
-_ACCOUNT_LIST_FIELDS = ("topicPerms", "groupPerms")
-
-
-def _split(text: str | None) -> list[str]:
-    return [part.strip() for part in (text or "").split(",") if part.strip()]
-
+from ferrymq.remoting.headers import (
+    BrokerAclConfigResponseHeader,
+    CreateAccessConfigHeader,
+    DeleteAccessConfigHeader,
+    UpdateGlobalWhiteAddrsHeader,
+    split_list,
+)
 
 class AclAdminProcessors:
     def __init__(self, acl: AclFile | None, config: BrokerConfig, broker_addr) -> None:
@@ -53,10 +51,8 @@ class AclAdminProcessors:
         return req.response(ResponseCode.SUCCESS)
 
     async def update_account(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        access_key = req.get_str("accessKey", required=True)
-        fields: dict[str, Any] = {name: req.get_str(name) for name in _ACCOUNT_TEXT_FIELDS if req.get_str(name)}
-        fields.update({name: _split(req.get_str(name)) for name in _ACCOUNT_LIST_FIELDS if req.get_str(name)})
-        fields["admin"] = req.get_bool("admin")
+        account = CreateAccessConfigHeader.read(req)
+        access_key, fields = account.access_key, account.account_fields()
 
         def change(doc: dict[str, Any]) -> None:
             accounts = doc.setdefault("accounts", []) or []
@@ -70,7 +66,7 @@ class AclAdminProcessors:
         return await self._edit(req, ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED, change)
 
     async def delete_account(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        access_key = req.get_str("accessKey", required=True)
+        access_key = DeleteAccessConfigHeader.read(req).access_key
 
         def change(doc: dict[str, Any]) -> None:
             accounts = doc.get("accounts") or []
@@ -82,7 +78,7 @@ class AclAdminProcessors:
         return await self._edit(req, ResponseCode.DELETE_ACL_CONFIG_FAILED, change)
 
     async def update_global_white(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        addresses = _split(req.get_str("globalWhiteAddrs"))
+        addresses = split_list(UpdateGlobalWhiteAddrsHeader.read(req).global_white_addrs)
         return await self._edit(req, ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED,
                                 lambda doc: doc.__setitem__("globalWhiteRemoteAddresses", addresses))
 
@@ -90,8 +86,8 @@ class AclAdminProcessors:
         if self._acl is None:
             return req.response(ResponseCode.SYSTEM_ERROR, "ACL is not enabled on this broker (aclEnable=false)")
         version = {"timestamp": self._acl.loaded_at_ms, "counter": self._acl.reloads}
-        return req.response(ResponseCode.SUCCESS, ext_fields={
-            "version": json.dumps(version), "allAclFileVersion": json.dumps({str(self._acl.path): version}),
-            "brokerName": self._config.broker_name, "brokerAddr": self._broker_addr(),
-            "clusterName": self._config.broker_cluster_name,
-        })
+        return req.response(ResponseCode.SUCCESS, ext_fields=BrokerAclConfigResponseHeader(
+            version=json.dumps(version), all_acl_file_version=json.dumps({str(self._acl.path): version}),
+            broker_name=self._config.broker_name, broker_addr=self._broker_addr(),
+            cluster_name=self._config.broker_cluster_name,
+        ).to_ext_fields())

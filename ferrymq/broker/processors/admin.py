@@ -13,11 +13,12 @@ from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.runtime_info import runtime_info
 from ferrymq.common import rocketmq_json
 from ferrymq.common.config_loader import ConfigError, apply_settings, parse_properties, to_properties
-from ferrymq.common.protocol import KVTable, MessageQueue, Perm, TopicConfig
+from ferrymq.common.protocol import KVTable, MessageQueue, TopicConfig
 from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import BrokerConfigResponseHeader, CreateTopicHeader, TopicHeader
 
 log = logging.getLogger(__name__)
 
@@ -50,23 +51,23 @@ class AdminProcessor:
     # ------------------------------------------------------------------ topics
 
     async def update_topic(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic = req.get_str("topic", required=True)
+        create = CreateTopicHeader.read(req)
+        topic = create.topic
         error = validate_topic(topic)
         if error:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"topic[{topic}] is invalid: {error}")
         if topic == self.ctx.config.broker_cluster_name or self.ctx.topics.is_system_topic(topic):
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"The topic[{topic}] is conflict with system topic.")
-        read, write = req.get_int("readQueueNums", 16), req.get_int("writeQueueNums", 16)
+        read, write = create.read_queue_nums, create.write_queue_nums
         if not (1 <= read <= 1024 and 1 <= write <= 1024):
             return req.response(ResponseCode.SYSTEM_ERROR, remark="queue numbers must be between 1 and 1024")
         self.ctx.topics.update(TopicConfig(
-            topic_name=topic, read_queue_nums=read, write_queue_nums=write, perm=req.get_int("perm", Perm.READ_WRITE),
-            topic_filter_type=req.get_str("topicFilterType", "SINGLE_TAG") or "SINGLE_TAG",
-            topic_sys_flag=req.get_int("topicSysFlag", 0), order=req.get_bool("order")))
+            topic_name=topic, read_queue_nums=read, write_queue_nums=write, perm=create.perm,
+            topic_filter_type=create.topic_filter_type, topic_sys_flag=create.topic_sys_flag, order=create.order))
         return req.response()
 
     async def delete_topic(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic = req.get_str("topic", required=True)
+        topic = TopicHeader.read(req).topic
         if self.ctx.topics.is_system_topic(topic):
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"The topic[{topic}] is a system topic and cannot be deleted.")
         self.ctx.topics.delete(topic)
@@ -76,7 +77,7 @@ class AdminProcessor:
         return req.response(body=self.ctx.topics.wrapper().to_json())
 
     async def get_topic_stats(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic = req.get_str("topic", required=True)
+        topic = TopicHeader.read(req).topic
         config = self.ctx.topics.get(topic)
         if config is None:
             return req.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")
@@ -93,7 +94,7 @@ class AdminProcessor:
 
     async def query_topic_consume_by_who(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         """Groups that consume a topic: online subscribers and groups with offsets for it."""
-        topic = req.get_str("topic", required=True)
+        topic = TopicHeader.read(req).topic
         groups = set(self.ctx.offsets.groups_of_topic(topic))
         groups |= {name for name, info in self.ctx.consumers.groups.items() if topic in info.subscriptions}
         return req.response(body=rocketmq_json.dumps({"groupList": sorted(groups)}).encode())
@@ -103,8 +104,8 @@ class AdminProcessor:
     async def get_broker_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         props = to_properties(self.ctx.config, self.ctx.store_config)
         text = "\n".join(f"{k}={v}" for k, v in sorted(props.items())) + "\n"
-        return req.response(ext_fields={"version": rocketmq_json.dumps(self.ctx.topics.data_version.to_dict())},
-                            body=text.encode())
+        version = BrokerConfigResponseHeader(version=rocketmq_json.dumps(self.ctx.topics.data_version.to_dict()))
+        return req.response(ext_fields=version.to_ext_fields(), body=text.encode())
 
     async def update_broker_config(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:

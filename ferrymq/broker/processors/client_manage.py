@@ -12,6 +12,7 @@ from ferrymq.common.protocol import ConsumerListBody, HeartbeatData, Perm, retry
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import ConsumerGroupHeader, UnregisterClientHeader
 
 
 class ClientManageProcessors:
@@ -38,12 +39,12 @@ class ClientManageProcessors:
         return req.response()
 
     async def unregister_client(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        self.consumers.unregister(conn, consumer_group=req.get_str("consumerGroup"),
-                                         producer_group=req.get_str("producerGroup"))
+        header = UnregisterClientHeader.read(req)
+        self.consumers.unregister(conn, consumer_group=header.consumer_group, producer_group=header.producer_group)
         return req.response()
 
     async def get_consumer_list(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        group = req.get_str("consumerGroup", required=True)
+        group = ConsumerGroupHeader.read(req).consumer_group
         info = self.consumers.groups.get(group)
         if not info or not info.channels:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"no consumer for this group, {group}")

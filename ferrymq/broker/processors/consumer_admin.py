@@ -28,7 +28,13 @@ from ferrymq.common.validators import validate_group
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
-from ferrymq.remoting.request_headers import MAX_RECONSUME_TIMES_VERSION
+from ferrymq.remoting.headers import (
+    ConsumerGroupHeader,
+    ConsumerSendMsgBackHeader,
+    ConsumeStatsHeader,
+    DeleteGroupHeader,
+    ResetOffsetHeader,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +84,10 @@ class ConsumerAdminProcessors:
         return req.response()
 
     async def delete_group(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        group = req.get_str("groupName", required=True)
+        delete = DeleteGroupHeader.read(req)
+        group = delete.group_name
         self.ctx.groups.delete(group)
-        if req.get_bool("removeOffset"):
+        if delete.remove_offset:
             self.ctx.offsets.remove_group(group)
         await self.ctx.groups.persist()
         return req.response()
@@ -92,8 +99,8 @@ class ConsumerAdminProcessors:
 
     async def get_consume_stats(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         ctx = self.ctx
-        group = req.get_str("consumerGroup", required=True)
-        only_topic = req.get_str("topic")
+        query = ConsumeStatsHeader.read(req)
+        group, only_topic = query.consumer_group, query.topic
         topics = [only_topic] if only_topic else sorted(ctx.offsets.topics_of_group(group))
         online = ctx.consumers.groups.get(group)
         stats = ConsumeStats()
@@ -120,7 +127,7 @@ class ConsumerAdminProcessors:
         """Every online consumer of the group: 4.x remoting ones, 5.x gRPC ones and POP receivers
         (FerryMQ's ``protocol`` and ``subscriptions`` per connection say which; Java readers
         ignore them). The group-level fields are the remoting members' when there are any."""
-        group = req.get_str("consumerGroup", required=True)
+        group = ConsumerGroupHeader.read(req).consumer_group
         clients = self.online.of_group(group)
         if not clients:
             return req.response(ResponseCode.CONSUMER_NOT_ONLINE, remark=f"the consumer group[{group}] not online")
@@ -161,12 +168,10 @@ class ConsumerAdminProcessors:
     # ------------------------------------------------------------------ retries and delays
 
     async def send_back(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        max_times = None
-        if req.version >= MAX_RECONSUME_TIMES_VERSION and req.get_str("maxReconsumeTimes"):
-            max_times = req.get_int("maxReconsumeTimes")
+        back = ConsumerSendMsgBackHeader.read(req)
         result = await self.retry.send_back(SendBackRequest(
-            group=req.get_str("group", required=True), offset=req.get_long("offset", required=True),
-            delay_level=req.get_int("delayLevel", 0), max_reconsume_times=max_times))
+            group=back.group, offset=back.offset, delay_level=back.delay_level,
+            max_reconsume_times=back.max_times(req.version)))
         return req.response(result.code, remark=result.remark)
 
     async def get_all_delay_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -178,10 +183,8 @@ class ConsumerAdminProcessors:
         """INVOKE_BROKER_TO_RESET_OFFSET: move a group's offsets on a topic to a point in time
         (-1: the end), store them, and tell the group's online members (RESET_CONSUMER_CLIENT_OFFSET)."""
         ctx = self.ctx
-        topic = req.get_str("topic", required=True)
-        group = req.get_str("group", required=True)
-        timestamp = req.get_long("timestamp", required=True)
-        force = req.get_bool("isForce", True)
+        reset = ResetOffsetHeader.read(req)
+        topic, group, timestamp, force = reset.topic, reset.group, reset.timestamp, reset.is_force
         config = ctx.topics.get(topic)
         if config is None:
             return req.response(ResponseCode.SYSTEM_ERROR,

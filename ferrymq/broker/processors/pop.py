@@ -29,6 +29,13 @@ from ferrymq.common.message import encode_record
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import (
+    AckMessageHeader,
+    ChangeInvisibleTimeHeader,
+    ChangeInvisibleTimeResponseHeader,
+    PopMessageHeader,
+    PopMessageResponseHeader,
+)
 
 POP_CK = "POP_CK"  # MessageConst.PROPERTY_POP_CK
 
@@ -43,66 +50,59 @@ class PopProcessors:
                 RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible_time}
 
     async def pop_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        group = req.get_str("consumerGroup", required=True)
-        topic = req.get_str("topic", required=True)
-        queue_id = req.get_int("queueId", -1)
-        max_nums = req.get_int("maxMsgNums", required=True)
-        invisible_ms = req.get_long("invisibleTime", required=True)
-        poll_ms = req.get_long("pollTime", 0)
-        init = req.get_int("initMode", 0)
+        asked = PopMessageHeader.read(req)
+        topic, invisible_ms, init = asked.topic, asked.invisible_time, asked.init_mode
         if init not in (InitMode.MIN, InitMode.MAX):
             return req.response(ResponseCode.INVALID_PARAMETER, f"initMode {init} unknown: 0 (MIN) or 1 (MAX)")
-        exp_type = (req.get_str("expType") or "TAG").upper()
+        exp_type = (asked.exp_type or "TAG").upper()
         if exp_type not in ("TAG", "SQL92"):
             return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"unknown expression type {exp_type}")
         try:
-            wanted = message_filter(build_subscription(topic, req.get_str("exp") or "*", exp_type),
+            wanted = message_filter(build_subscription(topic, asked.exp or "*", exp_type),
                                     self.enable_property_filter)
         except FilterRefused as refused:
             return req.response(refused.code, refused.remark)
-        result = await self.pop.receive(group=group, topic=topic, queue_id=queue_id, max_messages=max_nums,
-                                        invisible_ms=invisible_ms, poll_ms=poll_ms,
+        result = await self.pop.receive(group=asked.consumer_group, topic=topic, queue_id=asked.queue_id,
+                                        max_messages=asked.max_msg_nums, invisible_ms=invisible_ms,
+                                        poll_ms=asked.poll_time,
                                         message_filter=None if wanted.passes_all else wanted,
-                                        fifo=req.get_bool("order"), client_id=_client(conn),
+                                        fifo=asked.order, client_id=_client(conn),
                                         init_mode=InitMode(init),
-                                        agent=ReceiverAgent(req.language, req.version, req.get_str("exp") or "*",
-                                                            exp_type))
-        fields = {"popTime": int(time.time() * 1000), "invisibleTime": invisible_ms, "reviveQid": 0}
+                                        agent=ReceiverAgent(req.language, req.version, asked.exp or "*", exp_type))
+        fields = PopMessageResponseHeader(pop_time=int(time.time() * 1000), invisible_time=invisible_ms, revive_qid=0,
+                                          rest_num=0).to_ext_fields()
         if result.status is PopStatus.REFUSED:
             return req.response(result.refused_code or ResponseCode.SYSTEM_ERROR, result.remark)
         if result.status is PopStatus.POLLING_FULL:
             return req.response(ResponseCode.POLLING_FULL, result.remark or "polling full")
         if not result.messages:
-            return req.response(ResponseCode.POLLING_TIMEOUT, "NO_MESSAGE_IN_QUEUE", ext_fields={**fields, "restNum": 0})
+            return req.response(ResponseCode.POLLING_TIMEOUT, "NO_MESSAGE_IN_QUEUE", ext_fields=fields)
         records = []
         for popped in result.messages:
             msg = popped.message
             msg.properties[POP_CK] = popped.receipt_handle
             records.append(bytes(encode_record(msg)))
-        return req.response(ResponseCode.SUCCESS, None, body=b"".join(records), ext_fields={**fields, "restNum": 0})
+        return req.response(ResponseCode.SUCCESS, None, body=b"".join(records), ext_fields=fields)
 
     async def ack_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        group = req.get_str("consumerGroup", required=True)
-        topic = req.get_str("topic", required=True)
-        handle = req.get_str("extraInfo", required=True)
-        status = await self.pop.ack(group=group, topic=topic, receipt_handle=handle)
+        ack = AckMessageHeader.read(req)
+        status = await self.pop.ack(group=ack.consumer_group, topic=ack.topic, receipt_handle=ack.extra_info)
         return _ack_response(req, status)
 
     async def change_invisible_time(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        group = req.get_str("consumerGroup", required=True)
-        topic = req.get_str("topic", required=True)
-        handle = req.get_str("extraInfo", required=True)
-        invisible_ms = req.get_long("invisibleTime", required=True)
+        change = ChangeInvisibleTimeHeader.read(req)
+        invisible_ms = change.invisible_time
         try:
-            status, new_handle = await self.pop.change_invisible(group=group, topic=topic, receipt_handle=handle,
+            status, new_handle = await self.pop.change_invisible(group=change.consumer_group, topic=change.topic,
+                                                                 receipt_handle=change.extra_info,
                                                                  invisible_ms=invisible_ms)
         except ValueError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
         if status is not AckStatus.OK:
             return _ack_response(req, status)
-        return req.response(ResponseCode.SUCCESS, None, ext_fields={
-            "popTime": int(time.time() * 1000), "invisibleTime": invisible_ms, "reviveQid": 0,
-            "extraInfo": new_handle})
+        return req.response(ResponseCode.SUCCESS, None, ext_fields=ChangeInvisibleTimeResponseHeader(
+            pop_time=int(time.time() * 1000), invisible_time=invisible_ms, revive_qid=0,
+            extra_info=new_handle).to_ext_fields())
 
 
 def _ack_response(req: RemotingCommand, status: AckStatus) -> RemotingCommand:

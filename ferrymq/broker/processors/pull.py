@@ -21,6 +21,7 @@ from ferrymq.common.protocol import Perm
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import PullMessageResponseHeader
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
 from ferrymq.store.results import GetResult, GetStatus
 
@@ -153,7 +154,6 @@ class PullProcessor:
         if code == ResponseCode.SUCCESS:
             body = result.body()
             self.ctx.stats.record_get(topic, result.message_count, len(body))
-        return req.response(code, remark=result.status.name, body=body, ext_fields={
-            "suggestWhichBrokerId": suggest, "nextBeginOffset": result.next_begin_offset,
-            "minOffset": result.min_offset, "maxOffset": result.max_offset,
-        })
+        return req.response(code, remark=result.status.name, body=body, ext_fields=PullMessageResponseHeader.fields_of(
+            suggest_which_broker_id=suggest, next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset, max_offset=result.max_offset))

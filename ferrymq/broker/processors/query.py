@@ -10,10 +10,17 @@ from __future__ import annotations
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import (
+    OffsetResponseHeader,
+    QueryMessageHeader,
+    QueryMessageResponseHeader,
+    QueueHeader,
+    SearchOffsetHeader,
+    StoreTimeResponseHeader,
+    ViewMessageHeader,
+)
 from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
-
-UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # extField: the key is a UNIQ_KEY (a client message id)
 
 
 class QueryProcessors:
@@ -30,23 +37,21 @@ class QueryProcessors:
         }
 
     async def query_message(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic = req.get_str("topic", required=True)
-        key = req.get_str("key", required=True)
-        max_num = req.get_int("maxNum", required=True)
-        begin = req.get_long("beginTimestamp", required=True)
-        end = req.get_long("endTimestamp", required=True)
-        if req.ext_fields.get(UNIQUE_MSG_QUERY_FLAG) == "true":
+        query = QueryMessageHeader.read(req)
+        max_num = query.max_num
+        if query.unique_key_query == "true":  # the key is a UNIQ_KEY (a client message id)
             max_num = self.store_config.default_query_max_num
-        result = await self.store.query_message(topic, key, max_num, begin, end)
-        header = {"indexLastUpdateTimestamp": result.index_last_update_timestamp,
-                  "indexLastUpdatePhyoffset": result.index_last_update_phyoffset}
+        result = await self.store.query_message(query.topic, query.key, max_num, query.begin_timestamp,
+                                                query.end_timestamp)
+        header = QueryMessageResponseHeader.fields_of(index_last_update_timestamp=result.index_last_update_timestamp,
+                                                      index_last_update_phyoffset=result.index_last_update_phyoffset)
         if result.records:
             return req.response(ext_fields=header, body=b"".join(result.records))
         return req.response(ResponseCode.QUERY_NOT_FOUND, remark="can not find message, maybe time range not correct",
                             ext_fields=header)
 
     async def view_message_by_id(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
-        offset = req.get_long("offset", required=True)
+        offset = ViewMessageHeader.read(req).offset
         store = self.store
         record = await store.look_message(offset)
         if record is None:
@@ -55,12 +60,12 @@ class QueryProcessors:
 
     async def search_offset_by_timestamp(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         store = self.store
-        offset = await store.search_offset(req.get_str("topic", required=True), req.get_int("queueId", required=True),
-                                           req.get_long("timestamp", required=True))
-        return req.response(ext_fields={"offset": offset})
+        query = SearchOffsetHeader.read(req)
+        offset = await store.search_offset(query.topic, query.queue_id, query.timestamp)
+        return req.response(ext_fields=OffsetResponseHeader(offset=offset).to_ext_fields())
 
     async def get_earliest_store_time(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         store = self.store
-        topic, queue_id = req.get_str("topic", required=True), req.get_int("queueId", required=True)
-        timestamp = await store.store_time(topic, queue_id, store.min_offset(topic, queue_id))
-        return req.response(ext_fields={"timestamp": timestamp})
+        queue = QueueHeader.read(req)
+        timestamp = await store.store_time(queue.topic, queue.queue_id, store.min_offset(queue.topic, queue.queue_id))
+        return req.response(ext_fields=StoreTimeResponseHeader(timestamp=timestamp).to_ext_fields())

@@ -7,6 +7,7 @@ reached the requester."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -16,6 +17,7 @@ from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import ReplyMessageHeader, SendMessageResponseHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
 
 log = logging.getLogger(__name__)
@@ -42,14 +44,14 @@ class ReplyProcessor:
         pushed, remark = await self._push(header, msg)
         if not pushed:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=remark)
-        fields = {"msgId": "", "queueId": msg.queue_id, "queueOffset": 0}
+        answer = SendMessageResponseHeader(msg_id="", queue_id=msg.queue_id, queue_offset=0)
         if ctx.config.store_reply_message_enable:
             result = await ctx.store.put_message(msg)
             if not result.ok:
                 return req.response(ResponseCode.SYSTEM_ERROR, remark=f"the reply reached its requester but storing it "
                                                                       f"failed: {result.remark or result.status.name}")
-            fields.update(msgId=result.msg_id, queueOffset=result.queue_offset)
-        return req.response(ResponseCode.SUCCESS, ext_fields=fields)
+            answer = dataclasses.replace(answer, msg_id=result.msg_id, queue_offset=result.queue_offset)
+        return req.response(ResponseCode.SUCCESS, ext_fields=answer.to_ext_fields())
 
     async def _push(self, header: SendMessageHeader, msg: MessageExt) -> tuple[bool, str]:
         requester = msg.properties.get(Prop.REPLY_TO_CLIENT, "")
@@ -58,13 +60,13 @@ class ReplyProcessor:
             return False, f"push reply message to {requester} fail, channel of {requester} not found."
         props = dict(msg.properties)
         props[Prop.PUSH_REPLY_TIME] = str(int(time.time() * 1000))
-        push = RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, {
-            "producerGroup": header.producer_group, "topic": msg.topic, "defaultTopic": header.default_topic,
-            "defaultTopicQueueNums": header.default_topic_queue_nums, "queueId": msg.queue_id,
-            "sysFlag": msg.sys_flag, "bornTimestamp": msg.born_timestamp, "flag": msg.flag,
-            "properties": encode_properties(props), "reconsumeTimes": msg.reconsume_times, "unitMode": False,
-            "bornHost": "%s:%d" % msg.born_host, "storeHost": "%s:%d" % self.ctx.store_host,
-            "storeTimestamp": msg.store_timestamp}, body=msg.body)
+        push = RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, ReplyMessageHeader(
+            producer_group=header.producer_group, topic=msg.topic, default_topic=header.default_topic,
+            default_topic_queue_nums=header.default_topic_queue_nums, queue_id=msg.queue_id,
+            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, flag=msg.flag,
+            properties=encode_properties(props), reconsume_times=msg.reconsume_times, unit_mode=False,
+            born_host="%s:%d" % msg.born_host, store_host="%s:%d" % self.ctx.store_host,
+            store_timestamp=msg.store_timestamp).to_ext_fields(), body=msg.body)
         try:
             answer = await channel.connection.invoke(push, PUSH_TIMEOUT)
         except RemotingError as e:

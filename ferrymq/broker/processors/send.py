@@ -23,6 +23,7 @@ from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import SendMessageResponseHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store.results import PutStatus
 
@@ -120,10 +121,9 @@ class SendProcessor:
         ctx.stats.record_put(topic, result.msg_num if result.ok else 0, result.wrote_bytes)
         if not result.ok:  # stored (the flush or replication wait may have failed) answers with the offsets
             return req.response(code, remark=result.remark or result.status.name)
-        return req.response(code, ext_fields={
-            "msgId": ",".join(result.msg_ids), "queueId": queue_id, "queueOffset": result.queue_offset,
-            "MSG_REGION": ctx.config.region_id, "TRACE_ON": ctx.config.trace_on,
-        })
+        return req.response(code, ext_fields=SendMessageResponseHeader.fields_of(
+            msg_id=",".join(result.msg_ids), queue_id=queue_id, queue_offset=result.queue_offset,
+            region=ctx.config.region_id, trace_on=ctx.config.trace_on))
 
     def _dead_letter_target(self, header: SendMessageHeader, msg: MessageExt) -> str | None:
         """A retry-topic message that used up its reconsume budget goes to the group's DLQ."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ferrymq.broker.transactions import EndTransaction, TransactionService
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import EndTransactionHeader
 
 
 class EndTransactionProcessor:
@@ -14,12 +15,11 @@ class EndTransactionProcessor:
 
     async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         # a missing or malformed field raises HeaderFieldError: the server answers it as a bad request
+        header = EndTransactionHeader.read(req)
         request = EndTransaction(
-            producer_group=req.get_str("producerGroup", required=True),
-            tran_state_table_offset=req.get_long("tranStateTableOffset", required=True),
-            commit_log_offset=req.get_long("commitLogOffset", required=True),
-            commit_or_rollback=req.get_int("commitOrRollback", required=True),
-            from_transaction_check=req.get_bool("fromTransactionCheck", False),
-            msg_id=req.get_str("msgId", ""), transaction_id=req.get_str("transactionId", ""))
+            producer_group=header.producer_group, tran_state_table_offset=header.tran_state_table_offset,
+            commit_log_offset=header.commit_log_offset, commit_or_rollback=header.commit_or_rollback,
+            from_transaction_check=header.from_transaction_check, msg_id=header.msg_id,
+            transaction_id=header.transaction_id)
         code, remark = await self.transactions.end(request)
         return req.response(code, remark=remark)
