@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from functools import partial
 from typing import Callable
 
@@ -88,17 +89,19 @@ class RemotingClient:
             raise
 
     async def invoke(self, address: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
-        """Like Java, connecting counts against `timeout`; and like Java's invokeSync (its
-        clientCloseSocketIfTimeout, on by default) a request left unanswered closes the
-        connection: a peer that stopped answering (a frozen or partitioned broker) must not
-        keep holding the next requests, which connect again instead."""
+        """Like Java, connecting counts against `timeout`. As Java's invokeSync does
+        (clientCloseSocketIfTimeout), a request left unanswered closes the connection, here only
+        when the peer sent nothing at all meanwhile: a frozen or partitioned broker must not keep
+        holding the next requests, which connect again instead, while a busy one still answering
+        other requests keeps the connection they share."""
         connection, remaining = await self._connection_within(address, timeout)
         self._prepare(request)
+        sent = time.monotonic()
         try:
             return await connection.invoke(request, remaining)
         except RemotingTimeoutError:
-            if self._connections.get(address) is connection:
-                log.info("no answer from %s within %.1fs: closing the connection", address, timeout)
+            if connection.last_received < sent and self._connections.get(address) is connection:
+                log.info("nothing from %s for %.1fs: closing the connection", address, timeout)
                 await connection.close()
             raise
 

@@ -117,6 +117,7 @@ class Connection(asyncio.Protocol):
         self._writing_paused = False  # by the transport: its buffer is over the high-water mark
         self._drain_waiters: list[asyncio.Future[None]] = []
         self.last_active = time.monotonic()  # last byte read or frame written (idle detection)
+        self.last_received = self.last_active  # last byte read (is the peer silent?)
         self._close_listeners: list[CloseListener] = []
         self._closed = False
         # Frames written in one pass of the event loop leave in one socket write: under
@@ -144,7 +145,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
-        self.last_active = time.monotonic()
+        self.last_active = self.last_received = time.monotonic()
         try:
             commands = self._decoder.feed(data)
         except FrameError as exc:

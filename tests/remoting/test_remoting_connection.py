@@ -138,6 +138,24 @@ async def test_a_client_request_left_unanswered_closes_its_connection(
     await wait_until(lambda: len(server.connections) == 1)
 
 
+async def test_a_request_left_unanswered_by_a_busy_peer_keeps_the_connection(
+        server: RemotingServer, client: RemotingClient, address: str) -> None:
+    """A peer still answering other requests is slow, not gone: the requests sharing the
+    connection are not failed for one that timed out."""
+    server.register(HANG, hang_forever)
+    connection = await client.connection(address)
+
+    async def answered_meanwhile():
+        for i in range(10):
+            await asyncio.sleep(0.05)
+            assert (await client.invoke(address, echo_request(i))).body == str(i).encode()
+    chatter = asyncio.create_task(answered_meanwhile())
+    with pytest.raises(RemotingTimeoutError):
+        await client.invoke(address, RemotingCommand.request(HANG), timeout=0.3)
+    await chatter
+    assert not connection.closed and await client.connection(address) is connection
+
+
 async def test_cancelled_invoke_is_forgotten(server: RemotingServer, client: RemotingClient, address: str) -> None:
     server.register(HANG, hang_forever)
     connection = await client.connection(address)
