@@ -6,10 +6,12 @@
 #      images (e2e/images/build-images.sh, tag "e2e");
 #   3. the docker network ferrymq-kind with an explicit subnet, and kind cluster "ferrymq-e2e"
 #      (control plane + 3 workers; a cluster of that name left by an earlier run is deleted first);
-#   4. `kind load` of the images, `helm upgrade --install` of charts/ferrymq-operator;
+#   4. `kind load` of the images, `helm upgrade --install` of charts/ferrymq-operator (its CRDs
+#      too: templates of the release, crds.install);
 #   5. pytest e2e/kind/test_kind_e2e.py (marker kind): the scenarios, in the cluster, against its
-#      own addresses (the last one uninstalls the chart);
-#   6. the chart installed again, then pytest e2e/kind/test_kind_chaos.py: node faults (docker
+#      own addresses (the last one upgrades, then uninstalls the chart; the CRDs stay, kept by
+#      helm.sh/resource-policy);
+#   6. the chart installed again (adopting the kept CRDs), then pytest e2e/kind/test_kind_chaos.py: node faults (docker
 #      pause / kill / network disconnect of the master's node, the deciders' pods deleted) under a
 #      replicated Broker with failover, in the same cluster. FERRYMQ_KIND_CHAOS_FAULTS (default 4:
 #      one of each kind) sets how many; `make chaos-kind` runs 30 random ones and writes
@@ -86,7 +88,8 @@ run_tests() {  # run_tests FILE [pytest args...]
 }
 
 run_chaos() {
-  # The scenarios end with `helm uninstall`: the faults need the operator back (images are loaded).
+  # The scenarios end with `helm uninstall`: the faults need the operator back (images are loaded;
+  # the CRDs, kept by the uninstall, still carry this release's ownership and are taken back).
   helm upgrade --install ferrymq "$REPO/charts/ferrymq-operator" -n ferrymq-system --create-namespace \
     --set image.tag="$TAG" --set image.pullPolicy=Never --set brokerImage.tag="$TAG" \
     --set resyncSeconds=10 --set brokerResyncSeconds=3 --wait --timeout 300s || return $?

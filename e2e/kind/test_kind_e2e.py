@@ -562,9 +562,11 @@ def test_acl_and_tls_with_users_and_a_revoked_user(ns, tools, tmp_path):
 
 # ------------------------------------------------------------------------------------------------
 # 9. helm upgrade, then helm uninstall: nothing orphaned but the claims kept by deleteClaim: false
+#    and the CRDs (templates of the release, helm.sh/resource-policy: keep)
 
 RELEASE, RELEASE_NS = "ferrymq", "ferrymq-system"
 CHART = os.path.join(os.path.dirname(__file__), "..", "..", "charts", "ferrymq-operator")
+CRDS = ("brokers.ferrymq.io", "topics.ferrymq.io", "consumergroups.ferrymq.io", "users.ferrymq.io")
 
 
 def operator_pods() -> list[dict]:
@@ -751,6 +753,10 @@ def test_helm_upgrade_then_uninstall_leaves_only_kept_claims(ns, tools):
     replicas = dep["spec"]["replicas"]  # the chart's two, one leading by a Lease
     poll_until("the upgraded operator pods", lambda: len([p for p in operator_pods() if p["metadata"]["uid"] not in before
                                                           and pod_ready(p)]) == replicas == len(operator_pods()), 300)
+    # the CRDs are the release's (templates/crds.yaml): the upgrade applied them too
+    for name in CRDS:
+        annotations = get("crd", name, None)["metadata"]["annotations"]
+        assert annotations["meta.helm.sh/release-name"] == RELEASE and annotations["helm.sh/resource-policy"] == "keep"
     # the upgraded operator still reconciles
     apply(ns, {"apiVersion": API, "kind": "Topic", "metadata": {"name": "after-upgrade"},
                "spec": {"brokerRef": {"name": BROKER}}})
@@ -774,6 +780,8 @@ def test_helm_upgrade_then_uninstall_leaves_only_kept_claims(ns, tools):
         leftovers += [f"{kind}/{o['metadata']['name']}" for o in json.loads(kubectl("get", kind, "-o", "json").stdout)["items"]
                       if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/instance") == RELEASE]
     assert leftovers == []
+    # kept: the CRDs (and with them any resource left); run.sh's next install takes them back
+    assert all(get("crd", name, None) is not None for name in CRDS)
     claims = sorted(p["metadata"]["name"] for p in items("pvc", ns))
     # demo: deleteClaim false (kept, including the scaled-away broker's); guarded: deleteClaim true.
     assert claims == ["data-demo-broker-0", "data-demo-broker-1", "drain-output"]

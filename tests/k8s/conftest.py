@@ -63,7 +63,7 @@ def control_plane(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def helm_release(control_plane):
-    """The chart, installed as a user would (CRDs from its crds/, RBAC, Deployment)."""
+    """The chart, installed as a user would (its CRDs, owned by the release, RBAC, Deployment)."""
     control_plane.kubectl("create", "namespace", RELEASE_NS)
     control_plane.helm("install", RELEASE, str(REPO / "charts" / "ferrymq-operator"), "-n", RELEASE_NS, "--wait",
                        "--timeout", "180s")

@@ -17,10 +17,16 @@ def load(path: Path) -> dict:
 
 
 def test_chart_carries_identical_crds():
-    chart_crds = sorted((CHART / "crds").glob("*.yaml"))
-    assert [p.name for p in chart_crds] == [p.name for p in CRDS]
+    """The chart renders its CRDs from files/crds/ (templates/crds.yaml, so that `helm upgrade`
+    upgrades them): exactly the repository's crds/. It has no crds/ of its own, which Helm would
+    install once, without the release's ownership, and never upgrade."""
+    chart_crds = sorted((CHART / "files" / "crds").glob("*.yaml"))
+    assert CRDS and [p.name for p in chart_crds] == [p.name for p in CRDS]
     for src, copy in zip(CRDS, chart_crds):
-        assert copy.read_bytes() == src.read_bytes(), f"{copy} differs from {src}: cp crds/*.yaml {CHART / 'crds'}/"
+        assert copy.read_bytes() == src.read_bytes(), f"{copy} differs from {src}: cp crds/*.yaml {CHART / 'files' / 'crds'}/"
+    assert not (CHART / "crds").exists(), "Helm would install charts/ferrymq-operator/crds/ unowned and never upgrade it"
+    template = (CHART / "templates" / "crds.yaml").read_text()
+    assert '.Files.Glob "files/crds/*.yaml"' in template and '"helm.sh/resource-policy" "keep"' in template
 
 
 def _walk(schema: dict, path: str):

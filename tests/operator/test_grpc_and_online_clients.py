@@ -70,7 +70,7 @@ def test_grpc_port_clashes_are_refused_before_anything_is_applied(spec, message)
 
 def test_crd_declares_spec_grpc_with_defaults_and_port_validation():
     for path in (REPO / "crds" / "ferrymq.io_brokers.yaml",
-                 REPO / "charts" / "ferrymq-operator" / "crds" / "ferrymq.io_brokers.yaml"):
+                 REPO / "charts" / "ferrymq-operator" / "files" / "crds" / "ferrymq.io_brokers.yaml"):
         version = yaml.safe_load(path.read_text())["spec"]["versions"][0]
         grpc = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["grpc"]
         assert grpc["properties"]["enabled"]["default"] is False and grpc["properties"]["port"]["default"] == 8081
