@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import InProcessCluster, StandaloneProcess
+from testkit.processes import StandaloneProcess
+
+from tests.support import InProcessCluster
 
 
 @pytest.fixture

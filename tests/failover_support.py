@@ -19,7 +19,9 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from testkit.processes import BrokerPair
-from tests.support import FerryProcess, free_port, wait_until
+from testkit.ports import free_port
+from testkit.processes import FerryProcess
+from testkit.wait import wait_until
 
 GROUP = "ha-broker"  # BrokerPair's brokerName
 CLUSTER = "HACluster"  # BrokerPair's brokerClusterName

@@ -135,7 +135,7 @@ class AckedLoad:
 
     async def more(self, count: int, timeout: float, what: str) -> None:
         """Wait until ``count`` more sends than now have been acknowledged."""
-        from tests.support import wait_until
+        from testkit.wait import wait_until
         seen = len(self.acked)
         await wait_until(lambda: len(self.acked) >= seen + count, timeout, what)
 

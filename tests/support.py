@@ -1,9 +1,6 @@
 """The tests' own helpers: an in-process cluster, throw-away certificates, the CI rule for a
-missing prerequisite.
-
-The helpers benchmarks use too live in ``testkit`` (ports, waits, FerryMQ processes); this
-module re-exports the ones its many importers take from here (``wait_until``, ``poll_until``,
-``free_port``, ``FerryProcess``, ``StandaloneProcess``)."""
+missing prerequisite. The helpers benchmarks use too (ports, waits, FerryMQ processes) are in
+``testkit``."""
 
 from __future__ import annotations
 
@@ -16,12 +13,8 @@ from ferrymq.broker.config import BrokerConfig
 from ferrymq.grpc.wiring import broker_grpc
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 from ferrymq.store.config import StoreConfig
-from testkit.ports import free_port
-from testkit.processes import REPO, FerryProcess, StandaloneProcess
-from testkit.wait import poll_until, wait_until
 
-__all__ = ["REPO", "FerryProcess", "InProcessCluster", "StandaloneProcess", "free_port", "make_test_certificates",
-           "missing_prerequisite", "poll_until", "require", "wait_until"]
+__all__ = ["InProcessCluster", "make_test_certificates", "missing_prerequisite", "require"]
 
 
 def missing_prerequisite(what: str) -> None:

@@ -13,7 +13,7 @@ import subprocess
 import textwrap
 import uuid
 
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 API = "ferrymq.io/v1alpha1"
 TAG = os.environ.get("FERRYMQ_IMAGE_TAG", "e2e")

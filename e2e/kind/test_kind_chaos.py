@@ -55,7 +55,7 @@ from e2e.chaos.attribution import attribute, spans
 from e2e.chaos.checker import check, report, table
 from e2e.chaos.history import History, parse_lines
 from e2e.kind.kube import API, BROKER_IMAGE, apply, condition, get, items, kubectl, run_python, unique_name
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 if os.environ.get("FERRYMQ_KIND_TESTS") != "1":
     if os.environ.get("CI") == "true":

@@ -26,7 +26,8 @@ from e2e.kind.kube import (
     API, BROKER_IMAGE, SPARK_IMAGE, apply, condition, get, items, kubectl, pod_ready, run_job, run_python,
     toolbox, unique_name, wait_status,
 )
-from tests.support import make_test_certificates, poll_until
+from testkit.wait import poll_until
+from tests.support import make_test_certificates
 
 if os.environ.get("FERRYMQ_KIND_TESTS") != "1":
     if os.environ.get("CI") == "true":

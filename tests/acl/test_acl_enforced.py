@@ -14,7 +14,8 @@ from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
-from tests.support import InProcessCluster, wait_until
+from testkit.wait import wait_until
+from tests.support import InProcessCluster
 
 ADMIN = Credentials("admin0001", "admin-secret")
 PRODUCER = Credentials("producer01", "producer-secret")

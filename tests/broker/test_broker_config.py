@@ -13,7 +13,8 @@ from ferrymq.client.errors import MQClientError
 from ferrymq.client.producer import Producer
 from ferrymq.common.config_loader import ConfigError
 from ferrymq.common.message import Message
-from tests.support import FerryProcess, free_port
+from testkit.ports import free_port
+from testkit.processes import FerryProcess
 
 
 def test_advertised_host_prefers_brokerIP1_then_a_concrete_bind_host():

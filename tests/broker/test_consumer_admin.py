@@ -22,8 +22,9 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import Recorder, create_topic, produce
-from tests.support import wait_until
-from tests.support import REPO, InProcessCluster
+from testkit.wait import wait_until
+from testkit.processes import REPO
+from tests.support import InProcessCluster
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common.message import Prop
 from ferrymq.common.protocol import dlq_topic
 from tests.consumer_support import Recorder, create_topic, produce
-from tests.support import wait_until
+from testkit.wait import wait_until
 from tests.support import InProcessCluster
 
 pytestmark = pytest.mark.integration

@@ -28,7 +28,7 @@ from ferrymq.store import MessageStore
 from ferrymq.store.config import StoreConfig
 from ferrymq.store.loop_bridge import WriteBacklog
 from tests.consumer_support import cluster_with_topic, read_all
-from tests.support import wait_until
+from testkit.wait import wait_until
 
 
 @pytest.fixture

@@ -27,7 +27,8 @@ from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue, SubscriptionGroupConfig, dlq_topic
 from ferrymq.remoting.codes import ResponseCode
 from tests.consumer_support import Recorder, create_topic, produce, read_all
-from tests.support import REPO, wait_until
+from testkit.processes import REPO
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,8 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import create_topic, produce
-from tests.support import StandaloneProcess, free_port
+from testkit.ports import free_port
+from testkit.processes import StandaloneProcess
 
 pytestmark = pytest.mark.integration
 

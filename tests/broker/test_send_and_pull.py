@@ -16,7 +16,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode, SerializeType
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.store import MessageStore
-from tests.support import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

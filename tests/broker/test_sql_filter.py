@@ -14,7 +14,8 @@ from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
 from tests.consumer_support import Recorder
-from tests.support import InProcessCluster, wait_until
+from testkit.wait import wait_until
+from tests.support import InProcessCluster
 
 SQL = "region = 'eu' AND amount BETWEEN 10 AND 100"
 ORDERS = [("eu", 5), ("eu", 10), ("us", 50), ("eu", 100), ("eu", 101), ("eu", "n/a"), (None, 50), ("eu", 55)]

@@ -15,7 +15,7 @@ from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.transaction_producer import LocalTransactionState, TransactionProducer
 from ferrymq.common.message import Message
 from tests.consumer_support import cluster_with_topic, read_all
-from tests.support import wait_until
+from testkit.wait import wait_until
 
 COMMIT, ROLLBACK, UNKNOW = (LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.ROLLBACK_MESSAGE,
                             LocalTransactionState.UNKNOW)

@@ -21,7 +21,8 @@ from e2e.chaos.results import write_results
 from e2e.chaos.workload import drain
 from testkit.java_client import CompatUnavailable, ensure_compat_classes
 from tests.failover_support import FailoverPair, controller_state
-from tests.support import missing_prerequisite, poll_until
+from testkit.wait import poll_until
+from tests.support import missing_prerequisite
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat, pytest.mark.slow, pytest.mark.chaos]
 

@@ -14,7 +14,8 @@ from e2e.chaos.checker import check, report
 from e2e.chaos.history import load, parse_lines
 from e2e.chaos.workload import CONSUMER_MAIN, start_producer
 from testkit.java_client import CompatUnavailable, ensure_compat_classes, run_java_client
-from tests.support import missing_prerequisite, poll_until
+from testkit.wait import poll_until
+from tests.support import missing_prerequisite
 
 pytestmark = [pytest.mark.integration, pytest.mark.compat]
 

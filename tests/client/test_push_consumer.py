@@ -15,7 +15,7 @@ from ferrymq.client.push_config import ConsumeFromWhere, MessageModel
 from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common.protocol import MessageQueue
 from tests.consumer_support import Recorder, create_topic, produce
-from tests.support import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -260,7 +260,7 @@ async def test_admin_offset_reset_rewinds_an_online_group(cluster):
 
 async def test_bad_setup_fails_with_a_clear_error(tmp_path):
     from ferrymq.client.errors import MQClientError
-    from tests.support import free_port
+    from testkit.ports import free_port
 
     with pytest.raises(MQClientError, match="group"):
         PushConsumer("bad group!", namesrv_addr="127.0.0.1:1")

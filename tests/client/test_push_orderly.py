@@ -18,7 +18,7 @@ from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue, dlq_topic
 from tests.consumer_support import create_topic
-from tests.support import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

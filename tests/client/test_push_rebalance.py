@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.consumer_support import JsonEventsProcess, create_topic, produce
-from tests.support import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

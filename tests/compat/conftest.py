@@ -55,7 +55,7 @@ def java_client(rocketmq_jars: Path) -> JavaClient:
 @pytest.fixture(scope="module")
 def ferrymq(tmp_path_factory, rocketmq_jars):
     """``ferrymq standalone`` as a subprocess for one test module; must stop cleanly."""
-    from tests.support import StandaloneProcess
+    from testkit.processes import StandaloneProcess
 
     server = StandaloneProcess(tmp_path_factory.mktemp("ferrymq-compat") / "store").start()
     try:

@@ -17,7 +17,7 @@ from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
-from tests.support import StandaloneProcess
+from testkit.processes import StandaloneProcess
 
 from testkit.apache import ApacheRocketMQ
 from testkit.java_client import CompatError, JavaClient, run_mqadmin

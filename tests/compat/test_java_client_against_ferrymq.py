@@ -16,7 +16,8 @@ import pytest
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
-from tests.support import FerryProcess, StandaloneProcess, free_port
+from testkit.ports import free_port
+from testkit.processes import FerryProcess, StandaloneProcess
 
 from .checks import COUNT, MODES, check_produce_consume
 from testkit.java_client import JavaClient, run_java_client, run_mqadmin

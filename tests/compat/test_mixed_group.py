@@ -14,7 +14,7 @@ from ferrymq.client.push_config import ConsumeFromWhere
 from ferrymq.client.push_consumer import PushConsumer
 from ferrymq.common.protocol import MessageQueue
 from tests.consumer_support import JsonEventsProcess, Recorder, create_topic, produce
-from tests.support import wait_until
+from testkit.wait import wait_until
 
 from testkit.java_client import java_client_command
 

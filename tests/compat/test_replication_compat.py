@@ -25,7 +25,9 @@ from ferrymq.common.message_id import decode_offset_msg_id
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import BrokerPair, SEGMENT
 from tests.replication_support import commit_log_range
-from tests.support import FerryProcess, free_port, poll_until, wait_until
+from testkit.ports import free_port
+from testkit.processes import FerryProcess
+from testkit.wait import poll_until, wait_until
 
 from testkit.apache import ApacheRocketMQ, remoting_request
 from testkit.java_client import JavaClient

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests.support import StandaloneProcess
+from testkit.processes import StandaloneProcess
 
 from testkit.java_client import JavaClient
 

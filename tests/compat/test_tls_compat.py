@@ -7,7 +7,9 @@ import uuid
 
 import pytest
 
-from tests.support import StandaloneProcess, make_test_certificates
+from testkit.processes import StandaloneProcess
+
+from tests.support import make_test_certificates
 
 from testkit.java_client import JavaClient, run_java_client
 

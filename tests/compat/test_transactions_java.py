@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from tests.consumer_support import read_all
-from tests.support import StandaloneProcess
+from testkit.processes import StandaloneProcess
 
 from testkit.java_client import run_java_client
 

@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest_asyncio
 
-from tests.support import REPO, FerryProcess, StandaloneProcess, free_port, missing_prerequisite
+from testkit.ports import free_port
+
+from testkit.processes import FerryProcess, REPO, StandaloneProcess
+
+from tests.support import missing_prerequisite
 
 SCREENSHOTS = REPO / ".cache" / "console-screenshots"  # .cache/ is git-ignored
 ENSURE_CHROMIUM = Path(__file__).with_name("ensure-chromium.sh")

@@ -21,7 +21,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import produce
-from tests.support import wait_until
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -297,7 +297,7 @@ async def test_a_broker_gone_from_the_name_server_raises_an_alert(cluster):
 
 
 async def test_a_cluster_that_cannot_be_reached_is_a_502_and_an_overview_alert():
-    from tests.support import free_port
+    from testkit.ports import free_port
 
     server = ConsoleServer(ConsoleSettings([ClusterSpec("gone", f"127.0.0.1:{free_port()}")], port=0, read_only=False))
     await server.start()

@@ -21,7 +21,7 @@ from ferrymq.controller.state import BrokerSeen, EpochRecord, Group, alter_in_sy
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from tests.support import wait_until
+from testkit.wait import wait_until
 
 HISTORY = [EpochRecord(1, 0, 0), EpochRecord(2, 5000, 1), EpochRecord(3, 9000, 0)]
 

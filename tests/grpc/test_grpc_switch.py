@@ -16,7 +16,9 @@ from ferrymq.broker.broker import Broker
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.common.config_loader import ConfigError
 from ferrymq.store.config import StoreConfig
-from tests.support import REPO, InProcessCluster, free_port
+from testkit.ports import free_port
+from testkit.processes import REPO
+from tests.support import InProcessCluster
 
 pytestmark = pytest.mark.integration
 

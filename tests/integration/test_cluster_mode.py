@@ -16,7 +16,9 @@ from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
-from tests.support import FerryProcess, free_port, wait_until
+from testkit.ports import free_port
+from testkit.processes import FerryProcess
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,8 @@ from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
 from ferrymq.remoting.server import RemotingServer
-from tests.support import FerryProcess, free_port
+from testkit.ports import free_port
+from testkit.processes import FerryProcess
 
 pytestmark = pytest.mark.integration
 

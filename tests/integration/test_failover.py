@@ -38,7 +38,8 @@ from tests.failover_support import CLUSTER, GROUP, FailoverPair, FailoverTrio, c
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import SEGMENT
 from tests.replication_support import AckedLoad, assert_acked_on_both, commit_log_range
-from tests.support import free_port, wait_until
+from testkit.ports import free_port
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
-from tests.support import FerryProcess, free_port, poll_until
+from testkit.ports import free_port
+from testkit.processes import FerryProcess
+from testkit.wait import poll_until
 
 pytestmark = pytest.mark.integration
 

@@ -44,7 +44,9 @@ from tests.integration.store_checks import check_consume_queues_agree, offline_s
 from testkit.processes import BrokerPair, SEGMENT
 from tests.replication_support import AckedLoad, assert_acked_on_both, commit_log_range, TcpProxy
 from tests.store.small_fs import SmallFsUnavailable, small_filesystem
-from tests.support import free_port, missing_prerequisite, wait_until
+from testkit.ports import free_port
+from testkit.wait import wait_until
+from tests.support import missing_prerequisite
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,8 @@ from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from tests.support import REPO, StandaloneProcess, free_port
+from testkit.ports import free_port
+from testkit.processes import REPO, StandaloneProcess
 
 pytestmark = pytest.mark.integration
 

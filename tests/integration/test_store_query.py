@@ -21,7 +21,8 @@ from ferrymq.common.message import Message, decode_records
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from tests.support import REPO, InProcessCluster
+from testkit.processes import REPO
+from tests.support import InProcessCluster
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,8 @@ from ferrymq.common.message import Message
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from tests.support import InProcessCluster, wait_until
+from testkit.wait import wait_until
+from tests.support import InProcessCluster
 
 pytestmark = pytest.mark.integration
 

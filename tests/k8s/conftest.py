@@ -21,8 +21,10 @@ import pytest
 
 from ferrymq.client.admin import AdminClient
 from tests.k8s.controlplane import BUILD_SCRIPT, REPO, ControlPlane, bin_dir, missing_binaries
-from tests.support import poll_until
-from tests.support import FerryProcess, free_port, missing_prerequisite
+from testkit.wait import poll_until
+from testkit.ports import free_port
+from testkit.processes import FerryProcess
+from tests.support import missing_prerequisite
 
 # The operator package (operator/ferrymq_operator, copied into its image, not pip-installed):
 # importable for tests that check what the authorizer says about the objects it builds.

@@ -26,7 +26,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from tests.support import free_port, poll_until
+from testkit.ports import free_port
+
+from testkit.wait import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "e2e" / "controlplane" / "build.sh"

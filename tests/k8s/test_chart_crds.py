@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.k8s.controlplane import REPO
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 CHART = REPO / "charts" / "ferrymq-operator"
 KINDS = ("brokers", "consumergroups", "topics", "users")

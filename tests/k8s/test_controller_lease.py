@@ -32,7 +32,9 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.failover_support import FailoverPair, controller_state, create_topic
-from tests.support import FerryProcess, free_port, wait_until
+from testkit.ports import free_port
+from testkit.processes import FerryProcess
+from testkit.wait import wait_until
 
 LEASE, RENEW, RETRY = 3.0, 2.0, 0.5  # short timings, same rules as the 15/10/2 defaults
 SLACK = 1.0  # request latency on a loaded 2-core machine

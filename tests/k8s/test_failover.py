@@ -13,7 +13,7 @@ import pytest
 
 from tests.k8s.conftest import CLUSTER
 from tests.k8s.test_operator import broker_cr, wait_status
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 
 def test_failover_runs_two_controllers_the_brokers_are_pointed_at(control_plane, operator_logs, namespace):

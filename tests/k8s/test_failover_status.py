@@ -21,7 +21,7 @@ from ferrymq.common.message import Message
 from tests.failover_support import FailoverPair, controller_state
 from tests.k8s.test_operator import API, condition, wait_status
 from tests.k8s.test_replication import broker_pods, ready
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 NAME = "fo"  # its own RocketMQ cluster on the shared name server (the other tests' brokers are "demo")
 GROUP = f"{NAME}-broker-0"

@@ -15,7 +15,7 @@ from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
 from tests.k8s.conftest import CLUSTER
-from tests.support import poll_until
+from testkit.wait import poll_until
 from tests.k8s.test_operator import API, admin_call, broker_cr, condition, topic_cr, wait_status
 
 def group_cr(name, policy="Disable", **spec) -> dict:

@@ -10,7 +10,7 @@ import pytest
 
 from ferrymq.client.admin import AdminClient
 from tests.k8s.conftest import CLUSTER
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 API = "ferrymq.io/v1alpha1"
 

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from tests.k8s.conftest import LEASE, RELEASE_NS, OperatorProcess
 from tests.k8s.test_operator import broker_cr, condition, topic_cr, wait_status
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 LEASE_DURATION = 15  # the chart's leaderElection.leaseDurationSeconds
 MARGIN = 25  # kopf's start (its watchers list every resource) and one reconcile, on a loaded 2-core machine

@@ -11,7 +11,7 @@ import pytest
 
 from tests.k8s.conftest import CLUSTER
 from tests.k8s.test_operator import broker_cr, condition, wait_status
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 COMPONENT = "app.kubernetes.io/component"
 

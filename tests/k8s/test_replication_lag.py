@@ -16,7 +16,7 @@ from ferrymq.common.message import Message
 from tests.k8s.conftest import CLUSTER
 from tests.k8s.test_operator import broker_cr, condition, wait_status
 from tests.k8s.test_replication import broker_pods, ready
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 TOPIC = "LagGateTopic"
 

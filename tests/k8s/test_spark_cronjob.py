@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ferrymq_spark.k8s_cronjob import build_spark_job, job_name
 from tests.k8s.conftest import CLUSTER
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 API = "ferrymq.io/v1alpha1"
 

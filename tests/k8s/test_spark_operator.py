@@ -13,7 +13,7 @@ import json
 from ferrymq_spark.k8s_cronjob import DRIVER_RULES, job_name
 from tests.k8s.conftest import CLUSTER
 from tests.k8s.controlplane import FAIL_LABEL
-from tests.support import poll_until
+from testkit.wait import poll_until
 from tests.k8s.test_operator import API, broker_cr, condition, wait_status
 
 OPERATOR = "ferrymq-operator"  # its server-side-apply field manager

@@ -10,7 +10,7 @@ import json
 from tests.k8s.conftest import CLUSTER
 from tests.k8s.controlplane import STORAGE_CLASS
 from tests.k8s.test_operator import broker_cr, condition, wait_status
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 
 def claims(cp, ns) -> dict[str, dict]:

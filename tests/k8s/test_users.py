@@ -18,7 +18,9 @@ from ferrymq.client.producer import Producer
 from ferrymq.common.message import Message
 from tests.k8s.conftest import CLUSTER
 from tests.k8s.test_operator import API, broker_cr, condition, wait_status
-from tests.support import FerryProcess, free_port, poll_until
+from testkit.ports import free_port
+from testkit.processes import FerryProcess
+from testkit.wait import poll_until
 
 
 def user_cr(name: str, **spec) -> dict:

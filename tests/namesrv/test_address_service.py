@@ -18,7 +18,9 @@ from ferrymq.namesrv.address_server import NamesrvAddressBook, NamesrvAddressSer
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 from ferrymq.store.config import StoreConfig
 from tests.consumer_support import read_all
-from tests.support import FerryProcess, free_port, wait_until
+from testkit.ports import free_port
+from testkit.processes import FerryProcess
+from testkit.wait import wait_until
 
 
 async def name_server() -> NameServer:

@@ -16,7 +16,8 @@ from ferrymq.kube import Conflict, KubeConnectionError, NotFound
 from ferrymq_operator import manifests, rollout, storage
 from ferrymq_operator.leadership import EXIT_LEADERSHIP_LOST, LeaderElectionSettings, Leadership
 from ferrymq_operator.model import BrokerCluster
-from tests.support import free_port, wait_until
+from testkit.ports import free_port
+from testkit.wait import wait_until
 
 
 class FakeLeases:

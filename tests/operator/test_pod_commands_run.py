@@ -11,7 +11,9 @@ import pytest
 
 from ferrymq_operator import manifests
 from ferrymq_operator.model import BrokerCluster
-from tests.support import FerryProcess, free_port, poll_until
+from testkit.ports import free_port
+from testkit.processes import FerryProcess
+from testkit.wait import poll_until
 
 pytestmark = pytest.mark.integration
 

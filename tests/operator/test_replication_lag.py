@@ -16,7 +16,8 @@ from ferrymq_operator.constants import ANN_CONFIG_HASH, LABEL_COMPONENT
 from ferrymq_operator.model import BrokerCluster
 from ferrymq_operator.replication_lag import GroupLag, match_links
 from ferrymq_operator.replication_roles import all_group_roles
-from tests.support import InProcessCluster, wait_until
+from testkit.wait import wait_until
+from tests.support import InProcessCluster
 
 
 def pod(name: str, component: str = "broker-s1", hash_: str = "new", ready: bool = True, ip: str | None = None) -> dict:

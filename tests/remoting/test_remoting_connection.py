@@ -9,7 +9,7 @@ import pytest
 from remoting_support import ECHO, read_commands
 
 from testkit.ports import free_port
-from tests.support import wait_until
+from testkit.wait import wait_until
 
 from ferrymq.remoting import (
     Connection,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from tests.support import wait_until
+from testkit.wait import wait_until
 
 from ferrymq.remoting.permits import Permits
 

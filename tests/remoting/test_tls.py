@@ -126,7 +126,8 @@ def test_namesrv_command_with_tls_and_acl(certs, tmp_path):
     """`ferrymq namesrv --tls-mode enforcing --tls-cert --tls-key --acl-file`: TLS only, and
     the requests that change it need an admin signature."""
     from ferrymq.acl.signature import Credentials, sign_request
-    from tests.support import FerryProcess, free_port
+    from testkit.ports import free_port
+    from testkit.processes import FerryProcess
 
     acl_file = tmp_path / "plain_acl.yml"
     acl_file.write_text("accounts: [{accessKey: admin0001, secretKey: admin-secret, admin: true}]\n")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import StandaloneProcess, missing_prerequisite
+from testkit.processes import StandaloneProcess
+
+from tests.support import missing_prerequisite
 
 try:
     import pyspark  # noqa: F401

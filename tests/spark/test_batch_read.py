@@ -12,7 +12,7 @@ from ferrymq.common.protocol import MessageQueue
 from ferrymq_spark import OptionsError, commit_offsets, plan_batch
 
 from testkit.spark import create_topic, produce
-from tests.support import StandaloneProcess
+from testkit.processes import StandaloneProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

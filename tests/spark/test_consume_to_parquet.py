@@ -15,7 +15,7 @@ from ferrymq_spark.jvm_reader import jar_path
 
 from testkit.spark import create_topic, produce
 from tests.spark.test_batch_read import _committed
-from tests.support import REPO
+from testkit.processes import REPO
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

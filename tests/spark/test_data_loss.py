@@ -16,7 +16,8 @@ from ferrymq.common.protocol import MessageQueue
 from ferrymq_spark import DataLossError, commit_offsets, plan_batch
 
 from testkit.spark import create_topic, produce
-from tests.support import StandaloneProcess, free_port
+from testkit.ports import free_port
+from testkit.processes import StandaloneProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -32,7 +32,8 @@ from ferrymq_spark.rows import SCHEMA, BatchBuilder
 from testkit.spark import create_topic, produce
 from tests.spark.test_data_loss import _bounds, trimmed_broker  # noqa: F401  (a fixture)
 from tests.spark.test_record_columns import record
-from tests.support import StandaloneProcess, free_port
+from testkit.ports import free_port
+from testkit.processes import StandaloneProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -9,7 +9,7 @@ import pytest
 
 from testkit.spark import create_topic, produce
 from tests.spark.test_batch_read import _committed
-from tests.support import poll_until
+from testkit.wait import poll_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
