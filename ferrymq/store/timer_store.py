@@ -39,6 +39,7 @@ class TimerStore:
         self.fired_ms = 0
         self.taken_ms = 0
         self.synced_pos = 0
+        self._checkpoint_dirty = False
 
     # ------------------------------------------------------------ open / close
 
@@ -198,14 +199,18 @@ class TimerStore:
 
     def _sync(self) -> None:
         """TimerLog first, then the wheel, then the checkpoint naming the log position both cover."""
+        if self.log.end == self.synced_pos and not self.wheel.dirty_count and not self._checkpoint_dirty:
+            return
         self.log.sync()
         self.wheel.sync()
         self.synced_pos = self.log.end
         self._write_checkpoint()
         fdatasync(self._checkpoint_fd)
+        self._checkpoint_dirty = False
 
     def _write_checkpoint(self) -> None:
         os.pwrite(self._checkpoint_fd, _CHECKPOINT.pack(self.fired_ms, self.synced_pos), 0)
+        self._checkpoint_dirty = True
 
     @property
     def wheel_file_size(self) -> int:
