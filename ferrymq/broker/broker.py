@@ -43,6 +43,7 @@ from ferrymq.broker.pop.service import PopService
 from ferrymq.broker.protection import ConsumeProtection
 from ferrymq.broker.retry import RetryService
 from ferrymq.broker.schedule import ScheduleMessageService
+from ferrymq.broker.timer_service import TimerService
 from ferrymq.broker.stats import BrokerStats
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
@@ -116,6 +117,8 @@ class Broker:
         # Consumer groups: delay levels, retries/DLQ, protection.
         self.schedule = ScheduleMessageService(self.ctx, config_dir)
         self.store.arrival_listeners.append(self.schedule.on_arrival)
+        self.timers = TimerService(self.ctx)
+        self.store.arrival_listeners.append(self.timers.on_arrival)
         self.retry = RetryService(self.ctx, self.schedule)
         self.transactions = TransactionService(self.ctx, self.schedule.level_count)
         self.protection = ConsumeProtection(config, self.groups)
@@ -292,6 +295,7 @@ class Broker:
             self._master_services = True
             self.pop.adopt_synced_offsets()  # POP progress a previous master made, synced here
             self.schedule.start()
+            self.timers.start()
             self.spawn(self.transactions.run(), "transaction-check")
 
     def _load_config_tables(self) -> None:

@@ -52,6 +52,26 @@ def divert_to_schedule(msg: MessageExt, level_count: int) -> None:
     msg.queue_id = level - 1
 
 
+def copy_to_real_destination(msg: MessageExt, store_host: tuple[str, int],
+                             drop: Sequence[str]) -> MessageExt | None:
+    """A waiting message (delay level or timer) as it is stored when due: under its REAL_TOPIC /
+    REAL_QID, without the properties in ``drop``, everything else kept. None (logged) if it
+    does not say where it goes."""
+    real_topic = msg.properties.get(Prop.REAL_TOPIC)
+    try:
+        real_qid = int(msg.properties.get(Prop.REAL_QID, ""))
+    except ValueError:
+        real_qid = -1
+    if not real_topic or real_qid < 0:
+        log.error("%s message at offset %d has no real topic/queue (%r/%r); skipped", msg.topic, msg.commit_log_offset,
+                  real_topic, msg.properties.get(Prop.REAL_QID))
+        return None
+    props = {k: v for k, v in msg.properties.items() if k not in drop}
+    return MessageExt(topic=real_topic, body=msg.body, flag=msg.flag, properties=props, queue_id=real_qid,
+                      sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                      store_host=store_host, reconsume_times=msg.reconsume_times)
+
+
 class ScheduleMessageService:
     def __init__(self, ctx: BrokerContext, config_dir: Path) -> None:
         self.ctx = ctx
@@ -154,25 +174,14 @@ class ScheduleMessageService:
 
     async def _deliver(self, msg: MessageExt) -> bool:
         """Store ``msg`` under its real topic and queue; False if the store refused it."""
-        real_topic = msg.properties.get(Prop.REAL_TOPIC)
-        try:
-            real_qid = int(msg.properties.get(Prop.REAL_QID, ""))
-        except ValueError:
-            real_qid = -1
-        if not real_topic or real_qid < 0:
-            log.error("delayed message at offset %d has no real topic/queue (%r/%r); skipped", msg.commit_log_offset,
-                      real_topic, msg.properties.get(Prop.REAL_QID))
+        out = copy_to_real_destination(msg, self.ctx.store_host, (Prop.DELAY,))
+        if out is None:
             return True
-        props = dict(msg.properties)
-        props.pop(Prop.DELAY, None)
-        out = MessageExt(topic=real_topic, body=msg.body, flag=msg.flag, properties=props, queue_id=real_qid,
-                         sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
-                         store_host=self.ctx.store_host, reconsume_times=msg.reconsume_times)
         result = await self.ctx.store.put_message(out)
         if not result.ok:
             log.warning("delivering delayed message %s to %s failed: %s; retrying in %.0f s",
-                        msg.client_msg_id, real_topic, result.remark or result.status.name, RETRY_AFTER_FAILED_PUT)
+                        msg.client_msg_id, out.topic, result.remark or result.status.name, RETRY_AFTER_FAILED_PUT)
             return False
         self.delivered += 1
-        self.ctx.stats.record_put(real_topic, 1, result.wrote_bytes)
+        self.ctx.stats.record_put(out.topic, 1, result.wrote_bytes)
         return True

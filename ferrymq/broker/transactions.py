@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.schedule import divert_to_schedule, is_delayable
+from ferrymq.broker.timer_send import TimerRefusal, asks_for_timer, divert_to_timer
 from ferrymq.common.message import MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.message_id import offset_msg_id
 from ferrymq.common.protocol import Perm
@@ -104,7 +105,10 @@ class TransactionService:
         if half is None:
             return ResponseCode.SYSTEM_ERROR, error
         if kind == SysFlag.TRANSACTION_COMMIT_TYPE:
-            result = await self.ctx.store.put_message(self._committed(half))
+            committed, refusal = self._committed(half)
+            if refusal is not None:  # Apache: the commit's put fails, the half waits for the check-back
+                return refusal.code, refusal.remark
+            result = await self.ctx.store.put_message(committed)
             if not result.ok:
                 return ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {result.remark or result.status.name}"
             self.ctx.stats.record_put(half.properties.get(Prop.REAL_TOPIC, ""), 1, result.wrote_bytes)
@@ -126,16 +130,19 @@ class TransactionService:
             return None, "The transaction state table offset wrong"
         return half, None
 
-    def _committed(self, half: MessageExt) -> MessageExt:
+    def _committed(self, half: MessageExt) -> tuple[MessageExt, TimerRefusal | None]:
+        """The commit record of ``half``: a timer or a delay level it asked for counts from now."""
         props = {k: v for k, v in half.properties.items() if k not in (Prop.REAL_TOPIC, Prop.REAL_QID, Prop.TRAN_MSG)}
         msg = MessageExt(topic=half.properties.get(Prop.REAL_TOPIC, ""), body=half.body, flag=half.flag,
                          properties=props, queue_id=int(half.properties.get(Prop.REAL_QID, "0")),
                          sys_flag=(half.sys_flag & ~SysFlag.TRANSACTION_MASK) | SysFlag.TRANSACTION_COMMIT_TYPE,
                          born_timestamp=half.born_timestamp, born_host=half.born_host, store_host=self.ctx.store_host,
                          reconsume_times=half.reconsume_times)
+        if asks_for_timer(msg):
+            return msg, divert_to_timer(msg, self.ctx.store_config, int(time.time() * 1000))
         if is_delayable(msg):
             divert_to_schedule(msg, self.delay_levels)
-        return msg
+        return msg, None
 
     async def _mark_decided(self, half_offset: int) -> bool:
         op = MessageExt(topic=OP_TOPIC, body=str(half_offset).encode(), properties={Prop.TAGS: REMOVE_TAG},

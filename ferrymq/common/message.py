@@ -70,6 +70,11 @@ class Prop:
     INSTANCE_ID = "INSTANCE_ID"
     CORRELATION_ID = "CORRELATION_ID"
     REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+    # RocketMQ 5 timers (docs/timers.md): what a client asks, and the due time the broker keeps
+    TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+    TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+    TIMER_OUT_MS = "TIMER_OUT_MS"
     TTL = "TTL"
     ARRIVE_TIME = "ARRIVE_TIME"
     PUSH_REPLY_TIME = "PUSH_REPLY_TIME"

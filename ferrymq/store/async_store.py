@@ -65,6 +65,7 @@ from ferrymq.store.message_store import MessageStore
 from ferrymq.store.replica import ReplicaAppender
 from ferrymq.store.results import AppendResult, GetResult, PutStatus, QueryMessageResult
 from ferrymq.store.retention import CleanResult
+from ferrymq.store.timer_log import TimerRecord
 
 T = TypeVar("T")
 
@@ -436,6 +437,25 @@ class AsyncMessageStore:
     async def look_message(self, phys_offset: int) -> bytes | None:
         """The raw record starting at ``phys_offset``; None if none does."""
         return await self._read(self.sync_store.look_message_by_offset, phys_offset)
+
+    @property
+    def timers_enabled(self) -> bool:
+        """The store keeps a timing store (timerWheelEnable, docs/timers.md)."""
+        return self.sync_store.timers is not None
+
+    async def take_timers(self, now_ms: int) -> tuple[int, list[TimerRecord]] | None:
+        """The next slot of timers due by ``now_ms`` (TimerStore.take), read in a reader thread."""
+        return await self._read(self.sync_store.timers.take, now_ms)
+
+    async def next_timer_due(self, horizon_ms: int) -> int | None:
+        return await self._read(self.sync_store.timers.next_due_ms, horizon_ms)
+
+    async def mark_timers_fired(self, upto_ms: int) -> None:
+        await self._read(self.sync_store.timers.mark_fired, upto_ms)
+
+    async def rewind_timers(self) -> None:
+        """Take again from the fired checkpoint (a master's timer service starts)."""
+        await self._read(self.sync_store.timers.rewind_taken)
 
     async def earliest_message_time(self) -> int:
         """Store time of the oldest record in the CommitLog; 0 when it is empty."""

@@ -63,6 +63,11 @@ class StoreConfig:
     clean_file_forcibly_enable: bool = field(default=True, metadata=LIVE)
     clean_resource_interval: int = 10_000  # ms between retention checks
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    # ---- RocketMQ 5 timer messages (docs/timers.md)
+    timer_wheel_enable: bool = True  # false: sends asking for a timer are refused, as Apache does
+    timer_precision_ms: int = 1000  # one wheel slot per this many ms
+    timer_max_delay_sec: int = 259_200  # 3 days; a later delivery time is refused
+    mapped_file_size_timer_log: int = 48 * 1024 * 1024  # whole 48-byte records
 
     def __post_init__(self) -> None:
         if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
@@ -85,6 +90,12 @@ class StoreConfig:
         entries = -(-self.mapped_file_size_consume_queue // CQ_ENTRY_SIZE)
         self.mapped_file_size_consume_queue = max(1, entries) * CQ_ENTRY_SIZE
         self.delay_level_millis()  # fail at construction on a malformed table
+        check_range(self, "timer_precision_ms", 1, 60_000)
+        check_range(self, "timer_max_delay_sec", 1)
+        if (2 * self.timer_max_delay_sec * 1000) % self.timer_precision_ms:
+            raise ValueError("timerMaxDelaySec * 2000 must be a multiple of timerPrecisionMs (the wheel's slots)")
+        check_range(self, "mapped_file_size_timer_log", 48)
+        self.mapped_file_size_timer_log -= self.mapped_file_size_timer_log % 48
         self.delete_hours()
         if self.max_hash_slot_num < 1 or self.max_index_num < 2:
             raise ValueError("maxHashSlotNum must be >= 1 and maxIndexNum >= 2")
@@ -104,6 +115,10 @@ class StoreConfig:
     @property
     def index_dir(self) -> str:
         return os.path.join(self.store_path_root_dir, "index")
+
+    @property
+    def timer_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "timer")
 
     @property
     def checkpoint_path(self) -> str:

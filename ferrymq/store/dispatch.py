@@ -16,9 +16,24 @@ from dataclasses import dataclass
 from ferrymq.common import speedups
 from ferrymq.common.java_hash import java_string_hash
 from ferrymq.common.message import MessageExt, Prop, SysFlag
-from ferrymq.common.protocol import SCHEDULE_TOPIC
+from ferrymq.common.protocol import SCHEDULE_TOPIC, TIMER_TOPIC
 from ferrymq.store.consume_queue import CQ_ENTRY, ConsumeQueue
 from ferrymq.store.index_service import IndexService, index_postings
+from ferrymq.store.timer_store import TimerStore
+
+
+def timer_entries(msgs: Sequence[MessageExt], sizes: Sequence[int], phys: int) -> list[tuple[int, int, int]]:
+    """(due time, CommitLog offset, size) of contiguous timer-topic records starting at ``phys``;
+    a record without a readable TIMER_OUT_MS is due at once (0)."""
+    out = []
+    for m, size in zip(msgs, sizes):
+        try:
+            due = int(m.properties.get(Prop.TIMER_OUT_MS, "0"))
+        except ValueError:
+            due = 0
+        out.append((due, phys, size))
+        phys += size
+    return out
 
 
 def tag_hash(props: dict[str, str]) -> int:
@@ -129,9 +144,11 @@ class StoredPut:
 class Dispatcher:
     """Writes the ConsumeQueue entries and index keys of records in the CommitLog."""
 
-    def __init__(self, queues: ConsumeQueueTable, index: IndexService | None, delay_levels_ms: Sequence[int]) -> None:
+    def __init__(self, queues: ConsumeQueueTable, index: IndexService | None, delay_levels_ms: Sequence[int],
+                 timers: TimerStore | None = None) -> None:
         self.queues = queues
         self.index = index
+        self.timers = timers  # the timing store, fed with the timer topic's records (docs/timers.md)
         self._delay_ms = list(delay_levels_ms)
         self.last_dispatched_ts = 0  # store time of the newest record dispatched (the checkpoint's logics time)
 
@@ -153,6 +170,11 @@ class Dispatcher:
                 for put in puts:
                     index_postings(put.topic, put.msgs, put.sizes, put.phys, postings)
                 self.index.add_postings(postings, store_ts)
+            if self.timers is not None:
+                due = [e for put in puts if put.topic == TIMER_TOPIC and put.to_queue
+                       for e in timer_entries(put.msgs, put.sizes, put.phys)]
+                if due:
+                    self.timers.add(due)
         except BaseException:
             for topic, queue_id in written:
                 self.queues.get_or_create(topic, queue_id).truncate_to(by_queue[topic, queue_id][0].queue_offset)
@@ -185,6 +207,8 @@ class Dispatcher:
         slave's replication), unless it is a prepared/rollback transaction record."""
         if SysFlag.is_dispatched(m.sys_flag):
             self.queue_entries(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], m.store_timestamp)
+            if m.topic == TIMER_TOPIC and self.timers is not None:
+                self.timers.add(timer_entries([m], [m.store_size], phys))  # already indexed: skipped
 
     def index_record(self, m: MessageExt, phys: int, store_ts: int) -> None:
         if self.index is not None:

@@ -242,6 +242,8 @@ class StoreFlusher:
         self.queues.flush(least_pages)
         if self.index is not None:
             self.index.flush(durable=least_pages == 0)
+        if self.dispatcher.timers is not None:
+            self.dispatcher.timers.sync()
         if least_pages == 0 and self.checkpoint is not None:
             self.checkpoint.logics_flushed(logics_ts, index_ts or logics_ts)
 

@@ -23,6 +23,7 @@ import errno
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -58,6 +59,7 @@ from ferrymq.store.results import (
     refused,
 )
 from ferrymq.store.retention import CleanResult, CleanService, DiskGuard
+from ferrymq.store.timer_store import TimerStore
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,10 @@ class MessageStore:
         self.commit_log = CommitLog(config.commit_log_dir, config.mapped_file_size_commit_log)
         self.queues = ConsumeQueueTable(config.consume_queue_dir, config.mapped_file_size_consume_queue)
         self.index = IndexService(config) if config.message_index_enable else None
-        self.dispatcher = Dispatcher(self.queues, self.index, config.delay_level_millis())
+        self.timers = TimerStore(config.timer_dir, precision_ms=config.timer_precision_ms,
+                                 max_delay_sec=config.timer_max_delay_sec,
+                                 log_segment_size=config.mapped_file_size_timer_log) if config.timer_wheel_enable else None
+        self.dispatcher = Dispatcher(self.queues, self.index, config.delay_level_millis(), self.timers)
         self.flusher = StoreFlusher(config, self.commit_log, self.queues, self.index, self.dispatcher)
         self.disk_guard = DiskGuard(config)
         self.clean_service = CleanService(config, self.commit_log, self.queues, self.index, self.disk_guard)
@@ -147,6 +152,8 @@ class MessageStore:
             self.queues.load()
             if self.index is not None:
                 self.index.load()
+            if self.timers is not None:
+                self.timers.open(int(time.time() * 1000))
             recovery = StoreRecovery(self.commit_log, self.queues, self.dispatcher, self.checkpoint, self.flusher,
                                      check_crc=self.config.check_crc_on_recover, abort_path=self.dir_lock.abort_path)
             self.last_recovery = recovery.run(clean)
@@ -174,6 +181,8 @@ class MessageStore:
         self.queues.close()
         if self.index is not None:
             self.index.close()
+        if self.timers is not None:
+            self.timers.close()
         if self.checkpoint is not None:
             head_offset, head_ts = self.commit_log.flushed_offset, self.dispatcher.last_dispatched_ts
             self.checkpoint.commit_log_flushed(head_offset, head_ts)

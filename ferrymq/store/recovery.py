@@ -106,6 +106,8 @@ class StoreRecovery:
             cq.truncate_beyond(end)  # entries for records the CommitLog no longer has
         if index is not None:
             index.truncate_beyond(end, lambda phys: max(0, cl.store_timestamp(phys)))
+        if self.dispatcher.timers is not None:
+            self.dispatcher.timers.truncate_phys(end)
         if self.checkpoint.physic_flushed_offset > end:
             self.checkpoint.reset_flushed_offset(end)
 

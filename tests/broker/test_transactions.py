@@ -6,6 +6,7 @@ discarded after transactionCheckMax checks, and a broker refusing transactions s
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -137,3 +138,21 @@ async def test_a_broker_refusing_transactions_says_so(cluster):
         with pytest.raises(MQBrokerError, match="sending transaction message is forbidden"):
             await p.send_in_transaction(Message("Orders", b"x"), lambda m, a: ran.append(m) or COMMIT)
     assert ran == [] and cluster.broker.store.max_offset(HALF_TOPIC, 0) == 0
+
+
+async def test_a_committed_timer_message_waits_for_its_time_from_the_commit(cluster):
+    """As Apache: the half message keeps its timer untouched; the commit record is the timed put."""
+    ns = cluster.namesrv_addr
+    m = msg(b"later", "order-t")
+    m.properties["TIMER_DELAY_SEC"] = "2"
+    async with producer(ns, Checks({})) as p:
+        await p.send_in_transaction(m, lambda _m, arg: arg, COMMIT)
+        committed_at = time.time()
+    await wait_until(lambda: cluster.broker.store.max_offset("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0) == 1, 5,
+                     "the commit recorded")
+    assert keys(await visible(ns)) == []  # committed, waiting under the timer topic
+    await wait_until(lambda: cluster.broker.store.max_offset("Orders", 0) + cluster.broker.store.max_offset(
+        "Orders", 1) == 1, 10, "the timer fired")
+    assert time.time() - committed_at >= 1.9  # counted from the broker receiving the commit
+    delivered = await visible(ns)
+    assert keys(delivered) == ["order-t"] and "TIMER_OUT_MS" not in delivered[0].properties

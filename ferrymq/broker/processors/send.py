@@ -15,6 +15,7 @@ import time
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.flow_control import send_refusal
 from ferrymq.broker.schedule import ScheduleMessageService, divert_to_schedule, is_delayable
+from ferrymq.broker.timer_send import asks_for_timer, divert_to_timer
 from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
 from ferrymq.broker.transactions import TransactionService, divert_to_half, is_transactional
 from ferrymq.common.message import MessageExt, Prop, batch_messages, decode_batch_body, decode_properties
@@ -113,6 +114,10 @@ class SendProcessor:
                                                                             "sending transaction message is forbidden")
                 self.transactions.ensure_topics()
                 divert_to_half(msg)
+            elif asks_for_timer(msg):  # held in rmq_sys_wheel_timer until due (docs/timers.md)
+                refusal = divert_to_timer(msg, ctx.store_config, int(time.time() * 1000))
+                if refusal is not None:
+                    return req.response(refusal.code, remark=refusal.remark)
             elif is_delayable(msg):  # held in SCHEDULE_TOPIC_XXXX until due (docs/wire-format.md#send-processing, step 6)
                 divert_to_schedule(msg, self.schedule.level_count)
             result = await ctx.store.put_message(msg, wait=wait)

@@ -1,0 +1,118 @@
+"""Firing RocketMQ 5 timers (docs/timers.md#firing): on a master, each second's slot of the
+timing store is delivered once the second is over: every message is stored again under its real
+topic and queue, without its timer properties.
+
+Runs on the event loop; the timing store is reached only through the store's methods (worker
+threads). It sleeps until the next slot with timers is over, or until a timer arrives (no
+polling). A slot is recorded as fired only after its puts were accepted, so a crash may deliver
+a slot twice, never skip it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Sequence
+
+from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.schedule import copy_to_real_destination
+from ferrymq.broker.timer_send import TIMER_PROPS
+from ferrymq.common.message import MessageExt, Prop, decode_record
+from ferrymq.common.protocol import TIMER_TOPIC
+from ferrymq.store.timer_log import TimerRecord
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_FAILED_PUT = 1.0  # s; a slot is retried until its puts are accepted
+LOOK_AHEAD_MS = 600_000  # how far ahead the next slot with timers is looked for (then: sleep on arrivals)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TimerService:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self.precision_ms = ctx.store_config.timer_precision_ms
+        self.fired = 0  # messages delivered
+        self.rolled = 0  # records of a later round stored again under the timer topic
+        self._arrived = asyncio.Event()
+
+    def on_arrival(self, topic: str, queue_id: int, max_offset: int, msgs: Sequence[MessageExt]) -> None:
+        """Store arrival listener: a new timer may be due before the one being waited for."""
+        if topic == TIMER_TOPIC:
+            self._arrived.set()
+
+    def start(self) -> None:
+        if self.ctx.store.timers_enabled:
+            self.ctx.spawn(self._run(), "timer-service")
+
+    async def _run(self) -> None:
+        await self.ctx.store.rewind_timers()  # resume from the fired checkpoint (at-least-once)
+        while True:
+            try:
+                await self._fire_due()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("timer service failed; retrying in %.0f s", RETRY_AFTER_FAILED_PUT)
+                await asyncio.sleep(RETRY_AFTER_FAILED_PUT)
+
+    async def _fire_due(self) -> None:
+        store = self.ctx.store
+        while True:
+            self._arrived.clear()  # before the read: an arrival during it is not missed
+            # A slot holds the timers due within its second: it fires once that second is over.
+            over = now_ms() - self.precision_ms
+            taken = await store.take_timers(over)
+            if taken is not None:
+                slot_ms, records = taken
+                await self._deliver_slot(records)
+                await store.mark_timers_fired(slot_ms + self.precision_ms)
+                continue
+            await store.mark_timers_fired(over - over % self.precision_ms + self.precision_ms)
+            due = await store.next_timer_due(now_ms() + LOOK_AHEAD_MS)
+            wait = None if due is None else max(0.0, (due + self.precision_ms - now_ms()) / 1000)
+            try:
+                await asyncio.wait_for(self._arrived.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _deliver_slot(self, records: list[TimerRecord]) -> None:
+        for record in records:
+            while not await self._deliver(record):
+                await asyncio.sleep(RETRY_AFTER_FAILED_PUT)
+
+    async def _deliver(self, record: TimerRecord) -> bool:
+        """Store one timer's message where it goes; False if the store refused it (retry)."""
+        data = await self.ctx.store.look_message(record.phys)
+        if data is None:
+            log.error("timer message at CommitLog offset %d is gone (retention?); skipped", record.phys)
+            return True
+        try:
+            msg = decode_record(data)[0]
+        except ValueError as e:
+            log.error("timer message at CommitLog offset %d is unreadable (%s); skipped", record.phys, e)
+            return True
+        if record.deliver_ms > now_ms() + self.precision_ms:  # a later round (docs/timers.md, rounds)
+            out = MessageExt(topic=TIMER_TOPIC, body=msg.body, flag=msg.flag, properties=dict(msg.properties),
+                             queue_id=0, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+                             born_host=msg.born_host, store_host=self.ctx.store_host,
+                             reconsume_times=msg.reconsume_times)
+            self.rolled += 1
+        else:
+            out = copy_to_real_destination(msg, self.ctx.store_host, TIMER_PROPS)
+            if out is None:
+                return True
+        result = await self.ctx.store.put_message(out)
+        if not result.ok:
+            log.warning("delivering timer message %s to %s failed: %s; retrying in %.0f s",
+                        msg.properties.get(Prop.UNIQ_KEY), out.topic, result.remark or result.status.name,
+                        RETRY_AFTER_FAILED_PUT)
+            return False
+        if out.topic != TIMER_TOPIC:
+            self.fired += 1
+            self.ctx.stats.record_put(out.topic, 1, result.wrote_bytes)
+        return True

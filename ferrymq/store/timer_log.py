@@ -1,0 +1,173 @@
+"""The TimerLog (docs/timers.md#timerlog-record-48-bytes-big-endian): fixed-size records of timer
+messages, appended in CommitLog order, in segment files read and written with positioned I/O.
+
+Positions are byte offsets into the log as a whole; segment files are named by their first
+position (20 digits). Nothing is mapped and nothing per record is kept in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+
+from ferrymq.store.mapped_file import fdatasync
+
+_BODY = struct.Struct(">qqqqii")  # deliverMs, commitLogOffset, prevPos, slotMs, size, slotSeq
+_CRC = struct.Struct(">Ii")  # crc32 of the body, reserved
+RECORD_SIZE = _BODY.size + _CRC.size  # 48
+NO_RECORD = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TimerRecord:
+    deliver_ms: int
+    phys: int  # CommitLog offset of the timer-topic record
+    prev_pos: int  # previous record linked into the same wheel slot, NO_RECORD if none
+    slot_ms: int  # the time of the wheel slot this record was linked into
+    size: int  # the CommitLog record's size
+    slot_seq: int  # records in the slot's chain with this one (1: first of its chain)
+
+    def encode(self) -> bytes:
+        body = _BODY.pack(self.deliver_ms, self.phys, self.prev_pos, self.slot_ms, self.size, self.slot_seq)
+        return body + _CRC.pack(zlib.crc32(body), 0)
+
+    @staticmethod
+    def decode(data: bytes) -> "TimerRecord | None":
+        """The record in ``data`` (RECORD_SIZE bytes), or None if it is torn or was never written."""
+        if len(data) < RECORD_SIZE:
+            return None
+        body = data[:_BODY.size]
+        crc, _ = _CRC.unpack_from(data, _BODY.size)
+        if crc != zlib.crc32(body):
+            return None
+        record = TimerRecord(*_BODY.unpack(body))
+        return record if record.size > 0 and record.slot_seq > 0 else None
+
+
+class TimerLog:
+    """Records at positions [min_position, end). One writer; reads may come from any thread."""
+
+    def __init__(self, directory: str, segment_size: int) -> None:
+        if segment_size <= 0 or segment_size % RECORD_SIZE:
+            raise ValueError(f"TimerLog segment size {segment_size} is not a positive multiple of {RECORD_SIZE}")
+        self.directory = directory
+        self.segment_size = segment_size
+        self._fds: dict[int, int] = {}  # segment start -> fd
+        self.end = 0
+        self.min_position = 0
+
+    # ------------------------------------------------------------ open / close
+
+    def open(self) -> None:
+        """Open the segments found and cut the tail back to the last whole record that checks."""
+        os.makedirs(self.directory, exist_ok=True)
+        starts = sorted(int(name) for name in os.listdir(self.directory) if name.isdigit())
+        for start in starts:
+            if start % self.segment_size:
+                raise ValueError(f"TimerLog segment {start} is not on a {self.segment_size}-byte boundary")
+            self._fds[start] = os.open(self._path(start), os.O_RDWR)
+        if not starts:
+            return
+        self.min_position = starts[0]
+        last = starts[-1]
+        size = min(os.fstat(self._fds[last]).st_size, self.segment_size)
+        end = last + size - size % RECORD_SIZE
+        while end > last and self.read(end - RECORD_SIZE) is None:  # torn or never written
+            end -= RECORD_SIZE
+        self.end = end
+        self._cut_file(last, end - last)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+    def sync(self) -> None:
+        """fdatasync the segment being written (earlier ones were synced when they filled)."""
+        if self._fds:
+            fdatasync(self._fds[max(self._fds)])
+
+    # ------------------------------------------------------------ writing
+
+    def append(self, records: list[TimerRecord]) -> int:
+        """Append ``records``; returns the position of the first. One write per segment touched."""
+        first = self.end
+        data = b"".join(r.encode() for r in records)
+        pos = first
+        while data:
+            start = pos - pos % self.segment_size
+            room = start + self.segment_size - pos
+            chunk, data = data[:room], data[room:]
+            fd = self._fds.get(start)
+            if fd is None:
+                if self._fds:  # the segment before is full: make it durable before moving on
+                    fdatasync(self._fds[max(self._fds)])
+                fd = self._fds[start] = os.open(self._path(start), os.O_RDWR | os.O_CREAT, 0o644)
+            os.pwrite(fd, chunk, pos - start)
+            pos += len(chunk)
+        self.end = pos
+        return first
+
+    def truncate(self, position: int) -> None:
+        """Forget the records at ``position`` and after."""
+        position = max(position, self.min_position)
+        for start in sorted(self._fds, reverse=True):
+            if start >= position and start > self.min_position:
+                os.close(self._fds.pop(start))
+                os.unlink(self._path(start))
+        self.end = min(self.end, position)
+        if self._fds:
+            last = max(self._fds)
+            self._cut_file(last, self.end - last)
+
+    # ------------------------------------------------------------ reading
+
+    def read(self, position: int) -> TimerRecord | None:
+        start = position - position % self.segment_size
+        fd = self._fds.get(start)
+        if fd is None or position < self.min_position:
+            return None
+        return TimerRecord.decode(os.pread(fd, RECORD_SIZE, position - start))
+
+    def records(self, begin: int, end: int | None = None):
+        """(position, record) from ``begin`` to ``end`` (default: the log's end), read in chunks."""
+        end = self.end if end is None else min(end, self.end)
+        pos = max(begin, self.min_position)
+        chunk_records = 4096
+        while pos < end:
+            start = pos - pos % self.segment_size
+            n = min(chunk_records * RECORD_SIZE, end - pos, start + self.segment_size - pos)
+            data = os.pread(self._fds[start], n, pos - start)
+            for off in range(0, len(data) - RECORD_SIZE + 1, RECORD_SIZE):
+                record = TimerRecord.decode(data[off:off + RECORD_SIZE])
+                if record is not None:
+                    yield pos + off, record
+            pos += n
+
+    def last(self) -> TimerRecord | None:
+        return self.read(self.end - RECORD_SIZE) if self.end > self.min_position else None
+
+    def first_at_or_after_phys(self, phys: int) -> int:
+        """Position of the first record whose CommitLog offset is >= ``phys`` (records are in
+        CommitLog order), or ``end``."""
+        lo, hi = self.min_position // RECORD_SIZE, self.end // RECORD_SIZE
+        while lo < hi:
+            mid = (lo + hi) // 2
+            record = self.read(mid * RECORD_SIZE)
+            if record is not None and record.phys >= phys:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo * RECORD_SIZE
+
+    # ------------------------------------------------------------ helpers
+
+    def _path(self, start: int) -> str:
+        return os.path.join(self.directory, f"{start:020d}")
+
+    def _cut_file(self, start: int, length: int) -> None:
+        fd = self._fds.get(start)
+        if fd is not None and os.fstat(fd).st_size > length:
+            os.ftruncate(fd, length)

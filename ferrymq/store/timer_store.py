@@ -1,0 +1,217 @@
+"""The timing store (docs/timers.md): the TimerLog, the TimerWheel and the timer checkpoint,
+kept consistent with each other across crashes. Synchronous and thread-safe (one lock); the
+broker's timer service reaches it only through the store's worker threads.
+
+Two cursors move through time:
+- ``taken_ms``: slots before it have been handed to the timer service (in memory only). A new
+  timer due before it is linked into the slot at ``taken_ms``, so it is never put behind the
+  reader.
+- ``fired_ms``: slots before it have been delivered (the checkpoint). After a restart reading
+  resumes there: a slot taken but not yet recorded as fired is taken again (at-least-once).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Sequence
+
+from ferrymq.store.mapped_file import fdatasync
+from ferrymq.store.timer_log import NO_RECORD, RECORD_SIZE, TimerLog, TimerRecord
+from ferrymq.store.timer_wheel import EMPTY_SLOT, SLOT_SIZE, Slot, TimerWheel
+
+_CHECKPOINT = struct.Struct(">qq")  # firedUpToMs, synced TimerLog position
+MAX_DIRTY_SLOTS = 4096  # the wheel is synced when this many slots changed since the last sync
+DEFAULT_LOG_SEGMENT_SIZE = RECORD_SIZE * 1024 * 1024  # 48 MiB, 1 048 576 records
+
+
+class TimerStore:
+    def __init__(self, directory: str, *, precision_ms: int = 1000, max_delay_sec: int = 259_200,
+                 log_segment_size: int = DEFAULT_LOG_SEGMENT_SIZE) -> None:
+        slot_count = 2 * max_delay_sec * 1000 // precision_ms
+        self.directory = directory
+        self.precision_ms = precision_ms
+        self.log = TimerLog(os.path.join(directory, "log"), log_segment_size)
+        self.wheel = TimerWheel(os.path.join(directory, "wheel"), slot_count, precision_ms)
+        self._lock = threading.Lock()
+        self._checkpoint_fd = -1
+        self.fired_ms = 0
+        self.taken_ms = 0
+        self.synced_pos = 0
+        self._checkpoint_dirty = False
+
+    # ------------------------------------------------------------ open / close
+
+    def open(self, now_ms: int) -> None:
+        """Open (or create) the files and bring the wheel up to the TimerLog's last whole record.
+        A new store starts firing at ``now_ms`` rounded down."""
+        os.makedirs(self.directory, exist_ok=True)
+        path = os.path.join(self.directory, "checkpoint")
+        existed = os.path.exists(path)
+        self._checkpoint_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        data = os.pread(self._checkpoint_fd, _CHECKPOINT.size, 0)
+        if existed and len(data) == _CHECKPOINT.size:
+            self.fired_ms, self.synced_pos = _CHECKPOINT.unpack(data)
+        else:
+            self.fired_ms, self.synced_pos = self.wheel.round_down(now_ms), 0
+        self.taken_ms = self.fired_ms
+        self.log.open()
+        self.wheel.open()
+        if self.log.end < self.synced_pos:  # synced records lost (the files were cut): rebuild
+            self.wheel.reset()
+            self._relink(self.log.min_position)
+        else:
+            self._relink(self.synced_pos)
+        self._write_checkpoint()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._checkpoint_fd < 0:
+                return
+            self._sync()
+            self.log.close()
+            self.wheel.close()
+            os.close(self._checkpoint_fd)
+            self._checkpoint_fd = -1
+
+    def _relink(self, begin: int) -> None:
+        """Records after the last sync: each slot ends as its newest record there says."""
+        for pos, record in self.log.records(begin):
+            self.wheel.put(record.slot_ms, Slot(record.slot_ms, pos, record.slot_seq))
+
+    # ------------------------------------------------------------ dispatch side
+
+    @property
+    def dispatched_phys_end(self) -> int:
+        """CommitLog offset just past the newest timer record indexed (0: none)."""
+        last = self.log.last()
+        return last.phys + last.size if last is not None else 0
+
+    def add(self, timers: Sequence[tuple[int, int, int]]) -> int:
+        """Index timer records ``(deliver_ms, commitlog_offset, size)`` in CommitLog order. Records
+        already indexed (below ``dispatched_phys_end``: a re-dispatch) are skipped. Returns how many
+        were added."""
+        with self._lock:
+            floor = self.dispatched_phys_end
+            pos = self.log.end
+            records: list[TimerRecord] = []
+            for deliver_ms, phys, size in timers:
+                if phys < floor:
+                    continue
+                records.append(self._link(deliver_ms, phys, size, pos))
+                pos += RECORD_SIZE
+                floor = phys + size
+            if records:
+                self.log.append(records)
+                if self.wheel.dirty_count >= MAX_DIRTY_SLOTS:
+                    self._sync()
+            return len(records)
+
+    def _link(self, deliver_ms: int, phys: int, size: int, pos: int) -> TimerRecord:
+        slot_ms = max(self.wheel.round_down(deliver_ms), self.taken_ms)
+        slot = self.wheel.get(slot_ms)
+        if slot.count > 0 and (slot.slot_ms == slot_ms or slot.slot_ms >= self.taken_ms):
+            # the same second, or an older round not yet fired: chain behind it (docs/timers.md, rounds)
+            record = TimerRecord(deliver_ms, phys, slot.last_pos, slot.slot_ms, size, slot.count + 1)
+        else:
+            record = TimerRecord(deliver_ms, phys, NO_RECORD, slot_ms, size, 1)
+        self.wheel.put(record.slot_ms, Slot(record.slot_ms, pos, record.slot_seq))
+        return record
+
+    def truncate_phys(self, phys: int) -> int:
+        """The CommitLog was cut at ``phys``: forget the timers at or past it, restoring each slot
+        as its first forgotten record found it. Returns how many were forgotten."""
+        with self._lock:
+            cut = self.log.first_at_or_after_phys(phys)
+            restored: set[int] = set()
+            removed = 0
+            for _, record in self.log.records(cut):
+                removed += 1
+                index = self.wheel.index(record.slot_ms)
+                if index in restored:
+                    continue
+                restored.add(index)
+                before = record.slot_seq - 1
+                self.wheel.put(record.slot_ms,
+                               Slot(record.slot_ms, record.prev_pos, before) if before > 0 else EMPTY_SLOT)
+            self.log.truncate(cut)
+            self.synced_pos = min(self.synced_pos, cut)
+            self._sync()
+            return removed
+
+    # ------------------------------------------------------------ firing side
+
+    def take(self, now_ms: int, max_records: int = 100_000) -> tuple[int, list[TimerRecord]] | None:
+        """The next slot due by ``now_ms`` that holds timers, as (its time, its records in arrival
+        order), moving ``taken_ms`` past it; None when nothing more is due (``taken_ms`` has then
+        passed ``now_ms``'s slot). A chain may hold records of a later round (docs/timers.md,
+        rounds): the caller stores those again as new timers."""
+        with self._lock:
+            due = self.wheel.round_down(now_ms)
+            while self.taken_ms <= due:
+                slot_ms = self.taken_ms
+                slot = self.wheel.get(slot_ms)
+                self.taken_ms = slot_ms + self.precision_ms
+                if slot.holds(slot_ms):
+                    return slot_ms, self._chain(slot, max_records)
+            return None
+
+    def _chain(self, slot: Slot, max_records: int) -> list[TimerRecord]:
+        out: list[TimerRecord] = []
+        pos = slot.last_pos
+        while pos != NO_RECORD and len(out) < min(slot.count, max_records):
+            record = self.log.read(pos)
+            if record is None:  # below the log's retained start: nothing older to find
+                break
+            out.append(record)
+            pos = record.prev_pos
+        out.reverse()
+        return out
+
+    def next_due_ms(self, horizon_ms: int) -> int | None:
+        """The time of the first slot from ``taken_ms`` up to ``horizon_ms`` holding timers, or None."""
+        with self._lock:
+            t = self.taken_ms
+            while t <= horizon_ms:
+                if self.wheel.get(t).holds(t):
+                    return t
+                t += self.precision_ms
+            return None
+
+    def mark_fired(self, upto_ms: int) -> None:
+        """Every slot before ``upto_ms`` was delivered (written now, made durable at the next sync)."""
+        with self._lock:
+            if upto_ms > self.fired_ms:
+                self.fired_ms = upto_ms
+                self._write_checkpoint()
+
+    def rewind_taken(self) -> None:
+        """Read again from ``fired_ms`` (the service lost what it took, e.g. on demotion)."""
+        with self._lock:
+            self.taken_ms = self.fired_ms
+
+    # ------------------------------------------------------------ durability
+
+    def sync(self) -> None:
+        with self._lock:
+            self._sync()
+
+    def _sync(self) -> None:
+        """TimerLog first, then the wheel, then the checkpoint naming the log position both cover."""
+        if self.log.end == self.synced_pos and not self.wheel.dirty_count and not self._checkpoint_dirty:
+            return
+        self.log.sync()
+        self.wheel.sync()
+        self.synced_pos = self.log.end
+        self._write_checkpoint()
+        fdatasync(self._checkpoint_fd)
+        self._checkpoint_dirty = False
+
+    def _write_checkpoint(self) -> None:
+        os.pwrite(self._checkpoint_fd, _CHECKPOINT.pack(self.fired_ms, self.synced_pos), 0)
+        self._checkpoint_dirty = True
+
+    @property
+    def wheel_file_size(self) -> int:
+        return self.wheel.slot_count * SLOT_SIZE

@@ -1,0 +1,74 @@
+"""RocketMQ 5 timer messages through a real broker (docs/timers.md): TIMER_DELAY_SEC,
+TIMER_DELAY_MS and TIMER_DELIVER_MS hold a message until its time, never before; refusals as
+Apache 5.3 answers them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ferrymq.client.errors import MQBrokerError
+from ferrymq.client.producer import Producer
+from ferrymq.client.pull_consumer import PullConsumer, PullStatus
+from ferrymq.common.message import Message
+from ferrymq.remoting.codes import ResponseCode
+
+pytestmark = pytest.mark.integration
+
+
+async def send(cluster, topic: str, **timer_props) -> tuple[object, float]:
+    async with Producer("p", namesrv_addr=cluster.namesrv_addr) as producer:
+        m = Message(topic, b"later", properties={"color": "blue", **{k: str(v) for k, v in timer_props.items()}})
+        m.tags, m.keys = "TagT", ["order-7"]
+        sent_at = time.time()
+        return await producer.send(m), sent_at
+
+
+async def test_a_message_with_timer_delay_sec_is_not_consumable_before_its_time_and_is_soon_after(cluster):
+    sent, sent_at = await send(cluster, "Timed", TIMER_DELAY_SEC=3)
+    async with PullConsumer("g", namesrv_addr=cluster.namesrv_addr) as consumer:
+        early = await consumer.pull(sent.message_queue, 0, suspend=2.5)  # held: an arrival would wake it
+        assert early.status is not PullStatus.FOUND, f"delivered {time.time() - sent_at:.2f} s after the send"
+        result = await consumer.pull(sent.message_queue, 0, suspend=10)
+        got_at = time.time()
+    assert result.status is PullStatus.FOUND
+    assert 3.0 <= got_at - sent_at < 4.6  # its second fires once over: up to 1 s late, never early
+    got = result.messages[0]
+    assert got.body == b"later" and got.tags == "TagT" and got.keys == ["order-7"]
+    assert got.properties["color"] == "blue" and got.client_msg_id == sent.msg_id
+    assert not {"TIMER_DELAY_SEC", "TIMER_OUT_MS"} & set(got.properties)
+    assert (got.properties["REAL_TOPIC"], got.properties["REAL_QID"]) == ("Timed", str(sent.message_queue.queue_id))
+
+
+async def test_timer_deliver_ms_and_timer_delay_ms(cluster):
+    now_ms = int(time.time() * 1000)
+    at, _ = await send(cluster, "TimedAt", TIMER_DELIVER_MS=now_ms + 2000)
+    after, _ = await send(cluster, "TimedAfter", TIMER_DELAY_MS=1500)
+    async with PullConsumer("g", namesrv_addr=cluster.namesrv_addr) as consumer:
+        for sent, due_ms in ((at, now_ms + 2000), (after, now_ms + 1500)):
+            result = await consumer.pull(sent.message_queue, 0, suspend=10)
+            assert result.status is PullStatus.FOUND
+            assert time.time() * 1000 >= due_ms
+
+
+async def test_a_delivery_time_in_the_past_is_delivered_at_once(cluster):
+    sent, _ = await send(cluster, "TimedPast", TIMER_DELIVER_MS=int(time.time() * 1000) - 60_000)
+    async with PullConsumer("g", namesrv_addr=cluster.namesrv_addr) as consumer:
+        result = await consumer.pull(sent.message_queue, 0)
+    assert result.status is PullStatus.FOUND
+    assert result.messages[0].properties["TIMER_DELIVER_MS"]  # stored as sent: no timer applied
+
+
+async def test_a_delivery_time_beyond_timer_max_delay_sec_is_refused_as_apache_does(cluster):
+    with pytest.raises(MQBrokerError) as refused:
+        await send(cluster, "TimedFar", TIMER_DELAY_SEC=3 * 86_400 + 10)
+    assert refused.value.code == ResponseCode.MESSAGE_ILLEGAL
+    assert "timer message illegal, the delay time should not be bigger than the max delay 259200000ms" in str(
+        refused.value)
+
+
+async def test_an_unreadable_timer_property_is_refused(cluster):
+    with pytest.raises(MQBrokerError) as refused:
+        await send(cluster, "TimedBad", TIMER_DELAY_SEC="soon")
+    assert refused.value.code == ResponseCode.MESSAGE_ILLEGAL

@@ -1,0 +1,75 @@
+"""kill -9 of a ``ferrymq standalone`` with pending timers (docs/timers.md): after restarts every
+acknowledged timer message is delivered (at least once), none before its time. One kill while
+every timer is pending, one while the timers are firing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.producer import Producer
+from ferrymq.client.pull_consumer import PullConsumer, PullStatus
+from ferrymq.common.message import Message
+from ferrymq.common.protocol import MessageQueue
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "TimedCrash"
+QUEUES = 4
+COUNT = 200
+
+
+async def delivered(proc) -> dict[str, int]:
+    """UNIQ_KEY -> store time of its (first) delivery, over every queue of the topic."""
+    out: dict[str, int] = {}
+    async with PullConsumer("timer-check", namesrv_addr=proc.namesrv_addr) as consumer:
+        for q in range(QUEUES):
+            offset = 0
+            while True:
+                result = await consumer.pull(MessageQueue(TOPIC, "broker-a", q), offset)
+                if result.status is not PullStatus.FOUND:
+                    break
+                for m in result.messages:
+                    out.setdefault(m.client_msg_id, m.store_timestamp)
+                offset = result.next_begin_offset
+    return out
+
+
+async def wait_for_deliveries(proc, wanted: int, timeout: float) -> dict[str, int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await delivered(proc)
+        if len(got) >= wanted or time.monotonic() > deadline:
+            return got
+        await asyncio.sleep(0.2)
+
+
+async def test_kill_9_with_pending_timers_loses_none(standalone_process, tmp_path):
+    store_dir = tmp_path / "store"
+    proc = await asyncio.to_thread(standalone_process, store_dir)
+    async with AdminClient(namesrv_addr=proc.namesrv_addr) as admin:
+        await admin.create_topic(TOPIC, read_queues=QUEUES, write_queues=QUEUES, broker_addr=proc.broker_addr)
+    due: dict[str, int] = {}  # UNIQ_KEY -> earliest time it may be delivered (ms)
+    async with Producer("timer-crash", namesrv_addr=proc.namesrv_addr) as producer:
+        for i in range(COUNT):
+            delay_s = 5 + i % 6  # due 5..10 s after the send
+            sent_at = int(time.time() * 1000)
+            sent = await producer.send(Message(TOPIC, f"m{i}".encode(), properties={"TIMER_DELAY_SEC": str(delay_s)}))
+            due[sent.msg_id] = sent_at + delay_s * 1000
+    assert not await delivered(proc)  # nothing is due yet
+
+    proc.kill()  # every timer pending
+    await asyncio.to_thread(proc.start)
+    some = await wait_for_deliveries(proc, COUNT // 3, timeout=30)
+    assert 0 < len(some) < COUNT, "the second kill should land while the timers fire"
+
+    proc.kill()  # while firing
+    await asyncio.to_thread(proc.start)
+    got = await wait_for_deliveries(proc, COUNT, timeout=30)
+    missing = set(due) - set(got)
+    assert not missing, f"{len(missing)} of {COUNT} acknowledged timer messages never delivered"
+    early = {k: due[k] - t for k, t in got.items() if t < due[k]}
+    assert not early, f"delivered before their time (ms early): {early}"

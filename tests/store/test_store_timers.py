@@ -1,0 +1,77 @@
+"""The store's dispatch feeds the timing store from the timer topic's records (docs/timers.md):
+on put, after a kill -9 (re-dispatch from the CommitLog), and on a CommitLog truncation."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+from store_helpers import make_msg
+
+from ferrymq.common.message import Prop
+from ferrymq.common.protocol import TIMER_TOPIC
+
+
+def timer_msg(due_ms: int, real_topic: str = "TopicTest", real_qid: int = 1):
+    return make_msg(TIMER_TOPIC, 0, **{Prop.TIMER_OUT_MS: str(due_ms), Prop.REAL_TOPIC: real_topic,
+                                       Prop.REAL_QID: str(real_qid)})
+
+
+def due_offsets(store, now_ms: int) -> list[int]:
+    out = []
+    while (taken := store.timers.take(now_ms)) is not None:
+        out += [r.phys for r in taken[1]]
+    return sorted(out)
+
+
+def put_timers(store, count: int, due_ms: int) -> list[int]:
+    offsets = []
+    for i in range(count):
+        store.put_message(make_msg(body=b"ordinary"))  # timers among ordinary records
+        offsets.append(store.put_message(timer_msg(due_ms + (i % 3) * 1000)).wrote_offset)
+    return offsets
+
+
+def test_a_put_under_the_timer_topic_is_indexed_by_its_due_time(open_store):
+    store = open_store()
+    due = (int(time.time() * 1000) // 1000 + 60) * 1000
+    offsets = put_timers(store, 10, due)
+    assert store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 10  # a queue like any other, too
+    assert store.timers.take(due - 1) is None
+    assert due_offsets(store, due + 5000) == offsets
+
+
+def test_timers_survive_a_restart(open_store, tmp_path):
+    store = open_store()
+    due = (int(time.time() * 1000) // 1000 + 60) * 1000
+    offsets = put_timers(store, 10, due)
+    store.shutdown()
+    assert due_offsets(open_store(), due + 5000) == offsets
+
+
+def test_after_a_kill_9_a_lost_timer_index_is_dispatched_again(open_store, tmp_path):
+    store = open_store()
+    due = (int(time.time() * 1000) // 1000 + 60) * 1000
+    offsets = put_timers(store, 30, due)
+    crashed = tmp_path / "crashed"
+    shutil.copytree(tmp_path / "store", crashed)  # as kill -9 leaves it: no clean shutdown
+    log_dir = crashed / "timer" / "log"
+    for name in os.listdir(log_dir):  # and the timer index lost its unsynced tail (a power cut)
+        os.truncate(log_dir / name, 48 * 7 + 20)
+    assert due_offsets(open_store(crashed), due + 5000) == offsets
+
+
+def test_a_commit_log_truncation_forgets_the_timers_past_it(open_store):
+    store = open_store()
+    due = (int(time.time() * 1000) // 1000 + 60) * 1000
+    offsets = put_timers(store, 10, due)
+    store.truncate(offsets[6])
+    assert due_offsets(store, due + 5000) == offsets[:6]
+
+
+def test_no_timing_store_when_the_wheel_is_off(open_store, tmp_path):
+    store = open_store(timer_wheel_enable=False)
+    store.put_message(timer_msg(int(time.time() * 1000) + 60_000))
+    assert store.timers is None
+    assert not (tmp_path / "store" / "timer").exists()
