@@ -32,7 +32,7 @@ import logging
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.long_polling import Waiters
@@ -102,7 +102,7 @@ class PopService:
             for offset in [o for o in st.inflight if o >= max_offset]:
                 del st.inflight[offset]
             for e in st.inflight.values():
-                self._schedule_revive(key, e)
+                self._revival.add(key, e)
             self._commit_offset(key, st)
         # Handles issued before a crash whose records never reached the disk must not match a
         # delivery made now: seqs continue from the clock (microseconds), above any issued before.
@@ -334,7 +334,7 @@ class PopService:
             e = InFlight(msg.queue_offset, msg.commit_log_offset, attempt, self._seq, deadline)
             st.inflight[e.offset] = e
             claimed.append(e)
-            self._schedule_revive(key, e)
+            self._revival.add(key, e)
             msg.reconsume_times = attempt - 1
             handle = receipt.Receipt(queue_id, e.offset, e.commit_log_offset, attempt, e.seq, deadline,
                                      self.ctx.config.broker_name).encode(group, topic)
@@ -383,7 +383,7 @@ class PopService:
         key, st, e = found
         self._seq += 1
         e.seq, e.deadline_ms = self._seq, now_ms() + invisible_ms
-        self._schedule_revive(key, e)
+        self._revival.add(key, e)
         self._revive_changed.set()
         self.counters.changed += 1
         handle = receipt.Receipt(key[2], e.offset, e.commit_log_offset, e.attempt, e.seq, e.deadline_ms,
@@ -448,7 +448,7 @@ class PopService:
                                 log.exception("pop: moving %s/%d@%d of group %s to its DLQ failed; trying again later",
                                               key[1], key[2], offset, key[0])
                                 e.deadline_ms = now_ms() + DLQ_RETRY_MS
-                                self._schedule_revive(key, e)
+                                self._revival.add(key, e)
             for topic in due_topics:
                 self._wake(topic)
             self._revive_changed.clear()
@@ -465,11 +465,8 @@ class PopService:
         """Deadlines the revive task holds (live ones and not yet discarded stale ones)."""
         return len(self._revival)
 
-    def _schedule_revive(self, key: QueueKey, e: InFlight) -> None:
-        """Look at ``e`` again at its deadline."""
-        self._revival.add(key, e)
-
-    def _in_flight(self):
+    def _in_flight(self) -> Iterator[tuple[QueueKey, InFlight]]:
+        """Every delivery out with a consumer (the revival schedule rebuilds from these)."""
         return ((key, e) for key, st in self._queues.items() for e in st.inflight.values())
 
     async def _dead_letter(self, key: QueueKey, st: QueueState, e: InFlight) -> None:
@@ -480,7 +477,7 @@ class PopService:
             log.warning("pop: moving %s/%d@%d of group %s to its DLQ failed (%s); trying again later", topic,
                         queue_id, e.offset, group, result.remark)
             e.deadline_ms = now_ms() + DLQ_RETRY_MS
-            self._schedule_revive(key, e)
+            self._revival.add(key, e)
             return
         log.info("pop: message %s/%d@%d of group %s was delivered %d times without an ack: moved to %s",
                  topic, queue_id, e.offset, group, e.attempt, result.topic)
