@@ -78,10 +78,10 @@ def _write(obj: Any, out: list[str], sort_keys: bool) -> None:
         for i, (k, v) in enumerate(items):
             if i:
                 out.append(",")
-            if isinstance(k, bool) or not isinstance(k, (int, ObjectKey)):
+            if isinstance(k, bool) or not isinstance(k, (int, float, ObjectKey)):
                 out.append(json.dumps(str(k), ensure_ascii=False))
-            elif isinstance(k, int):
-                out.append(str(k))
+            elif isinstance(k, (int, float)):
+                out.append(repr(k))  # fastjson writes number keys raw, Double keys included
             else:
                 _write(k, out, sort_keys)
             out.append(":")
@@ -103,7 +103,21 @@ def _write(obj: Any, out: list[str], sort_keys: bool) -> None:
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _BARE_WORD = re.compile(r"[A-Za-z_$][\w$]*")
-_decoder = json.JSONDecoder()
+
+
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if value in (_INF, -_INF):
+        raise ValueError(f"number out of range: {literal[:40]}")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")  # Python's json takes NaN/Infinity; RocketMQ's peers never write them
+
+
+_INF = float("inf")
+_decoder = json.JSONDecoder(parse_float=_finite, parse_constant=_no_constant)
 
 
 def loads(text: str | bytes) -> Any:
@@ -111,11 +125,13 @@ def loads(text: str | bytes) -> Any:
     if isinstance(text, (bytes, bytearray, memoryview)):
         text = bytes(text).decode("utf-8")
     try:
-        return json.loads(text)
+        return _decoder.decode(text)
     except json.JSONDecodeError:
         pass
     except RecursionError:
         raise JSONDecodeError("nested deeper than the interpreter can parse", text, 0) from None
+    except ValueError as exc:  # NaN, Infinity, a number beyond a double or past int's digit limit
+        raise JSONDecodeError(str(exc), text, 0) from None
     value, pos = _Parser(text).parse_value(_skip(text, 0))
     pos = _skip(text, pos)
     if pos != len(text):
@@ -155,7 +171,12 @@ class _Parser:
         if ch == "'":
             return self.parse_single_quoted(pos + 1)
         # strings, numbers, true/false/null: the standard scanner handles them
-        return _decoder.raw_decode(text, pos)
+        try:
+            return _decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            raise
+        except ValueError as exc:  # NaN, Infinity, a number beyond a double or past int's digit limit
+            raise JSONDecodeError(str(exc), text, pos) from None
 
     def parse_single_quoted(self, pos: int) -> tuple[str, int]:
         end = self.text.find("'", pos)
@@ -180,7 +201,10 @@ class _Parser:
         m = _NUMBER.match(text, pos)
         if m:
             literal = m.group()
-            value = float(literal) if any(c in literal for c in ".eE") else int(literal)
+            try:
+                value = _finite(literal) if any(c in literal for c in ".eE") else int(literal)
+            except ValueError as exc:
+                raise JSONDecodeError(str(exc), text, pos) from None
             return value, m.end()
         m = _BARE_WORD.match(text, pos)
         if m:
