@@ -22,7 +22,17 @@ current master runs (asked of the name server, then the pod's spec.nodeName):
   a hold;
 * ``kill-deciders``: the controller pods and the operator pods deleted with --force, then kept
   down (StatefulSet and Deployment at 0) for DECIDERS_HOLD s while the workload sends: no send
-  may fail (acceptance), and they are brought back.
+  may fail (acceptance), and they are brought back;
+* ``kill-broker``: kill -9 of the master's broker process (found through the node's CRI, killed
+  from the node): the kubelet restarts the container, the slave takes over meanwhile;
+* ``delete-pod``: the master's pod deleted with --force --grace-period=0; its StatefulSet makes it
+  again on the same node (its volume is local to it);
+* ``partition-replication``: only master and slave cut from each other (iptables DROP of their pod
+  addresses, both ways, in the FORWARD chain of the master's node); both still reach the name
+  server and the controllers. Healed by removing the rules;
+* ``drain-node``: `kubectl drain` of the master's node (evictions within the group's
+  PodDisruptionBudget), uncordoned after a hold; the master's pod waits Pending meanwhile (its
+  volume is on that node).
 
 After each fault the group must heal (node Ready, Broker Ready with its slave, both brokers in the
 name server's table, the slave back in the controller's in-sync set, sends acknowledged again)
@@ -33,8 +43,8 @@ Per fault the write outage is printed: from the injection to the first SEND_OK a
 failed send of that fault (acceptance for a killed master node: p50 <= 20 s, max <= 45 s;
 printed, not asserted, as are all times on this 2-core machine).
 
-FERRYMQ_KIND_CHAOS_FAULTS (default 4: one of each kind, in the order above but deciders first);
-more than 4 draws random kinds from FERRYMQ_KIND_CHAOS_SEED. FERRYMQ_KIND_CHAOS_RESULTS: a path
+FERRYMQ_KIND_CHAOS_FAULTS (default: one of each kind, in the order of KINDS); more than the
+number of kinds draws random kinds from FERRYMQ_KIND_CHAOS_SEED. FERRYMQ_KIND_CHAOS_RESULTS: a path
 to write the results file (e2e/chaos/results.py) to; `make chaos-kind` sets it.
 FERRYMQ_KIND_CHAOS_KINDS: a comma-separated subset of the kinds.
 """
@@ -70,8 +80,9 @@ BROKER = "chaos"
 TOPIC = "chaos-orders"
 GROUP = f"{BROKER}-broker-0"  # the broker group (brokerName) of pod index 0
 FAILOVER_TIMEOUT = 5  # s: failoverTimeoutSeconds
-KINDS = ("kill-deciders", "pause-node", "disconnect-node", "kill-node")
-FAULTS = int(os.environ.get("FERRYMQ_KIND_CHAOS_FAULTS", "4"))
+KINDS = ("kill-deciders", "pause-node", "disconnect-node", "kill-node", "kill-broker", "delete-pod",
+         "partition-replication", "drain-node")
+FAULTS = int(os.environ.get("FERRYMQ_KIND_CHAOS_FAULTS", str(len(KINDS))))
 # e.g. "disconnect-node,kill-node": only those kinds (in turn when FAULTS <= their number, else drawn)
 ONLY = tuple(k for k in os.environ.get("FERRYMQ_KIND_CHAOS_KINDS", "").split(",") if k)
 SEED = int(os.environ.get("FERRYMQ_KIND_CHAOS_SEED", "1"))
@@ -288,6 +299,31 @@ def container_ip(node: str) -> str:
     return docker("inspect", "-f", f'{{{{(index .NetworkSettings.Networks "{NETWORK}").IPAddress}}}}', node).stdout.strip()
 
 
+def pod_ip(ns: str, pod: str) -> str:
+    return ((get("pod", pod, ns) or {}).get("status") or {}).get("podIP", "")
+
+
+def broker_pid(node: str, ns: str, pod: str) -> str:
+    """The host PID (in the node container's PID namespace) of ``pod``'s broker container."""
+    def crictl(*args: str) -> str:
+        return docker("exec", node, "crictl", *args).stdout
+    pod_ids = crictl("pods", "--name", f"^{pod}$", "--namespace", f"^{ns}$", "--state", "ready", "-q").split()
+    assert pod_ids, f"no ready sandbox of {ns}/{pod} on {node}"
+    containers = crictl("ps", "--pod", pod_ids[0], "--name", "^broker$", "--state", "running", "-q").split()
+    assert containers, f"no running broker container in {ns}/{pod} on {node}"
+    return str(json.loads(crictl("inspect", containers[0]))["info"]["pid"])
+
+
+def _drop_between(node: str, a: str, b: str, add: bool) -> None:
+    """Drop (or stop dropping) traffic between pod addresses ``a`` and ``b`` routed through ``node``."""
+    for src, dst in ((a, b), (b, a)):
+        match = ["-s", src, "-d", dst, "-j", "DROP"]
+        if add:
+            docker("exec", node, "iptables", "-I", "FORWARD", "1", *match)
+        else:
+            docker("exec", node, "iptables", "-D", "FORWARD", *match, check=False)
+
+
 def outage(inj: Injection, history: History, end: float) -> float | None:
     """From the injection to the first SEND_OK of an attempt started after the last failed one
     (by its answer) among the attempts started during this fault; with no failure, to the first
@@ -339,6 +375,27 @@ def inject(kind: str, ns: str, master_pod: str, rng: random.Random) -> Injection
         hold = FAILOVER_TIMEOUT + 15 + rng.uniform(0, 15)
         time.sleep(hold)
         docker("network", "connect", "--ip", ip, NETWORK, node)
+    elif kind == "kill-broker":
+        pid = broker_pid(node, ns, master_pod)
+        docker("exec", node, "sh", "-c", f"kill -9 {pid}")
+        inj.notes.append(f"killed pid {pid}")
+    elif kind == "delete-pod":
+        kubectl("delete", "pod", "-n", ns, "--grace-period=0", "--force", "--wait=false", master_pod)
+    elif kind == "partition-replication":
+        slave_pod = next((p for i, p in group_pods(ns).items() if i != 0), "")
+        master_ip, slave_ip = pod_ip(ns, master_pod), pod_ip(ns, slave_pod)
+        assert master_ip and slave_ip, f"pod addresses of {master_pod} ({master_ip}) and {slave_pod} ({slave_ip})"
+        _drop_between(node, master_ip, slave_ip, add=True)
+        inj.notes.append(f"cut {master_ip} from {slave_ip} ({slave_pod})")
+        time.sleep(FAILOVER_TIMEOUT + 15 + rng.uniform(0, 15))
+        _drop_between(node, master_ip, slave_ip, add=False)
+    elif kind == "drain-node":
+        drained = kubectl("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=180s",
+                          check=False)
+        if drained.returncode != 0:
+            inj.notes.append(f"drain: {drained.stderr.strip().splitlines()[-1:]}")
+        time.sleep(max(0.0, inj.injected + 30 + rng.uniform(0, 20) - time.time()))
+        kubectl("uncordon", node)
     elif kind == "kill-deciders":
         operator = "ferrymq-ferrymq-operator"
         op_replicas = (get("deployment", operator, OPERATOR_NS) or {}).get("spec", {}).get("replicas", 2)
