@@ -64,7 +64,7 @@ k8s-test: $(STAMP)
 	@FERRYMQ_K8S_TESTS=1 $(PY) -m pytest -q -ra tests/operator tests/k8s
 
 ## e2e-kind: the user story on a real kind cluster built offline here (Docker engine, node image,
-## images, cluster of 1 control plane + 3 workers, helm install, scenarios, then one node fault of each kind (8)
+## images, cluster of 1 control plane + 3 workers, helm install, scenarios, then one fault of each kind (9)
 ## (e2e/kind/test_kind_chaos.py); caches under ~/.cache/ferrymq-k8s, see docs/contributing.md#testing-the-operator)
 e2e-kind: $(STAMP)
 	@bash e2e/kind/run.sh
@@ -72,7 +72,7 @@ e2e-kind: $(STAMP)
 ## chaos-kind: node faults on the kind cluster for longer (e2e/kind/test_kind_chaos.py alone, without the
 ## scenarios): CHAOS_KIND_FAULTS random faults (the master's node paused, killed, cut off or drained, its
 ## broker killed or its pod deleted, master and slave cut from each other, the controllers and operator
-## deleted for 2 min) from CHAOS_KIND_SEED, results in
+## deleted for 2 min, a broker image rolled) from CHAOS_KIND_SEED, results in
 ## bench/results/chaos-kind-<date>.json (docs/chaos.md), about 2-3 min a fault
 CHAOS_KIND_FAULTS ?= 30
 CHAOS_KIND_SEED   ?= 1

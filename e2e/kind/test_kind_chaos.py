@@ -32,7 +32,10 @@ current master runs (asked of the name server, then the pod's spec.nodeName):
   server and the controllers. Healed by removing the rules;
 * ``drain-node``: `kubectl drain` of the master's node (evictions within the group's
   PodDisruptionBudget), uncordoned after a hold; the master's pod waits Pending meanwhile (its
-  volume is on that node).
+  volume is on that node);
+* ``roll-image``: the Broker's `spec.image` switched between the broker image and a second tag of
+  it (tagged in every node's containerd, so the pods really get a new image reference): the
+  operator rolls the group (slave first, then the master) under the workload.
 
 After each fault the group must heal (node Ready, Broker Ready with its slave, both brokers in the
 name server's table, the slave back in the controller's in-sync set, sends acknowledged again)
@@ -64,7 +67,8 @@ import pytest
 from e2e.chaos.attribution import attribute, spans
 from e2e.chaos.checker import check, report, table
 from e2e.chaos.history import History, parse_lines
-from e2e.kind.kube import API, BROKER_IMAGE, apply, condition, get, items, kubectl, run_python, unique_name
+from e2e.kind.kube import (API, BROKER_IMAGE, apply, condition, get, items, kubectl, pod_ready, run_python,
+                           unique_name)
 from testkit.wait import poll_until
 
 if os.environ.get("FERRYMQ_KIND_TESTS") != "1":
@@ -81,7 +85,8 @@ TOPIC = "chaos-orders"
 GROUP = f"{BROKER}-broker-0"  # the broker group (brokerName) of pod index 0
 FAILOVER_TIMEOUT = 5  # s: failoverTimeoutSeconds
 KINDS = ("kill-deciders", "pause-node", "disconnect-node", "kill-node", "kill-broker", "delete-pod",
-         "partition-replication", "drain-node")
+         "partition-replication", "drain-node", "roll-image")
+ROLL_IMAGE = f"{BROKER_IMAGE}-roll"  # the same image under a second tag (roll-image)
 FAULTS = int(os.environ.get("FERRYMQ_KIND_CHAOS_FAULTS", str(len(KINDS))))
 # e.g. "disconnect-node,kill-node": only those kinds (in turn when FAULTS <= their number, else drawn)
 ONLY = tuple(k for k in os.environ.get("FERRYMQ_KIND_CHAOS_KINDS", "").split(",") if k)
@@ -200,6 +205,7 @@ class Injection:
     pass_missing: int = 0  # acknowledged before the reading pass after the fault, not read by it
     pass_keys: int = 0
     notes: list[str] = field(default_factory=list)
+    image: str = ""  # roll-image: every broker pod must run this image before the group counts as healed
 
     @property
     def time_to_ready(self) -> float | None:
@@ -324,6 +330,19 @@ def _drop_between(node: str, a: str, b: str, add: bool) -> None:
             docker("exec", node, "iptables", "-D", "FORWARD", *match, check=False)
 
 
+def broker_images(ns: str) -> list[tuple[str, bool]]:
+    """(image, ready) of every broker container of the Broker's pods."""
+    return [(c["image"], pod_ready(p)) for p in items("pods", ns, f"app.kubernetes.io/instance={BROKER}")
+            for c in p["spec"]["containers"] if c["name"] == "broker"]
+
+
+def _tag_roll_image() -> None:
+    nodes = [n["metadata"]["name"] for n in json.loads(kubectl("get", "nodes", "-o", "json").stdout)["items"]]
+    for node in nodes:
+        docker("exec", node, "ctr", "-n", "k8s.io", "images", "tag", "--force", f"docker.io/{BROKER_IMAGE}",
+               f"docker.io/{ROLL_IMAGE}")
+
+
 def outage(inj: Injection, history: History, end: float) -> float | None:
     """From the injection to the first SEND_OK of an attempt started after the last failed one
     (by its answer) among the attempts started during this fault; with no failure, to the first
@@ -396,6 +415,12 @@ def inject(kind: str, ns: str, master_pod: str, rng: random.Random) -> Injection
             inj.notes.append(f"drain: {drained.stderr.strip().splitlines()[-1:]}")
         time.sleep(max(0.0, inj.injected + 30 + rng.uniform(0, 20) - time.time()))
         kubectl("uncordon", node)
+    elif kind == "roll-image":
+        current = ((get("broker", BROKER, ns) or {}).get("spec") or {}).get("image") or BROKER_IMAGE
+        inj.image = ROLL_IMAGE if current != ROLL_IMAGE else BROKER_IMAGE
+        _tag_roll_image()
+        kubectl("patch", "broker", BROKER, "-n", ns, "--type=merge", "-p", json.dumps({"spec": {"image": inj.image}}))
+        inj.notes.append(f"image {current} -> {inj.image}")
     elif kind == "kill-deciders":
         operator = "ferrymq-ferrymq-operator"
         op_replicas = (get("deployment", operator, OPERATOR_NS) or {}).get("spec", {}).get("replicas", 2)
@@ -429,6 +454,8 @@ def heal(inj: Injection, ns: str, workload: Workload) -> None:
             ops = items("pods", OPERATOR_NS, OPERATOR_SELECTOR)
             if not ctl or not ops or not all(condition(p, "Ready").get("status") == "True" for p in ctl + ops):
                 return False
+        if inj.image and any(image != inj.image or not ready for image, ready in broker_images(ns)):
+            return False
         if not broker_whole(ns):
             return False
         members = group_pods(ns)
