@@ -1,5 +1,5 @@
-"""The real Apache RocketMQ 4.9.7 name server and broker as subprocesses
-(:class:`ApacheRocketMQ`), and a minimal remoting probe (:func:`remoting_request`,
+"""The real Apache RocketMQ name server (4.9.7) and broker (4.9.7, or 5.3.1 with
+``broker_version=ROCKETMQ5_VERSION``) as subprocesses (:class:`ApacheRocketMQ`), and a minimal remoting probe (:func:`remoting_request`,
 :func:`namesrv_cluster_info`). The jars come from :mod:`testkit.java_client`.
 """
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from testkit.java_client import (_JDK17_OPENS, CompatError, _pdeathsig, _require_tool, _write_rocketmq_home,
-                                 ensure_rocketmq_jars)
+from testkit.java_client import (_JDK17_OPENS, ROCKETMQ_VERSION, CompatError, _pdeathsig, _require_tool,
+                                 _write_rocketmq_home, ensure_rocketmq_jars)
 from testkit.ports import free_port
 
 __all__ = ["ApacheRocketMQ", "namesrv_cluster_info", "remoting_request"]
@@ -101,6 +101,10 @@ class _Proc:
 class ApacheRocketMQ:
     """A real Apache RocketMQ 4.9.7 name server and broker, as subprocesses.
 
+    ``broker_version="5.3.1"`` (``ROCKETMQ5_VERSION``) runs Apache's 5.3.1 broker instead,
+    registered with the 4.9.7 name server (5.3.1's name server is not on Maven Central); each
+    JVM gets its own version's jars only.
+
     Use as a context manager (``with ApacheRocketMQ() as mq: mq.namesrv_addr``) or call
     :meth:`start` / :meth:`stop`. Ports are free 127.0.0.1 ports (the broker's P-2 VIP and P+1 HA
     ports included), the store, ROCKETMQ_HOME and all logs live in ``workdir`` (a fresh temp dir
@@ -110,6 +114,7 @@ class ApacheRocketMQ:
     cluster_name: str = "FerryCompatCluster"
     broker_name: str = "ferry-compat-broker-a"
     broker_conf: dict[str, str] = field(default_factory=dict)  # extra/overriding broker.conf keys
+    broker_version: str = ROCKETMQ_VERSION
     plain_acl: str | None = None  # written to $ROCKETMQ_HOME/conf/plain_acl.yml (with aclEnable=true)
     namesrv_jvm_opts: Sequence[str] = NAMESRV_JVM_OPTS
     broker_jvm_opts: Sequence[str] = BROKER_JVM_OPTS
@@ -161,6 +166,7 @@ class ApacheRocketMQ:
         t0 = time.monotonic()
         java = _require_tool("java")
         cp = str(ensure_rocketmq_jars() / "*")
+        broker_cp = str(ensure_rocketmq_jars(self.broker_version) / "*")
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="ferrymq-apache-rocketmq-"))
             self._own_workdir = True
@@ -168,7 +174,7 @@ class ApacheRocketMQ:
         fixed_ports = bool(self.namesrv_port or self.broker_port)
         for attempt in range(1, 4):
             try:
-                self._launch(java, cp)
+                self._launch(java, cp, broker_cp)
                 break
             except CompatError as e:
                 # a free port can be taken between our probe and the JVM's bind: pick again
@@ -186,7 +192,7 @@ class ApacheRocketMQ:
         self.timings["total"] = time.monotonic() - t0
         return self
 
-    def _launch(self, java: str, cp: str) -> None:
+    def _launch(self, java: str, cp: str, broker_cp: str) -> None:
         assert self.workdir is not None
         wd = self.workdir
         for sub in ("store", "logs", "namesrv"):
@@ -248,7 +254,7 @@ class ApacheRocketMQ:
         conf.update({k: str(v) for k, v in self.broker_conf.items()})
         broker_conf = wd / "broker.conf"
         broker_conf.write_text(_properties(conf))
-        broker = self._spawn("broker", [java, *self.broker_jvm_opts, *common, "-cp", cp,
+        broker = self._spawn("broker", [java, *self.broker_jvm_opts, *common, "-cp", broker_cp,
                                          BROKER_MAIN, "-c", str(broker_conf)])
         self._wait(broker, self._broker_registered, "broker registration with the name server")
 
@@ -329,8 +335,9 @@ class ApacheRocketMQ:
         if self.workdir is None or not self.workdir.exists():
             return ""
         parts = []
-        for path in [*(p.stdout_path for p in self._procs),
-                     self.log_dir / "namesrv.log", self.log_dir / "broker.log"]:
+        # 5.x's broker logs by its own logback file, under ${user.home}/logs/rocketmqlogs
+        for path in [*(p.stdout_path for p in self._procs), self.log_dir / "namesrv.log",
+                     self.log_dir / "broker.log", self.log_dir / "rocketmqlogs" / "broker.log"]:
             if path.is_file():
                 parts.append(f"--- {path} (last {lines} lines) ---\n{_tail(path, lines)}")
         return "\n".join(parts)

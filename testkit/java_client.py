@@ -1,11 +1,15 @@
-"""The official Apache RocketMQ 4.9.7 Java toolchain as a peer: the jars, the client programs
-and ``mqadmin``.
+"""The official Apache RocketMQ Java toolchains as peers: the jars, the client programs and
+``mqadmin``. Two versions, each a Maven project of its own and a classpath of its own (their jars
+never mix): 4.9.7 (``tests/compat/java``: client, mqadmin, name server, broker) and 5.3.1
+(``tests/compat/java53``: the remoting client and the broker; 5.3.1's name server is not on
+Maven Central, the 4.9.7 one serves its broker).
 
 Everything downloaded or built lives under ``<repo>/.cache/`` (git-ignored):
 
 * ``.cache/maven-repo``               Maven's local repository (``-Dmaven.repo.local``)
 * ``.cache/rocketmq-4.9.7/lib/*.jar`` client, tools (mqadmin), name server, broker + deps
 * ``.cache/compat-java/classes``      ``tests/compat/java/src/main/java`` compiled by javac
+* ``.cache/rocketmq-5.3.1/lib/*.jar`` and ``.cache/compat-java53/classes``: the same for 5.3.1
 
 * :func:`ensure_rocketmq_jars` / :func:`ensure_compat_classes` / :func:`java_classpath`
 * :func:`run_java_client` runs ``ferrymq.compat.ProduceConsume`` and returns its JSON events;
@@ -40,6 +44,7 @@ from xml.sax.saxutils import escape as _xml_escape
 
 __all__ = [
     "ROCKETMQ_VERSION",
+    "ROCKETMQ5_VERSION",
     "CompatUnavailable",
     "CompatError",
     "JavaClientError",
@@ -55,14 +60,44 @@ __all__ = [
 ]
 
 ROCKETMQ_VERSION = "4.9.7"
+ROCKETMQ5_VERSION = "5.3.1"  # in tests/compat/java53/pom.xml
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = REPO_ROOT / ".cache"
 MAVEN_REPO = CACHE_DIR / "maven-repo"
-LIB_DIR = CACHE_DIR / f"rocketmq-{ROCKETMQ_VERSION}" / "lib"
-CLASSES_DIR = CACHE_DIR / "compat-java" / "classes"
-JAVA_PROJECT = REPO_ROOT / "tests" / "compat" / "java"
-JAVA_SOURCES = JAVA_PROJECT / "src" / "main" / "java"
+
+
+@dataclass(frozen=True)
+class _Toolchain:
+    """One RocketMQ version's Maven project, its jars and our programs compiled against them."""
+
+    version: str
+    project: Path  # pom.xml and src/main/java
+    classes: Path
+
+    @property
+    def lib(self) -> Path:
+        return CACHE_DIR / f"rocketmq-{self.version}" / "lib"
+
+    @property
+    def sources(self) -> Path:
+        return self.project / "src" / "main" / "java"
+
+
+_TOOLCHAINS = {
+    ROCKETMQ_VERSION: _Toolchain(ROCKETMQ_VERSION, REPO_ROOT / "tests" / "compat" / "java",
+                                 CACHE_DIR / "compat-java" / "classes"),
+    ROCKETMQ5_VERSION: _Toolchain(ROCKETMQ5_VERSION, REPO_ROOT / "tests" / "compat" / "java53",
+                                  CACHE_DIR / "compat-java53" / "classes"),
+}
+
+
+def _toolchain(version: str) -> _Toolchain:
+    try:
+        return _TOOLCHAINS[version]
+    except KeyError:
+        raise CompatError(f"compat: no Java toolchain for RocketMQ {version} "
+                          f"(known: {', '.join(_TOOLCHAINS)})") from None
 
 _DEPENDENCY_PLUGIN = "3.6.1"
 
@@ -169,32 +204,33 @@ def _digest(paths: Iterable[Path], root: Path, extra: str = "") -> str:
 
 
 _jars_lock = threading.Lock()
-_jars_failure: CompatUnavailable | None = None
+_jars_failures: dict[str, CompatUnavailable] = {}
 
 
-def ensure_rocketmq_jars(*, timeout: float = 270) -> Path:
-    """Resolve the RocketMQ jars with Maven once; return the lib directory holding them.
+def ensure_rocketmq_jars(version: str = ROCKETMQ_VERSION, *, timeout: float = 270) -> Path:
+    """Resolve one RocketMQ version's jars with Maven once; return the lib directory holding them.
 
-    Cached by a stamp (hash of ``java/pom.xml``) in the lib directory. Raises
+    Cached by a stamp (hash of the version's ``pom.xml``) in the lib directory. Raises
     :class:`CompatUnavailable` when Maven Central cannot be reached or the download takes over
     ``timeout`` seconds (kept under pytest's 300 s timeout; remembered for the rest of the
     process, so Maven runs once), :class:`CompatError` for any other failure.
     """
-    global _jars_failure
-    pom = JAVA_PROJECT / "pom.xml"
-    stamp = LIB_DIR / ".stamp"
-    want = _digest([pom], JAVA_PROJECT, ROCKETMQ_VERSION)
+    chain = _toolchain(version)
+    lib = chain.lib
+    pom = chain.project / "pom.xml"
+    stamp = lib / ".stamp"
+    want = _digest([pom], chain.project, version)
     with _jars_lock:
         if stamp.is_file() and stamp.read_text().strip() == want:
-            return LIB_DIR
-        if _jars_failure is not None:
-            raise _jars_failure
+            return lib
+        if version in _jars_failures:
+            raise _jars_failures[version]
         mvn = _require_tool("mvn")
         _require_tool("java")
         with _file_lock(CACHE_DIR / "locks" / "maven.lock"):
             if stamp.is_file() and stamp.read_text().strip() == want:
-                return LIB_DIR
-            staging = LIB_DIR.with_name(LIB_DIR.name + ".partial")
+                return lib
+            staging = lib.with_name(lib.name + ".partial")
             shutil.rmtree(staging, ignore_errors=True)
             cmd = [
                 mvn, "-q", "-B", "-U", "-f", str(pom),
@@ -210,35 +246,35 @@ def ensure_rocketmq_jars(*, timeout: float = 270) -> Path:
             t0 = time.monotonic()
             try:
                 proc = subprocess.run(
-                    cmd, cwd=JAVA_PROJECT, stdin=subprocess.DEVNULL, capture_output=True,
+                    cmd, cwd=chain.project, stdin=subprocess.DEVNULL, capture_output=True,
                     text=True, timeout=timeout,
                 )
             except subprocess.TimeoutExpired:
-                _jars_failure = CompatUnavailable(
+                failure = _jars_failures[version] = CompatUnavailable(
                     f"`mvn dependency:copy-dependencies` took more than {timeout:.0f}s"
                 )
-                raise _jars_failure from None
+                raise failure from None
             output = proc.stdout + proc.stderr
             if proc.returncode != 0:
                 network = [ln for ln in output.splitlines() if _NETWORK_FAILURE.search(ln)]
                 if network:
-                    _jars_failure = CompatUnavailable(_maven_failure_reason(network[0]))
-                    raise _jars_failure
+                    failure = _jars_failures[version] = CompatUnavailable(_maven_failure_reason(network[0]))
+                    raise failure
                 raise CompatError(
                     f"mvn failed (exit {proc.returncode}): {' '.join(cmd)}\n{output[-4000:]}"
                 )
             jars = list(staging.glob("*.jar"))
             if not any(j.name.startswith("rocketmq-broker-") for j in jars):
                 raise CompatError(f"mvn succeeded but {staging} holds no rocketmq-broker jar")
-            shutil.rmtree(LIB_DIR, ignore_errors=True)
-            staging.rename(LIB_DIR)
+            shutil.rmtree(lib, ignore_errors=True)
+            staging.rename(lib)
             stamp.write_text(want + "\n")
             print(
-                f"compat: resolved {len(jars)} RocketMQ {ROCKETMQ_VERSION} jars into {LIB_DIR} "
+                f"compat: resolved {len(jars)} RocketMQ {version} jars into {lib} "
                 f"in {time.monotonic() - t0:.1f}s",
                 file=sys.stderr,
             )
-    return LIB_DIR
+    return lib
 
 
 def _maven_failure_reason(line: str) -> str:
@@ -252,22 +288,25 @@ def _maven_failure_reason(line: str) -> str:
     return line[:300]
 
 
-def ensure_compat_classes() -> Path:
-    """Compile ``tests/compat/java/src/main/java`` with javac (only when sources changed)."""
-    lib = ensure_rocketmq_jars()
-    sources = sorted(JAVA_SOURCES.rglob("*.java"))
+def ensure_compat_classes(version: str = ROCKETMQ_VERSION) -> Path:
+    """Compile the version's ``src/main/java`` (``tests/compat/java`` for 4.9.7) with javac
+    against its jars (only when sources changed)."""
+    chain = _toolchain(version)
+    lib = ensure_rocketmq_jars(version)
+    classes = chain.classes
+    sources = sorted(chain.sources.rglob("*.java"))
     if not sources:
-        raise CompatError(f"no Java sources under {JAVA_SOURCES}")
+        raise CompatError(f"no Java sources under {chain.sources}")
     jar_names = ",".join(sorted(p.name for p in lib.glob("*.jar")))
-    want = _digest(sources, JAVA_SOURCES, jar_names)
-    stamp = CLASSES_DIR / ".stamp"
+    want = _digest(sources, chain.sources, jar_names)
+    stamp = classes / ".stamp"
     if stamp.is_file() and stamp.read_text().strip() == want:
-        return CLASSES_DIR
+        return classes
     javac = _require_tool("javac")
     with _file_lock(CACHE_DIR / "locks" / "javac.lock"):
         if stamp.is_file() and stamp.read_text().strip() == want:
-            return CLASSES_DIR
-        staging = CLASSES_DIR.with_name(CLASSES_DIR.name + ".partial")
+            return classes
+        staging = classes.with_name(classes.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         cmd = [
@@ -277,16 +316,16 @@ def ensure_compat_classes() -> Path:
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             raise CompatError(f"javac failed:\n{proc.stdout}{proc.stderr}")
-        shutil.rmtree(CLASSES_DIR, ignore_errors=True)
-        staging.rename(CLASSES_DIR)
+        shutil.rmtree(classes, ignore_errors=True)
+        staging.rename(classes)
         stamp.write_text(want + "\n")
-    return CLASSES_DIR
+    return classes
 
 
-def java_classpath() -> str:
-    """Classpath with our compiled programs and every RocketMQ jar (builds them if needed)."""
-    classes = ensure_compat_classes()
-    return os.pathsep.join([str(classes), str(LIB_DIR / "*")])
+def java_classpath(version: str = ROCKETMQ_VERSION) -> str:
+    """Classpath with our compiled programs and one version's RocketMQ jars (built if needed)."""
+    classes = ensure_compat_classes(version)
+    return os.pathsep.join([str(classes), str(_toolchain(version).lib / "*")])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,12 +413,13 @@ def _pdeathsig():  # pragma: no cover - runs in the child
 
 
 def java_client_command(args: Sequence[str], *, main: str = PRODUCE_CONSUME_MAIN,
-                        jvm_args: Sequence[str] = (), debug: bool = False) -> list[str]:
+                        jvm_args: Sequence[str] = (), debug: bool = False,
+                        version: str = ROCKETMQ_VERSION) -> list[str]:
     """The full ``java ...`` command line :func:`run_java_client` would run."""
     d = session_dir()
     return [
         _require_tool("java"), *_client_jvm_args(d / "home", d / "logs", debug), *jvm_args,
-        "-cp", java_classpath(), main, *map(str, args),
+        "-cp", java_classpath(version), main, *map(str, args),
     ]
 
 
@@ -410,15 +450,17 @@ def _client_log_tail(lines: int = 60) -> str:
 
 def run_java_client(args: Sequence[str], timeout: float = 120, *, check: bool = True,
                     main: str = PRODUCE_CONSUME_MAIN, jvm_args: Sequence[str] = (),
-                    debug: bool = False) -> JavaEvents:
+                    debug: bool = False, version: str = ROCKETMQ_VERSION) -> JavaEvents:
     """Run a Java program of ours (default ``ferrymq.compat.ProduceConsume``) to completion.
 
     Returns its stdout JSON lines as a :class:`JavaEvents` (a ``list[dict]``). With ``check``
     (default) a non-zero exit prints stderr/stdout/client-log tails to stderr and raises
     :class:`JavaClientError` (its ``.events`` has what was printed). A timeout always raises.
     ``debug=True`` sets ``-Drocketmq.client.logLevel=DEBUG`` (written to the client log).
+    ``version`` picks the toolchain (``ROCKETMQ5_VERSION``: our ``tests/compat/java53`` programs
+    on the 5.3.1 client's classpath).
     """
-    cmd = java_client_command(args, main=main, jvm_args=jvm_args, debug=debug)
+    cmd = java_client_command(args, main=main, jvm_args=jvm_args, debug=debug, version=version)
     run = run_to_end(cmd, timeout, preexec_fn=_pdeathsig)
     out, err = run.out, run.err
     events_list, noise = _parse_events(out)
