@@ -4,6 +4,9 @@
                       skips with ONE line if Maven Central is unreachable
 * ``apache_rocketmq`` (session) a running real Apache name server + broker
                       (``.namesrv_addr``, ``.broker_addr``, ...; see ``testkit.apache.ApacheRocketMQ``)
+* ``rocketmq5_jars``  (session) the same for Apache RocketMQ 5.3.1 (remoting client and broker;
+                      ``tests/compat/java53``), on a classpath of their own
+* ``apache_rocketmq5`` (module) Apache's 5.3.1 broker under the 4.9.7 name server
 * ``java_client``     (session) a ``testkit.java_client.JavaClient``: ``.produce_consume()``,
                       ``.produce()``, ``.consume()``, ``.run(args)``, ``.mqadmin()``
 
@@ -21,7 +24,8 @@ import pytest
 from tests.support import missing_prerequisite
 
 from testkit.apache import ApacheRocketMQ
-from testkit.java_client import CompatUnavailable, ensure_compat_classes, ensure_rocketmq_jars, JavaClient
+from testkit.java_client import (ROCKETMQ5_VERSION, CompatUnavailable, ensure_compat_classes, ensure_rocketmq_jars,
+                                 JavaClient)
 
 
 @pytest.fixture(scope="session")
@@ -40,6 +44,29 @@ def apache_rocketmq(rocketmq_jars: Path) -> Iterator[ApacheRocketMQ]:
     """A real Apache RocketMQ 4.9.7 name server + broker for the whole session."""
     mq = ApacheRocketMQ()
     mq.start()  # on failure: logs printed, processes killed, the error fails the tests
+    try:
+        yield mq
+    finally:
+        mq.stop()
+
+
+@pytest.fixture(scope="session")
+def rocketmq5_jars(rocketmq_jars: Path) -> Path:
+    """The RocketMQ 5.3.1 lib dir (client and broker) with ``tests/compat/java53`` compiled."""
+    try:
+        lib = ensure_rocketmq_jars(ROCKETMQ5_VERSION)
+        ensure_compat_classes(ROCKETMQ5_VERSION)
+    except CompatUnavailable as e:
+        missing_prerequisite(f"compat: Maven Central unreachable: {e.reason}")
+    return lib
+
+
+@pytest.fixture(scope="module")
+def apache_rocketmq5(rocketmq5_jars: Path) -> Iterator[ApacheRocketMQ]:
+    """Apache's 5.3.1 broker (its shipped defaults: timerWheelEnable on, timerMaxDelaySec 3 days)
+    registered with a 4.9.7 name server, for one test module."""
+    mq = ApacheRocketMQ(broker_version=ROCKETMQ5_VERSION)
+    mq.start()
     try:
         yield mq
     finally:
@@ -69,9 +96,10 @@ def ferrymq(tmp_path_factory, rocketmq_jars):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.failed and "apache_rocketmq" in getattr(item, "fixturenames", ()):
-        mq = getattr(item, "funcargs", {}).get("apache_rocketmq")
-        if isinstance(mq, ApacheRocketMQ):
+    if report.failed:
+        for mq in getattr(item, "funcargs", {}).values():
+            if not isinstance(mq, ApacheRocketMQ):
+                continue
             state = "running" if mq.alive() else "NOT RUNNING"
             report.sections.append(
                 (f"Apache RocketMQ ({state}) logs", mq.logs() or "<no logs>")

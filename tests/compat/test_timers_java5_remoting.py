@@ -1,0 +1,61 @@
+"""Timer messages from Apache's 5.3.1 remoting client (``rocketmq-client``), the same test
+against ``ferrymq standalone`` and against Apache's own 5.3.1 broker.
+
+The client's 5.x setters (``setDelayTimeSec``, ``setDelayTimeMs``, ``setDeliverTimeMs``) ask for
+delivery 6 s, 6.5 s and 7.7 s after the send (none a 4.x delay level): each message reaches the
+push consumer in its own topic, not before it is due and within a generous bound after. A delay
+past ``timerMaxDelaySec`` (3 days) is refused by both brokers with the same code and remark.
+One client JVM per peer (``ferrymq.compat53.Timers``) does all of it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from testkit.grpc_clients import unique_names
+from testkit.java_client import ROCKETMQ5_VERSION, run_java_client
+
+pytestmark = pytest.mark.compat
+
+TIMERS_MAIN = "ferrymq.compat53.Timers"
+TIMERS = {"sec": 6, "ms": 6500, "deliver": 7700}  # setter: delay (s for sec, else ms)
+LATE_BOUND_MS = 5000  # a correctness bound (a timer that fired at all), not a benchmark
+TIMER_MAX_DELAY_SEC = 259200  # both brokers' default timerMaxDelaySec
+MESSAGE_ILLEGAL = 13
+# Apache 5.3.1's remark for WHEEL_TIMER_MSG_ILLEGAL, as its broker answered in this test
+APACHE_REMARK = ("timer message illegal, the delay time should not be bigger than the max delay 259200000ms; "
+                 "or if set del msg, the delay time should be bigger than the current time")
+
+
+@pytest.fixture(scope="module", params=["ferrymq", "apache-5.3.1"])
+def broker(request, rocketmq5_jars):
+    """The peer under test: anything with a ``namesrv_addr`` (FerryMQ or Apache 5.3.1)."""
+    return request.getfixturevalue("ferrymq" if request.param == "ferrymq" else "apache_rocketmq5")
+
+
+def test_timer_setters_are_delivered_on_time_and_an_overlong_delay_is_refused(broker):
+    topic, group = unique_names("Timer5")
+    events = run_java_client(
+        ["--namesrv", broker.namesrv_addr, "--topic", topic, "--group", group,
+         "--timers", ",".join(f"{setter}:{delay}" for setter, delay in TIMERS.items()),
+         "--refuse-sec", TIMER_MAX_DELAY_SEC + 3600, "--timeout-ms", 60000],
+        timeout=120, main=TIMERS_MAIN, version=ROCKETMQ5_VERSION)
+
+    refused = [(e["code"], e["remark"]) for e in events.of("send_failed")]
+    assert refused == [(MESSAGE_ILLEGAL, APACHE_REMARK)]
+
+    sent = {e["setter"]: e for e in events.of("sent") if e["setter"] in TIMERS}
+    assert sorted(sent) == sorted(TIMERS) and all(e["sendStatus"] == "SEND_OK" for e in sent.values())
+    received = {}
+    for e in events.of("received"):
+        assert e["key"] not in received, f"delivered twice: {e}"
+        received[e["key"]] = e
+    for setter, s in sent.items():
+        r = received.get(s["key"])
+        assert r is not None, f"{setter}: never delivered ({events.done})"
+        assert r["topic"] == topic
+        # the broker's due time lies in [dueFromMs, dueToMs] (the send's round trip)
+        assert r["receivedAtMs"] >= s["dueFromMs"], f"{setter}: {s['dueFromMs'] - r['receivedAtMs']} ms early"
+        assert r["receivedAtMs"] <= s["dueToMs"] + LATE_BOUND_MS, \
+            f"{setter}: {r['receivedAtMs'] - s['dueToMs']} ms late"
+    assert not any(k.startswith("refused-") for k in received), "the refused message was delivered"
