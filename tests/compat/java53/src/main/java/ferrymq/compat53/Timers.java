@@ -4,13 +4,14 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
-import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
+import com.alibaba.fastjson2.JSON;
+import com.alibaba.fastjson2.JSONWriter;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -192,41 +193,16 @@ public final class Timers {
         return s.getBytes(StandardCharsets.UTF_8);
     }
 
-    /** One JSON line from key/value pairs (values: strings, numbers, lists of strings). */
+    /** One JSON line from key/value pairs, written with fastjson2 (a RocketMQ 5.3.1 dependency). */
     private static void emit(Object... kv) {
-        StringBuilder sb = new StringBuilder("{");
+        Map<String, Object> event = new LinkedHashMap<>();
         for (int i = 0; i < kv.length; i += 2) {
-            sb.append(i == 0 ? "" : ",").append(quote(String.valueOf(kv[i]))).append(':');
-            Object v = kv[i + 1];
-            if (v instanceof Number) {
-                sb.append(v);
-            } else if (v instanceof List) {
-                List<String> items = new ArrayList<>();
-                for (Object o : (List<?>) v) {
-                    items.add(quote(String.valueOf(o)));
-                }
-                sb.append('[').append(String.join(",", items)).append(']');
-            } else {
-                sb.append(v == null ? "null" : quote(v.toString()));
-            }
+            event.put((String) kv[i], kv[i + 1]);
         }
+        String line = JSON.toJSONString(event, JSONWriter.Feature.WriteNulls);
         synchronized (OUT_LOCK) {
-            System.out.println(sb.append('}'));
+            System.out.println(line);
             System.out.flush();
         }
-    }
-
-    private static String quote(String s) {
-        StringBuilder sb = new StringBuilder("\"");
-        for (char c : s.toCharArray()) {
-            if (c == '"' || c == '\\') {
-                sb.append('\\').append(c);
-            } else if (c < 0x20) {
-                sb.append(String.format("\\u%04x", (int) c));
-            } else {
-                sb.append(c);
-            }
-        }
-        return sb.append('"').toString();
     }
 }
