@@ -88,6 +88,32 @@ def test_delay_message_is_not_delivered_before_its_delivery_time(broker):
         assert e["at"] >= sent_at[e["key"]] + 3000, f"{e['key']} delivered before its delivery time"
 
 
+def test_delivery_time_between_delay_levels_is_kept_to_the_second(broker):
+    """11 s ahead is no 4.x delay level (10 s, then 30 s): the message is timed, not rounded up."""
+    _, endpoint = broker
+    topic, group = names("J5Timer")
+    sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=2, kind="delay", delayMs=11000)
+    sent_at = {e["key"]: e["at"] for e in sent.of("sent")}
+    got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=2, timeoutMs=40000)
+    assert {e["key"] for e in received(got)} == set(sent_at)
+    for e in received(got):
+        late = e["at"] - (sent_at[e["key"]] + 11000)
+        assert late >= 0, f"{e['key']} delivered {-late} ms before its delivery time"
+        assert late < 9000, f"{e['key']} delivered {late} ms late: rounded up to the 30 s level?"
+
+
+def test_delivery_time_beyond_the_timer_max_delay_is_refused(broker):
+    _, endpoint = broker
+    topic, _ = names("J5TimerFar")
+    four_days = 4 * 24 * 3600 * 1000  # timerMaxDelaySec is 3 days
+    sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=1, kind="delay", delayMs=four_days,
+                         check=False)
+    assert sent.of("sent") == []
+    [failed] = sent.of("send_failed")
+    assert "response-code=40012" in failed["error"], failed["error"]  # ILLEGAL_DELIVERY_TIME
+    assert "the max delay time of message is too large, max is 259200000" in failed["error"]
+
+
 def test_unacked_message_comes_back_after_its_invisible_duration(broker):
     _, endpoint = broker
     topic, group = names("J5Invisible")
