@@ -140,7 +140,7 @@ async def test_send_refusals_travel_in_the_status(cluster, stub):
         Code.ILLEGAL_MESSAGE_ID: message(topic, message_id=""),
         Code.MESSAGE_BODY_TOO_LARGE: message(topic, b"x" * 70_000),
         Code.ILLEGAL_DELIVERY_TIME: message(topic, delivery_timestamp=to_timestamp(
-            int(time.time() * 1000) + 3 * 86400_000)),
+            int(time.time() * 1000) + 4 * 86400_000)),  # timerMaxDelaySec: 3 days
         Code.ILLEGAL_TOPIC: message("bad topic!"),
     }
     reserved = message(topic)
