@@ -75,11 +75,7 @@ class PendingTimers:
         with self._lock:
             self._buckets.clear()
             self._counts.clear()
-
-    @property
-    def total(self) -> int:
-        with self._lock:
-            return sum(self._counts.values())
+            self._updated.clear()
 
     def by_topic(self) -> list[TopicTimers]:
         """Every topic with timers waiting, by name."""
