@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.schedule import copy_to_real_destination
@@ -38,6 +38,7 @@ class TimerService:
         self.precision_ms = ctx.store_config.timer_precision_ms
         self.fired = 0  # messages delivered
         self.rolled = 0  # records of a later round stored again under the timer topic
+        self.on_late: Callable[[float], None] | None = None  # seconds late of each fired message (metrics)
         self._arrived = asyncio.Event()
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int, msgs: Sequence[MessageExt]) -> None:
@@ -105,6 +106,7 @@ class TimerService:
         else:
             out = copy_to_real_destination(msg, self.ctx.store_host, TIMER_PROPS)
             if out is None:
+                self._uncount(msg, record)
                 return True
         result = await self.ctx.store.put_message(out)
         if not result.ok:
@@ -112,7 +114,17 @@ class TimerService:
                         msg.properties.get(Prop.UNIQ_KEY), out.topic, result.remark or result.status.name,
                         RETRY_AFTER_FAILED_PUT)
             return False
+        self._uncount(msg, record, fired=out.topic != TIMER_TOPIC)
         if out.topic != TIMER_TOPIC:
             self.fired += 1
+            late = max(0, now_ms() - record.deliver_ms)
+            if self.on_late is not None:
+                self.on_late(late / 1000)
             self.ctx.stats.record_put(out.topic, 1, result.wrote_bytes)
         return True
+
+    def _uncount(self, msg: MessageExt, record: TimerRecord, *, fired: bool = True) -> None:
+        """The timer no longer waits: fired, skipped, or stored again (counted anew when indexed)."""
+        pending = self.ctx.store.pending_timers
+        if pending is not None:
+            pending.remove(msg.properties.get(Prop.REAL_TOPIC, ""), record.deliver_ms, fired=fired)

@@ -70,6 +70,7 @@ class RequestCode(IntEnum):
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
     CHECK_CLIENT_CONFIG = 46
+    GET_TIMER_METRICS = 61  # RocketMQ 5: timers waiting per topic (no header; JSON body)
     UPDATE_AND_CREATE_ACL_CONFIG = 50
     DELETE_ACL_CONFIG = 51
     GET_BROKER_CLUSTER_ACL_INFO = 52

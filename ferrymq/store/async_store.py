@@ -66,6 +66,7 @@ from ferrymq.store.replica import ReplicaAppender
 from ferrymq.store.results import AppendResult, GetResult, PutStatus, QueryMessageResult
 from ferrymq.store.retention import CleanResult
 from ferrymq.store.timer_log import TimerRecord
+from ferrymq.store.timer_pending import PendingTimers
 
 T = TypeVar("T")
 
@@ -442,6 +443,12 @@ class AsyncMessageStore:
     def timers_enabled(self) -> bool:
         """The store keeps a timing store (timerWheelEnable, docs/timers.md)."""
         return self.sync_store.timers is not None
+
+    @property
+    def pending_timers(self) -> PendingTimers | None:
+        """Timers waiting per real topic (in memory, safe to read on the loop); None without timers."""
+        timers = self.sync_store.timers
+        return timers.pending if timers is not None else None
 
     async def take_timers(self, now_ms: int) -> tuple[int, list[TimerRecord]] | None:
         """The next slot of timers due by ``now_ms`` (TimerStore.take), read in a reader thread."""

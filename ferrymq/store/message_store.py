@@ -32,6 +32,7 @@ from ferrymq.common.message import (
     MessageExt,
     Prop,
     SysFlag,
+    decode_record,
     encode_properties,
     encode_records,
     place_records,
@@ -59,6 +60,7 @@ from ferrymq.store.results import (
     refused,
 )
 from ferrymq.store.retention import CleanResult, CleanService, DiskGuard
+from ferrymq.store.timer_log import TimerRecord
 from ferrymq.store.timer_store import TimerStore
 
 log = logging.getLogger(__name__)
@@ -157,6 +159,7 @@ class MessageStore:
             recovery = StoreRecovery(self.commit_log, self.queues, self.dispatcher, self.checkpoint, self.flusher,
                                      check_crc=self.config.check_crc_on_recover, abort_path=self.dir_lock.abort_path)
             self.last_recovery = recovery.run(clean)
+            self._recount_timers()
         except BaseException:
             self._close_files()
             self.dir_lock.release(clean=clean)  # an unclean past stays unclean for the next try
@@ -423,7 +426,26 @@ class MessageStore:
             self.dispatcher.last_dispatched_ts = report.last_store_timestamp
         self.checkpoint.rewind(report.end, report.last_store_timestamp)
         self.flusher.flush_consume_queues()
+        self._recount_timers()
         return report.end
+
+    def _recount_timers(self) -> None:
+        """Pending timers per real topic, counted again from the TimerLog and the CommitLog."""
+        if self.timers is None:
+            return
+
+        def real_topic(record: TimerRecord) -> str | None:
+            data = self.commit_log.read_record(record.phys)
+            if data is None:
+                return None
+            try:
+                return decode_record(data)[0].properties.get(Prop.REAL_TOPIC, "")
+            except ValueError:
+                return None
+
+        pending = self.timers.recount(real_topic)
+        if pending:
+            log.info("%d timers pending in %d topics", pending, len(self.timers.pending.by_topic()))
 
     def transfer_data(self, offset: int, limit: int) -> bytes | None:
         """A master: up to ``limit`` CommitLog bytes from ``offset`` for a slave (within one file)."""

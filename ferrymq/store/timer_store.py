@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ferrymq.store.mapped_file import fdatasync
 from ferrymq.store.timer_log import NO_RECORD, RECORD_SIZE, TimerLog, TimerRecord
+from ferrymq.store.timer_pending import PendingTimers
 from ferrymq.store.timer_wheel import EMPTY_SLOT, SLOT_SIZE, Slot, TimerWheel
 
 _CHECKPOINT = struct.Struct(">qq")  # firedUpToMs, synced TimerLog position
@@ -40,6 +41,7 @@ class TimerStore:
         self.taken_ms = 0
         self.synced_pos = 0
         self._checkpoint_dirty = False
+        self.pending = PendingTimers(precision_ms)  # per real topic (operator views)
 
     # ------------------------------------------------------------ open / close
 
@@ -88,17 +90,18 @@ class TimerStore:
         last = self.log.last()
         return last.phys + last.size if last is not None else 0
 
-    def add(self, timers: Sequence[tuple[int, int, int]]) -> int:
-        """Index timer records ``(deliver_ms, commitlog_offset, size)`` in CommitLog order. Records
-        already indexed (below ``dispatched_phys_end``: a re-dispatch) are skipped. Returns how many
-        were added."""
+    def add(self, timers: Sequence[tuple]) -> int:
+        """Index timer records ``(deliver_ms, commitlog_offset, size[, real_topic])`` in CommitLog
+        order, counting each under its real topic. Records already indexed (below
+        ``dispatched_phys_end``: a re-dispatch) are skipped. Returns how many were added."""
         with self._lock:
             floor = self.dispatched_phys_end
             pos = self.log.end
             records: list[TimerRecord] = []
-            for deliver_ms, phys, size in timers:
+            for deliver_ms, phys, size, *topic in timers:
                 if phys < floor:
                     continue
+                self.pending.add(topic[0] if topic else "", deliver_ms)
                 records.append(self._link(deliver_ms, phys, size, pos))
                 pos += RECORD_SIZE
                 floor = phys + size
@@ -139,6 +142,22 @@ class TimerStore:
             self.synced_pos = min(self.synced_pos, cut)
             self._sync()
             return removed
+
+    def recount(self, topic_of: Callable[[TimerRecord], str | None]) -> int:
+        """Count the timers not yet fired per real topic again, from the TimerLog (``topic_of``
+        reads a record's real topic from the CommitLog; None: gone). At open and after a
+        CommitLog truncation; one pass over the log. Returns how many are pending."""
+        with self._lock:
+            self.pending.clear()
+            count = 0
+            for _, record in self.log.records(self.log.min_position):
+                if record.slot_ms < self.fired_ms:
+                    continue
+                topic = topic_of(record)
+                if topic is not None:
+                    self.pending.add(topic, record.deliver_ms, scheduled=False)
+                    count += 1
+            return count
 
     # ------------------------------------------------------------ firing side
 

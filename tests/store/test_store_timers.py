@@ -75,3 +75,29 @@ def test_no_timing_store_when_the_wheel_is_off(open_store, tmp_path):
     store.put_message(timer_msg(int(time.time() * 1000) + 60_000))
     assert store.timers is None
     assert not (tmp_path / "store" / "timer").exists()
+
+
+def pending(store) -> dict[str, tuple[int, int]]:
+    return {t.topic: (t.count, t.earliest_due_ms) for t in store.timers.pending.by_topic()}
+
+
+def test_pending_timers_are_counted_per_real_topic_and_survive_restart_crash_and_truncation(open_store, tmp_path):
+    store = open_store()
+    due = (int(time.time() * 1000) // 1000 + 60) * 1000
+    offsets = put_timers(store, 10, due)  # TopicTest, due at due, due+1s, due+2s
+    store.put_message(timer_msg(due + 90_500, "Other"))
+    store.put_message(timer_msg(due + 30_000, "Other"))
+    expected = {"TopicTest": (10, due), "Other": (2, due + 30_000)}
+    assert pending(store) == expected
+    assert store.timers.pending.scheduled == 12
+    store.shutdown()
+    assert pending(open_store()) == expected, "counted again at open"
+
+    crashed = tmp_path / "crashed"
+    shutil.copytree(tmp_path / "store", crashed)
+    for name in os.listdir(crashed / "timer" / "log"):  # the TimerLog lost its tail: re-dispatched
+        os.truncate(crashed / "timer" / "log" / name, 48 * 3)
+    crashed_store = open_store(crashed)
+    assert pending(crashed_store) == expected
+    crashed_store.truncate(offsets[6])  # the last four TopicTest timers and both Other timers go
+    assert pending(crashed_store) == {"TopicTest": (6, due)}
