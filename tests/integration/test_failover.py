@@ -12,6 +12,7 @@ acknowledged message.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import re
@@ -312,6 +313,14 @@ async def in_sync(p: FailoverPair, *members: int) -> bool:
     return (await controller_state(p.controller)).get("inSync") == sorted(members)
 
 
+async def slave_links_in_sync(p: FailoverPair) -> list[bool]:
+    """``inSync`` of each slave link in the master's runtime info (ferrymqHaSlaves); [] until all are."""
+    async with AdminClient(namesrv_addr=p.namesrv) as admin:
+        links = json.loads((await admin.broker_runtime_info(p.addr("master"))).get("ferrymqHaSlaves") or "[]")
+    flags = [link.get("inSync") for link in links]
+    return flags if flags and all(flag is True for flag in flags) else []
+
+
 def test_the_controller_killed_for_long_loses_no_send_and_restarted_keeps_the_epochs(group):
     """The controller decides failover only: while it is down (kill -9, for ten failover
     timeouts) the master keeps acknowledging every send, as its in-sync slave keeps up; the
@@ -326,6 +335,9 @@ def test_the_controller_killed_for_long_loses_no_send_and_restarted_keeps_the_ep
         await producer.start()
         try:
             await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
+            # The master's runtime info says so per link (the operator restarts a master only once
+            # its slaves are promotable).
+            await wait_until(lambda: slave_links_in_sync(p), 30, "the master's link to the slave shown in sync")
             p.processes["controller"].kill()
             down_until = time.monotonic() + 10 * p.failover_timeout / 1000
             results = []

@@ -244,7 +244,7 @@ class Replication:
             out["epoch"] = self.failover.epoch
             out["identity"] = self.failover.identity  # its own brokerId (which pod it is), whatever its role
         if self.master is not None:
-            out["slaves"] = [_slave_status(s, head) for s in self.master.slaves]
+            out["slaves"] = [_slave_status(s, head, self.master.in_sync) for s in self.master.slaves]
             if self.master.in_sync is not None:
                 out.update(inSync=sorted(self.master.in_sync), inSyncEpoch=self.master.in_sync_epoch)
         if self.slave is not None:
@@ -255,6 +255,9 @@ class Replication:
         return out
 
 
-def _slave_status(state: SlaveState, head: int) -> dict:
-    return {"address": state.address, "ackedOffset": state.acked_offset,
-            "lagBytes": max(0, head - state.acked_offset) if state.acked_offset >= 0 else head}
+def _slave_status(state: SlaveState, head: int, in_sync: frozenset[int] | None) -> dict:
+    out = {"address": state.address, "ackedOffset": state.acked_offset,
+           "lagBytes": max(0, head - state.acked_offset) if state.acked_offset >= 0 else head}
+    if in_sync is not None:  # controller mode: only a member of the committed in-sync set can be promoted
+        out["inSync"] = state.identity in in_sync
+    return out
