@@ -6,7 +6,11 @@ the master is silent, the promotion recorded, and the epochs kept across a contr
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -243,6 +247,75 @@ def test_the_state_shows_an_in_sync_change_only_once_it_is_written():
         finally:
             store.release.set()
             await controller.stop()
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB tmpfs: a disk the test can really fill (root only; skipped where mount is refused)."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def fill(directory: Path) -> Path:
+    """Write a file until the disk is full; returns it (delete it to free the space)."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 1024)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_a_change_the_controller_cannot_write_is_undone_refused_and_succeeds_once_there_is_room(small_disk):
+    """A full disk under the only controller: the in-sync change it could not write is refused
+    and not shown (a restart would not have it); with room again the master's retry commits it,
+    and a restarted controller has it."""
+    async def scenario():
+        config = ControllerConfig(listen_port=0, data_dir=str(small_disk / "controller"), failover_timeout=1000)
+        controller = Controller(config)
+        await controller.start()
+        client = RemotingClient()
+        try:
+            addr = controller.address
+            await heartbeat(client, addr, 0, 0, 0, "NONE")  # broker 0 master of epoch 1, written
+            await heartbeat(client, addr, 1, 0, 0, "NONE")
+            filler = fill(small_disk)
+            refused = await alter(client, addr, 0, 1, 1, "1")
+            assert refused.code == ResponseCode.SYSTEM_ERROR
+            assert "not written" in refused.remark and "No space left" in refused.remark
+            state = await client.invoke(addr, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
+            group = json.loads(state.body)["groups"]["grp"]
+            assert (group["inSync"], group["inSyncEpoch"]) == ([], 1)
+            assert (await heartbeat(client, addr, 0, 1, 0, "MASTER"))["inSync"] == ""
+            filler.unlink()
+            retried = await alter(client, addr, 0, 1, 1, "1")  # the same proposal, from the same version
+            assert retried.code == ResponseCode.SUCCESS, retried.remark
+            assert retried.ext_fields["inSyncEpoch"] == "2"
+        finally:
+            await controller.stop()
+        restarted = Controller(config)
+        await restarted.start()
+        try:
+            state = await client.invoke(restarted.address, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
+            group = json.loads(state.body)["groups"]["grp"]
+            assert (group["inSync"], group["inSyncEpoch"]) == ([1], 2)
+        finally:
+            await restarted.stop()
             await client.close()
 
     asyncio.run(scenario())
