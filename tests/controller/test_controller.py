@@ -6,11 +6,7 @@ the master is silent, the promotion recorded, and the epochs kept across a contr
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -26,6 +22,8 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from testkit.wait import wait_until
+from tests.store.small_fs import SmallFsUnavailable, fill_completely, small_filesystem
+from tests.support import missing_prerequisite
 
 HISTORY = [EpochRecord(1, 0, 0), EpochRecord(2, 5000, 1), EpochRecord(3, 9000, 0)]
 
@@ -254,31 +252,11 @@ def test_the_state_shows_an_in_sync_change_only_once_it_is_written():
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 64 KiB tmpfs: a disk the test can really fill (root only; skipped where mount is refused)."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs to fill (needs root): {mounted.stderr.strip()}")
     try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def fill(directory: Path) -> Path:
-    """Write a file until the disk is full; returns it (delete it to free the space)."""
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(fd, b"\0" * 1024)
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC, exc
-    finally:
-        os.close(fd)
-    return filler
+        with small_filesystem(tmp_path, 1) as (path, _):
+            yield path
+    except SmallFsUnavailable as e:
+        missing_prerequisite(f"no small file system to fill under the controller: {e}")
 
 
 def test_a_change_the_controller_cannot_write_is_undone_refused_and_succeeds_once_there_is_room(small_disk):
@@ -294,7 +272,7 @@ def test_a_change_the_controller_cannot_write_is_undone_refused_and_succeeds_onc
             addr = controller.address
             await heartbeat(client, addr, 0, 0, 0, "NONE")  # broker 0 master of epoch 1, written
             await heartbeat(client, addr, 1, 0, 0, "NONE")
-            filler = fill(small_disk)
+            filler = fill_completely(small_disk)
             refused = await alter(client, addr, 0, 1, 1, "1")
             assert refused.code == ResponseCode.SYSTEM_ERROR
             assert "not written" in refused.remark and "No space left" in refused.remark

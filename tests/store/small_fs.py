@@ -7,6 +7,7 @@ raises SmallFsUnavailable with one line saying what failed, for the test to skip
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import subprocess
@@ -71,4 +72,19 @@ def fill_to(path: Path, used_ratio: float) -> Path:
             f.write(b"\xff" * want)
         f.flush()
         os.fsync(f.fileno())
+    return filler
+
+
+def fill_completely(path: Path) -> Path:
+    """Write a filler file in ``path`` until the file system says ENOSPC (unbuffered: nothing
+    is left to fail when the file is closed); delete it to free the space."""
+    filler = path / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while True:
+            os.write(fd, b"\xff" * 65536)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
     return filler
