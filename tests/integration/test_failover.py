@@ -699,3 +699,33 @@ def test_a_restarted_broker_serves_no_pulls_until_the_controller_gave_it_its_rol
     for refused in waiting:
         assert refused.code == ResponseCode.NO_PERMISSION and "waits for the controller" in refused.remark
     assert [r.code for r in served] == [ResponseCode.SUCCESS, ResponseCode.SUCCESS]
+
+
+def test_sends_while_the_only_master_is_replaced_wait_for_the_new_route_and_succeed(group):
+    """The master killed under a producer with a generous send timeout: its sends find no
+    reachable master, then no route at all (the name server dropped it), and wait for the route
+    to come back instead of failing at once; once the slave is promoted they all go through."""
+    p = group(failover_timeout=2000)
+    p.start_master()
+    p.start_slave()
+
+    async def scenario():
+        await create_topic(p.namesrv, TOPIC)
+        producer = Producer("failover-producer", namesrv_addr=p.namesrv, send_timeout=60, retry_times=2)
+        await producer.start()
+        try:
+            await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
+            assert (await producer.send(Message(TOPIC, b"before"))).status is SendStatus.SEND_OK
+            p.processes["master"].kill()
+            during = [asyncio.create_task(producer.send(Message(TOPIC, f"during-{i}".encode()))) for i in range(20)]
+            await wait_until(lambda: master_of_epoch(p, 2, 1), 30, "broker 1 master of epoch 2")
+            results = await asyncio.gather(*during, return_exceptions=True)
+        finally:
+            await producer.close()
+        return results
+
+    results = asyncio.run(scenario())
+    failed = [r for r in results if isinstance(r, BaseException)]
+    assert not failed, failed
+    assert {r.status for r in results} <= {SendStatus.SEND_OK, SendStatus.SLAVE_NOT_AVAILABLE}
+    assert {decode_offset_msg_id(r.offset_msg_id)[1] for r in results} == {int(p.addr("slave").rsplit(":", 1)[1])}
