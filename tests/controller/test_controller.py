@@ -22,8 +22,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from testkit.wait import wait_until
-from tests.store.small_fs import SmallFsUnavailable, fill_completely, small_filesystem
-from tests.support import missing_prerequisite
+from tests.store.small_fs import fill_completely, small_filesystem_or_skip
 
 HISTORY = [EpochRecord(1, 0, 0), EpochRecord(2, 5000, 1), EpochRecord(3, 9000, 0)]
 
@@ -91,6 +90,23 @@ async def heartbeat(client: RemotingClient, addr: str, broker_id: int, epoch: in
     return answer.ext_fields
 
 
+async def kept_in_sync(config: ControllerConfig, client: RemotingClient) -> tuple[list[int], int]:
+    """The in-sync set and its version a controller started again on ``config``'s state shows."""
+    restarted = Controller(config)
+    await restarted.start()
+    try:
+        group = await group_state(client, restarted.address)
+    finally:
+        await restarted.stop()
+    return group["inSync"], group["inSyncEpoch"]
+
+
+async def group_state(client: RemotingClient, addr: str) -> dict:
+    """Broker group "grp" as the controller's CONTROLLER_GET_STATE shows it."""
+    state = await client.invoke(addr, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
+    return json.loads(state.body)["groups"]["grp"]
+
+
 def test_controller_elects_records_and_keeps_epochs_across_a_restart(tmp_path):
     async def scenario():
         config = ControllerConfig(listen_port=0, data_dir=str(tmp_path), failover_timeout=1000)
@@ -135,8 +151,7 @@ def test_controller_elects_records_and_keeps_epochs_across_a_restart(tmp_path):
         restarted = Controller(config)
         await restarted.start()
         try:
-            state = await client.invoke(restarted.address, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
-            group = json.loads(state.body)["groups"]["grp"]
+            group = await group_state(client, restarted.address)
             assert [(h["epoch"], h["startOffset"], h["masterId"]) for h in group["history"]] == [(1, 0, 0), (2, 750, 1)]
             assert (group["inSync"], group["inSyncEpoch"]) == ([], 3)  # the new master alone, kept on disk
             await heartbeat(client, restarted.address, 1, 2, 750, "MASTER")
@@ -252,11 +267,8 @@ def test_the_state_shows_an_in_sync_change_only_once_it_is_written():
 
 @pytest.fixture
 def small_disk(tmp_path):
-    try:
-        with small_filesystem(tmp_path, 1) as (path, _):
-            yield path
-    except SmallFsUnavailable as e:
-        missing_prerequisite(f"no small file system to fill under the controller: {e}")
+    with small_filesystem_or_skip(tmp_path, 1, "the controller's full-disk test") as path:
+        yield path
 
 
 def test_a_change_the_controller_cannot_write_is_undone_refused_and_succeeds_once_there_is_room(small_disk):
@@ -276,8 +288,7 @@ def test_a_change_the_controller_cannot_write_is_undone_refused_and_succeeds_onc
             refused = await alter(client, addr, 0, 1, 1, "1")
             assert refused.code == ResponseCode.SYSTEM_ERROR
             assert "not written" in refused.remark and "No space left" in refused.remark
-            state = await client.invoke(addr, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
-            group = json.loads(state.body)["groups"]["grp"]
+            group = await group_state(client, addr)
             assert (group["inSync"], group["inSyncEpoch"]) == ([], 1)
             assert (await heartbeat(client, addr, 0, 1, 0, "MASTER"))["inSync"] == ""
             filler.unlink()
@@ -286,14 +297,9 @@ def test_a_change_the_controller_cannot_write_is_undone_refused_and_succeeds_onc
             assert retried.ext_fields["inSyncEpoch"] == "2"
         finally:
             await controller.stop()
-        restarted = Controller(config)
-        await restarted.start()
         try:
-            state = await client.invoke(restarted.address, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
-            group = json.loads(state.body)["groups"]["grp"]
-            assert (group["inSync"], group["inSyncEpoch"]) == ([1], 2)
+            assert await kept_in_sync(config, client) == ([1], 2)
         finally:
-            await restarted.stop()
             await client.close()
 
     asyncio.run(scenario())

@@ -42,10 +42,9 @@ from tests.failover_support import create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import BrokerPair, SEGMENT
 from tests.replication_support import AckedLoad, assert_acked_on_both, commit_log_range, TcpProxy
-from tests.store.small_fs import SmallFsUnavailable, fill_completely, small_filesystem
+from tests.store.small_fs import fill_completely, small_filesystem_or_skip
 from testkit.ports import free_port
 from testkit.wait import wait_until
-from tests.support import missing_prerequisite
 
 pytestmark = pytest.mark.integration
 
@@ -409,11 +408,8 @@ def test_a_slave_killed_mid_transfer_catches_up_after_restart(pair):
 
 @pytest.fixture
 def small_fs(tmp_path):
-    try:
-        with small_filesystem(tmp_path, 24) as (path, _):
-            yield path
-    except SmallFsUnavailable as e:
-        missing_prerequisite(f"no small file system for the slave disk-full test: {e}")
+    with small_filesystem_or_skip(tmp_path, 24, "the slave disk-full test") as path:
+        yield path
 
 
 def test_a_slave_whose_disk_is_full_catches_up_once_space_is_freed(pair, small_fs):

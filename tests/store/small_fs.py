@@ -61,6 +61,18 @@ def small_filesystem(where: Path, size_mb: int) -> Iterator[tuple[Path, str]]:
             _run("umount", "-l", str(mount_point))
 
 
+@contextlib.contextmanager
+def small_filesystem_or_skip(where: Path, size_mb: int, what: str) -> Iterator[Path]:
+    """``small_filesystem``'s mount point, or the test skipped (failed under CI) saying that
+    ``what`` has no small file system here."""
+    from tests.support import missing_prerequisite
+    try:
+        with small_filesystem(where, size_mb) as (path, _):
+            yield path
+    except SmallFsUnavailable as e:
+        missing_prerequisite(f"no small file system for {what}: {e}")
+
+
 def fill_to(path: Path, used_ratio: float) -> Path:
     """Write a filler file until the file system holding ``path`` is ``used_ratio`` full."""
     st = os.statvfs(path)
