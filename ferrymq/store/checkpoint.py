@@ -12,9 +12,9 @@ depend on it, but it tells a crash test exactly which bytes a power cut could ha
 @32 holds the confirm offset of a controller-mode master (what every in-sync replica held,
 the store's visibility limit: docs/failover.md), 0 when none was set. A broker restarted in
 controller mode serves no query or view of records past it until the controller has given it
-its role (and it has cut what the group does not keep). It moves forward with each
-acknowledgement, written to the page cache and fsynced with the next ConsumeQueue flush: an
-older value only holds back more.
+its role (and it has cut what the group does not keep). It moves forward with the
+acknowledgements and is written by the checkpoint's next write (a flush): an older value
+only holds back more.
 
 Every other value written here describes data already fsynced, so the file itself need not be
 fsynced together with that data: an older checkpoint only makes recovery check more.
@@ -73,11 +73,10 @@ class StoreCheckpoint:
             fdatasync(self._fd)
 
     def confirmed(self, offset: int) -> None:
-        """Record the confirm offset (0: none); durable with the next ``logics_flushed``."""
-        with self._lock:
-            if offset != self.confirm_offset:
-                self.confirm_offset = offset
-                self._write()
+        """Note the confirm offset (0: none). Not written here: the caller is the event loop,
+        and a flush may hold the lock through an fsync; the checkpoint's next write (a
+        CommitLog or ConsumeQueue flush, or the close) carries it."""
+        self.confirm_offset = offset
 
     def reset_flushed_offset(self, offset: int) -> None:
         """After recovery truncated the CommitLog below the recorded offset."""
@@ -115,5 +114,6 @@ def read_checkpoint(path: str) -> dict[str, int]:
     """The checkpoint's fields, for tools and tests (no store needs to be open)."""
     with open(path, "rb") as f:
         values = _LAYOUT.unpack(f.read(_LAYOUT.size))
-    return dict(zip(("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp", "physicFlushedOffset",
-                           "confirmPhyOffset"), values))
+    names = ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp", "physicFlushedOffset",
+             "confirmPhyOffset")
+    return dict(zip(names, values))
