@@ -435,6 +435,13 @@ class AsyncMessageStore:
         """The queue offset stored nearest ``timestamp`` (SEARCH_OFFSET_BY_TIMESTAMP, reset-offset)."""
         return await self._read(self.sync_store.search_offset_by_timestamp, topic, queue_id, timestamp)
 
+    @property
+    def recorded_confirm_offset(self) -> int | None:
+        return self.sync_store.recorded_confirm_offset
+
+    def limit_lookups(self, limit: int | None) -> None:
+        self.sync_store.limit_lookups(limit)
+
     async def look_message(self, phys_offset: int) -> bytes | None:
         """The raw record starting at ``phys_offset``; None if none does."""
         return await self._read(self.sync_store.look_message_by_offset, phys_offset)

@@ -12,6 +12,7 @@ acknowledged message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -20,6 +21,7 @@ import signal
 import time
 import urllib.request
 import zlib
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -30,11 +32,19 @@ from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.client.pull_service import PullStatus
 from ferrymq.common.message import MESSAGE_MAGIC, Message, decode_record
 from ferrymq.common.message_id import decode_offset_msg_id
-from ferrymq.common.protocol import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
+from ferrymq.common.protocol import (
+    DataVersion,
+    MessageQueue,
+    RegisterBrokerBody,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+)
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import QueryMessageHeader, ViewMessageHeader
+from ferrymq.store.checkpoint import read_checkpoint
 from tests.failover_support import CLUSTER, GROUP, FailoverPair, FailoverTrio, controller_state, create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import SEGMENT
@@ -321,6 +331,19 @@ async def slave_links_in_sync(p: FailoverPair) -> list[bool]:
     return flags if flags and all(flag is True for flag in flags) else []
 
 
+@contextlib.asynccontextmanager
+async def producer_once_in_sync(p: FailoverPair, queues: int = 4, **options) -> AsyncIterator[Producer]:
+    """A started producer of TOPIC, once the slave is in the master's in-sync set."""
+    await create_topic(p.namesrv, TOPIC, queues=queues)
+    producer = Producer("failover-producer", namesrv_addr=p.namesrv, **options)
+    await producer.start()
+    try:
+        await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
+        yield producer
+    finally:
+        await producer.close()
+
+
 def test_the_controller_killed_for_long_loses_no_send_and_restarted_keeps_the_epochs(group):
     """The controller decides failover only: while it is down (kill -9, for ten failover
     timeouts) the master keeps acknowledging every send, as its in-sync slave keeps up; the
@@ -559,10 +582,13 @@ def test_a_master_cut_off_from_the_controller_stops_taking_sends_and_steps_down(
                 refused = None
                 deadline = time.monotonic() + 30
                 during = iter(range(10**6))
+                # Pinned to a queue: a send that is refused or meets a dropped connection ends there
+                # (an unpinned one would wait for the route and land on the new master).
+                pinned = MessageQueue(TOPIC, GROUP, 0)
                 while refused is None and time.monotonic() < deadline:  # each send answered or refused
                     body = f"during-{next(during)}".encode()
                     try:
-                        r = await producer.send(Message(TOPIC, body))
+                        r = await producer.send(Message(TOPIC, body), queue=pinned)
                         if r.status is SendStatus.SEND_OK:
                             acked.append(r)
                             acked_during.append(body)
@@ -711,3 +737,76 @@ def test_a_restarted_broker_serves_no_pulls_until_the_controller_gave_it_its_rol
     for refused in waiting:
         assert refused.code == ResponseCode.NO_PERMISSION and "waits for the controller" in refused.remark
     assert [r.code for r in served] == [ResponseCode.SUCCESS, ResponseCode.SUCCESS]
+
+
+def test_sends_while_the_only_master_is_replaced_wait_for_the_new_route_and_succeed(group):
+    """The master killed under a producer with a generous send timeout: its sends find no
+    reachable master, then no route at all (the name server dropped it), and wait for the route
+    to come back instead of failing at once; once the slave is promoted they all go through."""
+    p = group(failover_timeout=2000)
+    p.start_master()
+    p.start_slave()
+
+    async def scenario():
+        async with producer_once_in_sync(p, send_timeout=60, retry_times=2) as producer:
+            assert (await producer.send(Message(TOPIC, b"before"))).status is SendStatus.SEND_OK
+            p.processes["master"].kill()
+            during = [asyncio.create_task(producer.send(Message(TOPIC, f"during-{i}".encode()))) for i in range(20)]
+            await wait_until(lambda: master_of_epoch(p, 2, 1), 30, "broker 1 master of epoch 2")
+            return await asyncio.gather(*during, return_exceptions=True)
+
+    results = asyncio.run(scenario())
+    failed = [r for r in results if isinstance(r, BaseException)]
+    assert not failed, failed
+    assert {r.status for r in results} <= {SendStatus.SEND_OK, SendStatus.SLAVE_NOT_AVAILABLE}
+    assert {decode_offset_msg_id(r.offset_msg_id)[1] for r in results} == {int(p.addr("slave").rsplit(":", 1)[1])}
+
+
+def test_a_restarted_broker_finds_by_key_or_id_only_what_its_in_sync_slave_held(group):
+    """The master stores a message its frozen in-sync slave never gets (FLUSH_SLAVE_TIMEOUT): it
+    lies past the confirm offset, which the checkpoint keeps. Killed and restarted with the
+    controller away (so it waits for its role, and a failover may yet cut that message), the
+    broker finds it neither by key nor by offset msgId, while the acknowledged one is found."""
+    p = group(["syncFlushTimeout=1000"])
+    p.start_master()
+    p.start_slave()
+
+    def confirm_offset(store_dir) -> int:
+        return read_checkpoint(store_dir / "checkpoint")["confirmPhyOffset"]
+
+    async def lookups(client: RemotingClient, result) -> tuple[int, int]:
+        addr = p.addr("master")
+        offset = decode_offset_msg_id(result.offset_msg_id)[2]
+        viewed = await client.invoke(addr, ViewMessageHeader(offset=offset).request(RequestCode.VIEW_MESSAGE_BY_ID))
+        queried = await client.invoke(addr, QueryMessageHeader(
+            topic=TOPIC, key=result.msg_id, max_num=32, begin_timestamp=0, end_timestamp=2 ** 62,
+            unique_key_query="true").request(RequestCode.QUERY_MESSAGE))
+        return viewed.code, queried.code
+
+    async def scenario():
+        client = RemotingClient()
+        try:
+            async with producer_once_in_sync(p, queues=1, send_timeout=10, retry_times=0) as producer:
+                acked = await producer.send(Message(TOPIC, b"held by both"))
+                assert acked.status is SendStatus.SEND_OK
+                slave = p.processes["slave"].proc
+                os.kill(slave.pid, signal.SIGSTOP)
+                try:
+                    unacked = await producer.send(Message(TOPIC, b"on the master only"))
+                    assert unacked.status is SendStatus.FLUSH_SLAVE_TIMEOUT
+                    acked_end = end_of([acked])
+                    await wait_until(lambda: confirm_offset(p.master_dir) >= acked_end, 30,
+                                     "the confirm offset in the master's checkpoint")
+                    assert await lookups(client, unacked) == (ResponseCode.SYSTEM_ERROR, ResponseCode.QUERY_NOT_FOUND)
+                    p.processes["controller"].kill()
+                    p.processes["master"].kill()
+                finally:
+                    os.kill(slave.pid, signal.SIGCONT)
+            await asyncio.to_thread(p.start_master)  # no controller to tell it its role
+            return await lookups(client, acked), await lookups(client, unacked)
+        finally:
+            await client.close()
+
+    found, hidden = asyncio.run(scenario())
+    assert found == (ResponseCode.SUCCESS, ResponseCode.SUCCESS)
+    assert hidden == (ResponseCode.SYSTEM_ERROR, ResponseCode.QUERY_NOT_FOUND)

@@ -94,5 +94,6 @@ def test_clean_shutdown_leaves_a_complete_checkpoint(open_store, tmp_path):
     store.shutdown()
     assert read_checkpoint(tmp_path / "store" / "checkpoint") == {
         "physicMsgTimestamp": 1_700_000_123_000, "logicsMsgTimestamp": 1_700_000_123_000,
-        "indexMsgTimestamp": 1_700_000_123_000, "physicFlushedOffset": end}
+        "indexMsgTimestamp": 1_700_000_123_000, "physicFlushedOffset": end,
+        "confirmPhyOffset": 0}
     assert (tmp_path / "store" / "checkpoint").stat().st_size == 4096

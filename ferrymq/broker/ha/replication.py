@@ -118,6 +118,9 @@ class Replication:
             log.info("broker %s is a slave (brokerId %d) of %s", self.config.broker_name, self.config.broker_id,
                      self.config.ha_master_address or "the master the name server names")
         if self.failover is not None:
+            # Until the controller gives the role, lookups serve only what every in-sync replica
+            # held before the restart (the checkpoint's confirm offset); pulls wait altogether.
+            self.store.limit_lookups(self.store.recorded_confirm_offset)
             self._tasks.spawn(self.failover.run(), "failover-agent")
 
     def _start_slave_tasks(self) -> None:
@@ -158,6 +161,7 @@ class Replication:
         self.slave.update_master_address(master_ha_addr)
         self.sync.master_addr = master_addr
         self._reads_refused = None  # what the group does not keep is cut by now (FailoverAgent._follow)
+        self.store.limit_lookups(None)
         self.registrable.set()
 
     async def lead(self, epoch: int, in_sync: frozenset[int], in_sync_epoch: int) -> None:
@@ -172,6 +176,7 @@ class Replication:
         self.config.broker_id = 0
         self._fence_reason = None
         self._reads_refused = None
+        self.store.limit_lookups(None)
         self._check_in_sync()
         self.registrable.set()
 
