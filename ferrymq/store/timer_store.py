@@ -186,6 +186,24 @@ class TimerStore:
                 self.fired_ms = upto_ms
                 self._write_checkpoint()
 
+    def adopt_fired(self, upto_ms: int) -> bool:
+        """A slave copies its master's ``upto_ms`` (docs/timers.md#slaves): forward only, made
+        durable at once. Reading (once promoted) and filing new timers start there. Returns
+        whether it moved."""
+        with self._lock:
+            if upto_ms <= self.fired_ms:
+                return False
+            self.fired_ms = upto_ms
+            self.taken_ms = max(self.taken_ms, upto_ms)
+            self._write_checkpoint()
+            fdatasync(self._checkpoint_fd)
+            return True
+
+    def checkpoint(self) -> tuple[int, int]:
+        """(fired-up-to time, synced TimerLog position), as the checkpoint file holds them."""
+        with self._lock:
+            return self.fired_ms, self.synced_pos
+
     def rewind_taken(self) -> None:
         """Read again from ``fired_ms`` (the service lost what it took, e.g. on demotion)."""
         with self._lock:

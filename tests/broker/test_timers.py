@@ -4,6 +4,7 @@ Apache 5.3 answers them."""
 
 from __future__ import annotations
 
+import struct
 import time
 
 import pytest
@@ -12,7 +13,9 @@ from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer, PullStatus
 from ferrymq.common.message import Message
-from ferrymq.remoting.codes import ResponseCode
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
 
 pytestmark = pytest.mark.integration
 
@@ -72,3 +75,22 @@ async def test_an_unreadable_timer_property_is_refused(cluster):
     with pytest.raises(MQBrokerError) as refused:
         await send(cluster, "TimedBad", TIMER_DELAY_SEC="soon")
     assert refused.value.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+async def test_the_timer_checkpoint_is_served_in_apache_5s_binary_form(cluster):
+    """GET_TIMER_CHECK_POINT (60), what a slave (FerryMQ's or Apache 5.3's) copies: 56 bytes,
+    big-endian longs lastReadTimeMs, lastTimerLogFlushPos, lastTimerQueueOffset,
+    masterTimerQueueOffset, then the data version (stateVersion, timestamp, counter)."""
+    for i in range(3):
+        await send(cluster, "TimedCheckpoint", TIMER_DELAY_SEC=60 + i)
+    client = RemotingClient()
+    try:
+        answer = await client.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.GET_TIMER_CHECK_POINT), 5)
+    finally:
+        await client.close()
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert len(answer.body) == 56
+    read_ms, _, queue_offset, master_queue_offset, _, _, _ = struct.unpack(">7q", answer.body)
+    now_ms = time.time() * 1000
+    assert now_ms - 30_000 < read_ms <= now_ms  # fired up to about now: nothing was due
+    assert queue_offset == master_queue_offset == 3  # the three timers are indexed
