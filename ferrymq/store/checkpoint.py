@@ -9,6 +9,10 @@ record is older than min(those) - 3 s, so everything before it needs no re-check
 unused (5.x keeps its flushed offset, ``masterFlushedOffset``, there); recovery does not
 depend on it, but it tells a crash test exactly which bytes a power cut could have lost.
 
+@40 holds a copy of the timing store's fired-up-to time (docs/timers.md#a-lost-timer-directory):
+outside ``timer/``, so a lost timer directory is rebuilt without firing again what was fired
+(@32 is left alone: Apache 5 keeps its confirmPhyOffset there). 0: none recorded.
+
 Every value written here describes data already fsynced, so the file itself need not be
 fsynced together with that data: an older checkpoint only makes recovery check more.
 """
@@ -23,6 +27,8 @@ from ferrymq.store.mapped_file import fdatasync
 
 CHECKPOINT_SIZE = 4096
 _LAYOUT = struct.Struct(">qqqq")
+_TIMER_FIRED = struct.Struct(">q")
+_TIMER_FIRED_AT = 40
 RECOVERY_SAFETY_MS = 3000  # RocketMQ's margin for store clocks that are not monotonic
 
 
@@ -38,6 +44,7 @@ class StoreCheckpoint:
             os.ftruncate(self._fd, CHECKPOINT_SIZE)
         (self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
          self.physic_flushed_offset) = _LAYOUT.unpack(data)  # fmt: skip
+        (self.timer_fired_ms,) = _TIMER_FIRED.unpack(os.pread(self._fd, _TIMER_FIRED.size, _TIMER_FIRED_AT))
 
     def min_timestamp(self) -> int:
         """Records stored before this are in both the CommitLog and the ConsumeQueues on disk."""
@@ -64,6 +71,13 @@ class StoreCheckpoint:
                 self.index_msg_timestamp = index_timestamp
             self._write()
             fdatasync(self._fd)
+
+    def timers_fired(self, fired_ms: int) -> None:
+        """Copy the timing store's fired-up-to time (forward only; durable with the next fsync)."""
+        with self._lock:
+            if fired_ms > self.timer_fired_ms:
+                self.timer_fired_ms = fired_ms
+                os.pwrite(self._fd, _TIMER_FIRED.pack(fired_ms), _TIMER_FIRED_AT)
 
     def reset_flushed_offset(self, offset: int) -> None:
         """After recovery truncated the CommitLog below the recorded offset."""
@@ -98,5 +112,7 @@ class StoreCheckpoint:
 def read_checkpoint(path: str) -> dict[str, int]:
     """The checkpoint's fields, for tools and tests (no store needs to be open)."""
     with open(path, "rb") as f:
-        values = _LAYOUT.unpack(f.read(_LAYOUT.size))
-    return dict(zip(("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp", "physicFlushedOffset"), values))
+        data = f.read(_TIMER_FIRED_AT + _TIMER_FIRED.size)
+    values = _LAYOUT.unpack_from(data) + _TIMER_FIRED.unpack_from(data, _TIMER_FIRED_AT)
+    return dict(zip(("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp", "physicFlushedOffset",
+                     "timerFiredMs"), values))

@@ -40,12 +40,19 @@ class TimerStore:
         self.taken_ms = 0
         self.synced_pos = 0
         self._checkpoint_dirty = False
+        self.lost = False  # opened without its checkpoint: to be rebuilt from the CommitLog
+        # A rebuild's bounds: a record below this CommitLog offset filed in a slot before
+        # ``_rebuild_floor`` was fired before the loss, and is not indexed again.
+        self._rebuild_below = 0
+        self._rebuild_floor = 0
 
     # ------------------------------------------------------------ open / close
 
-    def open(self, now_ms: int) -> None:
+    def open(self, now_ms: int, *, fired_floor_ms: int = 0) -> None:
         """Open (or create) the files and bring the wheel up to the TimerLog's last whole record.
-        A new store starts firing at ``now_ms`` rounded down."""
+        ``fired_floor_ms``: the fired-up-to time as last copied outside this directory (0: none).
+        A store without its checkpoint starts firing there, else at ``now_ms`` rounded down, and
+        is ``lost``: the caller rebuilds it (``begin_rebuild``)."""
         os.makedirs(self.directory, exist_ok=True)
         path = os.path.join(self.directory, "checkpoint")
         existed = os.path.exists(path)
@@ -53,8 +60,10 @@ class TimerStore:
         data = os.pread(self._checkpoint_fd, _CHECKPOINT.size, 0)
         if existed and len(data) == _CHECKPOINT.size:
             self.fired_ms, self.synced_pos = _CHECKPOINT.unpack(data)
+            self.fired_ms = max(self.fired_ms, fired_floor_ms)
         else:
-            self.fired_ms, self.synced_pos = self.wheel.round_down(now_ms), 0
+            self.fired_ms, self.synced_pos = fired_floor_ms or self.wheel.round_down(now_ms), 0
+            self.lost = True
         self.taken_ms = self.fired_ms
         self.log.open()
         self.wheel.open()
@@ -88,16 +97,27 @@ class TimerStore:
         last = self.log.last()
         return last.phys + last.size if last is not None else 0
 
+    def begin_rebuild(self, commit_log_end: int) -> None:
+        """A lost store is indexed again from every timer record the CommitLog holds (they follow
+        through ``add``): forget what a re-dispatch put here already, and skip the records before
+        ``commit_log_end`` whose slot was fired before the loss (docs/timers.md#a-lost-timer-directory)."""
+        self.truncate_phys(0)
+        with self._lock:
+            self._rebuild_below, self._rebuild_floor = commit_log_end, self.fired_ms
+            self.lost = False
+
     def add(self, timers: Sequence[tuple[int, int, int]]) -> int:
         """Index timer records ``(deliver_ms, commitlog_offset, size)`` in CommitLog order. Records
-        already indexed (below ``dispatched_phys_end``: a re-dispatch) are skipped. Returns how many
-        were added."""
+        already indexed (below ``dispatched_phys_end``: a re-dispatch) are skipped, and so are
+        those a rebuild finds fired. Returns how many were added."""
         with self._lock:
             floor = self.dispatched_phys_end
             pos = self.log.end
             records: list[TimerRecord] = []
             for deliver_ms, phys, size in timers:
                 if phys < floor:
+                    continue
+                if phys < self._rebuild_below and self.wheel.round_down(deliver_ms) < self._rebuild_floor:
                     continue
                 records.append(self._link(deliver_ms, phys, size, pos))
                 pos += RECORD_SIZE
