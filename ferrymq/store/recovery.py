@@ -157,8 +157,14 @@ class StoreRecovery:
             offset += len(raw) // CQ_ENTRY.size
             batch = []
             for (phys, size), record in zip(entries, self.commit_log.read_many(entries)):
-                if record is not None:
-                    batch += timer_entries(decode_record(record)[:1], [size], phys)
+                if record is None:
+                    continue  # removed by retention meanwhile
+                try:
+                    msg, _ = decode_record(record)
+                except ValueError as e:
+                    log.error("timer record at CommitLog offset %d is unreadable (%s): not indexed again", phys, e)
+                    continue
+                batch += timer_entries([msg], [size], phys)
             added += timers.add(batch)
         log.warning("the timer directory was lost: %d pending timer(s) indexed again from the CommitLog "
                     "(fired up to %d)", added, timers.fired_ms)

@@ -16,6 +16,7 @@ from ferrymq.common.message import Message
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from tests.support import InProcessCluster
 
 pytestmark = pytest.mark.integration
 
@@ -83,14 +84,29 @@ async def test_the_timer_checkpoint_is_served_in_apache_5s_binary_form(cluster):
     masterTimerQueueOffset, then the data version (stateVersion, timestamp, counter)."""
     for i in range(3):
         await send(cluster, "TimedCheckpoint", TIMER_DELAY_SEC=60 + i)
-    client = RemotingClient()
-    try:
-        answer = await client.invoke(cluster.broker_addr, RemotingCommand.request(RequestCode.GET_TIMER_CHECK_POINT), 5)
-    finally:
-        await client.close()
+    answer = await ask_timer_checkpoint(cluster.broker_addr)
     assert answer.code == ResponseCode.SUCCESS, answer.remark
     assert len(answer.body) == 56
     read_ms, _, queue_offset, master_queue_offset, _, _, _ = struct.unpack(">7q", answer.body)
     now_ms = time.time() * 1000
     assert now_ms - 30_000 < read_ms <= now_ms  # fired up to about now: nothing was due
     assert queue_offset == master_queue_offset == 3  # the three timers are indexed
+
+
+async def ask_timer_checkpoint(broker_addr: str) -> RemotingCommand:
+    client = RemotingClient()
+    try:
+        return await client.invoke(broker_addr, RemotingCommand.request(RequestCode.GET_TIMER_CHECK_POINT), 5)
+    finally:
+        await client.close()
+
+
+async def test_a_broker_without_timers_refuses_the_timer_checkpoint(tmp_path):
+    c = InProcessCluster(tmp_path / "store", settings={"timerWheelEnable": "false"})
+    await c.start()
+    try:
+        answer = await ask_timer_checkpoint(c.broker_addr)
+    finally:
+        await c.stop()
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert "timerWheelEnable is false" in answer.remark

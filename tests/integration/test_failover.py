@@ -34,6 +34,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from tests.consumer_support import read_all
 from tests.failover_support import CLUSTER, GROUP, FailoverPair, FailoverTrio, controller_state, create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import SEGMENT
@@ -715,16 +716,8 @@ def timer_fired_ms(store_dir) -> int:
 async def timer_deliveries(namesrv: str) -> dict[str, list[int]]:
     """UNIQ_KEY -> store times of every copy of it the group's master serves in the timer topic."""
     out: dict[str, list[int]] = {}
-    async with PullConsumer("timer-failover-readers", namesrv_addr=namesrv) as consumer:
-        for mq in await consumer.fetch_queues(TIMER_TOPIC_USER):
-            offset = 0
-            while True:
-                result = await consumer.pull(mq, offset, max_nums=32)
-                if result.status is not PullStatus.FOUND:
-                    break
-                for m in result.messages:
-                    out.setdefault(m.client_msg_id, []).append(m.store_timestamp)
-                offset = result.next_begin_offset
+    for m in await read_all(namesrv, TIMER_TOPIC_USER, "timer-failover-readers"):
+        out.setdefault(m.client_msg_id, []).append(m.store_timestamp)
     return out
 
 

@@ -51,6 +51,7 @@ class SlaveSynchronize:
         self.schedule = schedule
         self._persist = persist
         self._adopt_timers_fired = adopt_timers_fired
+        self._timer_sync_error: str | None = None  # the last refusal logged
         self.master_addr: str | None = None
         self.synced = 0  # completed rounds
 
@@ -69,11 +70,19 @@ class SlaveSynchronize:
             self.topics.on_change()  # registered with the name servers at once (the version is the master's)
 
     async def sync_timer_checkpoint(self) -> None:
-        """Copy the master's fired-up-to time (a master without timers answers an error: logged)."""
+        """Copy the master's fired-up-to time. A refusal (a master without timers) or a body that
+        is not a timer checkpoint is logged, once until the answer changes."""
         addr = self.master_addr
         if not addr or self._adopt_timers_fired is None:
             return
-        body = TimerCheckpointBody.decode(await self._fetch_body(addr, RequestCode.GET_TIMER_CHECK_POINT))
+        try:
+            body = TimerCheckpointBody.decode(await self._fetch_body(addr, RequestCode.GET_TIMER_CHECK_POINT))
+        except (RuntimeError, ValueError) as e:
+            if str(e) != self._timer_sync_error:
+                log.warning("timer checkpoint not copied from master %s: %s", addr, e)
+            self._timer_sync_error = str(e)
+            return
+        self._timer_sync_error = None
         if await self._adopt_timers_fired(body.last_read_time_ms):
             log.debug("timers fired up to %d, as master %s says", body.last_read_time_ms, addr)
 
