@@ -99,10 +99,10 @@ async def stored(producer: Producer) -> bool:
     return result.status in (SendStatus.SEND_OK, SendStatus.SLAVE_NOT_AVAILABLE, SendStatus.FLUSH_SLAVE_TIMEOUT)
 
 
-async def route_master(namesrv: str) -> str | None:
+async def route_master(namesrv: str, topic: str = TOPIC) -> str | None:
     async with AdminClient(namesrv_addr=namesrv) as admin:
         try:
-            route = await admin.topic_route(TOPIC)
+            route = await admin.topic_route(topic)
         except MQClientError:
             return None
     return {b.broker_name: b.broker_addrs for b in route.broker_datas}.get(GROUP, {}).get(0)
@@ -755,6 +755,8 @@ def test_a_promoted_slave_fires_the_pending_timers_and_not_the_fired_ones_again(
         p.processes["master"].kill()
         killed_at = int(time.time() * 1000)
         await wait_until(lambda: master_of_epoch(p, 2, 1), 30, "broker 1 master of epoch 2")
+        await wait_until(lambda: _is(route_master(p.namesrv, TIMER_TOPIC_USER), p.addr("slave")), 30,
+                         "the route naming broker 1 as the topic's master")
 
         async def all_delivered():
             got = await timer_deliveries(p.namesrv)
