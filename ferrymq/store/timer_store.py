@@ -207,16 +207,15 @@ class TimerStore:
                 self._write_checkpoint()
 
     def adopt_fired(self, upto_ms: int) -> bool:
-        """A slave copies its master's ``upto_ms`` (docs/timers.md#slaves): forward only, made
-        durable at once. Reading (once promoted) and filing new timers start there. Returns
-        whether it moved."""
+        """A slave copies its master's ``upto_ms`` (docs/timers.md#slaves): forward only, written
+        now and made durable at the next sync, as ``mark_fired``. Reading (once promoted) and
+        filing new timers start there. Returns whether it moved."""
         with self._lock:
             if upto_ms <= self.fired_ms:
                 return False
             self.fired_ms = upto_ms
             self.taken_ms = max(self.taken_ms, upto_ms)
             self._write_checkpoint()
-            fdatasync(self._checkpoint_fd)
             return True
 
     def checkpoint(self) -> tuple[int, int]:
