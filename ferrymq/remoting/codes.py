@@ -76,6 +76,7 @@ class RequestCode(IntEnum):
     GET_BROKER_CLUSTER_ACL_INFO = 52
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = 53
     GET_BROKER_CLUSTER_ACL_CONFIG = 54
+    GET_TIMER_CHECK_POINT = 60  # RocketMQ 5: a slave copies its master's timer checkpoint (docs/timers.md)
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102

@@ -471,6 +471,14 @@ class AsyncMessageStore:
         """Take again from the fired checkpoint (a master's timer service starts)."""
         await self._read(self.sync_store.timers.rewind_taken)
 
+    async def adopt_timers_fired(self, upto_ms: int) -> bool:
+        """A slave: its master fired every timer before ``upto_ms`` (forward only, persisted)."""
+        return await self._read(self.sync_store.timers.adopt_fired, upto_ms)
+
+    async def timer_checkpoint(self) -> tuple[int, int]:
+        """(fired-up-to time, synced TimerLog position) of the timing store."""
+        return await self._read(self.sync_store.timers.checkpoint)
+
     async def earliest_message_time(self) -> int:
         """Store time of the oldest record in the CommitLog; 0 when it is empty."""
         record = await self.look_message(self.min_phy_offset)

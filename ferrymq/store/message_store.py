@@ -160,7 +160,7 @@ class MessageStore:
             if self.index is not None:
                 self.index.load()
             if self.timers is not None:
-                self.timers.open(int(time.time() * 1000))
+                self.timers.open(int(time.time() * 1000), fired_floor_ms=self.checkpoint.timer_fired_ms)
             recovery = StoreRecovery(self.commit_log, self.queues, self.dispatcher, self.checkpoint, self.flusher,
                                      check_crc=self.config.check_crc_on_recover, abort_path=self.dir_lock.abort_path)
             self.last_recovery = recovery.run(clean)
@@ -192,6 +192,8 @@ class MessageStore:
         if self.timers is not None:
             self.timers.close()
         if self.checkpoint is not None:
+            if self.timers is not None:
+                self.checkpoint.timers_fired(self.timers.checkpoint()[0])
             head_offset, head_ts = self.commit_log.flushed_offset, self.dispatcher.last_dispatched_ts
             self.checkpoint.commit_log_flushed(head_offset, head_ts)
             self.checkpoint.logics_flushed(head_ts, self.index.last_indexed_timestamp if self.index else head_ts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import subprocess
 import sys
 import time
@@ -19,7 +20,10 @@ from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer, PullStatus
 from ferrymq.common.message import Message
-from ferrymq.remoting.codes import ResponseCode
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from tests.support import InProcessCluster
 
 from testkit.wait import wait_until
 
@@ -148,3 +152,37 @@ async def test_timers_admin_view_when_nothing_waits(cluster):
     out = await asyncio.to_thread(timers_cli, cluster)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"no timers pending on {cluster.broker_addr}"
+
+
+async def test_the_timer_checkpoint_is_served_in_apache_5s_binary_form(cluster):
+    """GET_TIMER_CHECK_POINT (60), what a slave (FerryMQ's or Apache 5.3's) copies: 56 bytes,
+    big-endian longs lastReadTimeMs, lastTimerLogFlushPos, lastTimerQueueOffset,
+    masterTimerQueueOffset, then the data version (stateVersion, timestamp, counter)."""
+    for i in range(3):
+        await send(cluster, "TimedCheckpoint", TIMER_DELAY_SEC=60 + i)
+    answer = await ask_timer_checkpoint(cluster.broker_addr)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert len(answer.body) == 56
+    read_ms, _, queue_offset, master_queue_offset, _, _, _ = struct.unpack(">7q", answer.body)
+    now_ms = time.time() * 1000
+    assert now_ms - 30_000 < read_ms <= now_ms  # fired up to about now: nothing was due
+    assert queue_offset == master_queue_offset == 3  # the three timers are indexed
+
+
+async def ask_timer_checkpoint(broker_addr: str) -> RemotingCommand:
+    client = RemotingClient()
+    try:
+        return await client.invoke(broker_addr, RemotingCommand.request(RequestCode.GET_TIMER_CHECK_POINT), 5)
+    finally:
+        await client.close()
+
+
+async def test_a_broker_without_timers_refuses_the_timer_checkpoint(tmp_path):
+    c = InProcessCluster(tmp_path / "store", settings={"timerWheelEnable": "false"})
+    await c.start()
+    try:
+        answer = await ask_timer_checkpoint(c.broker_addr)
+    finally:
+        await c.stop()
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert "timerWheelEnable is false" in answer.remark

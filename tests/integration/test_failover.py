@@ -45,6 +45,7 @@ from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
 from ferrymq.remoting.headers import QueryMessageHeader, ViewMessageHeader
 from ferrymq.store.checkpoint import read_checkpoint
+from tests.consumer_support import read_all
 from tests.failover_support import CLUSTER, GROUP, FailoverPair, FailoverTrio, controller_state, create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import SEGMENT
@@ -109,10 +110,10 @@ async def stored(producer: Producer) -> bool:
     return result.status in (SendStatus.SEND_OK, SendStatus.SLAVE_NOT_AVAILABLE, SendStatus.FLUSH_SLAVE_TIMEOUT)
 
 
-async def route_master(namesrv: str) -> str | None:
+async def route_master(namesrv: str, topic: str = TOPIC) -> str | None:
     async with AdminClient(namesrv_addr=namesrv) as admin:
         try:
-            route = await admin.topic_route(TOPIC)
+            route = await admin.topic_route(topic)
         except MQClientError:
             return None
     return {b.broker_name: b.broker_addrs for b in route.broker_datas}.get(GROUP, {}).get(0)
@@ -810,3 +811,75 @@ def test_a_restarted_broker_finds_by_key_or_id_only_what_its_in_sync_slave_held(
     found, hidden = asyncio.run(scenario())
     assert found == (ResponseCode.SUCCESS, ResponseCode.SUCCESS)
     assert hidden == (ResponseCode.SYSTEM_ERROR, ResponseCode.QUERY_NOT_FOUND)
+
+
+TIMER_TOPIC_USER = "TimerFailoverTopic"
+
+
+def timer_fired_ms(store_dir) -> int:
+    """The fired-up-to time in a broker's timer checkpoint file (docs/timers.md), 0 if none yet."""
+    try:
+        return int.from_bytes((store_dir / "timer" / "checkpoint").read_bytes()[:8], "big")
+    except FileNotFoundError:
+        return 0
+
+
+async def timer_deliveries(namesrv: str) -> dict[str, list[int]]:
+    """UNIQ_KEY -> store times of every copy of it the group's master serves in the timer topic."""
+    out: dict[str, list[int]] = {}
+    for m in await read_all(namesrv, TIMER_TOPIC_USER, "timer-failover-readers"):
+        out.setdefault(m.client_msg_id, []).append(m.store_timestamp)
+    return out
+
+
+def test_a_promoted_slave_fires_the_pending_timers_and_not_the_fired_ones_again(group):
+    """Timer messages (docs/timers.md#slaves): the slave copies its master's timer checkpoint,
+    so once promoted it delivers every timer still pending, none before its time, and none the
+    old master delivered already (each UNIQ_KEY once in the topic)."""
+    p = group()
+    p.start_master()
+    p.start_slave()
+    early_count, late_count = 12, 12
+
+    async def scenario():
+        await create_topic(p.namesrv, TIMER_TOPIC_USER)
+        await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
+        due: dict[str, int] = {}
+        async with Producer("timer-failover-producer", namesrv_addr=p.namesrv, send_timeout=10) as producer:
+            start = int(time.time() * 1000)
+            early_due, late_due = start + 3000, start + 20_000
+            for i in range(early_count + late_count):
+                at = early_due if i < early_count else late_due
+                sent = await producer.send(Message(TIMER_TOPIC_USER, f"t{i}".encode(),
+                                                   properties={"TIMER_DELIVER_MS": str(at)}))
+                assert sent.status is SendStatus.SEND_OK
+                due[sent.msg_id] = at
+        early = {k for k, at in due.items() if at == early_due}
+
+        async def early_delivered():
+            got = await timer_deliveries(p.namesrv)
+            return early <= set(got)
+        await wait_until(early_delivered, 30, "the master delivered the early timers")
+        # The slave copied a checkpoint past the early timers' slot (every 3 s).
+        await wait_until(lambda: timer_fired_ms(p.slave_dir) > early_due, 30, "the slave's timer checkpoint")
+        assert not set(await timer_deliveries(p.namesrv)) - early, "a late timer was delivered early"
+        p.processes["master"].kill()
+        killed_at = int(time.time() * 1000)
+        await wait_until(lambda: master_of_epoch(p, 2, 1), 30, "broker 1 master of epoch 2")
+        await wait_until(lambda: _is(route_master(p.namesrv, TIMER_TOPIC_USER), p.addr("slave")), 30,
+                         "the route naming broker 1 as the topic's master")
+
+        async def all_delivered():
+            got = await timer_deliveries(p.namesrv)
+            return got if set(due) <= set(got) else None
+        got = await wait_until(all_delivered, 60, "every timer delivered by the promoted slave")
+        return due, early, got, killed_at, late_due
+
+    due, early, got, killed_at, late_due = asyncio.run(scenario())
+    assert killed_at < late_due, "the master was killed after the late timers were due: too slow to tell"
+    duplicated = {k: len(times) for k, times in got.items() if len(times) > 1}
+    assert not duplicated, f"delivered again by the promoted slave: {len(duplicated)} of {len(early)} early timers"
+    too_early = {k: due[k] - min(times) for k, times in got.items() if min(times) < due[k]}
+    assert not too_early, f"delivered before their time (ms early): {too_early}"
+    late_on_new_master = [min(got[k]) for k in due if k not in early]
+    assert min(late_on_new_master) >= killed_at  # the late ones came from the promoted slave

@@ -101,3 +101,36 @@ def test_pending_timers_are_counted_per_real_topic_and_survive_restart_crash_and
     assert pending(crashed_store) == expected
     crashed_store.truncate(offsets[6])  # the last four TopicTest timers and both Other timers go
     assert pending(crashed_store) == {"TopicTest": (6, due)}
+
+
+def fire_first(store, due: int) -> None:
+    """The timer service's part: the slots up to ``due`` are taken and recorded as fired."""
+    due_offsets(store, due)
+    store.timers.mark_fired(due + 1000)
+
+
+def test_a_lost_timer_directory_is_rebuilt_without_the_fired_timers(open_store, tmp_path):
+    """docs/timers.md#a-lost-timer-directory: after a clean stop and `rm -r timer/`, the pending
+    timers are indexed again from the CommitLog; the fired ones are not (they would fire twice)."""
+    store = open_store()
+    due = (int(time.time() * 1000) // 1000 + 60) * 1000
+    put_timers(store, 10, due)  # fired below (the store's clock is not the wall clock here)
+    pending = put_timers(store, 10, due + 60_000)
+    fire_first(store, due + 2000)
+    store.shutdown()
+    shutil.rmtree(tmp_path / "store" / "timer")
+    reopened = open_store()
+    assert reopened.timers.fired_ms == due + 3000
+    assert due_offsets(reopened, due + 65_000) == pending
+
+
+def test_after_a_kill_9_a_lost_timer_directory_is_rebuilt_without_the_fired_timers(open_store, tmp_path):
+    store = open_store()
+    due = (int(time.time() * 1000) // 1000 + 60) * 1000
+    put_timers(store, 10, due)
+    pending = put_timers(store, 10, due + 60_000)
+    fire_first(store, due + 2000)
+    store.flusher.flush_consume_queues()  # the flush that follows firing within a second
+    crashed = tmp_path / "crashed"
+    shutil.copytree(tmp_path / "store", crashed, ignore=shutil.ignore_patterns("timer"))  # kill -9, timer/ gone
+    assert due_offsets(open_store(crashed), due + 65_000) == pending

@@ -16,7 +16,7 @@ from ferrymq.broker.ha.failover import FailoverAgent
 from ferrymq.broker.ha.frames import encode_hello
 from ferrymq.broker.ha.master import HAMaster, HAMasterSettings, SlaveState
 from ferrymq.broker.ha.slave import HASlave, HASlaveSettings
-from ferrymq.broker.ha.slave_sync import SlaveSynchronize
+from ferrymq.broker.ha.slave_sync import TIMER_CHECKPOINT_INTERVAL, SlaveSynchronize
 from ferrymq.broker.schedule import ScheduleMessageService
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
@@ -101,7 +101,8 @@ class Replication:
         self.slave = HASlave(store, store.replica_appender(),
                              HASlaveSettings(config.ha_send_heartbeat_interval, config.ha_housekeeping_interval),
                              master_address, hello=self._hello)
-        self.sync = SlaveSynchronize(self._client, *self._tables)
+        adopt = store.adopt_timers_fired if store.timers_enabled else None
+        self.sync = SlaveSynchronize(self._client, *self._tables, adopt_timers_fired=adopt)
 
     @property
     def ha_port(self) -> int:
@@ -128,6 +129,8 @@ class Replication:
         self._slave_tasks.spawn(self.slave.run(), "ha-slave")
         self._slave_tasks.every(self.config.slave_synchronize_interval / 1000, self.sync.sync_all,
                                 "slave-synchronize", quiet=(RemotingError, OSError))
+        self._slave_tasks.every(TIMER_CHECKPOINT_INTERVAL, self.sync.sync_timer_checkpoint,
+                                "timer-checkpoint-sync", quiet=(RemotingError, OSError))
 
     async def stop(self) -> None:
         await self._tasks.close()
