@@ -349,7 +349,7 @@ def test_codes() -> None:
     assert (RequestCode.SEND_BATCH_MESSAGE, RequestCode.QUERY_DATA_VERSION, RequestCode.DELETE_EXPIRED_COMMITLOG) == (
         320, 322, 329,
     )  # fmt: skip
-    assert len(RequestCode) == 100  # every code of docs/wire-format.md#request-codes, and RocketMQ 5's POP and timer codes
+    assert len(RequestCode) == 101  # every code of docs/wire-format.md#request-codes, and RocketMQ 5's POP and timer codes
     assert (RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME) == (
         200050, 200051, 200053,
     )  # fmt: skip
