@@ -16,6 +16,7 @@ import time
 from typing import Sequence
 
 from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.recall import is_recall_marker, is_recalled
 from ferrymq.broker.schedule import copy_to_real_destination
 from ferrymq.broker.timer_send import TIMER_PROPS
 from ferrymq.common.message import MessageExt, Prop, decode_record
@@ -38,6 +39,7 @@ class TimerService:
         self.precision_ms = ctx.store_config.timer_precision_ms
         self.fired = 0  # messages delivered
         self.rolled = 0  # records of a later round stored again under the timer topic
+        self.recalled = 0  # messages not delivered: a recall marker named them
         self._arrived = asyncio.Event()
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int, msgs: Sequence[MessageExt]) -> None:
@@ -81,22 +83,40 @@ class TimerService:
                 pass
 
     async def _deliver_slot(self, records: list[TimerRecord]) -> None:
-        for record in records:
-            while not await self._deliver(record):
+        """Read the slot's messages, then deliver all but recall markers and what they recall
+        (docs/timers.md#recall: a marker is filed in the slot of the message it cancels)."""
+        later = now_ms() + self.precision_ms  # a record due after this is of a later round (docs/timers.md, rounds)
+        read = [(record, await self._read(record), record.deliver_ms > later) for record in records]
+        recalled = {msg.properties[Prop.TIMER_DEL_UNIQKEY] for _, msg, roll in read
+                    if msg is not None and not roll and is_recall_marker(msg)}
+        for record, msg, roll in read:
+            if msg is None:
+                continue
+            if not roll:
+                if is_recall_marker(msg):
+                    continue  # a marker is never delivered
+                if is_recalled(msg, recalled):
+                    self.recalled += 1
+                    continue
+            while not await self._deliver(msg, roll):
                 await asyncio.sleep(RETRY_AFTER_FAILED_PUT)
 
-    async def _deliver(self, record: TimerRecord) -> bool:
-        """Store one timer's message where it goes; False if the store refused it (retry)."""
+    async def _read(self, record: TimerRecord) -> MessageExt | None:
+        """The timer-topic message ``record`` points to; None (logged) if it is gone or unreadable."""
         data = await self.ctx.store.look_message(record.phys)
         if data is None:
             log.error("timer message at CommitLog offset %d is gone (retention?); skipped", record.phys)
-            return True
+            return None
         try:
-            msg = decode_record(data)[0]
+            return decode_record(data)[0]
         except ValueError as e:
             log.error("timer message at CommitLog offset %d is unreadable (%s); skipped", record.phys, e)
-            return True
-        if record.deliver_ms > now_ms() + self.precision_ms:  # a later round (docs/timers.md, rounds)
+            return None
+
+    async def _deliver(self, msg: MessageExt, roll: bool) -> bool:
+        """Store one timer's message where it goes (``roll``: again under the timer topic, for a
+        later round); False if the store refused it (retry)."""
+        if roll:
             out = MessageExt(topic=TIMER_TOPIC, body=msg.body, flag=msg.flag, properties=dict(msg.properties),
                              queue_id=0, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
                              born_host=msg.born_host, store_host=self.ctx.store_host,
