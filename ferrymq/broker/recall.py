@@ -14,63 +14,19 @@ the message as ``<topic>+<message id>``. Both forms are honoured here.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import time
 from dataclasses import dataclass
 
 from ferrymq.broker.context import BrokerContext
 from ferrymq.common.message import MessageExt, Prop
+from ferrymq.common.recall_handle import INVALID_HANDLE, RecallHandle, delete_key
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX, TIMER_TOPIC, Perm
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.store.results import PutStatus
 
-HANDLE_VERSION = "v1"
 RECALL_TAG = "_RECALL_TAG_"
-INVALID_HANDLE = "recall handle is invalid"  # Apache's remark, word for word
 # a put that stored the marker (the flush or a slave may lag): recalled, as Apache answers
 STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE)
-
-
-@dataclass(frozen=True)
-class RecallHandle:
-    topic: str
-    broker_name: str
-    timestamp: str  # the message's due time + 1 ms, as text (Apache: its floored due time + 1)
-    message_id: str  # the message's UNIQ_KEY
-
-    def encode(self) -> str:
-        raw = " ".join((HANDLE_VERSION, self.topic, self.broker_name, self.timestamp, self.message_id))
-        return base64.urlsafe_b64encode(raw.encode()).decode("ascii")
-
-    @staticmethod
-    def decode(text: str) -> "RecallHandle | None":
-        """The handle in ``text``; None if it is not a v1 handle (Apache: "recall handle is invalid")."""
-        if not text:
-            return None
-        try:
-            data = text.encode("ascii")
-            raw = base64.b64decode(data + b"=" * (-len(data) % 4), altchars=b"-_", validate=True)
-        except (UnicodeEncodeError, binascii.Error, ValueError):
-            return None
-        items = raw.decode("utf-8", "replace").split(" ")
-        while items and not items[-1]:  # Java's split drops trailing empty strings
-            items.pop()
-        if len(items) < 5 or items[0] != HANDLE_VERSION:
-            return None
-        return RecallHandle(*items[1:5])
-
-    @property
-    def due_ms(self) -> int | None:
-        try:
-            return int(self.timestamp) - 1
-        except ValueError:
-            return None
-
-
-def delete_key(topic: str, message_id: str) -> str:
-    """How a recall marker names the message it cancels (Apache 5.3.2's buildDeleteKey)."""
-    return f"{topic}+{message_id}"
 
 
 def handle_for(msg: MessageExt, broker_name: str) -> str | None:
