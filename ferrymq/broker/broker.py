@@ -193,9 +193,9 @@ class Broker:
         # The sends of one read are written together (one write per file, not three a message).
         self.server.set_dispatch_rounds(ctx.store)
         # Most pulls find their messages (or nothing, without holding) at once: no task for them either.
-        self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection, self.pop.classic_pull_refusal,
-                                                                   self.replication.read_refusal),
-                             eager=True)
+        self.pull_processor = PullProcessor(ctx, self.protection, self.pop.classic_pull_refusal,
+                                            self.replication.read_refusal)  # gRPC PullMessage uses it too
+        self.server.register(RequestCode.PULL_MESSAGE, self.pull_processor, eager=True)
         for code, handler in PopProcessors(self.pop, self.config.enable_property_filter).handlers().items():
             self.server.register(code, handler)
         offsets = OffsetProcessors(self.store, self.offsets)
