@@ -7,6 +7,7 @@ topic see the same messages."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 
 import pytest
@@ -15,10 +16,12 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
+from ferrymq.common.protocol import MessageQueue
 
 from testkit.grpc_clients import (ensure_java5_classes, grpc_standalone, run_grpc_java, running_grpc_standalone,
                                   unique_names)
 from tests.support import require
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.compat
 
@@ -205,3 +208,38 @@ def test_transactions_commit_rollback_and_check_back_over_telemetry(tx_broker):
     got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=3, timeoutMs=8000,
                         check=False)
     assert sorted(e["key"] for e in received(got)) == ["check-commit", "commit"]
+
+
+def test_java_producer_recalls_a_timer_message_by_its_handle(broker):
+    """rocketmq-client-java 5.2.0's Producer.recallMessage (RecallMessage RPC) with the handle a
+    timer message's send answered: the message never fires, its neighbour does; a malformed handle
+    fails as Apache's proxy fails it (INTERNAL_SERVER_ERROR: the client's InternalErrorException)."""
+    server, endpoint = broker
+    topic, group = names("J5Recall")
+    due = int(time.time() * 1000) + 6000
+
+    async def timers() -> tuple:
+        async with AdminClient(namesrv_addr=server.namesrv_addr) as admin:
+            await admin.create_topic(topic, read_queues=1, write_queues=1)
+        async with Producer("recall-4x-producer", namesrv_addr=server.namesrv_addr) as producer:
+            mq = MessageQueue(topic, "broker-a", 0)
+            doomed = await producer.send(Message(topic, b"recalled", properties={"TIMER_DELIVER_MS": str(due)}),
+                                         queue=mq)
+            await producer.send(Message(topic, b"kept", properties={"TIMER_DELIVER_MS": str(due)}), queue=mq)
+        return doomed, mq
+
+    doomed, mq = asyncio.run(timers())
+    events = run_grpc_java("recall", endpoints=endpoint, topic=topic, handles=f"{doomed.recall_handle},bad-handle")
+    assert [(e["handle"], e["id"]) for e in events.of("recalled")] == [(doomed.recall_handle, doomed.msg_id)]
+    failed = events.of("recall_failed")
+    assert [e["handle"] for e in failed] == ["bad-handle"]
+    assert "InternalErrorException" in failed[0]["error"] and "recall handle is invalid" in failed[0]["error"]
+
+    async def fired() -> list[bytes]:
+        async with PullConsumer(f"{group}_4x", namesrv_addr=server.namesrv_addr) as consumer:
+            return [m.body for m in (await consumer.pull(mq, 0, suspend=10)).messages]
+
+    async def wait_fired() -> list[bytes]:
+        return await wait_until(fired, timeout=30, what="the kept timer's delivery")
+
+    assert asyncio.run(wait_fired()) == [b"kept"]
