@@ -1,5 +1,5 @@
 """PullMessage and the offset calls (UpdateOffset, GetOffset, QueryOffset) of
-``apache.rocketmq.v2.MessagingService`` (docs/grpc.md#pull-and-offsets).
+``apache.rocketmq.v2.MessagingService`` (docs/operations.md#rocketmq-5-clients-grpc).
 
 Apache's 5.3 proxy does not serve these four calls (they answer the gRPC status UNIMPLEMENTED);
 FerryMQ serves them over its own paths: a pull goes through the broker's PULL_MESSAGE processor
