@@ -21,7 +21,7 @@ from ferrymq.broker.schedule import copy_to_real_destination
 from ferrymq.broker.timer_send import TIMER_PROPS
 from ferrymq.common.message import MessageExt, Prop, decode_record
 from ferrymq.common.protocol import TIMER_TOPIC
-from ferrymq.store.timer_log import TimerRecord
+from ferrymq.store.timer_log import RECALL_MARKER, TimerRecord
 
 log = logging.getLogger(__name__)
 
@@ -83,18 +83,26 @@ class TimerService:
                 pass
 
     async def _deliver_slot(self, records: list[TimerRecord]) -> None:
-        """Read the slot's messages, then deliver all but recall markers and what they recall
-        (docs/timers.md#recall: a marker is filed in the slot of the message it cancels)."""
+        """Deliver a slot's messages but recall markers and what they recall (docs/timers.md#recall:
+        a marker is filed in the slot of the message it cancels and flagged in the TimerLog, so
+        only the markers are read ahead; the messages are read one at a time as they go out)."""
         later = now_ms() + self.precision_ms  # a record due after this is of a later round (docs/timers.md, rounds)
-        read = [(record, await self._read(record), record.deliver_ms > later) for record in records]
-        recalled = {msg.properties[Prop.TIMER_DEL_UNIQKEY] for _, msg, roll in read
-                    if msg is not None and not roll and is_recall_marker(msg)}
-        for record, msg, roll in read:
+        recalled: set[str] = set()
+        for record in records:
+            if record.flags & RECALL_MARKER and record.deliver_ms <= later:
+                marker = await self._read(record)
+                if marker is not None and is_recall_marker(marker):
+                    recalled.add(marker.properties[Prop.TIMER_DEL_UNIQKEY])
+        for record in records:
+            roll = record.deliver_ms > later
+            if record.flags & RECALL_MARKER and not roll:
+                continue  # a marker is never delivered
+            msg = await self._read(record)
             if msg is None:
                 continue
             if not roll:
                 if is_recall_marker(msg):
-                    continue  # a marker is never delivered
+                    continue  # unflagged (written before the TimerLog had flags)
                 if is_recalled(msg, recalled):
                     self.recalled += 1
                     continue

@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from ferrymq.store.mapped_file import fdatasync
-from ferrymq.store.timer_log import NO_RECORD, RECORD_SIZE, TimerLog, TimerRecord
+from ferrymq.store.timer_log import NO_RECORD, RECALL_MARKER, RECORD_SIZE, TimerLog, TimerRecord
 from ferrymq.store.timer_wheel import EMPTY_SLOT, SLOT_SIZE, Slot, TimerWheel
 
 _CHECKPOINT = struct.Struct(">qq")  # firedUpToMs, synced TimerLog position
@@ -88,9 +88,10 @@ class TimerStore:
         last = self.log.last()
         return last.phys + last.size if last is not None else 0
 
-    def add(self, timers: Sequence[tuple[int, int, int]]) -> int:
+    def add(self, timers: Sequence[tuple[int, int, int]], markers: Collection[int] = ()) -> int:
         """Index timer records ``(deliver_ms, commitlog_offset, size)`` in CommitLog order. Records
-        already indexed (below ``dispatched_phys_end``: a re-dispatch) are skipped. Returns how many
+        already indexed (below ``dispatched_phys_end``: a re-dispatch) are skipped. ``markers``: the
+        CommitLog offsets of those that are recall markers (flagged RECALL_MARKER). Returns how many
         were added."""
         with self._lock:
             floor = self.dispatched_phys_end
@@ -99,7 +100,7 @@ class TimerStore:
             for deliver_ms, phys, size in timers:
                 if phys < floor:
                     continue
-                records.append(self._link(deliver_ms, phys, size, pos))
+                records.append(self._link(deliver_ms, phys, size, pos, RECALL_MARKER if phys in markers else 0))
                 pos += RECORD_SIZE
                 floor = phys + size
             if records:
@@ -108,14 +109,14 @@ class TimerStore:
                     self._sync()
             return len(records)
 
-    def _link(self, deliver_ms: int, phys: int, size: int, pos: int) -> TimerRecord:
+    def _link(self, deliver_ms: int, phys: int, size: int, pos: int, flags: int) -> TimerRecord:
         slot_ms = max(self.wheel.round_down(deliver_ms), self.taken_ms)
         slot = self.wheel.get(slot_ms)
         if slot.count > 0 and (slot.slot_ms == slot_ms or slot.slot_ms >= self.taken_ms):
             # the same second, or an older round not yet fired: chain behind it (docs/timers.md, rounds)
-            record = TimerRecord(deliver_ms, phys, slot.last_pos, slot.slot_ms, size, slot.count + 1)
+            record = TimerRecord(deliver_ms, phys, slot.last_pos, slot.slot_ms, size, slot.count + 1, flags)
         else:
-            record = TimerRecord(deliver_ms, phys, NO_RECORD, slot_ms, size, 1)
+            record = TimerRecord(deliver_ms, phys, NO_RECORD, slot_ms, size, 1, flags)
         self.wheel.put(record.slot_ms, Slot(record.slot_ms, pos, record.slot_seq))
         return record
 
