@@ -52,7 +52,8 @@ from ferrymq.grpc.settings import LONG_POLLING_TIMEOUT_MS, RECEIVE_BATCH_SIZE, s
 from ferrymq.grpc.telemetry import TelemetrySession
 from ferrymq.remoting.codes import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.headers import SendMessageResponseHeader
+from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import RecallMessageHeader, RecallMessageResponseHeader, SendMessageResponseHeader
 from ferrymq.store.config import StoreConfig
 
 log = logging.getLogger(__name__)
@@ -504,14 +505,34 @@ class MessagingService(rpc.MessagingServiceServicer):
         denied = self._denied(context, topic=topic, perm=AclPerm.PUB)
         if denied:
             return spb.RecallMessageResponse(status=denied)
-        if RecallHandle.decode(request.recall_handle) is None:
+        handle = RecallHandle.decode(request.recall_handle)
+        if handle is None:
             return spb.RecallMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, INVALID_HANDLE))
+        if handle.broker_name != self.config.broker_name:  # as Apache's proxy: to the broker the handle names
+            return await self._recall_elsewhere(topic, handle.broker_name, request.recall_handle)
         outcome = await self.recalls.recall(topic, request.recall_handle, producer_group=grpc_producer_group(topic),
                                             born_host=Peer.of(context, self.peer_of).remote_address)
-        if outcome.ok:
-            return spb.RecallMessageResponse(status=status(), message_id=outcome.msg_id)
-        code = Code.TOPIC_NOT_FOUND if outcome.code == ResponseCode.TOPIC_NOT_EXIST else Code.INTERNAL_SERVER_ERROR
-        return spb.RecallMessageResponse(status=status(code, outcome.remark))
+        return self._recall_answer(outcome.code, outcome.remark, outcome.msg_id)
+
+    @staticmethod
+    def _recall_answer(code: int, remark: str, msg_id: str) -> spb.RecallMessageResponse:
+        if code == ResponseCode.SUCCESS:
+            return spb.RecallMessageResponse(status=status(), message_id=msg_id)
+        grpc_code = Code.TOPIC_NOT_FOUND if code == ResponseCode.TOPIC_NOT_EXIST else Code.INTERNAL_SERVER_ERROR
+        return spb.RecallMessageResponse(status=status(grpc_code, remark))
+
+    async def _recall_elsewhere(self, topic: str, broker_name: str, handle: str) -> spb.RecallMessageResponse:
+        """RECALL_MESSAGE relayed to another broker of the cluster (without credentials: a broker
+        with ACL on refuses it)."""
+        request = RemotingCommand.request(RequestCode.RECALL_MESSAGE, RecallMessageHeader(
+            producer_group=grpc_producer_group(topic), topic=topic, recall_handle=handle).to_ext_fields())
+        try:
+            answer = await self.directory.invoke_broker(topic, broker_name, request)
+        except (RouteUnavailable, RemotingError, OSError, asyncio.TimeoutError) as exc:
+            return self._recall_answer(ResponseCode.SYSTEM_ERROR, f"recall failed, broker {broker_name}: {exc}", "")
+        if answer is None:
+            return self._recall_answer(ResponseCode.SYSTEM_ERROR, "recall failed, broker service not available", "")
+        return self._recall_answer(answer.code, answer.remark or "", RecallMessageResponseHeader.read(answer).msg_id or "")
 
     # ------------------------------------------------------------------ pull and offsets
 

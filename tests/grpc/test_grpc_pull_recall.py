@@ -17,7 +17,8 @@ from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.grpc.messages import to_duration, to_timestamp
-from ferrymq.grpc.protocol import Code, pb, spb
+from ferrymq.grpc.protocol import Code, pb, rpc, spb
+from tests.support import InProcessCluster
 from tests.grpc.test_grpc_endpoint import CLIENT, cluster, message, send, stub  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.integration
@@ -85,6 +86,35 @@ async def test_recall_message_cancels_a_pending_timer_and_refuses_as_apaches_pro
     assert got == [b"kept"]
     late = await recall(topic, doomed.recall_handle)
     assert (late.status.code, late.status.message) == (Code.INTERNAL_SERVER_ERROR, "recall failed, timestamp invalid")
+
+
+async def test_recall_message_of_another_brokers_timer_is_relayed_to_that_broker(tmp_path):
+    """Apache's proxy sends a recall to the broker the handle names; FerryMQ's endpoint, on one
+    broker, relays it to the other over remoting."""
+    a = await InProcessCluster(tmp_path / "a", settings={"grpcListenPort": 0}).start()
+    b = InProcessCluster(tmp_path / "b", settings={"brokerName": "broker-b"})
+    b.namesrv = a.namesrv
+    try:
+        await b.start_broker()
+        topic = f"GRecallB_{uuid.uuid4().hex[:6]}"
+        async with AdminClient(namesrv_addr=a.namesrv_addr) as admin:
+            await admin.create_topic(topic, read_queues=1, write_queues=1, broker_addr=b.broker.address)
+        mq = MessageQueue(topic, "broker-b", 0)
+        due = int(time.time() * 1000) + 2500
+        async with Producer("grpc-recall-b", namesrv_addr=a.namesrv_addr) as producer:
+            doomed = await producer.send(Message(topic, b"recalled", properties={"TIMER_DELIVER_MS": str(due)}),
+                                         queue=mq)
+            await producer.send(Message(topic, b"kept", properties={"TIMER_DELIVER_MS": str(due)}), queue=mq)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{a.broker.grpc.port}") as channel:
+            answer = await rpc.MessagingServiceStub(channel).RecallMessage(spb.RecallMessageRequest(
+                topic=pb.Resource(name=topic), recall_handle=doomed.recall_handle), metadata=CLIENT, timeout=5)
+        assert (answer.status.code, answer.message_id) == (Code.OK, doomed.msg_id)
+        async with PullConsumer("recall-b-check", namesrv_addr=a.namesrv_addr) as consumer:
+            got = await consumer.pull(mq, 0, suspend=15)
+        assert [m.body for m in got.messages] == [b"kept"]
+    finally:
+        await b.broker.stop()
+        await a.stop()
 
 
 # ---------------------------------------------------------------------------------- pull
