@@ -77,11 +77,13 @@ class RecallService:
 
     def _refusal(self, topic: str, handle: RecallHandle | None) -> RecallOutcome | None:
         ctx = self.ctx
-        unavailable = RecallOutcome(ResponseCode.SERVICE_NOT_AVAILABLE, "recall failed, broker service not available")
-        if ctx.config.is_slave:
+        config = ctx.config
+        if not config.recall_message_enable:
+            return RecallOutcome(ResponseCode.NO_PERMISSION, "recall failed, operation is forbidden")
+        if config.is_slave:
             return RecallOutcome(ResponseCode.SLAVE_NOT_AVAILABLE, "recall failed, broker service not available")
-        if not Perm.writeable(ctx.config.broker_permission):
-            return unavailable
+        if not Perm.writeable(config.broker_permission) and not config.allow_recall_when_broker_not_writeable:
+            return RecallOutcome(ResponseCode.SERVICE_NOT_AVAILABLE, "recall failed, broker service not available")
         if ctx.topics.get(topic) is None:
             return RecallOutcome(ResponseCode.TOPIC_NOT_EXIST, f"recall failed, the topic[{topic}] not exist")
         if handle is None:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from ferrymq.client.admin import AdminClient
 from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer, PullStatus
@@ -42,12 +43,22 @@ async def send_pair(producer: Producer, topic: str, **extra) -> tuple:
     return due, mq, first, second
 
 
+async def enable_recall(cluster) -> None:
+    """recallMessageEnable is off by default, as in Apache 5.3.2; a live setting."""
+    async with AdminClient(namesrv_addr=cluster.namesrv_addr) as admin:
+        await admin.update_broker_config(cluster.broker.address, {"recallMessageEnable": "true"})
+
+
 async def test_a_recalled_timer_never_fires_and_its_neighbour_does(cluster):
     async with Producer("recaller", namesrv_addr=cluster.namesrv_addr) as producer:
         await producer.send(Message("Recall", CREATE))
         due, mq, first, second = await send_pair(producer, "Recall")
         handle = RecallHandle.decode(first.recall_handle)
         assert handle == RecallHandle("Recall", "broker-a", str(due + 1), first.msg_id)
+        with pytest.raises(MQBrokerError) as off:  # the default
+            await producer.recall("Recall", first.recall_handle)
+        assert (off.value.code, off.value.remark) == (ResponseCode.NO_PERMISSION, "recall failed, operation is forbidden")
+        await enable_recall(cluster)
         assert await producer.recall("Recall", first.recall_handle) == first.msg_id
 
         delivered = await wait_until(lambda: delivered_timers(cluster, mq), timeout=15,
@@ -61,6 +72,7 @@ async def test_a_recalled_timer_never_fires_and_its_neighbour_does(cluster):
 
 
 async def test_recall_refusals_are_apaches(cluster):
+    await enable_recall(cluster)
     async with Producer("recaller", namesrv_addr=cluster.namesrv_addr) as producer:
         plain = await producer.send(Message("RecallNo", b"not a timer"))
         assert plain.recall_handle is None  # only a timer message gets one

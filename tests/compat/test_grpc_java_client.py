@@ -221,6 +221,8 @@ def test_java_producer_recalls_a_timer_message_by_its_handle(broker):
     async def timers() -> tuple:
         async with AdminClient(namesrv_addr=server.namesrv_addr) as admin:
             await admin.create_topic(topic, read_queues=1, write_queues=1)
+            # off by default, as in Apache 5.3.2; a live setting
+            await admin.update_broker_config(server.broker_addr, {"recallMessageEnable": "true"})
         async with Producer("recall-4x-producer", namesrv_addr=server.namesrv_addr) as producer:
             mq = MessageQueue(topic, "broker-a", 0)
             doomed = await producer.send(Message(topic, b"recalled", properties={"TIMER_DELIVER_MS": str(due)}),

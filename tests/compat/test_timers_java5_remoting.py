@@ -10,8 +10,11 @@ One client JVM per peer (``ferrymq.compat53.Timers``) does all of it.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from ferrymq.client.admin import AdminClient
 from testkit.grpc_clients import unique_names
 from testkit.java_client import ROCKETMQ5_VERSION, run_java_client
 
@@ -61,6 +64,11 @@ def test_timer_setters_are_delivered_on_time_and_an_overlong_delay_is_refused(br
     assert not any(k.startswith("refused-") for k in received), "the refused message was delivered"
 
 
+async def enable_recall(broker) -> None:
+    async with AdminClient(namesrv_addr=broker.namesrv_addr) as admin:
+        await admin.update_broker_config(broker.broker_addr, {"recallMessageEnable": "true"})
+
+
 RECALL_DELAY_MS = 8000
 REQUEST_CODE_NOT_SUPPORTED = 3
 ILLEGAL_OPERATION = 604
@@ -76,6 +84,8 @@ def test_a_timer_recalled_by_a_marker_is_not_delivered_and_its_neighbour_is(brok
     both brokers. RECALL_MESSAGE itself is 5.3.2's: each peer's answer to a malformed handle."""
     peer = request.node.callspec.params["broker"]
     topic, group = unique_names("Recall5")
+    if peer == "ferrymq":  # recallMessageEnable is off by default, as in Apache 5.3.2; a live setting
+        asyncio.run(enable_recall(broker))
     events = run_java_client(
         ["--namesrv", broker.namesrv_addr, "--topic", topic, "--group", group, "--timers", "",
          "--recall", RECALL_DELAY_MS, "--timeout-ms", 60000],

@@ -54,6 +54,8 @@ async def one_queue_topic(cluster, prefix: str) -> str:
 
 async def test_recall_message_cancels_a_pending_timer_and_refuses_as_apaches_proxy(cluster, stub):
     topic = await one_queue_topic(cluster, "GRecall")
+    async with AdminClient(namesrv_addr=cluster.namesrv_addr) as admin:  # off by default, as Apache 5.3.2
+        await admin.update_broker_config(cluster.broker.address, {"recallMessageEnable": "true"})
     due = int(time.time() * 1000) + 2500
     async with Producer("grpc-recall", namesrv_addr=cluster.namesrv_addr) as producer:
         doomed = await producer.send(Message(topic, b"recalled", properties={"TIMER_DELIVER_MS": str(due)}))
@@ -92,7 +94,7 @@ async def test_recall_message_of_another_brokers_timer_is_relayed_to_that_broker
     """Apache's proxy sends a recall to the broker the handle names; FerryMQ's endpoint, on one
     broker, relays it to the other over remoting."""
     a = await InProcessCluster(tmp_path / "a", settings={"grpcListenPort": 0}).start()
-    b = InProcessCluster(tmp_path / "b", settings={"brokerName": "broker-b"})
+    b = InProcessCluster(tmp_path / "b", settings={"brokerName": "broker-b", "recallMessageEnable": "true"})
     b.namesrv = a.namesrv
     try:
         await b.start_broker()

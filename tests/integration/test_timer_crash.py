@@ -80,7 +80,7 @@ async def test_a_recalled_timer_stays_recalled_across_kill_9(standalone_process,
     """The recall marker is a CommitLog record: after kill -9 and restart (recovery re-dispatches
     what the timer files had not synced) the recalled timer still does not fire; its neighbour,
     due in the same second, does (docs/timers.md#recall)."""
-    proc = await asyncio.to_thread(standalone_process, tmp_path / "store")
+    proc = await asyncio.to_thread(standalone_process, tmp_path / "store", ["recallMessageEnable=true"])
     async with AdminClient(namesrv_addr=proc.namesrv_addr) as admin:
         await admin.create_topic("TimedRecall", read_queues=1, write_queues=1, broker_addr=proc.broker_addr)
     mq = MessageQueue("TimedRecall", "broker-a", 0)
