@@ -104,6 +104,11 @@ class Peer:
         return cls(real or (host.strip("[]") or "0.0.0.0", port), {})
 
 
+def no_pop(call: str) -> str:
+    """Why a consumer call is refused on a broker without its POP service (names the call)."""
+    return f"{call} is not available: this broker has no POP service"
+
+
 def metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
@@ -367,7 +372,7 @@ class MessagingService(rpc.MessagingServiceServicer):
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest, context) -> AsyncIterator[spb.ReceiveMessageResponse]:
         if self.pop is None:
-            yield spb.ReceiveMessageResponse(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
+            yield spb.ReceiveMessageResponse(status=status(Code.NOT_IMPLEMENTED, no_pop("ReceiveMessage")))
             return
         group, topic = request.group.name, request.message_queue.topic.name
         error = validate_group(group)
@@ -433,7 +438,7 @@ class MessagingService(rpc.MessagingServiceServicer):
 
     async def AckMessage(self, request: spb.AckMessageRequest, context) -> spb.AckMessageResponse:
         if self.pop is None:
-            return spb.AckMessageResponse(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
+            return spb.AckMessageResponse(status=status(Code.NOT_IMPLEMENTED, no_pop("AckMessage")))
         if not request.entries:
             return spb.AckMessageResponse(status=status(Code.BAD_REQUEST, "no entry to acknowledge"))
         group, topic = request.group.name, request.topic.name
@@ -453,7 +458,7 @@ class MessagingService(rpc.MessagingServiceServicer):
                                       context) -> spb.ChangeInvisibleDurationResponse:
         if self.pop is None:
             return spb.ChangeInvisibleDurationResponse(status=status(Code.NOT_IMPLEMENTED,
-                                                                     "POP consumption is not available"))
+                                                                     no_pop("ChangeInvisibleDuration")))
         denied = self._denied(context, topic=request.topic.name, group=request.group.name)
         if denied:
             return spb.ChangeInvisibleDurationResponse(status=denied)
@@ -472,7 +477,7 @@ class MessagingService(rpc.MessagingServiceServicer):
                                               context) -> spb.ForwardMessageToDeadLetterQueueResponse:
         reply = spb.ForwardMessageToDeadLetterQueueResponse
         if self.pop is None:
-            return reply(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
+            return reply(status=status(Code.NOT_IMPLEMENTED, no_pop("ForwardMessageToDeadLetterQueue")))
         denied = self._denied(context, topic=request.topic.name, group=request.group.name)
         if denied:
             return reply(status=denied)
