@@ -345,9 +345,11 @@ def _tag_roll_image() -> None:
 
 def outage(inj: Injection, history: History, end: float) -> float | None:
     """From the injection to the first SEND_OK of an attempt started after the last failed one
-    (by its answer) among the attempts started during this fault; with no failure, to the first
-    SEND_OK of an attempt started after the injection. None: none acknowledged before ``end``."""
-    during = [s for s in history.sends if inj.injected <= s.t0 < end]
+    (by its answer) among the attempts started during this fault and answered before ``end`` (an
+    attempt still waiting when the next fault is injected may fail of that one); with no failure,
+    to the first SEND_OK of an attempt started after the injection. None: none acknowledged
+    before ``end``."""
+    during = [s for s in history.sends if inj.injected <= s.t0 and s.t1 < end]
     failed = [s.t1 for s in during if not s.acked]
     since = max(failed) if failed else inj.injected
     acks = [s.t1 for s in during if s.acked and s.t0 >= since]
@@ -551,7 +553,7 @@ def test_node_faults_lose_no_acknowledged_message(ns):
     for i, inj in enumerate(injections):
         end = injections[i + 1].injected if i + 1 < len(injections) else run_end
         out = outage(inj, history, end)
-        failed = sum(1 for s in history.sends if inj.injected <= s.t0 < end and not s.acked)
+        failed = sum(1 for s in history.sends if inj.injected <= s.t0 and s.t1 < end and not s.acked)
         if out is not None:
             outages.setdefault(inj.kind, []).append(out)
         lines.append({"kind": inj.kind, "node": inj.node, "master": inj.master_pod, "held_s": round(inj.held, 1),

@@ -40,6 +40,7 @@ from ferrymq.broker.processors.send import SendProcessor
 from ferrymq.broker.processors.transaction import EndTransactionProcessor
 from ferrymq.broker.online_clients import GrpcClientTable, OnlineClients, OnlineClientsCollector
 from ferrymq.broker.pop.metrics import PopCollector
+from ferrymq.broker.timer_metrics import register_timer_metrics
 from ferrymq.broker.pop.service import PopService
 from ferrymq.broker.protection import ConsumeProtection
 from ferrymq.broker.recall import RecallService
@@ -166,6 +167,7 @@ class Broker:
         self.topics.on_change = self._on_topics_changed
         self.metrics_registry, self.flush_latency = broker_registry(self.ctx, lambda: len(self.server.connections))
         self.metrics_registry.register(PopCollector(config, self.pop))
+        register_timer_metrics(self.metrics_registry, config, self.timers, self.store.pending_timers)
         self.metrics_registry.register(OnlineClientsCollector(config.broker_cluster_name, config.broker_name,
                                                               self.online_clients))
         self.metrics_registry.register(ReplicationCollector(config, self.replication_lag))

@@ -45,7 +45,8 @@ def replication_entries(status: dict) -> dict[str, str]:
     DefaultMessageStore.slaveFallBehindMuch). The ``ferrymqHa*`` keys are FerryMQ's own:
     ``ferrymqHaRole`` (brokerRole); on a master ``ferrymqHaSlaves``, a JSON list with one
     {"address", "ackedOffset", "lagBytes", "lagSeconds"} per connected slave (address: where
-    the master sees it connect from); on a slave ``ferrymqHaMasterAddress``,
+    the master sees it connect from; with failover also "inSync": whether the slave is in the
+    controller's committed in-sync set, i.e. could be promoted); on a slave ``ferrymqHaMasterAddress``,
     ``ferrymqHaConnected`` and ``ferrymqHaLagBytes`` (behind the master's last transfer); with
     failover ``ferrymqHaEpoch`` and ``ferrymqHaIdentity`` (the brokerId the broker was configured
     with: which member of the group it is, while the id it registers under follows its role)."""

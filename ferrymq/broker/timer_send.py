@@ -52,10 +52,21 @@ def deliver_time(props: dict[str, str], now_ms: int) -> int | None:
         return None
 
 
+def max_delay_ms(config: StoreConfig) -> int:
+    """How far ahead a timer may be (``timerMaxDelaySec``)."""
+    return config.timer_max_delay_sec * 1000
+
+
+def beyond_max_delay(due_ms: int, now_ms: int, config: StoreConfig) -> bool:
+    """A delivery time too far ahead to be timed: refused (over remoting by ``divert_to_timer``,
+    over gRPC before the send, with the proxy's own status)."""
+    return due_ms - now_ms > max_delay_ms(config)
+
+
 def illegal(config: StoreConfig) -> TimerRefusal:
     """Apache 5.3's answer to WHEEL_TIMER_MSG_ILLEGAL, word for word."""
     return TimerRefusal(ResponseCode.MESSAGE_ILLEGAL, "timer message illegal, the delay time should not be bigger than "
-                        f"the max delay {config.timer_max_delay_sec * 1000}ms; or if set del msg, the delay time "
+                        f"the max delay {max_delay_ms(config)}ms; or if set del msg, the delay time "
                         "should be bigger than the current time")
 
 
@@ -73,7 +84,7 @@ def divert_to_timer(msg: MessageExt, config: StoreConfig, now_ms: int) -> TimerR
         if Prop.TIMER_DEL_UNIQKEY in msg.properties:  # a recall marker for a time gone (Apache: illegal)
             return illegal(config)
         return None  # due already: stored in its own topic at once
-    if due - now_ms > config.timer_max_delay_sec * 1000:
+    if beyond_max_delay(due, now_ms, config):
         return illegal(config)
     msg.properties[Prop.TIMER_OUT_MS] = str(due)
     msg.properties[Prop.REAL_TOPIC] = msg.topic

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.recall import is_recall_marker, is_recalled
@@ -40,6 +40,7 @@ class TimerService:
         self.fired = 0  # messages delivered
         self.rolled = 0  # records of a later round stored again under the timer topic
         self.recalled = 0  # messages not delivered: a recall marker named them
+        self.on_late: Callable[[float], None] | None = None  # seconds late of each fired message (metrics)
         self._arrived = asyncio.Event()
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int, msgs: Sequence[MessageExt]) -> None:
@@ -105,8 +106,9 @@ class TimerService:
                     continue  # unflagged (written before the TimerLog had flags)
                 if is_recalled(msg, recalled):
                     self.recalled += 1
+                    self._uncount(msg, record)
                     continue
-            while not await self._deliver(msg, roll):
+            while not await self._deliver(record, msg, roll):
                 await asyncio.sleep(RETRY_AFTER_FAILED_PUT)
 
     async def _read(self, record: TimerRecord) -> MessageExt | None:
@@ -121,7 +123,7 @@ class TimerService:
             log.error("timer message at CommitLog offset %d is unreadable (%s); skipped", record.phys, e)
             return None
 
-    async def _deliver(self, msg: MessageExt, roll: bool) -> bool:
+    async def _deliver(self, record: TimerRecord, msg: MessageExt, roll: bool) -> bool:
         """Store one timer's message where it goes (``roll``: again under the timer topic, for a
         later round); False if the store refused it (retry)."""
         if roll:
@@ -133,6 +135,7 @@ class TimerService:
         else:
             out = copy_to_real_destination(msg, self.ctx.store_host, TIMER_PROPS)
             if out is None:
+                self._uncount(msg, record)
                 return True
         result = await self.ctx.store.put_message(out)
         if not result.ok:
@@ -140,7 +143,18 @@ class TimerService:
                         msg.properties.get(Prop.UNIQ_KEY), out.topic, result.remark or result.status.name,
                         RETRY_AFTER_FAILED_PUT)
             return False
+        if not record.flags & RECALL_MARKER:  # a marker is not counted as waiting
+            self._uncount(msg, record, fired=out.topic != TIMER_TOPIC)
         if out.topic != TIMER_TOPIC:
             self.fired += 1
+            late = max(0, now_ms() - record.deliver_ms)
+            if self.on_late is not None:
+                self.on_late(late / 1000)
             self.ctx.stats.record_put(out.topic, 1, result.wrote_bytes)
         return True
+
+    def _uncount(self, msg: MessageExt, record: TimerRecord, *, fired: bool = True) -> None:
+        """The timer no longer waits: fired, skipped, or stored again (counted anew when indexed)."""
+        pending = self.ctx.store.pending_timers
+        if pending is not None:
+            pending.remove(msg.properties.get(Prop.REAL_TOPIC, ""), record.deliver_ms, fired=fired)

@@ -1,10 +1,12 @@
 """``ferrymq admin cluster|broker ...``: what mqadmin's clusterList, brokerStatus and
-getBrokerConfig/updateBrokerConfig do."""
+getBrokerConfig/updateBrokerConfig do, and the timers waiting on a broker."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import time
 
 from ferrymq.cli.client_commands import add_namesrv, client_config
 from ferrymq.cli.output import emit_json, table
@@ -83,6 +85,27 @@ async def run_broker_status(args: argparse.Namespace) -> int:
     return 0
 
 
+async def run_broker_timers(args: argparse.Namespace) -> int:
+    async with AdminClient(config=client_config(args)) as admin:
+        metrics = await admin.timer_metrics(args.broker)
+    now = time.time() * 1000
+    rows = [{"topic": topic, "pending": m.count, "earliestDueMs": m.earliest_due_ms}
+            for topic, m in sorted(metrics.timing_count.items())]
+    if args.json:
+        emit_json({"broker": args.broker, "topics": rows})
+    elif not rows:
+        print(f"no timers pending on {args.broker}")
+    else:
+        print(table(["topic", "pending", "earliest due (UTC)", "due in"],
+                    [[r["topic"], r["pending"], due_text(r["earliestDueMs"]), f"{max(0.0, (r['earliestDueMs'] - now) / 1000):.0f} s"]
+                     for r in rows]))
+    return 0
+
+
+def due_text(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
 async def run_broker_config_get(args: argparse.Namespace) -> int:
     async with AdminClient(config=client_config(args)) as admin:
         config = await admin.broker_config(args.broker)
@@ -115,6 +138,10 @@ def register_admin(admin: argparse._SubParsersAction) -> None:
     add_namesrv(p)
     p.add_argument("-b", "--broker", required=True, help="broker address host:port")
     p.set_defaults(run=run_broker_status)
+    p = broker.add_parser("timers", help="timer messages waiting per topic: how many, the first due (RocketMQ 5 GET_TIMER_METRICS)")
+    add_namesrv(p)
+    p.add_argument("-b", "--broker", required=True, help="broker address host:port")
+    p.set_defaults(run=run_broker_timers)
     p = broker.add_parser("config", help="show a broker's configuration (mqadmin getBrokerConfig)")
     add_namesrv(p)
     p.add_argument("-b", "--broker", required=True, help="broker address host:port")

@@ -23,6 +23,7 @@ from ferrymq.common.protocol import (
     TopicList,
     TopicRouteData,
 )
+from ferrymq.common.timer_metrics import TimerMetrics
 from ferrymq.common.validators import validate_group, validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -83,6 +84,11 @@ class AdminClient:
     async def broker_runtime_info(self, broker_addr: str) -> dict[str, str]:
         response = _ok(await self.instance.invoke_broker(broker_addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)))
         return KVTable.from_json(response.body or b"{}").table
+
+    async def timer_metrics(self, broker_addr: str) -> TimerMetrics:
+        """Timers waiting on one broker, per real topic (GET_TIMER_METRICS)."""
+        response = _ok(await self.instance.invoke_broker(broker_addr, RemotingCommand.request(RequestCode.GET_TIMER_METRICS)))
+        return TimerMetrics.from_json(response.body or b"{}")
 
     # ------------------------------------------------------------------ topics
 

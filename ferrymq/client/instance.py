@@ -4,6 +4,7 @@ connections and heartbeats. One instance per client object (RocketMQ's MQClientI
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
@@ -13,7 +14,7 @@ from typing import Callable
 
 from ferrymq.acl.signature import sign_request
 from ferrymq.client.config import ClientConfig
-from ferrymq.client.errors import MQBrokerError, MQClientError
+from ferrymq.client.errors import BrokerUnreachableError, MQBrokerError, MQClientError, NoRouteError
 from ferrymq.common.address_lookup import changed_namesrv_addr
 from ferrymq.common.tasks import TaskSet
 from ferrymq.common.protocol import (
@@ -49,6 +50,8 @@ class ClientInstance:
         self._namesrv_index = random.randrange(1 << 16)
         self._tasks = TaskSet("client instance", log)
         self._refreshing: set[str] = set()
+        self._route_queries: dict[str, asyncio.Future] = {}  # topic -> the name-server query under way
+        self._route_read = asyncio.Event()  # set (and replaced) whenever a route was read
         # Connect back-off: after a failed connect, calls to that address fail fast until
         # this time, doubling up to 30 s, so a dead broker is not hammered.
         self._down_until: dict[str, float] = {}
@@ -106,14 +109,19 @@ class ClientInstance:
     async def invoke_broker(self, addr: str, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
         down_until = self._down_until.get(addr, 0.0)
         if down_until > time.monotonic():
-            raise MQClientError(f"broker {addr} was unreachable; next attempt in {down_until - time.monotonic():.1f}s")
+            raise BrokerUnreachableError(f"broker {addr} was unreachable; next attempt in "
+                                         f"{down_until - time.monotonic():.1f}s")
+        started = time.monotonic()
         try:
             response = await self.remoting.invoke(addr, request, timeout or self.config.api_timeout)
         except RemotingConnectionError as e:
-            backoff = min(self._down_backoff.get(addr, 0.25) * 2, 30.0)
-            self._down_backoff[addr] = backoff
-            self._down_until[addr] = time.monotonic() + backoff
-            raise MQClientError(f"broker {addr}: {e}") from e
+            # Calls that were under way together fail together: one failure doubles the back-off,
+            # not each of them (ten sends at a broker restarting must not push it to 30 s).
+            if self._down_until.get(addr, 0.0) <= started:
+                backoff = min(self._down_backoff.get(addr, 0.25) * 2, 30.0)
+                self._down_backoff[addr] = backoff
+                self._down_until[addr] = time.monotonic() + backoff
+            raise BrokerUnreachableError(f"broker {addr}: {e}") from e
         except (RemotingError, OSError) as e:
             raise MQClientError(f"broker {addr}: {e}") from e
         self._down_until.pop(addr, None)
@@ -140,7 +148,30 @@ class ClientInstance:
         self.routes[topic] = route
         for broker in route.broker_datas:
             self.broker_addrs[broker.broker_name] = dict(broker.broker_addrs)
+        read, self._route_read = self._route_read, asyncio.Event()
+        read.set()
         return route
+
+    async def refresh_route(self, topic: str) -> TopicRouteData | None:
+        """Read a topic's route from a name server now; callers at the same moment share one query."""
+        query = self._route_queries.get(topic)
+        if query is None:
+            query = self._route_queries[topic] = asyncio.ensure_future(self.fetch_route(topic))
+            query.add_done_callback(partial(self._route_query_done, topic))
+        return await asyncio.shield(query)
+
+    def _route_query_done(self, topic: str, query: asyncio.Future) -> None:
+        self._route_queries.pop(topic, None)
+        if not query.cancelled():
+            query.exception()  # retrieved: every caller that still waits gets it from the shield
+
+    async def route_read(self, timeout: float) -> bool:
+        """Wait until some route is read from a name server (by anyone), at most ``timeout`` s."""
+        try:
+            await asyncio.wait_for(self._route_read.wait(), max(0.0, timeout))
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     async def route(self, topic: str, *, refresh: bool = False) -> TopicRouteData | None:
         if refresh or topic not in self.routes:
@@ -180,7 +211,7 @@ class ClientInstance:
             await self.fetch_route(topic)
             addr = self.broker_addr(broker_name)
         if addr is None:
-            raise MQClientError(f"broker {broker_name} is not in any known route")
+            raise NoRouteError(f"broker {broker_name} is not in any known route" + (f" (topic {topic})" if topic else ""))
         return addr
 
     # ------------------------------------------------------------------ heartbeats

@@ -5,12 +5,19 @@ retried on the next queue, preferably on another broker (RocketMQ's retryTimesWh
 A send to a queue the caller chose is retried only when its broker answered SYSTEM_BUSY
 (admission control: nothing was stored), after a short backoff, as RocketMQ 5's clients
 back off on TOO_MANY_REQUESTS.
+A send that finds no writable queue for its topic, or whose broker cannot be reached with no
+other broker to try (the master killed and a slave not yet promoted, a broker restarting),
+waits for the route to change until its send timeout instead of failing at once: it asks the
+name server again with a growing back-off, waking early when any route is read meanwhile.
+Such rounds do not count against retryTimesWhenSendFailed; after the timeout the error names
+the topic (docs/failover.md).
 Each message gets a client-generated UNIQ_KEY, the id users see as ``msg_id``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import itertools
 import logging
@@ -20,7 +27,7 @@ from typing import Callable, Sequence
 
 from ferrymq.client.broker_faults import BrokerFaults
 from ferrymq.client.config import ClientConfig
-from ferrymq.client.errors import MQBrokerError, MQClientError
+from ferrymq.client.errors import BrokerUnreachableError, MQBrokerError, MQClientError, NoRouteError
 from ferrymq.client.instance import ClientInstance
 from ferrymq.client.request_reply import PendingRequests, is_reply
 from ferrymq.common.message import Message, MessageExt, Prop, encode_batch_body, encode_properties
@@ -30,6 +37,7 @@ from ferrymq.common.recall_handle import INVALID_HANDLE, RecallHandle
 from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.errors import RemotingError
 from ferrymq.remoting.headers import RecallMessageHeader, RecallMessageResponseHeader, SendMessageResponseHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
 
@@ -37,6 +45,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 BUSY_BACKOFF = 0.05  # s before a pinned send retries a busy broker; doubles per attempt
+# s before a send with no usable route asks the name server again; doubles up to the maximum
+ROUTE_BACKOFF, ROUTE_BACKOFF_MAX = 0.05, 1.0
 
 # Codes after which a sync send tries another queue (RocketMQ's retryResponseCodes).
 # SYSTEM_BUSY too: a broker shedding load is avoided for a while and another one tried.
@@ -253,7 +263,7 @@ class Producer:
             # Unknown topic: send through the default topic's brokers; they create it.
             default = await self.instance.default_topic_route()
             if default is None or not default.publish_queues(DEFAULT_TOPIC):
-                raise MQClientError(f"no route for topic {topic} and no default topic {DEFAULT_TOPIC} to create it from")
+                raise NoRouteError(f"no route for topic {topic} and no default topic {DEFAULT_TOPIC} to create it from")
             default = TopicRouteData.from_dict(default.to_dict())  # the cached route stays intact
             for q in default.queue_datas:
                 q.read_queue_nums = q.write_queue_nums = min(self.default_topic_queue_nums, q.write_queue_nums)
@@ -267,7 +277,7 @@ class Producer:
         brokers that failed recently; if all are avoided, the one that recovers first."""
         queues = self._publish_queues(route, topic)
         if not queues:
-            raise MQClientError(f"topic {topic} has no writable queue")
+            raise NoRouteError(f"topic {topic} has no writable queue")
         start = next(self._counter)
         ordered = [queues[(start + i) % len(queues)] for i in range(len(queues))]
         for mq in ordered:
@@ -281,10 +291,14 @@ class Producer:
     async def _send_with_retry(self, topic: str, queue: MessageQueue | None,
                                make_request: Callable[[MessageQueue], RemotingCommand], timeout: float | None,
                                msg_id: str) -> SendResult:
-        deadline = time.monotonic() + (timeout or self.send_timeout)
+        send_timeout = timeout or self.send_timeout
+        deadline = time.monotonic() + send_timeout
         last_broker: str | None = None
         last_error: Exception | None = None
-        for attempt in range(1 + self.retry_times):
+        route: TopicRouteData | None = None
+        attempt = 0
+        backoff = ROUTE_BACKOFF
+        while attempt <= self.retry_times:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -296,7 +310,23 @@ class Producer:
                 started = time.monotonic()
                 response = await self.instance.invoke_broker(addr, make_request(mq), remaining)
                 self.faults.record(mq.broker_name, time.monotonic() - started, failed=False)
+            except (NoRouteError, BrokerUnreachableError) as e:
+                # Nothing reached a broker. Another broker, if one is up, is tried at once (an
+                # attempt, as before); else the send waits for the route to change.
+                last_error = e
+                unreachable = isinstance(e, BrokerUnreachableError)
+                if unreachable and last_broker is not None:
+                    self.faults.record(last_broker, 0.0, failed=True)
+                if queue is not None:
+                    break
+                if unreachable and attempt < self.retry_times and self._other_broker_up(route, topic, last_broker):
+                    attempt += 1
+                    continue
+                await self._await_route(topic, backoff, deadline)
+                backoff = min(backoff * 2, ROUTE_BACKOFF_MAX)
+                continue
             except MQClientError as e:
+                attempt += 1
                 last_error = e
                 if last_broker is not None:
                     self.faults.record(last_broker, 0.0, failed=True)
@@ -305,13 +335,15 @@ class Producer:
                     break
                 continue
             if response.code in RETRY_CODES:
+                attempt += 1
                 last_error = MQBrokerError(response.code, response.remark)
                 if queue is not None and response.code != ResponseCode.SYSTEM_BUSY:
                     break
                 if response.code == ResponseCode.SYSTEM_BUSY:
                     self.faults.record(mq.broker_name, 0.0, failed=True)
                     if queue is not None:  # the same broker again: give it a moment
-                        await asyncio.sleep(min(BUSY_BACKOFF * 2 ** attempt, max(0.0, deadline - time.monotonic())))
+                        await asyncio.sleep(min(BUSY_BACKOFF * 2 ** (attempt - 1),
+                                                max(0.0, deadline - time.monotonic())))
                 if response.code in (ResponseCode.NO_PERMISSION, ResponseCode.SERVICE_NOT_AVAILABLE):
                     # A read-only (draining) broker, or one that takes no sends now (a slave, a master
                     # replaced by failover): its route has changed or is about to, learn it now.
@@ -325,4 +357,25 @@ class Producer:
             queue_id = mq.queue_id if answer.queue_id is None else answer.queue_id
             return SendResult(SendStatus(response.code), msg_id, answer.msg_id, MessageQueue(topic, mq.broker_name, queue_id),
                               -1 if answer.queue_offset is None else answer.queue_offset, answer.recall_handle)
+        if isinstance(last_error, BrokerUnreachableError):
+            raise BrokerUnreachableError(f"send to {topic}: no reachable master within {send_timeout:g} s; "
+                                         f"last: {last_error}") from last_error
         raise last_error or MQClientError(f"send to {topic} timed out")
+
+    def _other_broker_up(self, route: TopicRouteData | None, topic: str, failed_broker: str | None) -> bool:
+        """Some writable queue of ``route`` is on another broker not avoided for a failure."""
+        return route is not None and any(mq.broker_name != failed_broker and self.faults.available(mq.broker_name)
+                                         for mq in self._publish_queues(route, topic))
+
+    async def _await_route(self, topic: str, delay: float, deadline: float) -> None:
+        """Wait ``delay`` s (never past ``deadline``) for the route to change: woken early when
+        any route is read meanwhile (another send's query, the periodic refresh), else ask the
+        name server again, for the topic and, when it has no writable queue, the default topic
+        it would be created from."""
+        if await self.instance.route_read(min(delay, deadline - time.monotonic())):
+            return
+        with contextlib.suppress(MQClientError, RemotingError, asyncio.TimeoutError):
+            route = await asyncio.wait_for(self.instance.refresh_route(topic), max(0.0, deadline - time.monotonic()))
+            if route is None or not route.publish_queues(topic):
+                await asyncio.wait_for(self.instance.refresh_route(DEFAULT_TOPIC),
+                                       max(0.0, deadline - time.monotonic()))

@@ -6,6 +6,7 @@ a dataclass with fastjson-compatible JSON through :class:`JsonModel`.
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass, field
 
@@ -78,6 +79,42 @@ class DataVersion(JsonModel):
     def same(self, other: "DataVersion | None") -> bool:
         return (other is not None and other.timestamp == self.timestamp and other.counter == self.counter
                 and other.state_version == self.state_version)
+
+
+_TIMER_CHECKPOINT = struct.Struct(">7q")
+
+
+@dataclass
+class TimerCheckpointBody:
+    """GET_TIMER_CHECK_POINT's answer (docs/timers.md#slaves): Apache 5's 56-byte binary timer
+    checkpoint, big-endian, not JSON. ``last_read_time_ms`` is the fired-up-to time;
+    ``last_timer_log_flush_pos`` the synced TimerLog position; both queue offsets count the
+    timer topic's records indexed (FerryMQ indexes every stored one); then the data version."""
+
+    last_read_time_ms: int = 0
+    last_timer_log_flush_pos: int = 0
+    last_timer_queue_offset: int = 0
+    master_timer_queue_offset: int = 0
+    data_version: DataVersion = field(default_factory=DataVersion)
+
+    def encode(self) -> bytes:
+        v = self.data_version
+        return _TIMER_CHECKPOINT.pack(self.last_read_time_ms, self.last_timer_log_flush_pos,
+                                      self.last_timer_queue_offset, self.master_timer_queue_offset,
+                                      v.state_version, v.timestamp, v.counter)
+
+    @classmethod
+    def decode(cls, data: bytes) -> "TimerCheckpointBody":
+        """Apache's older form (32 bytes, no data version) is read too; anything else is refused."""
+        if len(data) == _TIMER_CHECKPOINT.size:
+            values = _TIMER_CHECKPOINT.unpack(data)
+        elif len(data) == 32:
+            values = struct.unpack(">4q", data) + (0, 0, 0)
+        else:
+            raise ValueError(f"a timer checkpoint body is 56 (or 32) bytes, got {len(data)}")
+        read_ms, flush_pos, queue_offset, master_offset, state_version, timestamp, counter = values
+        return cls(read_ms, flush_pos, queue_offset, master_offset,
+                   DataVersion(timestamp=timestamp, counter=counter, state_version=state_version))
 
 
 @dataclass

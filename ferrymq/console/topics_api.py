@@ -1,5 +1,5 @@
 """``/api/clusters/{cluster}/topics``: list (with kind filters), detail (route and per-queue
-offsets), create or update, delete, and send a test message."""
+offsets, timer messages waiting), create or update, delete, and send a test message."""
 
 from __future__ import annotations
 
@@ -41,6 +41,21 @@ async def route_shows(admin, topic: str, read: int, write: int) -> bool:
         await asyncio.sleep(0.1)
 
 
+async def pending_timers(admin, addrs: list[str], topic: str) -> dict:
+    """Timer messages waiting for ``topic`` on its brokers (docs/timers.md#operator-views): how
+    many and the first due (None: none waits). A broker without timers counts none."""
+    pending, earliest = 0, None
+    for addr in addrs:
+        try:
+            metric = (await admin.timer_metrics(addr)).timing_count.get(topic)
+        except MQClientError:
+            continue  # timerWheelEnable=false there
+        if metric is not None and metric.count:
+            pending += metric.count
+            earliest = metric.earliest_due_ms if earliest is None else min(earliest, metric.earliest_due_ms)
+    return {"pending": pending, "earliestDueMs": earliest}
+
+
 class TopicsApi:
     def __init__(self, connections: Connections) -> None:
         self.connections = connections
@@ -80,12 +95,14 @@ class TopicsApi:
         route = await admin.topic_route(topic)
         addrs = {b.broker_name: b.master_addr() for b in route.broker_datas}
         queues = await admin.topic_stats(topic)
+        timers = await pending_timers(admin, [a for a in addrs.values() if a], topic)
         return web.json_response({
             "topic": topic, "kind": topic_kind(topic, await cluster_and_broker_names(admin)),
             "route": [{"brokerName": q.broker_name, "address": addrs.get(q.broker_name), "readQueues": q.read_queue_nums,
                        "writeQueues": q.write_queue_nums, "perm": Perm.describe(q.perm)} for q in route.queue_datas],
             "queues": queues,
-            "messages": sum(max(0, q["maxOffset"] - q["minOffset"]) for q in queues)})
+            "messages": sum(max(0, q["maxOffset"] - q["minOffset"]) for q in queues),
+            "timers": timers})
 
     async def upsert_topic(self, request: web.Request) -> web.Response:
         admin = self.connections.get(request.match_info["cluster"]).admin

@@ -254,7 +254,8 @@ class Controller:
         nobody is told of a change before this returns. A replica behind a Lease writes only
         while it leads; when a write fails or loses its compare-and-swap, its state may differ
         from the stored one: it steps down (dropping the state, read again on its next term)
-        and the error goes to the caller."""
+        and the error goes to the caller. The single controller (file state) keeps leading: the
+        caller undoes its change (``_save_or_undo``), so memory stays what the file holds."""
         data = self._render()
         if data == self._saved:
             return
@@ -268,8 +269,24 @@ class Controller:
                 self.elector.step_down()
                 raise
         else:
-            await self.store.save(data)
+            try:
+                await self.store.save(data)
+            except StateStoreError as exc:
+                log.error("controller %s: state not written (%s); the change is undone and the request refused",
+                          self.advertised_address, exc)
+                raise
         self._saved = data
+
+    async def _save_or_undo(self, group: Group, before: tuple) -> str | None:
+        """Write the change a request made to ``group`` (``before`` = ``group.decisions()`` as
+        it was); when it cannot be written, put the group back and say why, for an error answer
+        (the broker asks again at its next round). Callers hold ``_lock``."""
+        try:
+            await self._save()
+        except StateStoreError as exc:
+            group.undo(before)
+            return f"controller state not written ({exc}): nothing changed, ask again"
+        return None
 
     # ------------------------------------------------------------------ requests
 
@@ -288,9 +305,12 @@ class Controller:
             if not group.history and group.pending is None:
                 if seen.broker_id != 0:
                     return self._answer(req, WAIT, 0)
+                before = group.decisions()
                 group.new_term(first_master(seen))
                 record = group.current
-                await self._save()
+                refusal = await self._save_or_undo(group, before)
+                if refusal is not None:
+                    return req.response(ResponseCode.SYSTEM_ERROR, remark=refusal)
                 log.info("broker group %s: broker 0 (%s) is master of epoch %d from offset %d", name, seen.addr,
                          record.epoch, record.start_offset)
             answer = heartbeat_answer(group, seen)
@@ -327,8 +347,11 @@ class Controller:
                           "promotion called off", name, broker_id, start, group.must_reach)
                 return req.response(ResponseCode.SYSTEM_ERROR, remark=f"offset {start} is short of "
                                     f"{group.must_reach}, what the old master acknowledged")
+            before = group.decisions()
             group.new_term(EpochRecord(epoch, start, broker_id))
-            await self._save()
+            refusal = await self._save_or_undo(group, before)
+            if refusal is not None:
+                return req.response(ResponseCode.SYSTEM_ERROR, remark=refusal)
             in_sync_epoch = group.in_sync_epoch
         log.warning("broker group %s: broker %d is master of epoch %d from CommitLog offset %d", name, broker_id,
                     epoch, start)
@@ -346,12 +369,15 @@ class Controller:
             if group is None:
                 return req.response(ResponseCode.SYSTEM_ERROR, remark=f"no broker group {name}")
             before = sorted(group.in_sync)
+            decided = group.decisions()
             refusal = alter_in_sync(group, broker_id, epoch, header.in_sync_epoch, members)
             if refusal is not None:
                 return req.response(ResponseCode.SYSTEM_ERROR, remark=refusal)
             # what the master acknowledged before it waited for the new members: a successor holds it
             group.must_reach = max(group.must_reach, header.confirmed_offset)
-            await self._save()
+            refusal = await self._save_or_undo(group, decided)
+            if refusal is not None:
+                return req.response(ResponseCode.SYSTEM_ERROR, remark=refusal)
             in_sync_epoch = group.in_sync_epoch
         log.warning("broker group %s: in-sync set %s with master %d (was %s), version %d", name, sorted(members),
                     broker_id, before, in_sync_epoch)
@@ -374,7 +400,12 @@ class Controller:
             await asyncio.sleep(interval)
             async with self._lock:
                 self._scan_once(time.monotonic())
-                await self._save()  # mustReach moved by the masters' reports
+                try:
+                    await self._save()  # mustReach moved by the masters' reports
+                except StateStoreError:
+                    if self.elector is not None:
+                        raise  # stepped down
+                    # the single controller keeps it (mustReach only rises) and writes it next round
 
     def _scan_once(self, now: float) -> None:
         timeout = self.timeout_s

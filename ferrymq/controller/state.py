@@ -107,6 +107,14 @@ class Group:
                    int(d.get("mustReach", 0)), frozenset(int(m) for m in d.get("inSync", [])),
                    int(d.get("inSyncEpoch", 0)))
 
+    def decisions(self) -> tuple:
+        """What a request may change here, to be put back with ``undo`` when it cannot be written."""
+        return tuple(self.history), self.must_reach, self.in_sync, self.in_sync_epoch, self.pending
+
+    def undo(self, decisions: tuple) -> None:
+        history, self.must_reach, self.in_sync, self.in_sync_epoch, self.pending = decisions
+        self.history = list(history)
+
     def new_term(self, record: EpochRecord) -> None:
         """A master's term begins: it is the in-sync set's only member until it proposes more."""
         self.history.append(record)

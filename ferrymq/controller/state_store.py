@@ -14,7 +14,7 @@ Two implementations:
 A save that may not have happened raises ``StateStoreError``; one that certainly did not because
 another writer changed the document first raises ``StateConflict``. Either way the caller's
 in-memory state may differ from the stored one; a replicated controller drops it and reads the
-store again (see Controller).
+store again, the single controller undoes the change it tried (see Controller).
 """
 
 from __future__ import annotations
@@ -55,17 +55,26 @@ class FileStateStore:
             return None
 
     async def save(self, data: str) -> None:
-        await asyncio.to_thread(write_durably, self.path, data)
+        try:
+            await asyncio.to_thread(write_durably, self.path, data)
+        except OSError as exc:  # disk full, EIO, read-only: the old document stays
+            raise StateStoreError(f"cannot write {self.description}: {exc}") from None
 
 
 def write_durably(path: Path, data: str) -> None:
-    """Temporary file, fsync, rename over ``path``, fsync the directory (blocking)."""
+    """Temporary file, fsync, rename over ``path``, fsync the directory (blocking). A write
+    that fails before the rename leaves ``path`` as it was and removes the temporary file (on a
+    full disk it holds the space the next attempt needs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "w") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     fd = os.open(path.parent, os.O_RDONLY)
     try:

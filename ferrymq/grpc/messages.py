@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from ferrymq.broker.timer_send import beyond_max_delay, max_delay_ms
 from ferrymq.common.message import MessageExt, Prop, decompress_body, encode_properties
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX
 from ferrymq.common.validators import validate_topic
 from ferrymq.grpc.protocol import Code, pb
 from ferrymq.remoting.request_headers import SendMessageHeader
+from ferrymq.store.config import StoreConfig
 
 SHARDING_KEY = "__SHARDINGKEY"  # RocketMQ 5's message group property (MessageConst.PROPERTY_SHARDING_KEY)
 TRACE_CONTEXT = "TRACE_CONTEXT"
@@ -129,16 +131,6 @@ def check_body(message: pb.Message) -> bytes:
     return body
 
 
-def delay_level_for(delay_ms: int, levels_ms: list[int]) -> int:
-    """The first delay level at least ``delay_ms`` long (FerryMQ delays by RocketMQ 4's levels:
-    a message is never delivered before its delivery time, at most one level step after)."""
-    for level, level_ms in enumerate(levels_ms, start=1):
-        if level_ms >= delay_ms:
-            return level
-    raise MessageRefused(Code.ILLEGAL_DELIVERY_TIME,
-                         f"delivery time {delay_ms} ms ahead is beyond the longest delay level ({levels_ms[-1]} ms)")
-
-
 def message_type_of(message: pb.Message) -> int:
     """The type the message's content implies (what it carries), checked against what it says."""
     system = message.system_properties
@@ -163,8 +155,21 @@ def message_type_of(message: pb.Message) -> int:
     return carried
 
 
-def outgoing(message: pb.Message, *, queue_id: int, levels_ms: list[int], now_ms: int | None = None) -> OutgoingSend:
-    """A v2 message as the send path's request; MessageRefused when it cannot be."""
+def delivery_time(message: pb.Message, store_config: StoreConfig, now_ms: int) -> int:
+    """A DELAY message's delivery time in epoch ms, to be timed by the broker's timer
+    (docs/timers.md): refused as Apache's proxy refuses it when it is further ahead than a timer
+    may be."""
+    due = timestamp_ms(message.system_properties.delivery_timestamp)
+    if beyond_max_delay(due, now_ms, store_config):
+        raise MessageRefused(Code.ILLEGAL_DELIVERY_TIME,
+                             f"the max delay time of message is too large, max is {max_delay_ms(store_config)}")
+    return due
+
+
+def outgoing(message: pb.Message, *, queue_id: int, store_config: StoreConfig,
+             now_ms: int | None = None) -> OutgoingSend:
+    """A v2 message as the send path's request; MessageRefused when it cannot be. A delivery
+    timestamp becomes TIMER_DELIVER_MS: the send path times it as it times a remoting client's."""
     if message.topic.resource_namespace:
         raise MessageRefused(Code.BAD_REQUEST, "resource namespaces are not supported by FerryMQ")
     error = validate_topic(message.topic.name)
@@ -195,9 +200,8 @@ def outgoing(message: pb.Message, *, queue_id: int, levels_ms: list[int], now_ms
     if message_type == pb.MessageType.FIFO:
         props[SHARDING_KEY] = system.message_group
     elif message_type == pb.MessageType.DELAY:
-        delay_ms = timestamp_ms(system.delivery_timestamp) - (now_ms if now_ms is not None else int(time.time() * 1000))
-        if delay_ms > 0:
-            props[Prop.DELAY] = str(delay_level_for(delay_ms, levels_ms))
+        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        props[Prop.TIMER_DELIVER_MS] = str(delivery_time(message, store_config, now))
     elif message_type == pb.MessageType.TRANSACTION:
         props[Prop.TRAN_MSG] = "true"
         props[Prop.PGROUP] = grpc_producer_group(message.topic.name)
@@ -215,7 +219,7 @@ def _stored_type(msg: MessageExt) -> int:
         return pb.MessageType.FIFO
     if msg.properties.get(Prop.TRAN_MSG, "").lower() == "true":
         return pb.MessageType.TRANSACTION
-    if msg.delay_level > 0 or msg.properties.get(Prop.REAL_TOPIC):
+    if msg.delay_level > 0 or msg.properties.get(Prop.REAL_TOPIC) or Prop.TIMER_DELIVER_MS in msg.properties:
         return pb.MessageType.DELAY
     return pb.MessageType.NORMAL
 

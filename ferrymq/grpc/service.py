@@ -311,7 +311,7 @@ class MessagingService(rpc.MessagingServiceServicer):
 
     async def _send_one(self, message: pb.Message, peer: Peer) -> spb.SendResultEntry:
         try:
-            out = outgoing(message, queue_id=self._queue_for(message), levels_ms=self.levels_ms)
+            out = outgoing(message, queue_id=self._queue_for(message), store_config=self.store_config)
         except MessageRefused as exc:
             return spb.SendResultEntry(status=status(exc.code, exc.message))
         request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, out.header.to_fields(v2=True), out.body)

@@ -70,11 +70,13 @@ class RequestCode(IntEnum):
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
     CHECK_CLIENT_CONFIG = 46
+    GET_TIMER_METRICS = 61  # RocketMQ 5: timers waiting per topic (no header; JSON body)
     UPDATE_AND_CREATE_ACL_CONFIG = 50
     DELETE_ACL_CONFIG = 51
     GET_BROKER_CLUSTER_ACL_INFO = 52
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = 53
     GET_BROKER_CLUSTER_ACL_CONFIG = 54
+    GET_TIMER_CHECK_POINT = 60  # RocketMQ 5: a slave copies its master's timer checkpoint (docs/timers.md)
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102

@@ -66,6 +66,7 @@ from ferrymq.store.replica import ReplicaAppender
 from ferrymq.store.results import AppendResult, GetResult, PutStatus, QueryMessageResult
 from ferrymq.store.retention import CleanResult
 from ferrymq.store.timer_log import TimerRecord
+from ferrymq.store.timer_pending import PendingTimers
 
 T = TypeVar("T")
 
@@ -434,6 +435,13 @@ class AsyncMessageStore:
         """The queue offset stored nearest ``timestamp`` (SEARCH_OFFSET_BY_TIMESTAMP, reset-offset)."""
         return await self._read(self.sync_store.search_offset_by_timestamp, topic, queue_id, timestamp)
 
+    @property
+    def recorded_confirm_offset(self) -> int | None:
+        return self.sync_store.recorded_confirm_offset
+
+    def limit_lookups(self, limit: int | None) -> None:
+        self.sync_store.limit_lookups(limit)
+
     async def look_message(self, phys_offset: int) -> bytes | None:
         """The raw record starting at ``phys_offset``; None if none does."""
         return await self._read(self.sync_store.look_message_by_offset, phys_offset)
@@ -442,6 +450,12 @@ class AsyncMessageStore:
     def timers_enabled(self) -> bool:
         """The store keeps a timing store (timerWheelEnable, docs/timers.md)."""
         return self.sync_store.timers is not None
+
+    @property
+    def pending_timers(self) -> PendingTimers | None:
+        """Timers waiting per real topic (in memory, safe to read on the loop); None without timers."""
+        timers = self.sync_store.timers
+        return timers.pending if timers is not None else None
 
     async def take_timers(self, now_ms: int) -> tuple[int, list[TimerRecord]] | None:
         """The next slot of timers due by ``now_ms`` (TimerStore.take), read in a reader thread."""
@@ -456,6 +470,14 @@ class AsyncMessageStore:
     async def rewind_timers(self) -> None:
         """Take again from the fired checkpoint (a master's timer service starts)."""
         await self._read(self.sync_store.timers.rewind_taken)
+
+    async def adopt_timers_fired(self, upto_ms: int) -> bool:
+        """A slave: its master fired every timer before ``upto_ms`` (forward only, persisted)."""
+        return await self._read(self.sync_store.timers.adopt_fired, upto_ms)
+
+    async def timer_checkpoint(self) -> tuple[int, int]:
+        """(fired-up-to time, synced TimerLog position) of the timing store."""
+        return await self._read(self.sync_store.timers.checkpoint)
 
     async def earliest_message_time(self) -> int:
         """Store time of the oldest record in the CommitLog; 0 when it is empty."""

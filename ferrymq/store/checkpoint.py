@@ -9,7 +9,18 @@ record is older than min(those) - 3 s, so everything before it needs no re-check
 unused (5.x keeps its flushed offset, ``masterFlushedOffset``, there); recovery does not
 depend on it, but it tells a crash test exactly which bytes a power cut could have lost.
 
-Every value written here describes data already fsynced, so the file itself need not be
+@32 holds the confirm offset of a controller-mode master (what every in-sync replica held,
+the store's visibility limit: docs/failover.md), 0 when none was set; Apache 5 keeps its
+confirmPhyOffset there. A broker restarted in controller mode serves no query or view of
+records past it until the controller has given it its role (and it has cut what the group does
+not keep). It moves forward with the acknowledgements and is written by the checkpoint's next
+write (a flush): an older value only holds back more.
+
+@40 holds a copy of the timing store's fired-up-to time (docs/timers.md#a-lost-timer-directory):
+outside ``timer/``, so a lost timer directory is rebuilt without firing again what was fired.
+0: none recorded.
+
+Every other value written here describes data already fsynced, so the file itself need not be
 fsynced together with that data: an older checkpoint only makes recovery check more.
 """
 
@@ -22,7 +33,7 @@ import threading
 from ferrymq.store.mapped_file import fdatasync
 
 CHECKPOINT_SIZE = 4096
-_LAYOUT = struct.Struct(">qqqq")
+_LAYOUT = struct.Struct(">qqqqqq")  # the four of RocketMQ 4, confirm offset @32, timers fired @40
 RECOVERY_SAFETY_MS = 3000  # RocketMQ's margin for store clocks that are not monotonic
 
 
@@ -37,7 +48,7 @@ class StoreCheckpoint:
         if os.fstat(self._fd).st_size < CHECKPOINT_SIZE:
             os.ftruncate(self._fd, CHECKPOINT_SIZE)
         (self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp,
-         self.physic_flushed_offset) = _LAYOUT.unpack(data)  # fmt: skip
+         self.physic_flushed_offset, self.confirm_offset, self.timer_fired_ms) = _LAYOUT.unpack(data)  # fmt: skip
 
     def min_timestamp(self) -> int:
         """Records stored before this are in both the CommitLog and the ConsumeQueues on disk."""
@@ -65,6 +76,19 @@ class StoreCheckpoint:
             self._write()
             fdatasync(self._fd)
 
+    def confirmed(self, offset: int) -> None:
+        """Note the confirm offset (0: none). Not written here: the caller is the event loop,
+        and a flush may hold the lock through an fsync; the checkpoint's next write (a
+        CommitLog or ConsumeQueue flush, or the close) carries it."""
+        self.confirm_offset = offset
+
+    def timers_fired(self, fired_ms: int) -> None:
+        """Copy the timing store's fired-up-to time (forward only; durable with the next fsync)."""
+        with self._lock:
+            if fired_ms > self.timer_fired_ms:
+                self.timer_fired_ms = fired_ms
+                self._write()
+
     def reset_flushed_offset(self, offset: int) -> None:
         """After recovery truncated the CommitLog below the recorded offset."""
         with self._lock:
@@ -77,6 +101,7 @@ class StoreCheckpoint:
         copied in after a truncation can carry older store times than the ones dropped)."""
         with self._lock:
             self.physic_flushed_offset = min(self.physic_flushed_offset, offset)
+            self.confirm_offset = min(self.confirm_offset, offset)
             self.physic_msg_timestamp = min(self.physic_msg_timestamp, store_timestamp)
             self.logics_msg_timestamp = min(self.logics_msg_timestamp, store_timestamp)
             self.index_msg_timestamp = min(self.index_msg_timestamp, store_timestamp)
@@ -85,7 +110,8 @@ class StoreCheckpoint:
 
     def _write(self) -> None:
         os.pwrite(self._fd, _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp,
-                                         self.index_msg_timestamp, self.physic_flushed_offset), 0)
+                                         self.index_msg_timestamp, self.physic_flushed_offset,
+                                         self.confirm_offset, self.timer_fired_ms), 0)
 
     def close(self) -> None:
         with self._lock:
@@ -99,4 +125,6 @@ def read_checkpoint(path: str) -> dict[str, int]:
     """The checkpoint's fields, for tools and tests (no store needs to be open)."""
     with open(path, "rb") as f:
         values = _LAYOUT.unpack(f.read(_LAYOUT.size))
-    return dict(zip(("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp", "physicFlushedOffset"), values))
+    names = ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp", "physicFlushedOffset",
+             "confirmPhyOffset", "timerFiredMs")
+    return dict(zip(names, values))

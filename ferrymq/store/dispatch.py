@@ -23,17 +23,17 @@ from ferrymq.store.timer_store import TimerStore
 
 
 def timer_entries(msgs: Sequence[MessageExt], sizes: Sequence[int], phys: int,
-                  markers: set[int] | None = None) -> list[tuple[int, int, int]]:
-    """(due time, CommitLog offset, size) of contiguous timer-topic records starting at ``phys``;
-    a record without a readable TIMER_OUT_MS is due at once (0). The CommitLog offsets of recall
-    markers (docs/timers.md#recall) are added to ``markers``."""
+                  markers: set[int] | None = None) -> list[tuple[int, int, int, str]]:
+    """(due time, CommitLog offset, size, real topic) of contiguous timer-topic records starting
+    at ``phys``; a record without a readable TIMER_OUT_MS is due at once (0). The CommitLog
+    offsets of recall markers (docs/timers.md#recall) are added to ``markers``."""
     out = []
     for m, size in zip(msgs, sizes):
         try:
             due = int(m.properties.get(Prop.TIMER_OUT_MS, "0"))
         except ValueError:
             due = 0
-        out.append((due, phys, size))
+        out.append((due, phys, size, m.properties.get(Prop.REAL_TOPIC, "")))
         if markers is not None and Prop.TIMER_DEL_UNIQKEY in m.properties:
             markers.add(phys)
         phys += size

@@ -244,6 +244,8 @@ class StoreFlusher:
             self.index.flush(durable=least_pages == 0)
         if self.dispatcher.timers is not None:
             self.dispatcher.timers.sync()
+            if self.checkpoint is not None:  # kept outside timer/ too (docs/timers.md#a-lost-timer-directory)
+                self.checkpoint.timers_fired(self.dispatcher.timers.checkpoint()[0])
         if least_pages == 0 and self.checkpoint is not None:
             self.checkpoint.logics_flushed(logics_ts, index_ts or logics_ts)
 

@@ -32,6 +32,7 @@ from ferrymq.common.message import (
     MessageExt,
     Prop,
     SysFlag,
+    decode_record,
     encode_properties,
     encode_records,
     place_records,
@@ -59,6 +60,7 @@ from ferrymq.store.results import (
     refused,
 )
 from ferrymq.store.retention import CleanResult, CleanService, DiskGuard
+from ferrymq.store.timer_log import TimerRecord
 from ferrymq.store.timer_store import TimerStore
 
 log = logging.getLogger(__name__)
@@ -134,6 +136,10 @@ class MessageStore:
         # Controller mode's master: records past this CommitLog offset (what every in-sync member
         # holds) are stored but not yet consumable; None: everything is (docs/failover.md).
         self._visible_limit: int | None = None
+        # Lookups (QUERY_MESSAGE, VIEW_MESSAGE_BY_ID) serve no record ending past this (None: any):
+        # a broker restarted in controller mode, until it knows what the group keeps.
+        self._lookup_limit: int | None = None
+        self._recorded_confirm = 0  # the checkpoint's confirm offset as the store opened
 
     # ------------------------------------------------------------ lifecycle
 
@@ -148,15 +154,17 @@ class MessageStore:
         self.last_exit_clean = clean
         try:
             self.checkpoint = self.flusher.checkpoint = StoreCheckpoint(self.config.checkpoint_path)
+            self._recorded_confirm = self.checkpoint.confirm_offset
             self.commit_log.load()
             self.queues.load()
             if self.index is not None:
                 self.index.load()
             if self.timers is not None:
-                self.timers.open(int(time.time() * 1000))
+                self.timers.open(int(time.time() * 1000), fired_floor_ms=self.checkpoint.timer_fired_ms)
             recovery = StoreRecovery(self.commit_log, self.queues, self.dispatcher, self.checkpoint, self.flusher,
                                      check_crc=self.config.check_crc_on_recover, abort_path=self.dir_lock.abort_path)
             self.last_recovery = recovery.run(clean)
+            self._recount_timers()
         except BaseException:
             self._close_files()
             self.dir_lock.release(clean=clean)  # an unclean past stays unclean for the next try
@@ -184,6 +192,8 @@ class MessageStore:
         if self.timers is not None:
             self.timers.close()
         if self.checkpoint is not None:
+            if self.timers is not None:
+                self.checkpoint.timers_fired(self.timers.checkpoint()[0])
             head_offset, head_ts = self.commit_log.flushed_offset, self.dispatcher.last_dispatched_ts
             self.checkpoint.commit_log_flushed(head_offset, head_ts)
             self.checkpoint.logics_flushed(head_ts, self.index.last_indexed_timestamp if self.index else head_ts)
@@ -278,8 +288,27 @@ class MessageStore:
         """Make records consumable only once they end at or before CommitLog offset ``limit``
         (a controller-mode master: what every in-sync member holds, so a consumer never reads
         a message a failover can take back); ``None`` lifts it. Takes effect for runs not yet
-        dispatched; ``dispatch_pending`` dispatches what a raised limit now covers."""
+        dispatched; ``dispatch_pending`` dispatches what a raised limit now covers. The limit
+        is the confirm offset the checkpoint keeps (written by its next flush)."""
         self._visible_limit = limit
+        if self.checkpoint is not None:
+            self.checkpoint.confirmed(limit or 0)
+
+    @property
+    def recorded_confirm_offset(self) -> int | None:
+        """The confirm offset the checkpoint held when the store opened (None: none was set)."""
+        return self._recorded_confirm or None
+
+    def limit_lookups(self, limit: int | None) -> None:
+        """Serve no record ending past CommitLog offset ``limit`` to QUERY_MESSAGE and
+        VIEW_MESSAGE_BY_ID (``None``: lift it)."""
+        self._lookup_limit = limit
+
+    def _lookup_allowed(self, phys: int, record: bytes) -> bool:
+        """Lookups follow the reads' rule: nothing past the lookup limit, nor past the
+        visibility limit (a record not every in-sync replica holds yet)."""
+        end = phys + len(record)
+        return all(limit is None or end <= limit for limit in (self._lookup_limit, self._visible_limit))
 
     @property
     def visibility_limited(self) -> bool:
@@ -423,7 +452,26 @@ class MessageStore:
             self.dispatcher.last_dispatched_ts = report.last_store_timestamp
         self.checkpoint.rewind(report.end, report.last_store_timestamp)
         self.flusher.flush_consume_queues()
+        self._recount_timers()
         return report.end
+
+    def _recount_timers(self) -> None:
+        """Pending timers per real topic, counted again from the TimerLog and the CommitLog."""
+        if self.timers is None:
+            return
+
+        def real_topic(record: TimerRecord) -> str | None:
+            data = self.commit_log.read_record(record.phys)
+            if data is None:
+                return None
+            try:
+                return decode_record(data)[0].properties.get(Prop.REAL_TOPIC, "")
+            except ValueError:
+                return None
+
+        pending = self.timers.recount(real_topic)
+        if pending:
+            log.info("%d timers pending in %d topics", pending, len(self.timers.pending.by_topic()))
 
     def transfer_data(self, offset: int, limit: int) -> bytes | None:
         """A master: up to ``limit`` CommitLog bytes from ``offset`` for a slave (within one file)."""
@@ -666,6 +714,8 @@ class MessageStore:
                 record = self.commit_log.read_record(phys)
                 if record is None:  # deleted by retention (or never written: a refused put)
                     continue
+                if not self._lookup_allowed(phys, record):
+                    continue
                 if i == 0:
                     last_query_time = record_store_timestamp(record)
                 result.records.append(record)
@@ -676,7 +726,8 @@ class MessageStore:
     def look_message_by_offset(self, phys_offset: int) -> bytes | None:
         """The raw record at ``phys_offset`` (VIEW_MESSAGE_BY_ID, send-back), None if none starts there."""
         self._check_running()
-        return self.commit_log.read_record(phys_offset)
+        record = self.commit_log.read_record(phys_offset)
+        return record if record is not None and self._lookup_allowed(phys_offset, record) else None
 
     def is_in_memory(self, phys_offset: int) -> bool:
         """Whether the record is near enough the CommitLog head to be in the page cache."""

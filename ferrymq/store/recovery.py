@@ -6,7 +6,8 @@ last file older than the checkpoint on is validated (magic code, length, field l
 CRC); the first invalid one ends the CommitLog (logged with its offset, everything after it
 dropped); ConsumeQueues and IndexFiles are trimmed to the CommitLog and records newer than
 the checkpoint are dispatched to them again in the same pass. A ConsumeQueue found missing
-older entries is rebuilt whole from the CommitLog.
+older entries is rebuilt whole from the CommitLog. A timing store that lost its directory is
+indexed again from the timer topic's ConsumeQueue (docs/timers.md#a-lost-timer-directory).
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ import time
 from typing import TYPE_CHECKING
 
 from ferrymq.common.message import MessageExt, SysFlag, decode_record, record_store_timestamp
+from ferrymq.common.protocol import TIMER_TOPIC
 from ferrymq.store.commit_log import CommitLog, RecoveryReport
-from ferrymq.store.consume_queue import ConsumeQueueGapError
-from ferrymq.store.dispatch import ConsumeQueueTable, Dispatcher
+from ferrymq.store.consume_queue import CQ_ENTRY, ConsumeQueueGapError
+from ferrymq.store.dispatch import ConsumeQueueTable, Dispatcher, timer_entries
 
 if TYPE_CHECKING:
     from ferrymq.store.checkpoint import StoreCheckpoint
     from ferrymq.store.flush import StoreFlusher
 
 log = logging.getLogger(__name__)
+
+_REBUILD_BATCH = 1024  # ConsumeQueue entries read at a time when a timing store is rebuilt
 
 
 class StoreRecovery:
@@ -88,6 +92,9 @@ class StoreRecovery:
             cq.correct_min_offset(cl.min_offset)
         cl.queue_offsets = self.queues.max_offsets()
         self.dispatcher.last_dispatched_ts = report.last_store_timestamp
+        timers = self.dispatcher.timers
+        if timers is not None and timers.lost:
+            self._rebuild_timers(end)
         if not clean:
             # What a crashed process wrote may not be on disk yet: make it so before taking new
             # writes, so the checkpoint (and every later flushed offset) tells the truth.
@@ -132,6 +139,36 @@ class StoreRecovery:
         self.queues.reset()
         index_after = self.index.indexed_end if self.index is not None else -1
         self._replay(self.commit_log.min_offset, end, index_after)
+
+    def _rebuild_timers(self, end: int) -> None:
+        """The timing store lost its directory: index every timer record the timer topic's
+        ConsumeQueue (complete by now) points at, except those fired before the loss."""
+        timers = self.dispatcher.timers
+        timers.begin_rebuild(end)
+        queue = self.queues.get(TIMER_TOPIC, 0)
+        if queue is None:
+            return
+        offset, added = queue.min_offset, 0
+        while offset < queue.max_offset:
+            raw = queue.read_entries(offset, _REBUILD_BATCH)
+            if not raw:
+                break
+            entries = [(phys, size) for phys, size, _ in CQ_ENTRY.iter_unpack(raw) if phys >= self.commit_log.min_offset]
+            offset += len(raw) // CQ_ENTRY.size
+            batch: list[tuple] = []
+            markers: set[int] = set()  # recall markers (docs/timers.md#recall)
+            for (phys, size), record in zip(entries, self.commit_log.read_many(entries)):
+                if record is None:
+                    continue  # removed by retention meanwhile
+                try:
+                    msg, _ = decode_record(record)
+                except ValueError as e:
+                    log.error("timer record at CommitLog offset %d is unreadable (%s): not indexed again", phys, e)
+                    continue
+                batch += timer_entries([msg], [size], phys, markers)
+            added += timers.add(batch, markers)
+        log.warning("the timer directory was lost: %d pending timer(s) indexed again from the CommitLog "
+                    "(fired up to %d)", added, timers.fired_ms)
 
     def _abnormal_start_index(self) -> int:
         """The last CommitLog file whose first record is older than what the checkpoint says

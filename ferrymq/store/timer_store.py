@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from ferrymq.store.mapped_file import fdatasync
 from ferrymq.store.timer_log import NO_RECORD, RECALL_MARKER, RECORD_SIZE, TimerLog, TimerRecord
+from ferrymq.store.timer_pending import PendingTimers
 from ferrymq.store.timer_wheel import EMPTY_SLOT, SLOT_SIZE, Slot, TimerWheel
 
 _CHECKPOINT = struct.Struct(">qq")  # firedUpToMs, synced TimerLog position
@@ -40,12 +41,20 @@ class TimerStore:
         self.taken_ms = 0
         self.synced_pos = 0
         self._checkpoint_dirty = False
+        self.pending = PendingTimers(precision_ms)  # per real topic (operator views)
+        self.lost = False  # opened without its checkpoint: to be rebuilt from the CommitLog
+        # A rebuild's bounds: a record below this CommitLog offset filed in a slot before
+        # ``_rebuild_floor`` was fired before the loss, and is not indexed again.
+        self._rebuild_below = 0
+        self._rebuild_floor = 0
 
     # ------------------------------------------------------------ open / close
 
-    def open(self, now_ms: int) -> None:
+    def open(self, now_ms: int, *, fired_floor_ms: int = 0) -> None:
         """Open (or create) the files and bring the wheel up to the TimerLog's last whole record.
-        A new store starts firing at ``now_ms`` rounded down."""
+        ``fired_floor_ms``: the fired-up-to time as last copied outside this directory (0: none).
+        A store without its checkpoint starts firing there, else at ``now_ms`` rounded down, and
+        is ``lost``: the caller rebuilds it (``begin_rebuild``)."""
         os.makedirs(self.directory, exist_ok=True)
         path = os.path.join(self.directory, "checkpoint")
         existed = os.path.exists(path)
@@ -53,8 +62,10 @@ class TimerStore:
         data = os.pread(self._checkpoint_fd, _CHECKPOINT.size, 0)
         if existed and len(data) == _CHECKPOINT.size:
             self.fired_ms, self.synced_pos = _CHECKPOINT.unpack(data)
+            self.fired_ms = max(self.fired_ms, fired_floor_ms)
         else:
-            self.fired_ms, self.synced_pos = self.wheel.round_down(now_ms), 0
+            self.fired_ms, self.synced_pos = fired_floor_ms or self.wheel.round_down(now_ms), 0
+            self.lost = True
         self.taken_ms = self.fired_ms
         self.log.open()
         self.wheel.open()
@@ -88,19 +99,34 @@ class TimerStore:
         last = self.log.last()
         return last.phys + last.size if last is not None else 0
 
-    def add(self, timers: Sequence[tuple[int, int, int]], markers: Collection[int] = ()) -> int:
-        """Index timer records ``(deliver_ms, commitlog_offset, size)`` in CommitLog order. Records
-        already indexed (below ``dispatched_phys_end``: a re-dispatch) are skipped. ``markers``: the
-        CommitLog offsets of those that are recall markers (flagged RECALL_MARKER). Returns how many
-        were added."""
+    def begin_rebuild(self, commit_log_end: int) -> None:
+        """A lost store is indexed again from every timer record the CommitLog holds (they follow
+        through ``add``): forget what a re-dispatch put here already, and skip the records before
+        ``commit_log_end`` whose slot was fired before the loss (docs/timers.md#a-lost-timer-directory)."""
+        self.truncate_phys(0)
+        with self._lock:
+            self._rebuild_below, self._rebuild_floor = commit_log_end, self.fired_ms
+            self.lost = False
+
+    def add(self, timers: Sequence[tuple], markers: Collection[int] = ()) -> int:
+        """Index timer records ``(deliver_ms, commitlog_offset, size[, real_topic])`` in CommitLog
+        order, counting each under its real topic. Records already indexed (below
+        ``dispatched_phys_end``: a re-dispatch) are skipped, and so are those a rebuild finds
+        fired. ``markers``: the CommitLog offsets of recall markers (flagged RECALL_MARKER, not
+        counted as waiting; docs/timers.md#recall). Returns how many were added."""
         with self._lock:
             floor = self.dispatched_phys_end
             pos = self.log.end
             records: list[TimerRecord] = []
-            for deliver_ms, phys, size in timers:
+            for deliver_ms, phys, size, *topic in timers:
                 if phys < floor:
                     continue
-                records.append(self._link(deliver_ms, phys, size, pos, RECALL_MARKER if phys in markers else 0))
+                if phys < self._rebuild_below and self.wheel.round_down(deliver_ms) < self._rebuild_floor:
+                    continue
+                marker = phys in markers
+                if not marker:
+                    self.pending.add(topic[0] if topic else "", deliver_ms)
+                records.append(self._link(deliver_ms, phys, size, pos, RECALL_MARKER if marker else 0))
                 pos += RECORD_SIZE
                 floor = phys + size
             if records:
@@ -140,6 +166,22 @@ class TimerStore:
             self.synced_pos = min(self.synced_pos, cut)
             self._sync()
             return removed
+
+    def recount(self, topic_of: Callable[[TimerRecord], str | None]) -> int:
+        """Count the timers not yet fired per real topic again, from the TimerLog (``topic_of``
+        reads a record's real topic from the CommitLog; None: gone). At open and after a
+        CommitLog truncation; one pass over the log. Returns how many are pending."""
+        with self._lock:
+            self.pending.clear()
+            count = 0
+            for _, record in self.log.records(self.log.min_position):
+                if record.slot_ms < self.fired_ms or record.flags & RECALL_MARKER:
+                    continue
+                topic = topic_of(record)
+                if topic is not None:
+                    self.pending.add(topic, record.deliver_ms, scheduled=False)
+                    count += 1
+            return count
 
     # ------------------------------------------------------------ firing side
 
@@ -186,6 +228,23 @@ class TimerStore:
             if upto_ms > self.fired_ms:
                 self.fired_ms = upto_ms
                 self._write_checkpoint()
+
+    def adopt_fired(self, upto_ms: int) -> bool:
+        """A slave copies its master's ``upto_ms`` (docs/timers.md#slaves): forward only, written
+        now and made durable at the next sync, as ``mark_fired``. Reading (once promoted) and
+        filing new timers start there. Returns whether it moved."""
+        with self._lock:
+            if upto_ms <= self.fired_ms:
+                return False
+            self.fired_ms = upto_ms
+            self.taken_ms = max(self.taken_ms, upto_ms)
+            self._write_checkpoint()
+            return True
+
+    def checkpoint(self) -> tuple[int, int]:
+        """(fired-up-to time, synced TimerLog position), as the checkpoint file holds them."""
+        with self._lock:
+            return self.fired_ms, self.synced_pos
 
     def rewind_taken(self) -> None:
         """Read again from ``fired_ms`` (the service lost what it took, e.g. on demotion)."""

@@ -155,6 +155,7 @@ class SlaveLag:
     address: str      # host:port the master sees the slave connect from
     bytes: int        # the master's CommitLog bytes the slave has not acknowledged
     seconds: float    # since the master first had a byte the slave has not acknowledged
+    in_sync: bool | None = None  # failover: in the controller's in-sync set (promotable); None: not reported
 
 
 async def slave_lags(admin: AdminClient, master_addr: str) -> list[SlaveLag]:
@@ -225,7 +226,8 @@ def slave_lags_of(info: dict[str, str], address: str) -> list[SlaveLag]:
     if not raw:
         return []
     try:
-        return [SlaveLag(str(s["address"]), int(s["lagBytes"]), float(s.get("lagSeconds", 0.0))) for s in json.loads(raw)]
+        return [SlaveLag(str(s["address"]), int(s["lagBytes"]), float(s.get("lagSeconds", 0.0)),
+                         None if s.get("inSync") is None else bool(s["inSync"])) for s in json.loads(raw)]
     except (ValueError, KeyError, TypeError) as e:
         raise MQClientError(f"{address} reported ferrymqHaSlaves the operator cannot read: {e}") from e
 

@@ -306,10 +306,8 @@ async def _controlled_restart(cluster: BrokerCluster, pods: list[dict], next_pod
     kept = rollout.drained_but_kept(pods, next_pod)
     now = time.time()
     pod = replication_roles.pods_by_name(pods).get(next_pod) if next_pod else None
-    # A slave takes no sends: nothing to drain before restarting it (``serving``: pod -> the
-    # brokerName it serves as master of; after a failover not the pod's own name).
-    drain_seconds = settings.restart_drain_seconds if next_pod in serving else 0
-    step = rollout.restart_step(pod, now, drain_seconds) if pod is not None else None
+    drain = rollout.drain_seconds(next_pod, serving, cluster.replicas, settings.restart_drain_seconds) if next_pod else 0
+    step = rollout.restart_step(pod, now, drain) if pod is not None else None
     if step and step.action == "drain":
         recent = rollout.settling(pods, now, settings.restart_drain_seconds)
         if recent:

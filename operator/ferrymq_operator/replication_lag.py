@@ -26,9 +26,11 @@ class GroupLag:
     slaves: dict[str, SlaveLag | None]
 
     def behind(self, max_bytes: int) -> dict[str, int | None]:
-        """Slave pods not known to be within ``max_bytes`` of the master (None: unknown)."""
+        """Slave pods not known to be within ``max_bytes`` of the master (None: unknown), and
+        with failover those outside the controller's in-sync set however close they are: the
+        master's restart would leave the group no broker the controller may promote."""
         return {pod: (lag.bytes if lag is not None else None) for pod, lag in self.slaves.items()
-                if lag is None or lag.bytes > max_bytes}
+                if lag is None or lag.bytes > max_bytes or lag.in_sync is False}
 
     def in_sync(self, max_bytes: int) -> bool:
         return not self.behind(max_bytes)

@@ -93,7 +93,9 @@ def plan_replicated_restart(masters: list[dict], slaves: list[dict], desired_has
     first = master_plan.stale[0]
     lagging = behind[first]
     unknown = sorted(pod for pod, lag in lagging.items() if lag is None)
-    detail = "; ".join([f"{pod} is {lag} bytes behind" for pod, lag in sorted(lagging.items()) if lag is not None]
+    detail = "; ".join([f"{pod} is {lag} bytes behind" if lag > max_lag_bytes else
+                        f"{pod} is not in the controller's in-sync set yet"
+                        for pod, lag in sorted(lagging.items()) if lag is not None]
                        + ([f"the lag of {', '.join(unknown)} is unknown (not connected to {first}, or {first} "
                            f"cannot be asked)"] if unknown else []))
     also = (f"; {', '.join(held)} wait until the operator sees which pod of their group serves as master"
@@ -115,6 +117,15 @@ class RestartStep:
 
     action: str          # "drain" (revoke writes, mark the pod), "wait", or "delete"
     seconds_left: float = 0.0
+
+
+def drain_seconds(next_pod: str, serving: Mapping[str, str], groups: int, configured: float) -> float:
+    """How long to revoke ``next_pod``'s writes before its restart. A slave takes no sends
+    (``serving``: pod -> the brokerName it serves as master of; after a failover not the pod's
+    own name). Nor is a master drained when its group is the only one: a drain moves producers
+    to the other groups, and with none it would only stop every write for its length (with
+    failover the slave takes over within the failover timeout once the master is gone)."""
+    return configured if next_pod in serving and groups > 1 else 0
 
 
 def restart_step(pod: dict, now: float, drain_seconds: float) -> RestartStep:

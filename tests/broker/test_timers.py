@@ -4,15 +4,28 @@ Apache 5.3 answers them."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import struct
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
+from ferrymq.client.admin import AdminClient
 from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer, PullStatus
 from ferrymq.common.message import Message
-from ferrymq.remoting.codes import ResponseCode
+from ferrymq.remoting.client import RemotingClient
+from ferrymq.remoting.codes import RequestCode, ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from tests.support import InProcessCluster
+
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -72,3 +85,104 @@ async def test_an_unreadable_timer_property_is_refused(cluster):
     with pytest.raises(MQBrokerError) as refused:
         await send(cluster, "TimedBad", TIMER_DELAY_SEC="soon")
     assert refused.value.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def timers_cli(cluster, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ferrymq.cli.main", "admin", "broker", "timers",
+                           "-b", cluster.broker_addr, "-n", cluster.namesrv_addr, *extra],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+
+
+async def timers_json(cluster) -> dict[str, tuple[int, int]]:
+    out = await asyncio.to_thread(timers_cli, cluster, "--json")
+    assert out.returncode == 0, out.stderr
+    body = json.loads(out.stdout)
+    assert body["broker"] == cluster.broker_addr
+    return {t["topic"]: (t["pending"], t["earliestDueMs"]) for t in body["topics"]}
+
+
+def metric(cluster, name: str, **labels) -> float:
+    text = generate_latest(cluster.broker.metrics_registry).decode()
+    for line in text.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_admin_and_metrics_show_pending_timers_per_topic_until_they_fire(cluster):
+    now_ms = int(time.time() * 1000)
+    later = now_ms + 600_000
+    second = lambda ms: ms - ms % 1000  # noqa: E731 (shown to the timer precision)
+    async with Producer("p", namesrv_addr=cluster.namesrv_addr) as producer:
+        for due in (later, later + 60_000):
+            await producer.send(Message("TimersA", b"a", properties={"TIMER_DELIVER_MS": str(due)}))
+        for _ in range(3):
+            await producer.send(Message("TimersB", b"b", properties={"TIMER_DELIVER_MS": str(later + 5000)}))
+
+        expected = {"TimersA": (2, second(later)), "TimersB": (3, second(later + 5000))}
+        assert await timers_json(cluster) == expected
+        table = await asyncio.to_thread(timers_cli, cluster)
+        assert table.returncode == 0, table.stderr
+        lines = table.stdout.splitlines()
+        assert lines[0].split()[:2] == ["topic", "pending"]
+        assert [line.split()[:2] for line in lines[2:]] == [["TimersA", "2"], ["TimersB", "3"]]
+        assert metric(cluster, "ferrymq_broker_timers_pending", topic="TimersB") == 3
+
+        soon = int(time.time() * 1000) + 2000
+        sent = await producer.send(Message("TimersA", b"a", properties={"TIMER_DELIVER_MS": str(soon)}))
+    async with AdminClient(namesrv_addr=cluster.namesrv_addr) as admin:  # in this process: well before it is due
+        waiting = (await admin.timer_metrics(cluster.broker_addr)).timing_count["TimersA"]
+    assert (waiting.count, waiting.earliest_due_ms) == (3, second(soon))
+    assert metric(cluster, "ferrymq_broker_timers_scheduled_total") == 6
+
+    async with PullConsumer("g", namesrv_addr=cluster.namesrv_addr) as consumer:
+        result = await consumer.pull(sent.message_queue, 0, suspend=10)
+    assert result.status is PullStatus.FOUND  # the soon one fired
+    await wait_until(lambda: metric(cluster, "ferrymq_broker_timers_fired_total") == 1, what="the fire counted")
+    assert await timers_json(cluster) == expected
+    assert metric(cluster, "ferrymq_broker_timers_pending", topic="TimersA") == 2
+    assert metric(cluster, "ferrymq_broker_timer_late_seconds_count") == 1
+    assert metric(cluster, "ferrymq_broker_timer_late_seconds_bucket", le="5.0") == 1  # generous: due, not later
+
+
+async def test_timers_admin_view_when_nothing_waits(cluster):
+    out = await asyncio.to_thread(timers_cli, cluster)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"no timers pending on {cluster.broker_addr}"
+
+
+async def test_the_timer_checkpoint_is_served_in_apache_5s_binary_form(cluster):
+    """GET_TIMER_CHECK_POINT (60), what a slave (FerryMQ's or Apache 5.3's) copies: 56 bytes,
+    big-endian longs lastReadTimeMs, lastTimerLogFlushPos, lastTimerQueueOffset,
+    masterTimerQueueOffset, then the data version (stateVersion, timestamp, counter)."""
+    for i in range(3):
+        await send(cluster, "TimedCheckpoint", TIMER_DELAY_SEC=60 + i)
+    answer = await ask_timer_checkpoint(cluster.broker_addr)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert len(answer.body) == 56
+    read_ms, _, queue_offset, master_queue_offset, _, _, _ = struct.unpack(">7q", answer.body)
+    now_ms = time.time() * 1000
+    assert now_ms - 30_000 < read_ms <= now_ms  # fired up to about now: nothing was due
+    assert queue_offset == master_queue_offset == 3  # the three timers are indexed
+
+
+async def ask_timer_checkpoint(broker_addr: str) -> RemotingCommand:
+    client = RemotingClient()
+    try:
+        return await client.invoke(broker_addr, RemotingCommand.request(RequestCode.GET_TIMER_CHECK_POINT), 5)
+    finally:
+        await client.close()
+
+
+async def test_a_broker_without_timers_refuses_the_timer_checkpoint(tmp_path):
+    c = InProcessCluster(tmp_path / "store", settings={"timerWheelEnable": "false"})
+    await c.start()
+    try:
+        answer = await ask_timer_checkpoint(c.broker_addr)
+    finally:
+        await c.stop()
+    assert answer.code == ResponseCode.SYSTEM_ERROR
+    assert "timerWheelEnable is false" in answer.remark

@@ -1,14 +1,19 @@
 """Protocol bodies decode what RocketMQ's Java side sends and encode what it expects."""
 
 import json
+import struct
+
+import pytest
 
 from ferrymq.common.protocol import (
     BrokerData,
+    DataVersion,
     HeartbeatData,
     MessageQueue,
     Perm,
     QueueData,
     SubscriptionGroupConfig,
+    TimerCheckpointBody,
     TopicConfig,
     TopicConfigSerializeWrapper,
     TopicRouteData,
@@ -72,3 +77,16 @@ def test_subscription_group_defaults_follow_rocketmq_and_unknown_fields_are_igno
     group = SubscriptionGroupConfig.from_json('{"groupName":"g","consumeEnable":false,"someFutureField":1}')
     assert group.group_name == "g" and group.consume_enable is False
     assert (group.retry_queue_nums, group.retry_max_times, group.consume_broadcast_enable) == (1, 16, True)
+
+
+def test_the_timer_checkpoint_body_reads_apaches_forms_and_refuses_others():
+    body = TimerCheckpointBody(1_700_000_001_000, 480, 7, 7, DataVersion(timestamp=5, counter=2, state_version=3))
+    data = body.encode()
+    assert data == struct.pack(">7q", 1_700_000_001_000, 480, 7, 7, 3, 5, 2)  # Apache 5's layout
+    back = TimerCheckpointBody.decode(data)
+    assert (back.last_read_time_ms, back.master_timer_queue_offset, back.data_version.counter) == (
+        1_700_000_001_000, 7, 2)
+    older = TimerCheckpointBody.decode(data[:32])  # before Apache added the data version
+    assert older.last_read_time_ms == 1_700_000_001_000 and older.data_version.counter == 0
+    with pytest.raises(ValueError, match="56 \\(or 32\\) bytes, got 40"):
+        TimerCheckpointBody.decode(data[:40])

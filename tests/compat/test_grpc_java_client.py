@@ -80,15 +80,39 @@ def test_fifo_messages_arrive_in_order_within_their_message_group(broker):
         assert seqs == sorted(seqs) and len(seqs) == 8, f"message group {g} out of order: {seqs}"
 
 
-def test_delay_message_is_not_delivered_before_its_delivery_time(broker):
-    _, endpoint = broker
-    topic, group = names("J5Delay")
-    sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=3, kind="delay", delayMs=3000)
+def lateness(endpoint: str, prefix: str, count: int, delay_ms: int) -> dict[str, int]:
+    """Send ``count`` messages due ``delay_ms`` ahead and receive them: ms late per key
+    (negative: early)."""
+    topic, group = names(prefix)
+    sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=count, kind="delay", delayMs=delay_ms)
     sent_at = {e["key"]: e["at"] for e in sent.of("sent")}
-    got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=3, timeoutMs=40000)
+    got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=count, timeoutMs=40000)
     assert {e["key"] for e in received(got)} == set(sent_at)
-    for e in received(got):
-        assert e["at"] >= sent_at[e["key"]] + 3000, f"{e['key']} delivered before its delivery time"
+    return {e["key"]: e["at"] - (sent_at[e["key"]] + delay_ms) for e in received(got)}
+
+
+def test_delay_message_is_not_delivered_before_its_delivery_time(broker):
+    for key, late in lateness(broker[1], "J5Delay", 3, 3000).items():
+        assert late >= 0, f"{key} delivered before its delivery time"
+
+
+def test_delivery_time_between_delay_levels_is_kept_to_the_second(broker):
+    """11 s ahead is no 4.x delay level (10 s, then 30 s): the message is timed, not rounded up."""
+    for key, late in lateness(broker[1], "J5Timer", 2, 11000).items():
+        assert late >= 0, f"{key} delivered {-late} ms before its delivery time"
+        assert late < 9000, f"{key} delivered {late} ms late: rounded up to the 30 s level?"
+
+
+def test_delivery_time_beyond_the_timer_max_delay_is_refused(broker):
+    _, endpoint = broker
+    topic, _ = names("J5TimerFar")
+    four_days = 4 * 24 * 3600 * 1000  # timerMaxDelaySec is 3 days
+    sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=1, kind="delay", delayMs=four_days,
+                         check=False)
+    assert sent.of("sent") == []
+    [failed] = sent.of("send_failed")
+    assert "response-code=40012" in failed["error"], failed["error"]  # ILLEGAL_DELIVERY_TIME
+    assert "the max delay time of message is too large, max is 259200000" in failed["error"]
 
 
 def test_unacked_message_comes_back_after_its_invisible_duration(broker):

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from ferrymq.client.admin import AdminClient
+from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message, decode_records
 from ferrymq.common.protocol import MessageQueue
@@ -102,6 +103,12 @@ async def test_topics_list_by_kind_create_detail_and_delete(api, admin, cluster)
     detail = await api.get("/clusters/local/topics/ApiTopic")
     assert detail["queues"] == await admin.topic_stats("ApiTopic") and detail["messages"] == 1
     assert detail["route"][0]["readQueues"] == 3
+    assert detail["timers"] == {"pending": 0, "earliestDueMs": None}
+    due_ms = int(time.time() * 1000) + 600_000
+    async with Producer("p", namesrv_addr=cluster.namesrv_addr) as producer:
+        await producer.send(Message("ApiTopic", b"later", properties={"TIMER_DELIVER_MS": str(due_ms)}))
+    detail = await api.get("/clusters/local/topics/ApiTopic")
+    assert detail["timers"] == {"pending": 1, "earliestDueMs": due_ms - due_ms % 1000}
 
     await api.call("DELETE", "/clusters/local/topics/ApiTopic")
     assert "ApiTopic" not in await admin.topic_list()

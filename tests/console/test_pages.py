@@ -116,7 +116,7 @@ async def test_a_read_only_console_offers_no_write_action(read_only_page, seeded
     p.assert_no_errors()
 
 
-async def test_topic_created_in_the_ui_is_listed_by_the_admin_client_then_deleted(console_page, seeded):
+async def test_topic_created_in_the_ui_is_listed_by_the_admin_client_then_deleted(console_page, seeded, ferry):
     p, admin = console_page, seeded
     await p.open("topics")
     await p.page.locator("[data-testid=topics] tr[data-topic=Orders]").wait_for()
@@ -132,6 +132,12 @@ async def test_topic_created_in_the_ui_is_listed_by_the_admin_client_then_delete
     assert "UiCreated" in await admin.topic_list()
     route = await admin.topic_route("UiCreated")
     assert [(q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas] == [(3, 3)]
+    assert await p.page.get_by_test_id("topic-timers").inner_text() == "0"  # no timer message waits
+    async with Producer("timer-producer", namesrv_addr=ferry.namesrv_addr) as producer:
+        await producer.send(Message("UiCreated", b"later", properties={"TIMER_DELAY_SEC": "600"}))
+    await p.page.reload()
+    await p.page.get_by_test_id("topic-timers").filter(has_text="1").wait_for()
+    assert "first due" in (await p.page.locator(".stat", has=p.page.get_by_test_id("topic-timers")).inner_text()).lower()
     await p.screenshot("topic-detail")
 
     await p.page.get_by_test_id("delete-topic").click()

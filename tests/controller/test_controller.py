@@ -22,6 +22,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from testkit.wait import wait_until
+from tests.store.small_fs import fill_completely, small_filesystem_or_skip
 
 HISTORY = [EpochRecord(1, 0, 0), EpochRecord(2, 5000, 1), EpochRecord(3, 9000, 0)]
 
@@ -89,6 +90,23 @@ async def heartbeat(client: RemotingClient, addr: str, broker_id: int, epoch: in
     return answer.ext_fields
 
 
+async def kept_in_sync(config: ControllerConfig, client: RemotingClient) -> tuple[list[int], int]:
+    """The in-sync set and its version a controller started again on ``config``'s state shows."""
+    restarted = Controller(config)
+    await restarted.start()
+    try:
+        group = await group_state(client, restarted.address)
+    finally:
+        await restarted.stop()
+    return group["inSync"], group["inSyncEpoch"]
+
+
+async def group_state(client: RemotingClient, addr: str) -> dict:
+    """Broker group "grp" as the controller's CONTROLLER_GET_STATE shows it."""
+    state = await client.invoke(addr, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
+    return json.loads(state.body)["groups"]["grp"]
+
+
 def test_controller_elects_records_and_keeps_epochs_across_a_restart(tmp_path):
     async def scenario():
         config = ControllerConfig(listen_port=0, data_dir=str(tmp_path), failover_timeout=1000)
@@ -133,8 +151,7 @@ def test_controller_elects_records_and_keeps_epochs_across_a_restart(tmp_path):
         restarted = Controller(config)
         await restarted.start()
         try:
-            state = await client.invoke(restarted.address, RemotingCommand.request(CONTROLLER_GET_STATE), 5)
-            group = json.loads(state.body)["groups"]["grp"]
+            group = await group_state(client, restarted.address)
             assert [(h["epoch"], h["startOffset"], h["masterId"]) for h in group["history"]] == [(1, 0, 0), (2, 750, 1)]
             assert (group["inSync"], group["inSyncEpoch"]) == ([], 3)  # the new master alone, kept on disk
             await heartbeat(client, restarted.address, 1, 2, 750, "MASTER")
@@ -243,6 +260,46 @@ def test_the_state_shows_an_in_sync_change_only_once_it_is_written():
         finally:
             store.release.set()
             await controller.stop()
+            await client.close()
+
+    asyncio.run(scenario())
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    with small_filesystem_or_skip(tmp_path, 1, "the controller's full-disk test") as path:
+        yield path
+
+
+def test_a_change_the_controller_cannot_write_is_undone_refused_and_succeeds_once_there_is_room(small_disk):
+    """A full disk under the only controller: the in-sync change it could not write is refused
+    and not shown (a restart would not have it); with room again the master's retry commits it,
+    and a restarted controller has it."""
+    async def scenario():
+        config = ControllerConfig(listen_port=0, data_dir=str(small_disk / "controller"), failover_timeout=1000)
+        controller = Controller(config)
+        await controller.start()
+        client = RemotingClient()
+        try:
+            addr = controller.address
+            await heartbeat(client, addr, 0, 0, 0, "NONE")  # broker 0 master of epoch 1, written
+            await heartbeat(client, addr, 1, 0, 0, "NONE")
+            filler = fill_completely(small_disk)
+            refused = await alter(client, addr, 0, 1, 1, "1")
+            assert refused.code == ResponseCode.SYSTEM_ERROR
+            assert "not written" in refused.remark and "No space left" in refused.remark
+            group = await group_state(client, addr)
+            assert (group["inSync"], group["inSyncEpoch"]) == ([], 1)
+            assert (await heartbeat(client, addr, 0, 1, 0, "MASTER"))["inSync"] == ""
+            filler.unlink()
+            retried = await alter(client, addr, 0, 1, 1, "1")  # the same proposal, from the same version
+            assert retried.code == ResponseCode.SUCCESS, retried.remark
+            assert retried.ext_fields["inSyncEpoch"] == "2"
+        finally:
+            await controller.stop()
+        try:
+            assert await kept_in_sync(config, client) == ([1], 2)
+        finally:
             await client.close()
 
     asyncio.run(scenario())

@@ -140,7 +140,7 @@ async def test_send_refusals_travel_in_the_status(cluster, stub):
         Code.ILLEGAL_MESSAGE_ID: message(topic, message_id=""),
         Code.MESSAGE_BODY_TOO_LARGE: message(topic, b"x" * 70_000),
         Code.ILLEGAL_DELIVERY_TIME: message(topic, delivery_timestamp=to_timestamp(
-            int(time.time() * 1000) + 3 * 86400_000)),
+            int(time.time() * 1000) + 4 * 86400_000)),  # timerMaxDelaySec: 3 days
         Code.ILLEGAL_TOPIC: message("bad topic!"),
     }
     reserved = message(topic)
@@ -322,3 +322,30 @@ async def test_forward_to_dead_letter_queue_with_a_handle_from_before_a_restart(
             assert bogus.status.code == Code.INVALID_RECEIPT_HANDLE
     finally:
         await c.stop()
+
+
+async def test_a_delivery_timestamp_is_a_timer_to_the_second_not_a_delay_level(cluster, stub):
+    """6 s ahead is no delay level (5 s, then 10 s): received from 6 s on and well before 10 s."""
+    topic = f"Timer_{uuid.uuid4().hex[:6]}"
+    due_ms = int(time.time() * 1000) + 6000
+    sent = await send(stub, message(topic, b"at six", delivery_timestamp=to_timestamp(due_ms)))
+    assert sent.status.code == Code.OK, sent.status
+    got = []
+    while not got and time.time() * 1000 < due_ms + 3900:
+        got = bodies(await receive(stub, topic, "TimerGroup", poll_ms=1000))
+    got_ms = time.time() * 1000
+    assert [m.body for m in got] == [b"at six"]
+    assert due_ms <= got_ms < due_ms + 3900, f"received {got_ms - due_ms:.0f} ms after its delivery time"
+    assert got[0].system_properties.message_type == pb.MessageType.DELAY
+
+
+async def test_a_delivery_timestamp_with_the_timer_wheel_off_is_refused(tmp_path):
+    c = await InProcessCluster(tmp_path, settings={"grpcListenPort": 0, "timerWheelEnable": "false"}).start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{c.broker.grpc.port}") as channel:
+            response = await send(rpc.MessagingServiceStub(channel), message(
+                f"NoWheel_{uuid.uuid4().hex[:6]}", delivery_timestamp=to_timestamp(int(time.time() * 1000) + 5000)))
+    finally:
+        await c.stop()
+    assert response.status.code == Code.INTERNAL_SERVER_ERROR
+    assert "accurate timer message is not enabled, timerWheelEnable is false" in response.status.message

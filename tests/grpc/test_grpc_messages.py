@@ -1,4 +1,4 @@
-"""Message conversion between the v2 protocol and the store: delay levels, type checks,
+"""Message conversion between the v2 protocol and the store: delivery times as timers, type checks,
 digests, and the Python client's delivery time in milliseconds."""
 
 from __future__ import annotations
@@ -7,11 +7,12 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ferrymq.common.message import MessageExt, Prop, decode_properties
-from ferrymq.grpc.messages import (SHARDING_KEY, MessageRefused, delay_level_for, incoming, message_type_of, outgoing,
-                                   timestamp_ms)
+from ferrymq.grpc.messages import (SHARDING_KEY, MessageRefused, incoming, message_type_of, outgoing, timestamp_ms,
+                                   to_timestamp)
 from ferrymq.grpc.protocol import Code, pb
+from ferrymq.store.config import StoreConfig
 
-LEVELS = [1000, 5000, 10000, 30000, 60000]  # 1s 5s 10s 30s 1m
+CONFIG = StoreConfig(store_path_root_dir="unused")
 
 
 def msg(**system) -> pb.Message:
@@ -19,25 +20,23 @@ def msg(**system) -> pb.Message:
     return pb.Message(topic=pb.Resource(name="T"), body=b"b", system_properties=pb.SystemProperties(**system))
 
 
-def test_a_delivery_time_maps_to_the_first_level_not_shorter():
-    assert delay_level_for(1, LEVELS) == 1
-    assert delay_level_for(1000, LEVELS) == 1
-    assert delay_level_for(1001, LEVELS) == 2
-    assert delay_level_for(59_000, LEVELS) == 5
-    with pytest.raises(MessageRefused) as refused:
-        delay_level_for(60_001, LEVELS)
-    assert refused.value.code == Code.ILLEGAL_DELIVERY_TIME
-
-
-def test_delivery_time_in_the_past_is_sent_at_once_and_in_the_future_delayed():
+def test_a_delivery_time_becomes_the_exact_timer_time_not_a_delay_level():
     now = 1_700_000_000_000
-    past = outgoing(msg(delivery_timestamp=Timestamp(seconds=now // 1000 - 5)), queue_id=-1, levels_ms=LEVELS,
-                    now_ms=now)
-    assert Prop.DELAY not in decode_properties(past.header.properties)
-    future = outgoing(msg(delivery_timestamp=Timestamp(seconds=now // 1000 + 7)), queue_id=-1, levels_ms=LEVELS,
-                      now_ms=now)
-    assert decode_properties(future.header.properties)[Prop.DELAY] == "3"
-    assert future.message_type == pb.MessageType.DELAY
+    for due in (now - 5000, now + 7000, now + 45 * 60_000, now + CONFIG.timer_max_delay_sec * 1000):
+        out = outgoing(msg(delivery_timestamp=to_timestamp(due)), queue_id=-1, store_config=CONFIG, now_ms=now)
+        props = decode_properties(out.header.properties)
+        assert props[Prop.TIMER_DELIVER_MS] == str(due)
+        assert Prop.DELAY not in props
+        assert out.message_type == pb.MessageType.DELAY
+
+
+def test_a_delivery_time_beyond_the_timer_max_delay_is_refused_as_apaches_proxy_does():
+    now = 1_700_000_000_000
+    config = StoreConfig(store_path_root_dir="unused", timer_max_delay_sec=3600)
+    with pytest.raises(MessageRefused) as refused:
+        outgoing(msg(delivery_timestamp=to_timestamp(now + 3_600_001)), queue_id=-1, store_config=config, now_ms=now)
+    assert refused.value.code == Code.ILLEGAL_DELIVERY_TIME
+    assert refused.value.message == "the max delay time of message is too large, max is 3600000"
 
 
 def test_python_clients_milliseconds_in_the_seconds_field_are_read_as_milliseconds():
@@ -58,7 +57,7 @@ def test_message_type_follows_what_the_message_carries():
 
 
 def test_fifo_message_keeps_its_group_and_comes_back_as_fifo():
-    out = outgoing(msg(message_group="orders-7", tag="T1", keys=["a", "b"]), queue_id=3, levels_ms=LEVELS)
+    out = outgoing(msg(message_group="orders-7", tag="T1", keys=["a", "b"]), queue_id=3, store_config=CONFIG)
     props = decode_properties(out.header.properties)
     assert props[SHARDING_KEY] == "orders-7" and props[Prop.TAGS] == "T1" and props[Prop.KEYS] == "a b"
     assert props[Prop.UNIQ_KEY] == "ID1" and out.header.queue_id == 3

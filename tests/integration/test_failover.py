@@ -12,6 +12,8 @@ acknowledged message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import random
 import re
@@ -19,6 +21,7 @@ import signal
 import time
 import urllib.request
 import zlib
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -29,11 +32,20 @@ from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.client.pull_service import PullStatus
 from ferrymq.common.message import MESSAGE_MAGIC, Message, decode_record
 from ferrymq.common.message_id import decode_offset_msg_id
-from ferrymq.common.protocol import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
+from ferrymq.common.protocol import (
+    DataVersion,
+    MessageQueue,
+    RegisterBrokerBody,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+)
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import QueryMessageHeader, ViewMessageHeader
+from ferrymq.store.checkpoint import read_checkpoint
+from tests.consumer_support import read_all
 from tests.failover_support import CLUSTER, GROUP, FailoverPair, FailoverTrio, controller_state, create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import SEGMENT
@@ -98,10 +110,10 @@ async def stored(producer: Producer) -> bool:
     return result.status in (SendStatus.SEND_OK, SendStatus.SLAVE_NOT_AVAILABLE, SendStatus.FLUSH_SLAVE_TIMEOUT)
 
 
-async def route_master(namesrv: str) -> str | None:
+async def route_master(namesrv: str, topic: str = TOPIC) -> str | None:
     async with AdminClient(namesrv_addr=namesrv) as admin:
         try:
-            route = await admin.topic_route(TOPIC)
+            route = await admin.topic_route(topic)
         except MQClientError:
             return None
     return {b.broker_name: b.broker_addrs for b in route.broker_datas}.get(GROUP, {}).get(0)
@@ -312,6 +324,27 @@ async def in_sync(p: FailoverPair, *members: int) -> bool:
     return (await controller_state(p.controller)).get("inSync") == sorted(members)
 
 
+async def slave_links_in_sync(p: FailoverPair) -> list[bool]:
+    """``inSync`` of each slave link in the master's runtime info (ferrymqHaSlaves); [] until all are."""
+    async with AdminClient(namesrv_addr=p.namesrv) as admin:
+        links = json.loads((await admin.broker_runtime_info(p.addr("master"))).get("ferrymqHaSlaves") or "[]")
+    flags = [link.get("inSync") for link in links]
+    return flags if flags and all(flag is True for flag in flags) else []
+
+
+@contextlib.asynccontextmanager
+async def producer_once_in_sync(p: FailoverPair, queues: int = 4, **options) -> AsyncIterator[Producer]:
+    """A started producer of TOPIC, once the slave is in the master's in-sync set."""
+    await create_topic(p.namesrv, TOPIC, queues=queues)
+    producer = Producer("failover-producer", namesrv_addr=p.namesrv, **options)
+    await producer.start()
+    try:
+        await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
+        yield producer
+    finally:
+        await producer.close()
+
+
 def test_the_controller_killed_for_long_loses_no_send_and_restarted_keeps_the_epochs(group):
     """The controller decides failover only: while it is down (kill -9, for ten failover
     timeouts) the master keeps acknowledging every send, as its in-sync slave keeps up; the
@@ -326,6 +359,9 @@ def test_the_controller_killed_for_long_loses_no_send_and_restarted_keeps_the_ep
         await producer.start()
         try:
             await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
+            # The master's runtime info says so per link (the operator restarts a master only once
+            # its slaves are promotable).
+            await wait_until(lambda: slave_links_in_sync(p), 30, "the master's link to the slave shown in sync")
             p.processes["controller"].kill()
             down_until = time.monotonic() + 10 * p.failover_timeout / 1000
             results = []
@@ -547,10 +583,13 @@ def test_a_master_cut_off_from_the_controller_stops_taking_sends_and_steps_down(
                 refused = None
                 deadline = time.monotonic() + 30
                 during = iter(range(10**6))
+                # Pinned to a queue: a send that is refused or meets a dropped connection ends there
+                # (an unpinned one would wait for the route and land on the new master).
+                pinned = MessageQueue(TOPIC, GROUP, 0)
                 while refused is None and time.monotonic() < deadline:  # each send answered or refused
                     body = f"during-{next(during)}".encode()
                     try:
-                        r = await producer.send(Message(TOPIC, body))
+                        r = await producer.send(Message(TOPIC, body), queue=pinned)
                         if r.status is SendStatus.SEND_OK:
                             acked.append(r)
                             acked_during.append(body)
@@ -699,3 +738,148 @@ def test_a_restarted_broker_serves_no_pulls_until_the_controller_gave_it_its_rol
     for refused in waiting:
         assert refused.code == ResponseCode.NO_PERMISSION and "waits for the controller" in refused.remark
     assert [r.code for r in served] == [ResponseCode.SUCCESS, ResponseCode.SUCCESS]
+
+
+def test_sends_while_the_only_master_is_replaced_wait_for_the_new_route_and_succeed(group):
+    """The master killed under a producer with a generous send timeout: its sends find no
+    reachable master, then no route at all (the name server dropped it), and wait for the route
+    to come back instead of failing at once; once the slave is promoted they all go through."""
+    p = group(failover_timeout=2000)
+    p.start_master()
+    p.start_slave()
+
+    async def scenario():
+        async with producer_once_in_sync(p, send_timeout=60, retry_times=2) as producer:
+            assert (await producer.send(Message(TOPIC, b"before"))).status is SendStatus.SEND_OK
+            p.processes["master"].kill()
+            during = [asyncio.create_task(producer.send(Message(TOPIC, f"during-{i}".encode()))) for i in range(20)]
+            await wait_until(lambda: master_of_epoch(p, 2, 1), 30, "broker 1 master of epoch 2")
+            return await asyncio.gather(*during, return_exceptions=True)
+
+    results = asyncio.run(scenario())
+    failed = [r for r in results if isinstance(r, BaseException)]
+    assert not failed, failed
+    assert {r.status for r in results} <= {SendStatus.SEND_OK, SendStatus.SLAVE_NOT_AVAILABLE}
+    assert {decode_offset_msg_id(r.offset_msg_id)[1] for r in results} == {int(p.addr("slave").rsplit(":", 1)[1])}
+
+
+def test_a_restarted_broker_finds_by_key_or_id_only_what_its_in_sync_slave_held(group):
+    """The master stores a message its frozen in-sync slave never gets (FLUSH_SLAVE_TIMEOUT): it
+    lies past the confirm offset, which the checkpoint keeps. Killed and restarted with the
+    controller away (so it waits for its role, and a failover may yet cut that message), the
+    broker finds it neither by key nor by offset msgId, while the acknowledged one is found."""
+    p = group(["syncFlushTimeout=1000"])
+    p.start_master()
+    p.start_slave()
+
+    def confirm_offset(store_dir) -> int:
+        return read_checkpoint(store_dir / "checkpoint")["confirmPhyOffset"]
+
+    async def lookups(client: RemotingClient, result) -> tuple[int, int]:
+        addr = p.addr("master")
+        offset = decode_offset_msg_id(result.offset_msg_id)[2]
+        viewed = await client.invoke(addr, ViewMessageHeader(offset=offset).request(RequestCode.VIEW_MESSAGE_BY_ID))
+        queried = await client.invoke(addr, QueryMessageHeader(
+            topic=TOPIC, key=result.msg_id, max_num=32, begin_timestamp=0, end_timestamp=2 ** 62,
+            unique_key_query="true").request(RequestCode.QUERY_MESSAGE))
+        return viewed.code, queried.code
+
+    async def scenario():
+        client = RemotingClient()
+        try:
+            async with producer_once_in_sync(p, queues=1, send_timeout=10, retry_times=0) as producer:
+                acked = await producer.send(Message(TOPIC, b"held by both"))
+                assert acked.status is SendStatus.SEND_OK
+                slave = p.processes["slave"].proc
+                os.kill(slave.pid, signal.SIGSTOP)
+                try:
+                    unacked = await producer.send(Message(TOPIC, b"on the master only"))
+                    assert unacked.status is SendStatus.FLUSH_SLAVE_TIMEOUT
+                    acked_end = end_of([acked])
+                    await wait_until(lambda: confirm_offset(p.master_dir) >= acked_end, 30,
+                                     "the confirm offset in the master's checkpoint")
+                    assert await lookups(client, unacked) == (ResponseCode.SYSTEM_ERROR, ResponseCode.QUERY_NOT_FOUND)
+                    p.processes["controller"].kill()
+                    p.processes["master"].kill()
+                finally:
+                    os.kill(slave.pid, signal.SIGCONT)
+            await asyncio.to_thread(p.start_master)  # no controller to tell it its role
+            return await lookups(client, acked), await lookups(client, unacked)
+        finally:
+            await client.close()
+
+    found, hidden = asyncio.run(scenario())
+    assert found == (ResponseCode.SUCCESS, ResponseCode.SUCCESS)
+    assert hidden == (ResponseCode.SYSTEM_ERROR, ResponseCode.QUERY_NOT_FOUND)
+
+
+TIMER_TOPIC_USER = "TimerFailoverTopic"
+
+
+def timer_fired_ms(store_dir) -> int:
+    """The fired-up-to time in a broker's timer checkpoint file (docs/timers.md), 0 if none yet."""
+    try:
+        return int.from_bytes((store_dir / "timer" / "checkpoint").read_bytes()[:8], "big")
+    except FileNotFoundError:
+        return 0
+
+
+async def timer_deliveries(namesrv: str) -> dict[str, list[int]]:
+    """UNIQ_KEY -> store times of every copy of it the group's master serves in the timer topic."""
+    out: dict[str, list[int]] = {}
+    for m in await read_all(namesrv, TIMER_TOPIC_USER, "timer-failover-readers"):
+        out.setdefault(m.client_msg_id, []).append(m.store_timestamp)
+    return out
+
+
+def test_a_promoted_slave_fires_the_pending_timers_and_not_the_fired_ones_again(group):
+    """Timer messages (docs/timers.md#slaves): the slave copies its master's timer checkpoint,
+    so once promoted it delivers every timer still pending, none before its time, and none the
+    old master delivered already (each UNIQ_KEY once in the topic)."""
+    p = group()
+    p.start_master()
+    p.start_slave()
+    early_count, late_count = 12, 12
+
+    async def scenario():
+        await create_topic(p.namesrv, TIMER_TOPIC_USER)
+        await wait_until(lambda: in_sync(p, 1), 30, "the slave in the master's in-sync set")
+        due: dict[str, int] = {}
+        async with Producer("timer-failover-producer", namesrv_addr=p.namesrv, send_timeout=10) as producer:
+            start = int(time.time() * 1000)
+            early_due, late_due = start + 3000, start + 20_000
+            for i in range(early_count + late_count):
+                at = early_due if i < early_count else late_due
+                sent = await producer.send(Message(TIMER_TOPIC_USER, f"t{i}".encode(),
+                                                   properties={"TIMER_DELIVER_MS": str(at)}))
+                assert sent.status is SendStatus.SEND_OK
+                due[sent.msg_id] = at
+        early = {k for k, at in due.items() if at == early_due}
+
+        async def early_delivered():
+            got = await timer_deliveries(p.namesrv)
+            return early <= set(got)
+        await wait_until(early_delivered, 30, "the master delivered the early timers")
+        # The slave copied a checkpoint past the early timers' slot (every 3 s).
+        await wait_until(lambda: timer_fired_ms(p.slave_dir) > early_due, 30, "the slave's timer checkpoint")
+        assert not set(await timer_deliveries(p.namesrv)) - early, "a late timer was delivered early"
+        p.processes["master"].kill()
+        killed_at = int(time.time() * 1000)
+        await wait_until(lambda: master_of_epoch(p, 2, 1), 30, "broker 1 master of epoch 2")
+        await wait_until(lambda: _is(route_master(p.namesrv, TIMER_TOPIC_USER), p.addr("slave")), 30,
+                         "the route naming broker 1 as the topic's master")
+
+        async def all_delivered():
+            got = await timer_deliveries(p.namesrv)
+            return got if set(due) <= set(got) else None
+        got = await wait_until(all_delivered, 60, "every timer delivered by the promoted slave")
+        return due, early, got, killed_at, late_due
+
+    due, early, got, killed_at, late_due = asyncio.run(scenario())
+    assert killed_at < late_due, "the master was killed after the late timers were due: too slow to tell"
+    duplicated = {k: len(times) for k, times in got.items() if len(times) > 1}
+    assert not duplicated, f"delivered again by the promoted slave: {len(duplicated)} of {len(early)} early timers"
+    too_early = {k: due[k] - min(times) for k, times in got.items() if min(times) < due[k]}
+    assert not too_early, f"delivered before their time (ms early): {too_early}"
+    late_on_new_master = [min(got[k]) for k in due if k not in early]
+    assert min(late_on_new_master) >= killed_at  # the late ones came from the promoted slave

@@ -13,7 +13,6 @@ consumer keeps consuming from the slave; /metrics shows roles and lag.
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import os
 import random
@@ -43,10 +42,9 @@ from tests.failover_support import create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import BrokerPair, SEGMENT
 from tests.replication_support import AckedLoad, assert_acked_on_both, commit_log_range, TcpProxy
-from tests.store.small_fs import SmallFsUnavailable, small_filesystem
+from tests.store.small_fs import fill_completely, small_filesystem_or_skip
 from testkit.ports import free_port
 from testkit.wait import wait_until
-from tests.support import missing_prerequisite
 
 pytestmark = pytest.mark.integration
 
@@ -408,26 +406,10 @@ def test_a_slave_killed_mid_transfer_catches_up_after_restart(pair):
     asyncio.run(scenario())
 
 
-def _fill_completely(path: Path) -> Path:
-    """Write a filler file until the file system says ENOSPC."""
-    filler = path / "filler"
-    with open(filler, "ab") as f:
-        try:
-            while True:
-                f.write(b"\xff" * 65536)
-                f.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC, exc
-    return filler
-
-
 @pytest.fixture
 def small_fs(tmp_path):
-    try:
-        with small_filesystem(tmp_path, 24) as (path, _):
-            yield path
-    except SmallFsUnavailable as e:
-        missing_prerequisite(f"no small file system for the slave disk-full test: {e}")
+    with small_filesystem_or_skip(tmp_path, 24, "the slave disk-full test") as path:
+        yield path
 
 
 def test_a_slave_whose_disk_is_full_catches_up_once_space_is_freed(pair, small_fs):
@@ -451,7 +433,7 @@ def test_a_slave_whose_disk_is_full_catches_up_once_space_is_freed(pair, small_f
                 before = await send_all(producer, 100, "before", concurrency=8)
                 assert {r.status for r in before} == {SendStatus.SEND_OK}
 
-                filler = await asyncio.to_thread(_fill_completely, mount)
+                filler = await asyncio.to_thread(fill_completely, mount)
                 during = [await producer.send(Message(TOPIC, bytes(16 * 1024), properties={"KEYS": f"full-{i}"}))
                           for i in range(6)]
                 statuses = {r.status for r in during}

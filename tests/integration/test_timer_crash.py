@@ -5,6 +5,7 @@ every timer is pending, one while the timers are firing."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer, PullStatus
 from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
+from ferrymq.store.checkpoint import read_checkpoint
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -23,9 +25,9 @@ QUEUES = 4
 COUNT = 200
 
 
-async def delivered(proc) -> dict[str, int]:
-    """UNIQ_KEY -> store time of its (first) delivery, over every queue of the topic."""
-    out: dict[str, int] = {}
+async def deliveries(proc) -> dict[str, list[int]]:
+    """UNIQ_KEY -> store times of every copy of it in the topic, over every queue."""
+    out: dict[str, list[int]] = {}
     async with PullConsumer("timer-check", namesrv_addr=proc.namesrv_addr) as consumer:
         for q in range(QUEUES):
             offset = 0
@@ -34,9 +36,14 @@ async def delivered(proc) -> dict[str, int]:
                 if result.status is not PullStatus.FOUND:
                     break
                 for m in result.messages:
-                    out.setdefault(m.client_msg_id, m.store_timestamp)
+                    out.setdefault(m.client_msg_id, []).append(m.store_timestamp)
                 offset = result.next_begin_offset
     return out
+
+
+async def delivered(proc) -> dict[str, int]:
+    """UNIQ_KEY -> store time of its (first) delivery, over every queue of the topic."""
+    return {key: times[0] for key, times in (await deliveries(proc)).items()}
 
 
 async def wait_for_deliveries(proc, wanted: int, timeout: float) -> dict[str, int]:
@@ -102,3 +109,38 @@ async def test_a_recalled_timer_stays_recalled_across_kill_9(standalone_process,
 
     got = await wait_until(bodies, timeout=30, what="the kept timer's delivery after the restart")
     assert got == [b"kept"] and time.time() * 1000 >= due
+
+
+async def test_a_timer_directory_lost_in_a_kill_9_is_rebuilt_without_firing_twice(standalone_process, tmp_path):
+    """docs/timers.md#a-lost-timer-directory: kill -9, `rm -r timer/`, restart: the pending
+    timers still fire (not before their time) and the fired ones are not delivered again."""
+    store_dir = tmp_path / "store"
+    proc = await asyncio.to_thread(standalone_process, store_dir)
+    async with AdminClient(namesrv_addr=proc.namesrv_addr) as admin:
+        await admin.create_topic(TOPIC, read_queues=QUEUES, write_queues=QUEUES, broker_addr=proc.broker_addr)
+    due: dict[str, int] = {}
+    now = int(time.time() * 1000)
+    early_due, late_due = now + 3000, now + 12_000
+    async with Producer("timer-lost-dir", namesrv_addr=proc.namesrv_addr) as producer:
+        for i in range(20):
+            at = early_due if i % 2 else late_due
+            sent = await producer.send(Message(TOPIC, f"m{i}".encode(), properties={"TIMER_DELIVER_MS": str(at)}))
+            due[sent.msg_id] = at
+    early = {k for k, at in due.items() if at == early_due}
+
+    async def early_fired():
+        return early <= set(await deliveries(proc)) and read_checkpoint(store_dir / "checkpoint")["timerFiredMs"] > early_due
+    await wait_until(early_fired, 30, "the early timers delivered and their slot recorded as fired")
+    proc.kill()
+    shutil.rmtree(store_dir / "timer")
+    await asyncio.to_thread(proc.start)
+
+    async def all_delivered():
+        got = await deliveries(proc)
+        return got if set(due) <= set(got) else None
+    got = await wait_until(all_delivered, 40, "every timer delivered after the restart", interval=0.2)
+    twice = {k: len(times) for k, times in got.items() if len(times) > 1}
+    assert not twice, f"delivered again after the rebuild: {twice}"
+    too_early = {k: due[k] - times[0] for k, times in got.items() if times[0] < due[k]}
+    assert not too_early, f"delivered before their time (ms early): {too_early}"
+    assert "the timer directory was lost" in proc.log()

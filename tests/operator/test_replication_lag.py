@@ -189,6 +189,34 @@ def test_group_lag_counts_only_slaves_beyond_the_threshold_or_unknown():
     assert GroupLag("demo-broker-0", {"a": SlaveLag("x:1", 0, 0.0)}).in_sync(0)
 
 
+def test_with_failover_a_slave_outside_the_in_sync_set_holds_its_master_however_close():
+    """Level in bytes but not yet taken back into the controller's in-sync set (a restarted slave
+    rejoins it only after it caught up): restarting the master then would leave nobody the
+    controller may promote, so writes would stop until the master is back."""
+    rejoining = GroupLag("demo-broker-0", {"demo-broker-s1-0": SlaveLag("x:1", 0, 0.0, in_sync=False)})
+    assert rejoining.behind(1024) == {"demo-broker-s1-0": 0} and not rejoining.in_sync(1024)
+    assert GroupLag("demo-broker-0", {"demo-broker-s1-0": SlaveLag("x:1", 0, 0.0, in_sync=True)}).in_sync(1024)
+    masters = [pod("demo-broker-0", "broker", "old")]
+    plan = rollout.plan_replicated_restart(masters, [pod("demo-broker-s1-0")], "new", 1, 1,
+                                           {"demo-broker-0": rejoining.behind(1024)}, 1024)
+    assert plan.delete_next is None and plan.lag_blocked == "SlaveBehind"
+    assert plan.waiting_reason.endswith("demo-broker-s1-0 is not in the controller's in-sync set yet")
+
+
+def test_the_master_reports_whether_each_slave_link_is_in_sync():
+    info = {"ferrymqHaSlaves": '[{"address":"10.0.0.2:4711","ackedOffset":10,"lagBytes":0,"lagSeconds":0.0,'
+                               '"inSync":false},{"address":"10.0.0.3:4711","ackedOffset":10,"lagBytes":0}]'}
+    assert [s.in_sync for s in broker_admin.slave_lags_of(info, "m:10911")] == [False, None]
+
+
+def test_a_master_is_drained_before_its_restart_only_when_another_group_takes_its_writes():
+    serving = {"demo-broker-0": "demo-broker-0", "demo-broker-s1-1": "demo-broker-1"}
+    assert rollout.drain_seconds("demo-broker-0", serving, groups=2, configured=35.0) == 35.0
+    assert rollout.drain_seconds("demo-broker-s1-1", serving, groups=2, configured=35.0) == 35.0  # promoted master
+    assert rollout.drain_seconds("demo-broker-s1-0", serving, groups=2, configured=35.0) == 0  # a slave
+    assert rollout.drain_seconds("demo-broker-0", serving, groups=1, configured=35.0) == 0  # the only group
+
+
 def test_the_default_threshold_is_one_mebibyte():
     c = BrokerCluster.from_resource({"metadata": {"name": "demo"}, "spec": {"replication": {"slavesPerGroup": 1}}}, "i")
     assert c.replication.max_restart_lag_bytes == 1024 * 1024

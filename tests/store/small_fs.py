@@ -7,6 +7,7 @@ raises SmallFsUnavailable with one line saying what failed, for the test to skip
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import subprocess
@@ -60,6 +61,18 @@ def small_filesystem(where: Path, size_mb: int) -> Iterator[tuple[Path, str]]:
             _run("umount", "-l", str(mount_point))
 
 
+@contextlib.contextmanager
+def small_filesystem_or_skip(where: Path, size_mb: int, what: str) -> Iterator[Path]:
+    """``small_filesystem``'s mount point, or the test skipped (failed under CI) saying that
+    ``what`` has no small file system here."""
+    from tests.support import missing_prerequisite
+    try:
+        with small_filesystem(where, size_mb) as (path, _):
+            yield path
+    except SmallFsUnavailable as e:
+        missing_prerequisite(f"no small file system for {what}: {e}")
+
+
 def fill_to(path: Path, used_ratio: float) -> Path:
     """Write a filler file until the file system holding ``path`` is ``used_ratio`` full."""
     st = os.statvfs(path)
@@ -71,4 +84,19 @@ def fill_to(path: Path, used_ratio: float) -> Path:
             f.write(b"\xff" * want)
         f.flush()
         os.fsync(f.fileno())
+    return filler
+
+
+def fill_completely(path: Path) -> Path:
+    """Write a filler file in ``path`` until the file system says ENOSPC (unbuffered: nothing
+    is left to fail when the file is closed); delete it to free the space."""
+    filler = path / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while True:
+            os.write(fd, b"\xff" * 65536)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
     return filler

@@ -91,8 +91,11 @@ def test_clean_shutdown_leaves_a_complete_checkpoint(open_store, tmp_path):
     store.commit_log.clock = lambda: 1_700_000_123_000
     store.put_message(make_msg(KEYS="k"))
     end = store.max_phy_offset
+    fired_ms = store.timers.fired_ms
     store.shutdown()
     assert read_checkpoint(tmp_path / "store" / "checkpoint") == {
         "physicMsgTimestamp": 1_700_000_123_000, "logicsMsgTimestamp": 1_700_000_123_000,
-        "indexMsgTimestamp": 1_700_000_123_000, "physicFlushedOffset": end}
+        "indexMsgTimestamp": 1_700_000_123_000, "physicFlushedOffset": end,
+        "confirmPhyOffset": 0,
+        "timerFiredMs": fired_ms}  # a copy kept outside timer/ (docs/timers.md#a-lost-timer-directory)
     assert (tmp_path / "store" / "checkpoint").stat().st_size == 4096

@@ -147,3 +147,24 @@ def test_a_cut_inside_a_held_back_batch_keeps_the_batch_records_before_it(open_s
     assert store.truncate(cut) == cut
     got = store.get_messages("g", "TopicA", 0, 0, 10)
     assert len(got.records) == 2 and store.get_max_offset_in_queue("TopicA", 0) == 2
+
+
+def test_the_confirm_offset_survives_a_restart_and_limits_lookups_by_id_and_key(open_store, tmp_path):
+    """A master's visibility limit is the confirm offset its checkpoint keeps: reopened, the
+    store knows it, and with lookups limited to it (a controller-mode broker before its role)
+    a record past it is found neither by its offset nor by its key; lifting the limit shows it."""
+    store = open_store()
+    kept = fill(store, 2, "kept")
+    limit = store.commit_log.max_offset
+    store.set_visible_limit(limit)
+    held = fill(store, 1, "held")[0][2]
+    assert store.look_message_by_offset(held.wrote_offset) is None  # a live master: not by id either
+    store.shutdown()
+
+    again = open_store(tmp_path / "store")
+    assert again.recorded_confirm_offset == limit
+    again.limit_lookups(again.recorded_confirm_offset)
+    assert again.look_message_by_offset(held.wrote_offset) is None and keys_found(again, "held", 1) == 0
+    assert again.look_message_by_offset(kept[1][2].wrote_offset) is not None and keys_found(again, "kept", 2) == 2
+    again.limit_lookups(None)
+    assert again.look_message_by_offset(held.wrote_offset) is not None and keys_found(again, "held", 1) == 1

@@ -254,3 +254,19 @@ def test_a_recall_markers_flag_is_kept_across_a_reopen_and_covered_by_the_crc(tm
         data = f.read()
     assert TimerRecord.decode(data[RECORD_SIZE:2 * RECORD_SIZE]) is None  # the CRC covers the flags
     assert TimerRecord.decode(data[2 * RECORD_SIZE:]).flags == 0
+
+
+def test_a_slave_adopts_its_masters_fired_time_forward_only_and_durably(tmp_path):
+    """docs/timers.md#slaves: a timer before the copied time is filed at that time (so a promoted
+    slave still fires it); the copied time survives a kill (no close) and never moves back."""
+    store = open_store(tmp_path)
+    assert store.adopt_fired(T0 + 5000)
+    assert not store.adopt_fired(T0 + 2000)  # an older master's answer: ignored
+    assert store.checkpoint()[0] == T0 + 5000
+    store.add(timers([T0 + 3000, T0 + 8000]))
+    assert take_all(store, T0 + 10_000) == {T0 + 5000: [0], T0 + 8000: [100]}
+    # No close: what adopt_fired wrote is on disk by itself.
+    reopened = open_store(tmp_path, now=T0)
+    assert reopened.fired_ms == T0 + 5000
+    reopened.close()
+    store.close()

@@ -35,6 +35,7 @@ truncating, through the same path as any returning broker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Callable, Protocol
@@ -104,6 +105,9 @@ class FailoverAgent:
         self._isolated = False  # fenced by this broker itself: no controller, no in-sync slave
         self._unclean = False  # the controller may elect a slave outside the in-sync set
         self._unreachable_logged = False
+        # Set when something _cut_off depends on may have changed (an answer from the controller,
+        # the role, the master's slaves and in-sync set): the isolation watch looks again.
+        self._recheck = asyncio.Event()
         self.on_lead: Callable[[], None] | None = None  # became master: start master-only services
         self.on_role_change: Callable[[], None] | None = None  # register with the name servers now
         self.on_demoted: Callable[[str], None] | None = None  # replaced while master: stop the broker
@@ -123,6 +127,7 @@ class FailoverAgent:
                 answer = await self._heartbeat()
                 if answer is not None:
                     await self._apply(answer, sent)
+                    self._recheck.set()
                     if self.acting == MASTER and not self._fenced:
                         await self._alter_in_sync()
                 await asyncio.sleep(self.interval_s)
@@ -261,6 +266,9 @@ class FailoverAgent:
 
     async def _become_master(self, epoch: int, in_sync: frozenset[int], in_sync_epoch: int) -> None:
         await self.replication.lead(epoch, in_sync, in_sync_epoch)
+        master = self.replication.master
+        if master is not None and self._recheck.set not in master.membership_listeners:
+            master.membership_listeners.append(self._recheck.set)
         self.acting, self.epoch = MASTER, epoch
         if self.on_lead is not None:
             self.on_lead()
@@ -321,21 +329,34 @@ class FailoverAgent:
 
     async def _watch_isolation(self) -> None:
         """Fence the master the moment it is cut off (not at the next heartbeat round, which a
-        controller that does not answer may hold up), and lift the fence when a member is back."""
+        controller that does not answer may hold up), and lift the fence when a member is back.
+        It looks again when the lease runs out and whenever the controller answers or the
+        master's slaves or in-sync set change (``_recheck``), never on a timer of its own."""
         while True:
-            if self.acting == MASTER and not self._fenced and self.failover_timeout_ms:
-                cut_off = self._cut_off(time.monotonic())
-                if cut_off and not self._isolated:
-                    self._isolated = True
-                    self.replication.fence(FENCED_REFUSAL)
-                    log.error("no answer from the controller for %.1f s and no in-sync slave connected: taking no "
-                              "sends, dropping client connections", self._lease_s())
-                    self._drop_clients()
-                elif self._isolated and not cut_off:
-                    self._isolated = False
-                    self.replication.unfence()
-                    log.warning("an in-sync slave of epoch %d is connected again: taking sends", self.epoch)
-            await asyncio.sleep(min(self.interval_s, 0.1))
+            self._recheck.clear()
+            lease_ends = self._check_isolation(time.monotonic())
+            timeout = None if lease_ends is None else max(0.0, lease_ends - time.monotonic())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._recheck.wait(), timeout)
+
+    def _check_isolation(self, now: float) -> float | None:
+        """Fence or lift the fence as ``_cut_off`` says now; returns when the lease runs out if
+        that is still ahead and would matter (a master taking sends), else None."""
+        if self.acting != MASTER or self._fenced or not self.failover_timeout_ms:
+            return None
+        cut_off = self._cut_off(now)
+        if cut_off and not self._isolated:
+            self._isolated = True
+            self.replication.fence(FENCED_REFUSAL)
+            log.error("no answer from the controller for %.1f s and no in-sync slave connected: taking no "
+                      "sends, dropping client connections", self._lease_s())
+            self._drop_clients()
+        elif self._isolated and not cut_off:
+            self._isolated = False
+            self.replication.unfence()
+            log.warning("an in-sync slave of epoch %d is connected again: taking sends", self.epoch)
+        lease_ends = self._last_ok_sent + self._lease_s()
+        return lease_ends if now < lease_ends else None
 
     def _drop_clients(self) -> None:
         if self.on_fenced is not None:

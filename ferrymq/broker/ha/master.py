@@ -20,6 +20,9 @@ The master proposes changes to the set (``proposed_in_sync``: members gone or be
 haMaxTimeSlaveNotCatchup out, caught-up slaves in); the failover agent has the controller
 commit them by compare-and-swap before they apply here (``set_in_sync``), so a master cut off
 from the controller can never shrink the set to itself and acknowledge alone.
+``membership_listeners`` are called whenever what ``member_connected`` or ``waited_for`` say
+may have changed (a slave named itself or went away, the set or the epoch changed): the
+failover agent fences on that, without polling.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ class HAMaster:
         self.epoch = 0
         self._member_acked: dict[int, int] = {}
         self._member_caught_up: dict[int, float] = {}  # when each slave last held everything, over its connections
+        self.membership_listeners: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -198,6 +202,7 @@ class HAMaster:
         self._member_caught_up = {m: max(now, self._member_caught_up.get(m, 0.0)) for m in members}
         self.set_in_sync(members, in_sync_epoch)
         self._advance()
+        self._membership_changed()  # the epoch may have changed which connections count
 
     def step_down(self) -> None:
         """No longer the group's master (it follows another now): forget the in-sync set and let
@@ -206,6 +211,7 @@ class HAMaster:
         self.in_sync, self._expected = None, None
         self._member_acked.clear()
         self.store.set_visible_limit(None)
+        self._membership_changed()
 
     def set_in_sync(self, members: frozenset[int], in_sync_epoch: int) -> None:
         """The set the controller committed (version ``in_sync_epoch``); waits it now covers are answered."""
@@ -215,6 +221,7 @@ class HAMaster:
         self._expected = None
         self._adopt_acks()
         self._advance()
+        self._membership_changed()
 
     def expect(self, members: frozenset[int] | None) -> None:
         """Wait for ``members`` too from now on, until the controller answers a proposal
@@ -222,6 +229,7 @@ class HAMaster:
         self._expected = members
         self._adopt_acks()
         self._advance()
+        self._membership_changed()
 
     def _adopt_acks(self) -> None:
         """A new member's acknowledgements so far count at once."""
@@ -241,6 +249,10 @@ class HAMaster:
         if not members:
             return self.store.max_phy_offset
         return min(self._member_acked.get(m, 0) for m in members)
+
+    def _membership_changed(self) -> None:
+        for listener in self.membership_listeners:
+            listener()
 
     def _counts(self, state: SlaveState) -> bool:
         """A connection whose acknowledgements count for the in-sync set: named, and in this epoch."""
@@ -294,6 +306,7 @@ class HAMaster:
                     log.error("slave %s: replication failed", state.address, exc_info=error)
         finally:
             self._connections.pop(key, None)
+            self._membership_changed()
             if not self._connections:  # waits that timed out are dropped here, not only by later acks
                 self._waiters = [w for w in self._waiters if not w[2].done()]
                 heapq.heapify(self._waiters)
@@ -317,6 +330,7 @@ class HAMaster:
                         reader.readexactly(HELLO.size - OFFSET_REPORT.size), housekeeping))
                     state.identity, state.epoch = hello.identity, hello.epoch
                     log.info("slave %s is broker %d (epoch %d)", state.address, hello.identity, hello.epoch)
+                    self._membership_changed()
                     continue
             except asyncio.TimeoutError:
                 raise TimeoutError(f"no offset report for {housekeeping:g} s (haHousekeepingInterval)") from None

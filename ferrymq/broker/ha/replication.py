@@ -16,7 +16,7 @@ from ferrymq.broker.ha.failover import FailoverAgent
 from ferrymq.broker.ha.frames import encode_hello
 from ferrymq.broker.ha.master import HAMaster, HAMasterSettings, SlaveState
 from ferrymq.broker.ha.slave import HASlave, HASlaveSettings
-from ferrymq.broker.ha.slave_sync import SlaveSynchronize
+from ferrymq.broker.ha.slave_sync import TIMER_CHECKPOINT_INTERVAL, SlaveSynchronize
 from ferrymq.broker.schedule import ScheduleMessageService
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
@@ -101,7 +101,8 @@ class Replication:
         self.slave = HASlave(store, store.replica_appender(),
                              HASlaveSettings(config.ha_send_heartbeat_interval, config.ha_housekeeping_interval),
                              master_address, hello=self._hello)
-        self.sync = SlaveSynchronize(self._client, *self._tables)
+        adopt = store.adopt_timers_fired if store.timers_enabled else None
+        self.sync = SlaveSynchronize(self._client, *self._tables, adopt_timers_fired=adopt)
 
     @property
     def ha_port(self) -> int:
@@ -118,6 +119,9 @@ class Replication:
             log.info("broker %s is a slave (brokerId %d) of %s", self.config.broker_name, self.config.broker_id,
                      self.config.ha_master_address or "the master the name server names")
         if self.failover is not None:
+            # Until the controller gives the role, lookups serve only what every in-sync replica
+            # held before the restart (the checkpoint's confirm offset); pulls wait altogether.
+            self.store.limit_lookups(self.store.recorded_confirm_offset)
             self._tasks.spawn(self.failover.run(), "failover-agent")
 
     def _start_slave_tasks(self) -> None:
@@ -125,6 +129,8 @@ class Replication:
         self._slave_tasks.spawn(self.slave.run(), "ha-slave")
         self._slave_tasks.every(self.config.slave_synchronize_interval / 1000, self.sync.sync_all,
                                 "slave-synchronize", quiet=(RemotingError, OSError))
+        self._slave_tasks.every(TIMER_CHECKPOINT_INTERVAL, self.sync.sync_timer_checkpoint,
+                                "timer-checkpoint-sync", quiet=(RemotingError, OSError))
 
     async def stop(self) -> None:
         await self._tasks.close()
@@ -158,6 +164,7 @@ class Replication:
         self.slave.update_master_address(master_ha_addr)
         self.sync.master_addr = master_addr
         self._reads_refused = None  # what the group does not keep is cut by now (FailoverAgent._follow)
+        self.store.limit_lookups(None)
         self.registrable.set()
 
     async def lead(self, epoch: int, in_sync: frozenset[int], in_sync_epoch: int) -> None:
@@ -172,6 +179,7 @@ class Replication:
         self.config.broker_id = 0
         self._fence_reason = None
         self._reads_refused = None
+        self.store.limit_lookups(None)
         self._check_in_sync()
         self.registrable.set()
 
@@ -244,7 +252,7 @@ class Replication:
             out["epoch"] = self.failover.epoch
             out["identity"] = self.failover.identity  # its own brokerId (which pod it is), whatever its role
         if self.master is not None:
-            out["slaves"] = [_slave_status(s, head) for s in self.master.slaves]
+            out["slaves"] = [_slave_status(s, head, self.master.in_sync) for s in self.master.slaves]
             if self.master.in_sync is not None:
                 out.update(inSync=sorted(self.master.in_sync), inSyncEpoch=self.master.in_sync_epoch)
         if self.slave is not None:
@@ -255,6 +263,9 @@ class Replication:
         return out
 
 
-def _slave_status(state: SlaveState, head: int) -> dict:
-    return {"address": state.address, "ackedOffset": state.acked_offset,
-            "lagBytes": max(0, head - state.acked_offset) if state.acked_offset >= 0 else head}
+def _slave_status(state: SlaveState, head: int, in_sync: frozenset[int] | None) -> dict:
+    out = {"address": state.address, "ackedOffset": state.acked_offset,
+           "lagBytes": max(0, head - state.acked_offset) if state.acked_offset >= 0 else head}
+    if in_sync is not None:  # controller mode: only a member of the committed in-sync set can be promoted
+        out["inSync"] = state.identity in in_sync
+    return out

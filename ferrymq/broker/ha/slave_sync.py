@@ -4,6 +4,11 @@ offsets (GET_ALL_DELAY_OFFSET, 45) and subscription groups (GET_ALL_SUBSCRIPTION
 201), fetched over the broker's remoting client from the master's address (what the name
 server's REGISTER_BROKER answer calls masterAddr). Topic and group tables are replaced when
 the master's data version differs; offsets are merged over the slave's, as RocketMQ does.
+
+The timer checkpoint (GET_TIMER_CHECK_POINT, 60) is copied more often, on its own schedule
+(``sync_timer_checkpoint``): its fired-up-to time moves the slave's forward, never back, so a
+promoted slave neither re-fires what its master fired nor skips what it had not
+(docs/timers.md#slaves).
 """
 
 from __future__ import annotations
@@ -16,7 +21,12 @@ from ferrymq.broker.schedule import ScheduleMessageService
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.common import rocketmq_json
-from ferrymq.common.protocol import DataVersion, SubscriptionGroupConfig, TopicConfigSerializeWrapper
+from ferrymq.common.protocol import (
+    DataVersion,
+    SubscriptionGroupConfig,
+    TimerCheckpointBody,
+    TopicConfigSerializeWrapper,
+)
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -24,19 +34,24 @@ from ferrymq.remoting.command import RemotingCommand
 log = logging.getLogger(__name__)
 
 _TIMEOUT_S = 3.0
+TIMER_CHECKPOINT_INTERVAL = 3.0  # s between timer checkpoint copies (Apache's: latency-sensitive)
 
 
 class SlaveSynchronize:
     def __init__(self, client: RemotingClient, topics: TopicConfigManager, offsets: ConsumerOffsetManager,
                  groups: SubscriptionGroupManager, schedule: ScheduleMessageService,
-                 persist: Callable[[], Awaitable[None]]) -> None:
-        """``persist``: writes the tables (all four) to disk."""
+                 persist: Callable[[], Awaitable[None]],
+                 adopt_timers_fired: Callable[[int], Awaitable[bool]] | None = None) -> None:
+        """``persist``: writes the tables (all four) to disk. ``adopt_timers_fired``: moves the
+        timing store's fired-up-to time forward and persists it (None: timers are off here)."""
         self.client = client
         self.topics = topics
         self.offsets = offsets
         self.groups = groups
         self.schedule = schedule
         self._persist = persist
+        self._adopt_timers_fired = adopt_timers_fired
+        self._timer_sync_error: str | None = None  # the last refusal logged
         self.master_addr: str | None = None
         self.synced = 0  # completed rounds
 
@@ -54,11 +69,31 @@ class SlaveSynchronize:
         if changed and self.topics.on_change is not None:
             self.topics.on_change()  # registered with the name servers at once (the version is the master's)
 
+    async def sync_timer_checkpoint(self) -> None:
+        """Copy the master's fired-up-to time. A refusal (a master without timers) or a body that
+        is not a timer checkpoint is logged, once until the answer changes."""
+        addr = self.master_addr
+        if not addr or self._adopt_timers_fired is None:
+            return
+        try:
+            body = TimerCheckpointBody.decode(await self._fetch_body(addr, RequestCode.GET_TIMER_CHECK_POINT))
+        except (RuntimeError, ValueError) as e:
+            if str(e) != self._timer_sync_error:
+                log.warning("timer checkpoint not copied from master %s: %s", addr, e)
+            self._timer_sync_error = str(e)
+            return
+        self._timer_sync_error = None
+        if await self._adopt_timers_fired(body.last_read_time_ms):
+            log.debug("timers fired up to %d, as master %s says", body.last_read_time_ms, addr)
+
     async def _fetch(self, addr: str, code: int) -> dict:
+        return rocketmq_json.loads(await self._fetch_body(addr, code) or b"{}")
+
+    async def _fetch_body(self, addr: str, code: int) -> bytes:
         response = await self.client.invoke(addr, RemotingCommand.request(code), _TIMEOUT_S)
         if response.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"master {addr} answered request {code} with {response.code}: {response.remark}")
-        return rocketmq_json.loads(response.body or b"{}")
+        return response.body or b""
 
     async def _sync_topics(self, addr: str) -> bool:
         wrapper = TopicConfigSerializeWrapper.from_dict(await self._fetch(addr, RequestCode.GET_ALL_TOPIC_CONFIG))

@@ -13,7 +13,8 @@ from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.runtime_info import runtime_info
 from ferrymq.common import rocketmq_json
 from ferrymq.common.config_loader import ConfigError, apply_settings, parse_properties, to_properties
-from ferrymq.common.protocol import KVTable, MessageQueue, TopicConfig
+from ferrymq.common.protocol import TIMER_TOPIC, DataVersion, KVTable, MessageQueue, TimerCheckpointBody, TopicConfig
+from ferrymq.common.timer_metrics import TimerMetric, TimerMetrics
 from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -40,6 +41,8 @@ class AdminProcessor:
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_runtime_info,
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
+            RequestCode.GET_TIMER_METRICS: self.get_timer_metrics,
+            RequestCode.GET_TIMER_CHECK_POINT: self.get_timer_checkpoint,
         }
 
     async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -116,6 +119,25 @@ class AdminProcessor:
         log.info("broker config updated: %s", ", ".join(f"{k}={v}" for k, v in settings.items()))
         self.on_config_updated(set(settings))
         return req.response()
+
+    async def get_timer_metrics(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """Timers waiting per real topic (docs/timers.md#operator-views)."""
+        pending = self.ctx.store.pending_timers
+        if pending is None:
+            return req.response(ResponseCode.SYSTEM_ERROR, remark="timer messages are not enabled, timerWheelEnable is false")
+        metrics = TimerMetrics({t.topic: TimerMetric(t.count, t.updated_ms, t.earliest_due_ms) for t in pending.by_topic()})
+        return req.response(body=metrics.to_json())
+
+    async def get_timer_checkpoint(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """The timer checkpoint a slave copies (docs/timers.md#slaves), in Apache 5's binary form.
+        Its data version changes exactly when the fired-up-to time does (that time is its stamp)."""
+        store = self.ctx.store
+        if not store.timers_enabled:
+            return req.response(ResponseCode.SYSTEM_ERROR, remark="The checkpoint is null: timerWheelEnable is false")
+        fired_ms, synced_pos = await store.timer_checkpoint()
+        indexed = store.max_offset(TIMER_TOPIC, 0)
+        body = TimerCheckpointBody(fired_ms, synced_pos, indexed, indexed, DataVersion(timestamp=fired_ms))
+        return req.response(body=body.encode())
 
     async def get_runtime_info(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         replication = self.replication_status() if self.replication_status is not None else None

@@ -122,7 +122,9 @@ async function detail(ctx, topic) {
     h("div", { class: "stats" },
       h("div", { class: "stat" }, h("span", { class: "stat-value", "data-testid": "topic-messages" }, fmt.count(data.messages)), h("span", { class: "stat-label" }, "messages stored")),
       h("div", { class: "stat" }, h("span", { class: "stat-value" }, `${totalRead} / ${totalWrite}`), h("span", { class: "stat-label" }, "read / write queues")),
-      h("div", { class: "stat" }, h("span", { class: "stat-value" }, data.route.length), h("span", { class: "stat-label" }, "brokers"))),
+      h("div", { class: "stat" }, h("span", { class: "stat-value" }, data.route.length), h("span", { class: "stat-label" }, "brokers")),
+      h("div", { class: "stat" }, h("span", { class: "stat-value", "data-testid": "topic-timers" }, fmt.count(data.timers.pending)),
+        h("span", { class: "stat-label" }, data.timers.earliestDueMs == null ? "timer messages waiting" : `timer messages waiting, first due ${fmt.time(data.timers.earliestDueMs)}`))),
     card("Route", route),
     card("Queues", queues));
 }
