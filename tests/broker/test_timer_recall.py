@@ -60,11 +60,15 @@ async def test_a_recalled_timer_never_fires_and_its_neighbour_does(cluster):
         assert (off.value.code, off.value.remark) == (ResponseCode.NO_PERMISSION, "recall failed, operation is forbidden")
         await enable_recall(cluster)
         assert await producer.recall("Recall", first.recall_handle) == first.msg_id
+        async with AdminClient(namesrv_addr=cluster.namesrv_addr) as admin:  # the marker is not a timer waiting
+            assert (await admin.timer_metrics(cluster.broker_addr)).timing_count["Recall"].count == 2
 
         delivered = await wait_until(lambda: delivered_timers(cluster, mq), timeout=15,
                                      what="the kept timer's delivery")
         assert delivered == [b"keep me"]  # same slot, sent first: it would have come before
         assert time.time() * 1000 >= due
+        async with AdminClient(namesrv_addr=cluster.namesrv_addr) as admin:  # fired and recalled: none waits
+            assert "Recall" not in (await admin.timer_metrics(cluster.broker_addr)).timing_count
 
         with pytest.raises(MQBrokerError) as late:  # fired (or recalled) already
             await producer.recall("Recall", second.recall_handle)
