@@ -61,6 +61,7 @@ _TOPIC_PERMS: dict[int, Perm | str] = {
     RequestCode.SEND_BATCH_MESSAGE: _SEND,  # checked here although 4.9 skips batches
     RequestCode.PULL_MESSAGE: Perm.SUB, RequestCode.QUERY_MESSAGE: Perm.SUB,
     RequestCode.UPDATE_CONSUMER_OFFSET: Perm.SUB,
+    RequestCode.RECALL_MESSAGE: Perm.PUB,  # RocketMQ 5.3.2's RecallMessageRequestHeader: PUB
 }  # fmt: skip
 # Requests whose consumer group is checked (as its retry topic, SUB); 4.9 checks the group of an
 # offset update before its topic, and the topic of a pull before its group.

@@ -34,6 +34,7 @@ from ferrymq.broker.processors.offsets import OffsetProcessors
 from ferrymq.broker.processors.pop import PopProcessors
 from ferrymq.broker.processors.pull import PullProcessor
 from ferrymq.broker.processors.query import QueryProcessors
+from ferrymq.broker.processors.recall import RecallProcessor
 from ferrymq.broker.processors.reply import ReplyProcessor
 from ferrymq.broker.processors.send import SendProcessor
 from ferrymq.broker.processors.transaction import EndTransactionProcessor
@@ -42,6 +43,7 @@ from ferrymq.broker.pop.metrics import PopCollector
 from ferrymq.broker.timer_metrics import register_timer_metrics
 from ferrymq.broker.pop.service import PopService
 from ferrymq.broker.protection import ConsumeProtection
+from ferrymq.broker.recall import RecallService
 from ferrymq.broker.retry import RetryService
 from ferrymq.broker.schedule import ScheduleMessageService
 from ferrymq.broker.timer_service import TimerService
@@ -119,6 +121,7 @@ class Broker:
         self.schedule = ScheduleMessageService(self.ctx, config_dir)
         self.store.arrival_listeners.append(self.schedule.on_arrival)
         self.timers = TimerService(self.ctx)
+        self.recalls = RecallService(self.ctx)  # timer messages recalled before they fire
         self.store.arrival_listeners.append(self.timers.on_arrival)
         self.retry = RetryService(self.ctx, self.schedule)
         self.transactions = TransactionService(self.ctx, self.schedule.level_count)
@@ -183,6 +186,7 @@ class Broker:
         ctx = self.ctx
         self.send_processor = send = SendProcessor(ctx, self.schedule, self.transactions)
         self.server.register(RequestCode.END_TRANSACTION, EndTransactionProcessor(self.transactions))
+        self.server.register(RequestCode.RECALL_MESSAGE, RecallProcessor(self.recalls, self.config.region_id))
         reply = ReplyProcessor(ctx)
         for code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):
             self.server.register(code, reply)
@@ -191,9 +195,9 @@ class Broker:
         # The sends of one read are written together (one write per file, not three a message).
         self.server.set_dispatch_rounds(ctx.store)
         # Most pulls find their messages (or nothing, without holding) at once: no task for them either.
-        self.server.register(RequestCode.PULL_MESSAGE, PullProcessor(ctx, self.protection, self.pop.classic_pull_refusal,
-                                                                   self.replication.read_refusal),
-                             eager=True)
+        self.pull_processor = PullProcessor(ctx, self.protection, self.pop.classic_pull_refusal,
+                                            self.replication.read_refusal)  # gRPC PullMessage uses it too
+        self.server.register(RequestCode.PULL_MESSAGE, self.pull_processor, eager=True)
         for code, handler in PopProcessors(self.pop, self.config.enable_property_filter).handlers().items():
             self.server.register(code, handler)
         offsets = OffsetProcessors(self.store, self.offsets)

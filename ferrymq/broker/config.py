@@ -78,6 +78,10 @@ class BrokerConfig:
     transaction_check_max: int = field(default=15, metadata=LIVE)
     transaction_check_interval: int = 60_000
     reject_transaction_message: bool = field(default=False, metadata=LIVE)
+    # Recalling timer messages (RECALL_MESSAGE, gRPC RecallMessage; docs/timers.md#recall): off by
+    # default, as in RocketMQ 5.3.2; allowed on a broker that takes no writes unless told otherwise.
+    recall_message_enable: bool = field(default=False, metadata=LIVE)
+    allow_recall_when_broker_not_writeable: bool = field(default=True, metadata=LIVE)
     # RocketMQ 5 clients (ferrymq/grpc, the grpc extra): the gRPC port, -1 off, 0 any free port
     # (Apache's proxy uses 8081). Asked for without the extra installed, the broker refuses to start.
     grpc_listen_port: int = -1

@@ -81,6 +81,8 @@ def divert_to_timer(msg: MessageExt, config: StoreConfig, now_ms: int) -> TimerR
     if due is None:
         return illegal(config)
     if due <= now_ms:
+        if Prop.TIMER_DEL_UNIQKEY in msg.properties:  # a recall marker for a time gone (Apache: illegal)
+            return illegal(config)
         return None  # due already: stored in its own topic at once
     if beyond_max_delay(due, now_ms, config):
         return illegal(config)

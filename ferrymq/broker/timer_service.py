@@ -16,11 +16,12 @@ import time
 from typing import Callable, Sequence
 
 from ferrymq.broker.context import BrokerContext
+from ferrymq.broker.recall import is_recall_marker, is_recalled
 from ferrymq.broker.schedule import copy_to_real_destination
 from ferrymq.broker.timer_send import TIMER_PROPS
 from ferrymq.common.message import MessageExt, Prop, decode_record
 from ferrymq.common.protocol import TIMER_TOPIC
-from ferrymq.store.timer_log import TimerRecord
+from ferrymq.store.timer_log import RECALL_MARKER, TimerRecord
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class TimerService:
         self.precision_ms = ctx.store_config.timer_precision_ms
         self.fired = 0  # messages delivered
         self.rolled = 0  # records of a later round stored again under the timer topic
+        self.recalled = 0  # messages not delivered: a recall marker named them
         self.on_late: Callable[[float], None] | None = None  # seconds late of each fired message (metrics)
         self._arrived = asyncio.Event()
 
@@ -82,22 +84,49 @@ class TimerService:
                 pass
 
     async def _deliver_slot(self, records: list[TimerRecord]) -> None:
+        """Deliver a slot's messages but recall markers and what they recall (docs/timers.md#recall:
+        a marker is filed in the slot of the message it cancels and flagged in the TimerLog, so
+        only the markers are read ahead; the messages are read one at a time as they go out)."""
+        later = now_ms() + self.precision_ms  # a record due after this is of a later round (docs/timers.md, rounds)
+        recalled: set[str] = set()
         for record in records:
-            while not await self._deliver(record):
+            if record.flags & RECALL_MARKER and record.deliver_ms <= later:
+                marker = await self._read(record)
+                if marker is not None and is_recall_marker(marker):
+                    recalled.add(marker.properties[Prop.TIMER_DEL_UNIQKEY])
+        for record in records:
+            roll = record.deliver_ms > later
+            if record.flags & RECALL_MARKER and not roll:
+                continue  # a marker is never delivered
+            msg = await self._read(record)
+            if msg is None:
+                continue
+            if not roll:
+                if is_recall_marker(msg):
+                    continue  # unflagged (written before the TimerLog had flags)
+                if is_recalled(msg, recalled):
+                    self.recalled += 1
+                    self._uncount(msg, record)
+                    continue
+            while not await self._deliver(record, msg, roll):
                 await asyncio.sleep(RETRY_AFTER_FAILED_PUT)
 
-    async def _deliver(self, record: TimerRecord) -> bool:
-        """Store one timer's message where it goes; False if the store refused it (retry)."""
+    async def _read(self, record: TimerRecord) -> MessageExt | None:
+        """The timer-topic message ``record`` points to; None (logged) if it is gone or unreadable."""
         data = await self.ctx.store.look_message(record.phys)
         if data is None:
             log.error("timer message at CommitLog offset %d is gone (retention?); skipped", record.phys)
-            return True
+            return None
         try:
-            msg = decode_record(data)[0]
+            return decode_record(data)[0]
         except ValueError as e:
             log.error("timer message at CommitLog offset %d is unreadable (%s); skipped", record.phys, e)
-            return True
-        if record.deliver_ms > now_ms() + self.precision_ms:  # a later round (docs/timers.md, rounds)
+            return None
+
+    async def _deliver(self, record: TimerRecord, msg: MessageExt, roll: bool) -> bool:
+        """Store one timer's message where it goes (``roll``: again under the timer topic, for a
+        later round); False if the store refused it (retry)."""
+        if roll:
             out = MessageExt(topic=TIMER_TOPIC, body=msg.body, flag=msg.flag, properties=dict(msg.properties),
                              queue_id=0, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
                              born_host=msg.born_host, store_host=self.ctx.store_host,
@@ -114,7 +143,8 @@ class TimerService:
                         msg.properties.get(Prop.UNIQ_KEY), out.topic, result.remark or result.status.name,
                         RETRY_AFTER_FAILED_PUT)
             return False
-        self._uncount(msg, record, fired=out.topic != TIMER_TOPIC)
+        if not record.flags & RECALL_MARKER:  # a marker is not counted as waiting
+            self._uncount(msg, record, fired=out.topic != TIMER_TOPIC)
         if out.topic != TIMER_TOPIC:
             self.fired += 1
             late = max(0, now_ms() - record.deliver_ms)

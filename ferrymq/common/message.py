@@ -75,6 +75,7 @@ class Prop:
     TIMER_DELAY_MS = "TIMER_DELAY_MS"
     TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
     TIMER_OUT_MS = "TIMER_OUT_MS"
+    TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"  # a recall marker: the timer it cancels (docs/timers.md#recall)
     TTL = "TTL"
     ARRIVE_TIME = "ARRIVE_TIME"
     PUSH_REPLY_TIME = "PUSH_REPLY_TIME"

@@ -120,6 +120,16 @@ class RouteDirectory:
             raise RouteUnavailable(f"name server answered {response.code}: {response.remark}")
         return TopicRouteData.from_json(response.body or b"{}")
 
+    async def invoke_broker(self, topic: str, broker_name: str, request: RemotingCommand) -> RemotingCommand | None:
+        """``request`` sent to the master of ``broker_name`` found in ``topic``'s route; None when
+        the route names no such master. RouteUnavailable, RemotingError as the calls raise them."""
+        route = await self.route(topic)
+        broker = next((b for b in (route.broker_datas if route else []) if b.broker_name == broker_name), None)
+        address = broker.broker_addrs.get(0) if broker is not None else None
+        if address is None:
+            return None
+        return await self.client.invoke(address, request, self.timeout)
+
     async def endpoints(self) -> dict[str, tuple[str, int]]:
         """Remoting address -> gRPC endpoint of every broker that announced one (and this one)."""
         async with self._fetch_lock:

@@ -4,8 +4,10 @@ Producer calls go through the broker's own send processor (one path: topic check
 control, sizes, delay levels, transactions); consumer calls go to the broker's POP service.
 Every answer carries its outcome in ``Status`` (OK 20000, BAD_REQUEST 400xx, FORBIDDEN,
 NOT_FOUND 404xx, TOO_MANY_REQUESTS 42900, ...); a gRPC error status is never used for a
-refusal. Calls FerryMQ does not serve (PullMessage, offsets, RecallMessage, lite topics)
-answer NOT_IMPLEMENTED or UNSUPPORTED in their Status.
+refusal. RecallMessage goes to the broker's recall service (docs/timers.md#recall); PullMessage
+and the offset calls are in ``pulling.py``. The one call FerryMQ does not serve,
+SyncLiteSubscription (lite topics), answers UNSUPPORTED naming it; so do POP calls on a broker
+without POP.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ferrymq.broker.pop import receipt
 from ferrymq.broker.pop.admission import MAX_BATCH, MAX_INVISIBLE_MS
 from ferrymq.broker.pop.outcomes import AckStatus, PopStatus
 from ferrymq.broker.pop.service import PopService
+from ferrymq.broker.recall import RecallService
 from ferrymq.broker.retry import RetryService, SendBackRequest
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
@@ -35,6 +38,7 @@ from ferrymq.common.consumer_protocol import build_subscription
 from ferrymq.common.message import SysFlag
 from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.common.protocol import BrokerData, QueueData, TopicRouteData
+from ferrymq.common.recall_handle import INVALID_HANDLE, RecallHandle
 from ferrymq.common.validators import validate_group, validate_topic
 from ferrymq.acl.plain_acl import Perm as AclPerm
 from ferrymq.grpc.auth import GrpcAuth
@@ -42,12 +46,14 @@ from ferrymq.grpc.clients import GrpcClients
 from ferrymq.grpc.messages import (MessageRefused, duration_ms, grpc_producer_group, incoming, outgoing,
                                    parse_transaction_id, to_timestamp, transaction_id)
 from ferrymq.grpc.protocol import Code, pb, rpc, spb, status
+from ferrymq.grpc.pulling import PullOffsets
 from ferrymq.grpc.routes import RouteDirectory, RouteUnavailable, assignments, message_queues
 from ferrymq.grpc.settings import LONG_POLLING_TIMEOUT_MS, RECEIVE_BATCH_SIZE, server_settings
 from ferrymq.grpc.telemetry import TelemetrySession
 from ferrymq.remoting.codes import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from ferrymq.remoting.headers import SendMessageResponseHeader
+from ferrymq.remoting.errors import RemotingError
+from ferrymq.remoting.headers import RecallMessageHeader, RecallMessageResponseHeader, SendMessageResponseHeader
 from ferrymq.store.config import StoreConfig
 
 log = logging.getLogger(__name__)
@@ -98,6 +104,11 @@ class Peer:
         return cls(real or (host.strip("[]") or "0.0.0.0", port), {})
 
 
+def no_pop(call: str) -> str:
+    """Why a consumer call is refused on a broker without its POP service (names the call)."""
+    return f"{call} is not available: this broker has no POP service"
+
+
 def metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
@@ -107,7 +118,8 @@ class MessagingService(rpc.MessagingServiceServicer):
                  groups: SubscriptionGroupManager, send: SendHandler, transactions: TransactionService,
                  retry: RetryService, pop: PopService | None, directory: RouteDirectory, clients: GrpcClients,
                  is_fifo_group: Callable[[str], bool], auth: GrpcAuth | None = None,
-                 producers: ConsumerManager | None = None) -> None:
+                 producers: ConsumerManager | None = None, recalls: RecallService | None = None,
+                 pulling: PullOffsets | None = None) -> None:
         self.config = config
         self.store_config = store_config
         self.topics = topics
@@ -122,6 +134,8 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.auth = auth  # None: ACL off
         # the broker's producer table: a 5.x producer's Telemetry stream takes transaction checks
         self.producers = producers
+        self.recalls = recalls  # None: RecallMessage answers NOT_IMPLEMENTED
+        self.pulling = pulling  # None: PullMessage and the offset calls answer NOT_IMPLEMENTED
         self._sessions: dict[str, TelemetrySession] = {}  # client id -> its producer stream
         self.levels_ms = store_config.delay_level_millis()
         # set by the endpoint when a TLS switch relays connections: loopback port -> real client
@@ -176,6 +190,9 @@ class MessagingService(rpc.MessagingServiceServicer):
         denied = self._denied(context, topic=topic, group=group)
         if denied:
             return spb.QueryAssignmentResponse(status=denied)
+        error = validate_topic(topic)
+        if error:
+            return spb.QueryAssignmentResponse(status=status(Code.ILLEGAL_TOPIC, f"topic {topic!r} is invalid: {error}"))
         try:
             route = await self._route(topic)
         except RouteUnavailable as exc:
@@ -249,6 +266,9 @@ class MessagingService(rpc.MessagingServiceServicer):
                     session.outbox.put_nowait(self._settings_answer(command.settings, context, session))
                 elif kind in ("thread_stack_trace", "verify_message_result"):
                     log.debug("telemetry: %s from %s (never asked for)", kind, session)
+                elif kind is None:
+                    session.outbox.put_nowait(spb.TelemetryCommand(status=status(
+                        Code.BAD_REQUEST, "a telemetry command carrying no command")))
                 else:
                     session.outbox.put_nowait(spb.TelemetryCommand(status=status(
                         Code.NOT_IMPLEMENTED, f"telemetry command {kind} is not served by FerryMQ")))
@@ -310,7 +330,7 @@ class MessagingService(rpc.MessagingServiceServicer):
             _, _, commit_log_offset = decode_offset_msg_id(answer.msg_id)
             tx_id = transaction_id(commit_log_offset, offset, out.message_id)
         return spb.SendResultEntry(status=status(), message_id=out.message_id, transaction_id=tx_id,
-                                   offset=offset)
+                                   offset=offset, recall_handle=answer.recall_handle or "")
 
     async def SendMessage(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
         if not request.messages:
@@ -352,7 +372,7 @@ class MessagingService(rpc.MessagingServiceServicer):
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest, context) -> AsyncIterator[spb.ReceiveMessageResponse]:
         if self.pop is None:
-            yield spb.ReceiveMessageResponse(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
+            yield spb.ReceiveMessageResponse(status=status(Code.NOT_IMPLEMENTED, no_pop("ReceiveMessage")))
             return
         group, topic = request.group.name, request.message_queue.topic.name
         error = validate_group(group)
@@ -418,7 +438,7 @@ class MessagingService(rpc.MessagingServiceServicer):
 
     async def AckMessage(self, request: spb.AckMessageRequest, context) -> spb.AckMessageResponse:
         if self.pop is None:
-            return spb.AckMessageResponse(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
+            return spb.AckMessageResponse(status=status(Code.NOT_IMPLEMENTED, no_pop("AckMessage")))
         if not request.entries:
             return spb.AckMessageResponse(status=status(Code.BAD_REQUEST, "no entry to acknowledge"))
         group, topic = request.group.name, request.topic.name
@@ -438,7 +458,7 @@ class MessagingService(rpc.MessagingServiceServicer):
                                       context) -> spb.ChangeInvisibleDurationResponse:
         if self.pop is None:
             return spb.ChangeInvisibleDurationResponse(status=status(Code.NOT_IMPLEMENTED,
-                                                                     "POP consumption is not available"))
+                                                                     no_pop("ChangeInvisibleDuration")))
         denied = self._denied(context, topic=request.topic.name, group=request.group.name)
         if denied:
             return spb.ChangeInvisibleDurationResponse(status=denied)
@@ -457,7 +477,7 @@ class MessagingService(rpc.MessagingServiceServicer):
                                               context) -> spb.ForwardMessageToDeadLetterQueueResponse:
         reply = spb.ForwardMessageToDeadLetterQueueResponse
         if self.pop is None:
-            return reply(status=status(Code.NOT_IMPLEMENTED, "POP consumption is not available"))
+            return reply(status=status(Code.NOT_IMPLEMENTED, no_pop("ForwardMessageToDeadLetterQueue")))
         denied = self._denied(context, topic=request.topic.name, group=request.group.name)
         if denied:
             return reply(status=denied)
@@ -476,22 +496,88 @@ class MessagingService(rpc.MessagingServiceServicer):
             return reply(status=self._ack_status(outcome, request.message_id))
         return reply(status=status())
 
+    # ------------------------------------------------------------------ recall
+
+    async def RecallMessage(self, request: spb.RecallMessageRequest, context) -> spb.RecallMessageResponse:
+        """Apache 5.3.2's proxy: a bad topic name ILLEGAL_TOPIC, a malformed handle or any refusal
+        of the broker INTERNAL_SERVER_ERROR with the broker's remark, a missing topic TOPIC_NOT_FOUND."""
+        if self.recalls is None:
+            return spb.RecallMessageResponse(status=status(Code.NOT_IMPLEMENTED, "RecallMessage is not available"))
+        topic = request.topic.name
+        error = validate_topic(topic)
+        if error:
+            return spb.RecallMessageResponse(status=status(Code.ILLEGAL_TOPIC, f"topic {topic!r} is invalid: {error}"))
+        denied = self._denied(context, topic=topic, perm=AclPerm.PUB)
+        if denied:
+            return spb.RecallMessageResponse(status=denied)
+        handle = RecallHandle.decode(request.recall_handle)
+        if handle is None:
+            return spb.RecallMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, INVALID_HANDLE))
+        if handle.broker_name != self.config.broker_name:  # as Apache's proxy: to the broker the handle names
+            return await self._recall_elsewhere(topic, handle.broker_name, request.recall_handle)
+        outcome = await self.recalls.recall(topic, request.recall_handle, producer_group=grpc_producer_group(topic),
+                                            born_host=Peer.of(context, self.peer_of).remote_address)
+        return self._recall_answer(outcome.code, outcome.remark, outcome.msg_id)
+
+    @staticmethod
+    def _recall_answer(code: int, remark: str, msg_id: str) -> spb.RecallMessageResponse:
+        if code == ResponseCode.SUCCESS:
+            return spb.RecallMessageResponse(status=status(), message_id=msg_id)
+        grpc_code = Code.TOPIC_NOT_FOUND if code == ResponseCode.TOPIC_NOT_EXIST else Code.INTERNAL_SERVER_ERROR
+        return spb.RecallMessageResponse(status=status(grpc_code, remark))
+
+    async def _recall_elsewhere(self, topic: str, broker_name: str, handle: str) -> spb.RecallMessageResponse:
+        """RECALL_MESSAGE relayed to another broker of the cluster (without credentials: a broker
+        with ACL on refuses it)."""
+        request = RemotingCommand.request(RequestCode.RECALL_MESSAGE, RecallMessageHeader(
+            producer_group=grpc_producer_group(topic), topic=topic, recall_handle=handle).to_ext_fields())
+        try:
+            answer = await self.directory.invoke_broker(topic, broker_name, request)
+        except (RouteUnavailable, RemotingError, OSError, asyncio.TimeoutError) as exc:
+            return self._recall_answer(ResponseCode.SYSTEM_ERROR, f"recall failed, broker {broker_name}: {exc}", "")
+        if answer is None:
+            return self._recall_answer(ResponseCode.SYSTEM_ERROR, "recall failed, broker service not available", "")
+        return self._recall_answer(answer.code, answer.remark or "", RecallMessageResponseHeader.read(answer).msg_id or "")
+
+    # ------------------------------------------------------------------ pull and offsets
+
+    async def PullMessage(self, request: spb.PullMessageRequest, context) -> AsyncIterator[spb.PullMessageResponse]:
+        if self.pulling is None:
+            yield spb.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED, "PullMessage is not available"))
+            return
+        denied = self._denied(context, topic=request.message_queue.topic.name, group=request.group.name)
+        if denied:
+            yield spb.PullMessageResponse(status=denied)
+            return
+        poll_ms = (duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout")
+                   else LONG_POLLING_TIMEOUT_MS)
+        remaining = context.time_remaining()
+        if remaining is not None:  # answer before the client's deadline
+            poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 2_000))
+        self._client(context, group=request.group.name)
+        async for response in self.pulling.pull(request, Peer.of(context, self.peer_of), poll_ms):
+            yield response
+
+    async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context) -> spb.UpdateOffsetResponse:
+        if self.pulling is None:
+            return spb.UpdateOffsetResponse(status=status(Code.NOT_IMPLEMENTED, "UpdateOffset is not available"))
+        denied = self._denied(context, topic=request.message_queue.topic.name, group=request.group.name)
+        return spb.UpdateOffsetResponse(status=denied or self.pulling.update_offset(request))
+
+    async def GetOffset(self, request: spb.GetOffsetRequest, context) -> spb.GetOffsetResponse:
+        if self.pulling is None:
+            return spb.GetOffsetResponse(status=status(Code.NOT_IMPLEMENTED, "GetOffset is not available"))
+        denied = self._denied(context, topic=request.message_queue.topic.name, group=request.group.name)
+        return spb.GetOffsetResponse(status=denied) if denied else self.pulling.get_offset(request)
+
+    async def QueryOffset(self, request: spb.QueryOffsetRequest, context) -> spb.QueryOffsetResponse:
+        if self.pulling is None:
+            return spb.QueryOffsetResponse(status=status(Code.NOT_IMPLEMENTED, "QueryOffset is not available"))
+        denied = self._denied(context, topic=request.message_queue.topic.name)
+        return spb.QueryOffsetResponse(status=denied) if denied else await self.pulling.query_offset(request)
+
     # ------------------------------------------------------------------ not served
 
-    async def PullMessage(self, request, context):
-        yield spb.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED, "PullMessage is not served by FerryMQ"))
-
-    async def UpdateOffset(self, request, context):
-        return spb.UpdateOffsetResponse(status=status(Code.NOT_IMPLEMENTED, "UpdateOffset is not served by FerryMQ"))
-
-    async def GetOffset(self, request, context):
-        return spb.GetOffsetResponse(status=status(Code.NOT_IMPLEMENTED, "GetOffset is not served by FerryMQ"))
-
-    async def QueryOffset(self, request, context):
-        return spb.QueryOffsetResponse(status=status(Code.NOT_IMPLEMENTED, "QueryOffset is not served by FerryMQ"))
-
-    async def RecallMessage(self, request, context):
-        return spb.RecallMessageResponse(status=status(Code.NOT_IMPLEMENTED, "RecallMessage is not served by FerryMQ"))
-
     async def SyncLiteSubscription(self, request, context):
-        return spb.SyncLiteSubscriptionResponse(status=status(Code.UNSUPPORTED, "lite topics are not served by FerryMQ"))
+        return spb.SyncLiteSubscriptionResponse(status=status(
+            Code.UNSUPPORTED, "SyncLiteSubscription (lite topics) is not served by FerryMQ"))

@@ -18,12 +18,16 @@ if TYPE_CHECKING:
     from ferrymq.broker.broker import Broker
     from ferrymq.broker.config import BrokerConfig
     from ferrymq.broker.consumer_manager import ConsumerManager
+    from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
+    from ferrymq.broker.recall import RecallService
     from ferrymq.broker.retry import RetryService
     from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
     from ferrymq.broker.topic_config_manager import TopicConfigManager
     from ferrymq.broker.transactions import TransactionService
     from ferrymq.grpc.endpoint import GrpcEndpoint
+    from ferrymq.grpc.pulling import PullOffsets
     from ferrymq.remoting.client import RemotingClient
+    from ferrymq.store.async_store import AsyncMessageStore
     from ferrymq.store.config import StoreConfig
 
 log = logging.getLogger(__name__)
@@ -54,7 +58,8 @@ class BrokerGrpc:
                              retry=broker.retry, pop=broker.pop, namesrv_client=broker.namesrv_client,
                              remoting_address=lambda: broker.address,
                              acl_config=(lambda: broker.acl.config) if broker.acl is not None else None,
-                             producers=broker.consumers, clients=self.clients)
+                             producers=broker.consumers, clients=self.clients, recalls=broker.recalls,
+                             pull=broker.pull_processor, store=broker.ctx.store, offsets=broker.ctx.offsets)
 
 
 def broker_grpc(config: "BrokerConfig") -> BrokerGrpc | None:
@@ -67,13 +72,19 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
                   groups: "SubscriptionGroupManager", send: Callable, transactions: "TransactionService",
                   retry: "RetryService", pop: Any, namesrv_client: "RemotingClient",
                   remoting_address: Callable[[], str], acl_config: Callable | None = None,
-                  producers: "ConsumerManager | None" = None, clients: "GrpcClients | None" = None) -> "GrpcEndpoint":
+                  producers: "ConsumerManager | None" = None, clients: "GrpcClients | None" = None,
+                  recalls: "RecallService | None" = None, pull: Callable | None = None,
+                  store: "AsyncMessageStore | None" = None,
+                  offsets: "ConsumerOffsetManager | None" = None) -> "GrpcEndpoint":
     """``acl_config``: the broker's current plain ACL when ``aclEnable`` (None: no checks);
     ``producers``: the broker's producer table (5.x producers join it for transaction checks);
     ``clients``: the table of v2 clients to keep (the broker's, read by its admin views and
-    /metrics), else a new one."""
+    /metrics), else a new one; ``recalls``: the broker's recall service (RecallMessage);
+    ``pull``, ``store``, ``offsets``: the broker's PULL_MESSAGE processor, store and consumer-offset
+    table, for PullMessage and the offset calls. Without them those calls answer NOT_IMPLEMENTED."""
     from ferrymq.grpc.auth import GrpcAuth
     from ferrymq.grpc.endpoint import GrpcEndpoint
+    from ferrymq.grpc.pulling import PullOffsets
     from ferrymq.grpc.routes import RouteDirectory
     from ferrymq.grpc.service import MessagingService
 
@@ -90,7 +101,9 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
     service = MessagingService(config=config, store_config=store_config, topics=topics, groups=groups, send=send,
                                transactions=transactions, retry=retry, pop=pop, directory=directory, clients=clients,
                                is_fifo_group=is_fifo_group, auth=GrpcAuth(acl_config) if acl_config else None,
-                               producers=producers)
+                               producers=producers, recalls=recalls,
+                               pulling=None if pull is None or store is None or offsets is None
+                               else PullOffsets(topics=topics, pull=pull, store=store, offsets=offsets))
     endpoint = GrpcEndpoint(service, directory, clients, host=config.listen_host, port=config.grpc_listen_port,
                             max_message_bytes=config.max_frame_size,
                             client_expiry_ms=lambda: config.channel_expired_timeout, tls_mode=config.grpc_tls_mode,

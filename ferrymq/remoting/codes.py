@@ -137,6 +137,7 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
+    RECALL_MESSAGE = 370  # RocketMQ 5.3.2: recall a timer message before it fires (docs/timers.md#recall)
     # RocketMQ 5 POP consumption (broker/pop)
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
@@ -187,3 +188,4 @@ class ResponseCode(IntEnum):
     POLLING_TIMEOUT = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604  # RocketMQ 5.3.2 (a recall refused)

@@ -22,9 +22,11 @@ from ferrymq.store.index_service import IndexService, index_postings
 from ferrymq.store.timer_store import TimerStore
 
 
-def timer_entries(msgs: Sequence[MessageExt], sizes: Sequence[int], phys: int) -> list[tuple[int, int, int, str]]:
+def timer_entries(msgs: Sequence[MessageExt], sizes: Sequence[int], phys: int,
+                  markers: set[int] | None = None) -> list[tuple[int, int, int, str]]:
     """(due time, CommitLog offset, size, real topic) of contiguous timer-topic records starting
-    at ``phys``; a record without a readable TIMER_OUT_MS is due at once (0)."""
+    at ``phys``; a record without a readable TIMER_OUT_MS is due at once (0). The CommitLog
+    offsets of recall markers (docs/timers.md#recall) are added to ``markers``."""
     out = []
     for m, size in zip(msgs, sizes):
         try:
@@ -32,6 +34,8 @@ def timer_entries(msgs: Sequence[MessageExt], sizes: Sequence[int], phys: int) -
         except ValueError:
             due = 0
         out.append((due, phys, size, m.properties.get(Prop.REAL_TOPIC, "")))
+        if markers is not None and Prop.TIMER_DEL_UNIQKEY in m.properties:
+            markers.add(phys)
         phys += size
     return out
 
@@ -171,10 +175,11 @@ class Dispatcher:
                     index_postings(put.topic, put.msgs, put.sizes, put.phys, postings)
                 self.index.add_postings(postings, store_ts)
             if self.timers is not None:
+                markers: set[int] = set()
                 due = [e for put in puts if put.topic == TIMER_TOPIC and put.to_queue
-                       for e in timer_entries(put.msgs, put.sizes, put.phys)]
+                       for e in timer_entries(put.msgs, put.sizes, put.phys, markers)]
                 if due:
-                    self.timers.add(due)
+                    self.timers.add(due, markers)
         except BaseException:
             for topic, queue_id in written:
                 self.queues.get_or_create(topic, queue_id).truncate_to(by_queue[topic, queue_id][0].queue_offset)
@@ -208,7 +213,8 @@ class Dispatcher:
         if SysFlag.is_dispatched(m.sys_flag):
             self.queue_entries(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], m.store_timestamp)
             if m.topic == TIMER_TOPIC and self.timers is not None:
-                self.timers.add(timer_entries([m], [m.store_size], phys))  # already indexed: skipped
+                markers: set[int] = set()
+                self.timers.add(timer_entries([m], [m.store_size], phys, markers), markers)  # indexed: skipped
 
     def index_record(self, m: MessageExt, phys: int, store_ts: int) -> None:
         if self.index is not None:

@@ -155,7 +155,8 @@ class StoreRecovery:
                 break
             entries = [(phys, size) for phys, size, _ in CQ_ENTRY.iter_unpack(raw) if phys >= self.commit_log.min_offset]
             offset += len(raw) // CQ_ENTRY.size
-            batch = []
+            batch: list[tuple] = []
+            markers: set[int] = set()  # recall markers (docs/timers.md#recall)
             for (phys, size), record in zip(entries, self.commit_log.read_many(entries)):
                 if record is None:
                     continue  # removed by retention meanwhile
@@ -164,8 +165,8 @@ class StoreRecovery:
                 except ValueError as e:
                     log.error("timer record at CommitLog offset %d is unreadable (%s): not indexed again", phys, e)
                     continue
-                batch += timer_entries([msg], [size], phys)
-            added += timers.add(batch)
+                batch += timer_entries([msg], [size], phys, markers)
+            added += timers.add(batch, markers)
         log.warning("the timer directory was lost: %d pending timer(s) indexed again from the CommitLog "
                     "(fired up to %d)", added, timers.fired_ms)
 

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from ferrymq.store.mapped_file import fdatasync
 
 _BODY = struct.Struct(">qqqqii")  # deliverMs, commitLogOffset, prevPos, slotMs, size, slotSeq
-_CRC = struct.Struct(">Ii")  # crc32 of the body, reserved
+_CRC = struct.Struct(">Ii")  # crc32, flags
+_FLAGS = struct.Struct(">i")
 RECORD_SIZE = _BODY.size + _CRC.size  # 48
 NO_RECORD = -1
+RECALL_MARKER = 0x1  # flags: the record is a recall marker (docs/timers.md#recall)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +30,11 @@ class TimerRecord:
     slot_ms: int  # the time of the wheel slot this record was linked into
     size: int  # the CommitLog record's size
     slot_seq: int  # records in the slot's chain with this one (1: first of its chain)
+    flags: int = 0  # RECALL_MARKER
 
     def encode(self) -> bytes:
         body = _BODY.pack(self.deliver_ms, self.phys, self.prev_pos, self.slot_ms, self.size, self.slot_seq)
-        return body + _CRC.pack(zlib.crc32(body), 0)
+        return body + _CRC.pack(_crc(body, self.flags), self.flags)
 
     @staticmethod
     def decode(data: bytes) -> "TimerRecord | None":
@@ -39,11 +42,17 @@ class TimerRecord:
         if len(data) < RECORD_SIZE:
             return None
         body = data[:_BODY.size]
-        crc, _ = _CRC.unpack_from(data, _BODY.size)
-        if crc != zlib.crc32(body):
+        crc, flags = _CRC.unpack_from(data, _BODY.size)
+        if crc != _crc(body, flags):
             return None
-        record = TimerRecord(*_BODY.unpack(body))
+        record = TimerRecord(*_BODY.unpack(body), flags)
         return record if record.size > 0 and record.slot_seq > 0 else None
+
+
+def _crc(body: bytes, flags: int) -> int:
+    """CRC32 of the body, and of the flags when there are any (a record without flags checks as
+    records did before flags existed)."""
+    return zlib.crc32(body + _FLAGS.pack(flags)) if flags else zlib.crc32(body)
 
 
 class TimerLog:

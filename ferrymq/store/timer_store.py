@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from ferrymq.store.mapped_file import fdatasync
-from ferrymq.store.timer_log import NO_RECORD, RECORD_SIZE, TimerLog, TimerRecord
+from ferrymq.store.timer_log import NO_RECORD, RECALL_MARKER, RECORD_SIZE, TimerLog, TimerRecord
 from ferrymq.store.timer_pending import PendingTimers
 from ferrymq.store.timer_wheel import EMPTY_SLOT, SLOT_SIZE, Slot, TimerWheel
 
@@ -108,11 +108,12 @@ class TimerStore:
             self._rebuild_below, self._rebuild_floor = commit_log_end, self.fired_ms
             self.lost = False
 
-    def add(self, timers: Sequence[tuple]) -> int:
+    def add(self, timers: Sequence[tuple], markers: Collection[int] = ()) -> int:
         """Index timer records ``(deliver_ms, commitlog_offset, size[, real_topic])`` in CommitLog
         order, counting each under its real topic. Records already indexed (below
         ``dispatched_phys_end``: a re-dispatch) are skipped, and so are those a rebuild finds
-        fired. Returns how many were added."""
+        fired. ``markers``: the CommitLog offsets of recall markers (flagged RECALL_MARKER, not
+        counted as waiting; docs/timers.md#recall). Returns how many were added."""
         with self._lock:
             floor = self.dispatched_phys_end
             pos = self.log.end
@@ -122,8 +123,10 @@ class TimerStore:
                     continue
                 if phys < self._rebuild_below and self.wheel.round_down(deliver_ms) < self._rebuild_floor:
                     continue
-                self.pending.add(topic[0] if topic else "", deliver_ms)
-                records.append(self._link(deliver_ms, phys, size, pos))
+                marker = phys in markers
+                if not marker:
+                    self.pending.add(topic[0] if topic else "", deliver_ms)
+                records.append(self._link(deliver_ms, phys, size, pos, RECALL_MARKER if marker else 0))
                 pos += RECORD_SIZE
                 floor = phys + size
             if records:
@@ -132,14 +135,14 @@ class TimerStore:
                     self._sync()
             return len(records)
 
-    def _link(self, deliver_ms: int, phys: int, size: int, pos: int) -> TimerRecord:
+    def _link(self, deliver_ms: int, phys: int, size: int, pos: int, flags: int) -> TimerRecord:
         slot_ms = max(self.wheel.round_down(deliver_ms), self.taken_ms)
         slot = self.wheel.get(slot_ms)
         if slot.count > 0 and (slot.slot_ms == slot_ms or slot.slot_ms >= self.taken_ms):
             # the same second, or an older round not yet fired: chain behind it (docs/timers.md, rounds)
-            record = TimerRecord(deliver_ms, phys, slot.last_pos, slot.slot_ms, size, slot.count + 1)
+            record = TimerRecord(deliver_ms, phys, slot.last_pos, slot.slot_ms, size, slot.count + 1, flags)
         else:
-            record = TimerRecord(deliver_ms, phys, NO_RECORD, slot_ms, size, 1)
+            record = TimerRecord(deliver_ms, phys, NO_RECORD, slot_ms, size, 1, flags)
         self.wheel.put(record.slot_ms, Slot(record.slot_ms, pos, record.slot_seq))
         return record
 
@@ -172,7 +175,7 @@ class TimerStore:
             self.pending.clear()
             count = 0
             for _, record in self.log.records(self.log.min_position):
-                if record.slot_ms < self.fired_ms:
+                if record.slot_ms < self.fired_ms or record.flags & RECALL_MARKER:
                     continue
                 topic = topic_of(record)
                 if topic is not None:

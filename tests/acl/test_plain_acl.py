@@ -10,6 +10,7 @@ from ferrymq.acl.signature import Credentials, sign_request
 from ferrymq.common.protocol import ConsumerData, HeartbeatData, SubscriptionData
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import RecallMessageHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
 
 # The file Apache RocketMQ 4.9.7 ships as conf/plain_acl.yml (numbers unquoted, as there).
@@ -125,6 +126,9 @@ def test_resources_of_requests():
         group_name="billing", subscription_data_set=[SubscriptionData(topic="orders")])])
     hb = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body=heartbeat.to_json())
     assert needed_resources(hb) == {"%RETRY%billing": Perm.SUB, "orders": Perm.SUB}
+    recall = RemotingCommand.request(RequestCode.RECALL_MESSAGE, RecallMessageHeader(
+        producer_group="PG", topic="orders", recall_handle="h").to_ext_fields())
+    assert needed_resources(recall) == {"orders": Perm.PUB}  # a recall needs what a send needs
 
 
 def test_checks_in_rocketmqs_order():

@@ -15,10 +15,13 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.message import Message
+from ferrymq.common.protocol import MessageQueue
+from ferrymq.common.recall_handle import RecallHandle
 
 from testkit.grpc_clients import (ensure_java5_classes, grpc_standalone, run_grpc_java, running_grpc_standalone,
                                   unique_names)
 from tests.support import require
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.compat
 
@@ -229,3 +232,47 @@ def test_transactions_commit_rollback_and_check_back_over_telemetry(tx_broker):
     got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=3, timeoutMs=8000,
                         check=False)
     assert sorted(e["key"] for e in received(got)) == ["check-commit", "commit"]
+
+
+def test_java_producer_recalls_its_delay_message_by_the_receipts_handle(broker):
+    """rocketmq-client-java 5.2.0: a delay message's SendReceipt carries a recall handle, and
+    Producer.recallMessage (RecallMessage RPC) with it keeps the message from firing while a
+    later timer on the same queue fires; a malformed handle fails as Apache's proxy fails it
+    (INTERNAL_SERVER_ERROR: the client's InternalErrorException)."""
+    server, endpoint = broker
+    topic, group = names("J5Recall")
+    DELAY_MS = 12_000  # noqa: N806 (the recall must come before it fires: a JVM starts meanwhile)
+
+    async def prepare() -> None:
+        async with AdminClient(namesrv_addr=server.namesrv_addr) as admin:
+            await admin.create_topic(topic, read_queues=1, write_queues=1)
+            # off by default, as in Apache 5.3.2; a live setting
+            await admin.update_broker_config(server.broker_addr, {"recallMessageEnable": "true"})
+
+    asyncio.run(prepare())
+    mq = MessageQueue(topic, "broker-a", 0)
+    sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=1, kind="delay", delayMs=DELAY_MS,
+                         prefix="doomed").of("sent")[0]
+    handle = RecallHandle.decode(sent["recallHandle"])
+    assert handle is not None and (handle.topic, handle.message_id) == (topic, sent["id"])
+
+    async def later_timer() -> None:  # due after the recalled one, on the same queue
+        async with Producer("recall-4x-producer", namesrv_addr=server.namesrv_addr) as producer:
+            due = sent["at"] + DELAY_MS + 1000  # "at": after the send, so after the recalled one's time
+            await producer.send(Message(topic, b"kept", properties={"TIMER_DELIVER_MS": str(due)}), queue=mq)
+
+    asyncio.run(later_timer())
+    events = run_grpc_java("recall", endpoints=endpoint, topic=topic, handles=f"{sent['recallHandle']},bad-handle")
+    assert [(e["handle"], e["id"]) for e in events.of("recalled")] == [(sent["recallHandle"], sent["id"])]
+    failed = events.of("recall_failed")
+    assert [e["handle"] for e in failed] == ["bad-handle"]
+    assert "InternalErrorException" in failed[0]["error"] and "recall handle is invalid" in failed[0]["error"]
+
+    async def fired() -> list[bytes]:
+        async with PullConsumer(f"{group}_4x", namesrv_addr=server.namesrv_addr) as consumer:
+            return [m.body for m in (await consumer.pull(mq, 0, suspend=10)).messages]
+
+    async def wait_fired() -> list[bytes]:
+        return await wait_until(fired, timeout=40, what="the later timer's delivery")
+
+    assert asyncio.run(wait_fired()) == [b"kept"]  # the recalled one, due first, never came

@@ -10,8 +10,11 @@ One client JVM per peer (``ferrymq.compat53.Timers``) does all of it.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from ferrymq.client.admin import AdminClient
 from testkit.grpc_clients import unique_names
 from testkit.java_client import ROCKETMQ5_VERSION, run_java_client
 
@@ -59,3 +62,45 @@ def test_timer_setters_are_delivered_on_time_and_an_overlong_delay_is_refused(br
         assert r["receivedAtMs"] <= s["dueToMs"] + LATE_BOUND_MS, \
             f"{setter}: {r['receivedAtMs'] - s['dueToMs']} ms late"
     assert not any(k.startswith("refused-") for k in received), "the refused message was delivered"
+
+
+async def enable_recall(broker) -> None:
+    async with AdminClient(namesrv_addr=broker.namesrv_addr) as admin:
+        await admin.update_broker_config(broker.broker_addr, {"recallMessageEnable": "true"})
+
+
+RECALL_DELAY_MS = 8000
+REQUEST_CODE_NOT_SUPPORTED = 3
+ILLEGAL_OPERATION = 604
+# what each peer answers RECALL_MESSAGE (370) with a malformed handle: Apache 5.3.1 predates
+# recall (5.3.2 added it); FerryMQ answers as 5.3.2's RecallMessageProcessor does
+RECALL_RAW = {"ferrymq": (ILLEGAL_OPERATION, "recall handle is invalid"),
+              "apache-5.3.1": (REQUEST_CODE_NOT_SUPPORTED, None)}
+
+
+def test_a_timer_recalled_by_a_marker_is_not_delivered_and_its_neighbour_is(broker, request):
+    """Two timers due together on one queue; a 5.3.1 producer recalls the first with a marker
+    message (TIMER_DEL_UNIQKEY, the same delivery time): the consumer gets only the second, on
+    both brokers. RECALL_MESSAGE itself is 5.3.2's: each peer's answer to a malformed handle."""
+    peer = request.node.callspec.params["broker"]
+    topic, group = unique_names("Recall5")
+    if peer == "ferrymq":  # recallMessageEnable is off by default, as in Apache 5.3.2; a live setting
+        asyncio.run(enable_recall(broker))
+    events = run_java_client(
+        ["--namesrv", broker.namesrv_addr, "--topic", topic, "--group", group, "--timers", "",
+         "--recall", RECALL_DELAY_MS, "--timeout-ms", 60000],
+        timeout=120, main=TIMERS_MAIN, version=ROCKETMQ5_VERSION)
+
+    sent = {e["setter"]: e for e in events.of("sent") if e["setter"] in ("recalled", "kept")}
+    assert sorted(sent) == ["kept", "recalled"] and all(e["sendStatus"] == "SEND_OK" for e in sent.values())
+    assert [e["sendStatus"] for e in events.of("recall_marker")] == ["SEND_OK"]
+    received = [e["key"] for e in events.of("received") if not e["key"].startswith("ready-")]
+    assert received == [sent["kept"]["key"]], f"recalled or marker delivered, or kept missing: {received}"
+    kept = next(e for e in events.of("received") if e["key"] == sent["kept"]["key"])
+    assert kept["receivedAtMs"] >= sent["kept"]["dueFromMs"]
+
+    code, remark = RECALL_RAW[peer]
+    raw = events.of("recall_raw")[0]
+    assert raw["code"] == code
+    if remark is not None:
+        assert raw["remark"] == remark

@@ -274,10 +274,7 @@ async def test_transaction_commit_shows_the_message_rollback_never(cluster, stub
     assert forged.status.code == Code.INVALID_TRANSACTION_ID
 
 
-async def test_calls_ferrymq_does_not_serve_are_refused_in_the_status(cluster, stub):
-    r = await stub.RecallMessage(spb.RecallMessageRequest(topic=pb.Resource(name="T"), recall_handle="h"),
-                                 metadata=CLIENT, timeout=5)
-    assert r.status.code == Code.NOT_IMPLEMENTED
+async def test_a_heartbeat_without_client_id_is_refused_in_the_status(cluster, stub):
     h = await stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.ClientType.PRODUCER), timeout=5)
     assert h.status.code == Code.CLIENT_ID_REQUIRED
 

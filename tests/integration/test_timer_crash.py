@@ -83,6 +83,34 @@ async def test_kill_9_with_pending_timers_loses_none(standalone_process, tmp_pat
     assert not early, f"delivered before their time (ms early): {early}"
 
 
+async def test_a_recalled_timer_stays_recalled_across_kill_9(standalone_process, tmp_path):
+    """The recall marker is a CommitLog record: after kill -9 and restart (recovery re-dispatches
+    what the timer files had not synced) the recalled timer still does not fire; its neighbour,
+    due in the same second, does (docs/timers.md#recall)."""
+    proc = await asyncio.to_thread(standalone_process, tmp_path / "store", ["recallMessageEnable=true"])
+    async with AdminClient(namesrv_addr=proc.namesrv_addr) as admin:
+        await admin.create_topic("TimedRecall", read_queues=1, write_queues=1, broker_addr=proc.broker_addr)
+    mq = MessageQueue("TimedRecall", "broker-a", 0)
+    due = int(time.time() * 1000) + 8000
+    async with Producer("timer-recall", namesrv_addr=proc.namesrv_addr) as producer:
+        recalled = await producer.send(Message("TimedRecall", b"recalled", properties={"TIMER_DELIVER_MS": str(due)}),
+                                       queue=mq)
+        await producer.send(Message("TimedRecall", b"kept", properties={"TIMER_DELIVER_MS": str(due)}), queue=mq)
+        assert await producer.recall("TimedRecall", recalled.recall_handle) == recalled.msg_id
+    assert time.time() * 1000 < due - 2000, "too slow: the kill must land before the timers are due"
+
+    proc.kill()
+    await asyncio.to_thread(proc.start)
+
+    async def bodies() -> list[bytes]:
+        async with PullConsumer("timer-recall-check", namesrv_addr=proc.namesrv_addr) as consumer:
+            result = await consumer.pull(mq, 0)
+        return [m.body for m in result.messages] if result.status is PullStatus.FOUND else []
+
+    got = await wait_until(bodies, timeout=30, what="the kept timer's delivery after the restart")
+    assert got == [b"kept"] and time.time() * 1000 >= due
+
+
 async def test_a_timer_directory_lost_in_a_kill_9_is_rebuilt_without_firing_twice(standalone_process, tmp_path):
     """docs/timers.md#a-lost-timer-directory: kill -9, `rm -r timer/`, restart: the pending
     timers still fire (not before their time) and the fired ones are not delivered again."""

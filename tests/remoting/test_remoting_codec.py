@@ -349,13 +349,14 @@ def test_codes() -> None:
     assert (RequestCode.SEND_BATCH_MESSAGE, RequestCode.QUERY_DATA_VERSION, RequestCode.DELETE_EXPIRED_COMMITLOG) == (
         320, 322, 329,
     )  # fmt: skip
-    assert len(RequestCode) == 101  # every code of docs/wire-format.md#request-codes, and RocketMQ 5's POP and timer codes
+    # every code of docs/wire-format.md#request-codes, RocketMQ 5's POP and timer codes, 5.3.2's RECALL_MESSAGE
+    assert len(RequestCode) == 102 and RequestCode.RECALL_MESSAGE == 370
     assert (RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME) == (
         200050, 200051, 200053,
     )  # fmt: skip
     assert ResponseCode.POLLING_FULL == 209 and ResponseCode.POLLING_TIMEOUT == 210  # aliases in RocketMQ 5
     assert [int(c) for c in list(ResponseCode)[:5]] == [0, 1, 2, 3, 4]
     assert ResponseCode.FLOW_CONTROL == 215 and ResponseCode.TRANSACTION_STATE_UNKNOW == 202
-    assert len(ResponseCode) == 38 and ResponseCode.INVALID_PARAMETER == 29
+    assert len(ResponseCode) == 39 and ResponseCode.INVALID_PARAMETER == 29 and ResponseCode.ILLEGAL_OPERATION == 604
     assert LanguageCode.PYTHON == 3 and LanguageCode.RUST == 12 and len(LanguageCode) == 13
     assert DEFAULT_MAX_FRAME == 16 * 1024 * 1024

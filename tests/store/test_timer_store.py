@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from ferrymq.store.timer_log import RECORD_SIZE
+from ferrymq.store.timer_log import RECALL_MARKER, RECORD_SIZE, TimerRecord
 from ferrymq.store.timer_store import TimerStore
 
 T0 = 1_700_000_000_000  # a whole second
@@ -233,6 +233,27 @@ def test_memory_does_not_grow_with_pending_timers(tmp_path):
                          capture_output=True, text=True, timeout=300).stdout
     growth_kib = int(out.strip())
     assert growth_kib < 4 * 1024, f"RSS grew by {growth_kib} KiB for 200 000 timers"
+
+
+def test_a_recall_markers_flag_is_kept_across_a_reopen_and_covered_by_the_crc(tmp_path):
+    """docs/timers.md#recall: a marker's record carries RECALL_MARKER, so firing reads markers
+    first without holding the slot's messages; a record without flags reads as before flags."""
+    store = open_store(tmp_path)
+    store.add(timers([T0 + 1000, T0 + 1000, T0 + 1000]), markers={100})
+    store.close()
+    store = open_store(tmp_path)
+    slot_ms, records = store.take(T0 + 1000)
+    assert [(r.phys, r.flags) for r in records] == [(0, 0), (100, RECALL_MARKER), (200, 0)]
+    store.close()
+    with open(log_file(tmp_path), "r+b") as f:  # the marker's flags word, changed on disk
+        f.seek(RECORD_SIZE + 44)
+        f.write((3).to_bytes(4, "big"))
+    plain = TimerRecord(T0, 0, -1, T0, SIZE, 1)
+    assert TimerRecord.decode(plain.encode()) == plain
+    with open(log_file(tmp_path), "rb") as f:
+        data = f.read()
+    assert TimerRecord.decode(data[RECORD_SIZE:2 * RECORD_SIZE]) is None  # the CRC covers the flags
+    assert TimerRecord.decode(data[2 * RECORD_SIZE:]).flags == 0
 
 
 def test_a_slave_adopts_its_masters_fired_time_forward_only_and_durably(tmp_path):

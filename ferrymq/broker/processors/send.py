@@ -14,6 +14,7 @@ import time
 
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.flow_control import send_refusal
+from ferrymq.broker.recall import handle_for
 from ferrymq.broker.schedule import ScheduleMessageService, divert_to_schedule, is_delayable
 from ferrymq.broker.timer_send import asks_for_timer, divert_to_timer
 from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
@@ -90,6 +91,7 @@ class SendProcessor:
                       born_timestamp=header.born_timestamp or int(time.time() * 1000),
                       born_host=born_host, store_host=ctx.store_host, reconsume_times=header.reconsume_times)
 
+        recall_handle = None
         if req.code == RequestCode.SEND_BATCH_MESSAGE:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="batch request does not support retry group " + topic)
@@ -121,6 +123,7 @@ class SendProcessor:
             elif is_delayable(msg):  # held in SCHEDULE_TOPIC_XXXX until due (docs/wire-format.md#send-processing, step 6)
                 divert_to_schedule(msg, self.schedule.level_count)
             result = await ctx.store.put_message(msg, wait=wait)
+            recall_handle = handle_for(msg, ctx.config.broker_name)  # a timer message's (docs/timers.md#recall)
 
         code = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
         ctx.stats.record_put(topic, result.msg_num if result.ok else 0, result.wrote_bytes)
@@ -128,7 +131,7 @@ class SendProcessor:
             return req.response(code, remark=result.remark or result.status.name)
         return req.response(code, ext_fields=SendMessageResponseHeader.fields_of(
             msg_id=",".join(result.msg_ids), queue_id=queue_id, queue_offset=result.queue_offset,
-            region=ctx.config.region_id, trace_on=ctx.config.trace_on))
+            region=ctx.config.region_id, trace_on=ctx.config.trace_on, recall_handle=recall_handle))
 
     def _dead_letter_target(self, header: SendMessageHeader, msg: MessageExt) -> str | None:
         """A retry-topic message that used up its reconsume budget goes to the group's DLQ."""

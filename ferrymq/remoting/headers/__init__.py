@@ -42,7 +42,13 @@ from ferrymq.remoting.headers.controller import (
     InSyncEpochResponseHeader,
     NotLeaderResponseHeader,
 )
-from ferrymq.remoting.headers.message import PullMessageResponseHeader, ReplyMessageHeader, SendMessageResponseHeader
+from ferrymq.remoting.headers.message import (
+    PullMessageResponseHeader,
+    RecallMessageHeader,
+    RecallMessageResponseHeader,
+    ReplyMessageHeader,
+    SendMessageResponseHeader,
+)
 from ferrymq.remoting.headers.namesrv import (
     DeleteTopicFromNamesrvHeader,
     GetRouteInfoHeader,
@@ -88,7 +94,7 @@ R = RequestCode
 REQUEST_HEADERS: dict[int, type] = {
     R.SEND_MESSAGE: SendMessageHeader, R.SEND_MESSAGE_V2: SendMessageHeader, R.SEND_BATCH_MESSAGE: SendMessageHeader,
     R.SEND_REPLY_MESSAGE: SendMessageHeader, R.SEND_REPLY_MESSAGE_V2: SendMessageHeader,
-    R.PULL_MESSAGE: PullMessageHeader,
+    R.PULL_MESSAGE: PullMessageHeader, R.RECALL_MESSAGE: RecallMessageHeader,
     R.PUSH_REPLY_MESSAGE_TO_CLIENT: ReplyMessageHeader,
     R.UPDATE_AND_CREATE_TOPIC: CreateTopicHeader,
     R.DELETE_TOPIC_IN_BROKER: TopicHeader, R.GET_TOPIC_STATS_INFO: TopicHeader, R.QUERY_TOPIC_CONSUME_BY_WHO: TopicHeader,
@@ -129,7 +135,7 @@ RESPONSE_HEADERS: dict[int, type[Header]] = {
     R.SEND_MESSAGE: SendMessageResponseHeader, R.SEND_MESSAGE_V2: SendMessageResponseHeader,
     R.SEND_BATCH_MESSAGE: SendMessageResponseHeader, R.SEND_REPLY_MESSAGE: SendMessageResponseHeader,
     R.SEND_REPLY_MESSAGE_V2: SendMessageResponseHeader,
-    R.PULL_MESSAGE: PullMessageResponseHeader,
+    R.PULL_MESSAGE: PullMessageResponseHeader, R.RECALL_MESSAGE: RecallMessageResponseHeader,
     R.GET_MAX_OFFSET: OffsetResponseHeader, R.GET_MIN_OFFSET: OffsetResponseHeader,
     R.SEARCH_OFFSET_BY_TIMESTAMP: OffsetResponseHeader, R.QUERY_CONSUMER_OFFSET: OffsetResponseHeader,
     R.GET_EARLIEST_MSG_STORETIME: StoreTimeResponseHeader,

@@ -15,6 +15,7 @@ class SendMessageResponseHeader(Header):
     queue_offset: int | None = wire("queueOffset", LONG)
     region: str | None = wire("MSG_REGION")
     trace_on: bool | None = wire("TRACE_ON", BOOL)
+    recall_handle: str | None = wire("recallHandle")  # a timer message's (RocketMQ 5.3.2, docs/timers.md#recall)
 
 
 @header
@@ -45,3 +46,20 @@ class ReplyMessageHeader(Header):
     born_host: str | None = wire("bornHost")
     store_host: str | None = wire("storeHost")
     store_timestamp: int = wire("storeTimestamp", LONG, 0)
+
+
+@header
+class RecallMessageHeader(Header):
+    """RECALL_MESSAGE (RocketMQ 5.3.2's RecallMessageRequestHeader)."""
+
+    producer_group: str | None = wire("producerGroup", group="producer")
+    topic: str = wire("topic", required=True, topic=True)
+    recall_handle: str = wire("recallHandle", required=True)
+
+
+@header
+class RecallMessageResponseHeader(Header):
+    """RECALL_MESSAGE's answer: the recalled message's id (None: a refusal, left out)."""
+
+    msg_id: str | None = wire("msgId")
+    region: str | None = wire("MSG_REGION")

@@ -38,6 +38,7 @@ import org.apache.rocketmq.client.apis.producer.TransactionResolution;
  *   tx       endpoints=H:P topic=T [lingerMs=L]: transactional messages "commit", "rollback" (decided
  *            at once) and "check-commit", "check-rollback" (left open: the broker's check asks the
  *            TransactionChecker, which answers by the key); stays up lingerMs for the checks
+ *   recall   endpoints=H:P topic=T handles=H1,H2: Producer.recallMessage of each recall handle, in order
  *   bench-produce / bench-simple: as produce / simple, printing only a final "done" with rates
  *   common: [ssl=false] [ak=.. sk=..] [awaitMs=5000]
  * </pre>
@@ -81,6 +82,9 @@ public final class Grpc5 {
                 break;
             case "tx":
                 code = transactions(provider, cc, a);
+                break;
+            case "recall":
+                code = recall(provider, cc, a);
                 break;
             default:
                 throw new IllegalArgumentException("unknown mode " + mode);
@@ -139,7 +143,7 @@ public final class Grpc5 {
                     SendReceipt r = producer.send(m);
                     if (!bench) {
                         event("sent", "key", key, "id", r.getMessageId().toString(), "group", group,
-                            "at", System.currentTimeMillis());
+                            "at", System.currentTimeMillis(), "recallHandle", r.getRecallHandle());
                     }
                 } catch (Exception e) {
                     failed++;
@@ -152,6 +156,25 @@ public final class Grpc5 {
         double secs = (System.nanoTime() - t0) / 1e9;
         event("done", "sent", count - failed, "failed", failed, "seconds", secs, "rate", (count - failed) / secs);
         return failed == 0 ? 0 : 1;
+    }
+
+    /** Recall timer messages by their handles: "recalled" (the id) or "recall_failed" (the exception). */
+    private static int recall(ClientServiceProvider provider, ClientConfiguration cc, Map<String, String> a)
+        throws Exception {
+        String topic = a.get("topic");
+        Producer producer = provider.newProducerBuilder().setClientConfiguration(cc).setTopics(topic).build();
+        try {
+            for (String handle : a.get("handles").split(",")) {
+                try {
+                    event("recalled", "handle", handle, "id", producer.recallMessage(topic, handle).getMessageId());
+                } catch (Exception e) {
+                    event("recall_failed", "handle", handle, "error", e.toString());
+                }
+            }
+        } finally {
+            producer.close();
+        }
+        return 0;
     }
 
     /** N threads sharing one producer, each sending sync; only the final rate is printed. */

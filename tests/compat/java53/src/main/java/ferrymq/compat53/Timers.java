@@ -20,7 +20,11 @@ import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageAccessor;
+import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.protocol.RemotingCommand;
 
 /**
  * Timer messages through the Apache RocketMQ 5.3.1 remoting client (rocketmq-client), the
@@ -32,6 +36,11 @@ import org.apache.rocketmq.common.message.MessageExt;
  *      [--timers sec:6,ms:6500,deliver:7700]   setter:delay (delay in s for sec, else in ms;
  *                                               deliver sends now + delay as the epoch time)
  *      [--refuse-sec N]   also send one message with setDelayTimeSec(N) that must be refused
+ *      [--recall MS]      also two timers due MS after the send on one queue ("recalled-",
+ *                          "kept-"), the first cancelled the way a 5.3.1 producer can: a marker
+ *                          message carrying TIMER_DEL_UNIQKEY (its message id) and the same
+ *                          delivery time; then RECALL_MESSAGE (370, RocketMQ 5.3.2's request) sent
+ *                          raw with a malformed handle, its answer as a recall_raw event
  *      [--timeout-ms MS]  deadline for the whole run (default 60000)
  * </pre>
  *
@@ -81,6 +90,7 @@ public final class Timers {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
         consumer.setNamesrvAddr(namesrv);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setConsumeMessageBatchMaxSize(32);  // one pull's messages in one call, in queue order
         consumer.subscribe(topic, "*");
         consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
             long now = System.currentTimeMillis();
@@ -124,6 +134,9 @@ public final class Timers {
                 }
             }
             for (String spec : a.get("--timers").split(",")) {
+                if (spec.isEmpty()) {
+                    continue;  // --timers "": none
+                }
                 String setter = spec.split(":")[0];
                 long delay = Long.parseLong(spec.split(":")[1]);
                 String key = "timer-" + setter + "-" + run;
@@ -157,6 +170,9 @@ public final class Timers {
                     "sendStatus", String.valueOf(r.getSendStatus()), "msgId", r.getMsgId(),
                     "sentAtMs", before, "ackedAtMs", after, "dueFromMs", dueFrom, "dueToMs", dueTo);
             }
+            if (a.containsKey("--recall")) {
+                recall(producer, topic, run, Long.parseLong(a.get("--recall")), pending);
+            }
             synchronized (pending) {
                 long left;
                 while (!pending.isEmpty() && (left = deadline - System.currentTimeMillis()) > 0) {
@@ -170,6 +186,45 @@ public final class Timers {
             producer.shutdown();
         }
         return ok ? 0 : 2;
+    }
+
+    /** Two timers due together on one queue; the first recalled by a marker (5.3.1's way). */
+    private static void recall(DefaultMQProducer producer, String topic, String run, long delay, Set<String> pending)
+        throws Exception {
+        long due = System.currentTimeMillis() + delay;
+        Message victim = new Message(topic, "timer", "recalled-" + run, bytes("recalled"));
+        victim.setDeliverTimeMs(due);
+        SendResult recalled = producer.send(victim);
+        MessageQueue mq = recalled.getMessageQueue();
+        emit("event", "sent", "setter", "recalled", "key", victim.getKeys(), "delay", delay,
+            "sendStatus", String.valueOf(recalled.getSendStatus()), "msgId", recalled.getMsgId(),
+            "dueFromMs", due, "dueToMs", due);
+        Message kept = new Message(topic, "timer", "kept-" + run, bytes("kept"));
+        kept.setDeliverTimeMs(due);
+        synchronized (pending) {
+            pending.add(kept.getKeys());
+        }
+        SendResult k = producer.send(kept, mq);
+        emit("event", "sent", "setter", "kept", "key", kept.getKeys(), "delay", delay,
+            "sendStatus", String.valueOf(k.getSendStatus()), "msgId", k.getMsgId(), "dueFromMs", due, "dueToMs", due);
+
+        Message marker = new Message(topic, "timer", "marker-" + run, bytes("0"));
+        marker.setDeliverTimeMs(due);
+        MessageAccessor.putProperty(marker, MessageConst.PROPERTY_TIMER_DEL_UNIQKEY, recalled.getMsgId());
+        SendResult m = producer.send(marker, mq);
+        emit("event", "recall_marker", "key", marker.getKeys(), "sendStatus", String.valueOf(m.getSendStatus()),
+            "recalls", recalled.getMsgId());
+
+        // 5.3.1 has no recallMessage: RECALL_MESSAGE (370) by hand, as 5.3.2's client sends it
+        RemotingCommand request = RemotingCommand.createRequestCommand(370, null);
+        request.addExtField("producerGroup", producer.getProducerGroup());
+        request.addExtField("topic", topic);
+        request.addExtField("recallHandle", "not a recall handle!");
+        String addr = producer.getDefaultMQProducerImpl().getMqClientFactory()
+            .findBrokerAddressInPublish(mq.getBrokerName());
+        RemotingCommand answer = producer.getDefaultMQProducerImpl().getMqClientFactory().getMQClientAPIImpl()
+            .getRemotingClient().invokeSync(addr, request, 10000);
+        emit("event", "recall_raw", "code", answer.getCode(), "remark", answer.getRemark());
     }
 
     /** A plain send, retried while the new topic's route settles. */
