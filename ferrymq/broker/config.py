@@ -14,6 +14,7 @@ from ferrymq.common.config_loader import LIVE, check_range
 from ferrymq.common.naming import camel_case
 from ferrymq.common.net import local_ip
 from ferrymq.common.protocol import Perm
+from ferrymq.common.trace_data import DEFAULT_TRACE_TOPIC
 from ferrymq.remoting.tls import ClientTls, ServerTls
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,10 @@ class BrokerConfig:
     auto_create_subscription_group: bool = True
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
+    # Message trace (docs/trace.md): the topic the official clients' enableMsgTrace writes to,
+    # created at start with one queue, read-write, as Apache's TopicConfigManager does.
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = DEFAULT_TRACE_TOPIC
     register_name_server_period: int = 30_000
     register_broker_timeout_mills: int = 6_000
     long_polling_enable: bool = field(default=True, metadata=LIVE)

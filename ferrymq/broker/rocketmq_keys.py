@@ -19,12 +19,12 @@ BROKER_CONFIG = frozenset({
     "filterDataCleanTimeSpan", "filterServerNums", "filterSupportRetry", "flushConsumerOffsetHistoryInterval",
     "forceRegister", "heartbeatThreadPoolNums", "heartbeatThreadPoolQueueCapacity", "highSpeedMode",
     "isolateLogEnable", "maxDelayTime", "maxErrorRateOfBloomFilter", "messageStorePlugIn",
-    "msgTraceTopicName", "processReplyMessageThreadPoolNums", "pullMessageThreadPoolNums",
+    "processReplyMessageThreadPoolNums", "pullMessageThreadPoolNums",
     "pullThreadPoolQueueCapacity", "putMessageFutureThreadPoolNums", "putThreadPoolQueueCapacity",
     "queryMessageThreadPoolNums", "queryThreadPoolQueueCapacity",
     "replyThreadPoolQueueCapacity", "rocketmqHome", "sendMessageThreadPoolNums",
     "startAcceptSendRequestTimeStamp",
-    "traceTopicEnable", "transferMsgByHeap", "waitTimeMillsInHeartbeatQueue", "waitTimeMillsInPullQueue",
+    "transferMsgByHeap", "waitTimeMillsInHeartbeatQueue", "waitTimeMillsInPullQueue",
     "waitTimeMillsInTransactionQueue",
 })
 

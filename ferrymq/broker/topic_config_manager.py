@@ -71,6 +71,8 @@ class TopicConfigManager:
             builtins.append(TopicConfig(c.broker_cluster_name, 16, 16, rw_inherit))
         if c.broker_topic_enable:
             builtins.append(TopicConfig(c.broker_name, 1, 1, rw_inherit))
+        if c.trace_topic_enable:  # one queue, read-write, as Apache (docs/trace.md#the-trace-topic)
+            builtins.append(TopicConfig(c.msg_trace_topic_name, 1, 1))
         for t in builtins:
             self.table[t.topic_name] = t
             self.system_topics.add(t.topic_name)

@@ -1,13 +1,15 @@
-"""``ferrymq admin message query --key K [--topic T]`` and ``ferrymq admin message view --id ID``.
+"""``ferrymq admin message query --key K [--topic T]``, ``ferrymq admin message view --id ID``
+and ``ferrymq admin message trace MSGID``.
 
-Both read through the broker's IndexFile / CommitLog (QUERY_MESSAGE, VIEW_MESSAGE_BY_ID),
-as mqadmin's queryMsgByKey and queryMsgById do.
+All read through the broker's IndexFile / CommitLog (QUERY_MESSAGE, VIEW_MESSAGE_BY_ID),
+as mqadmin's queryMsgByKey, queryMsgById and queryMsgTraceById do.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import sys
 
 from ferrymq.cli.output import emit_json, table
 from ferrymq.client.admin import AdminClient
@@ -15,6 +17,7 @@ from ferrymq.client.config import default_namesrv
 from ferrymq.client.errors import MQClientError
 from ferrymq.common.message import MessageExt, decompress_body
 from ferrymq.common.message_id import decode_offset_msg_id
+from ferrymq.common.trace_data import DEFAULT_TRACE_TOPIC
 
 
 def _namesrv_args(p: argparse.ArgumentParser) -> None:
@@ -130,6 +133,34 @@ async def _view(admin: AdminClient, msg_id: str, topic: str | None) -> MessageEx
     return found[0]
 
 
+async def run_trace(args: argparse.Namespace) -> int:
+    async with AdminClient(namesrv_addr=args.namesrv or default_namesrv()) as admin:
+        trace = await admin.message_trace(args.msg_id, args.trace_topic, max_num=args.max,
+                                          begin_ms=args.begin, end_ms=args.end)
+    for offset_msg_id, why in trace.undecodable:
+        print(f"warning: trace message {offset_msg_id} in {args.trace_topic} is not a trace record: {why}",
+              file=sys.stderr)
+    if args.json:
+        for e in trace.events:
+            emit_json(e.to_dict())
+        return 0 if trace.events else 1
+    if not trace.events:
+        print(f"no trace record of message {args.msg_id} in {args.trace_topic}")
+        return 1
+
+    def text(value: object) -> str:
+        return "-" if value is None else str(value)
+
+    def status(success: bool | None) -> str:
+        return "-" if success is None else "success" if success else "failed"
+
+    print(table(["type", "time", "group", "clientHost", "costMs", "status", "topic", "tags", "keys"],
+                [[e.type_name, _ms_text(e.timestamp) if e.timestamp else "-", text(e.group), text(e.client_host),
+                  text(e.cost_ms), status(e.success) if e.transaction_state is None else e.transaction_state,
+                  text(e.topic), text(e.tags), text(e.keys)] for e in trace.events]))
+    return 0
+
+
 def register_admin(admin: argparse._SubParsersAction) -> None:
     """Adds ``message`` to ``ferrymq admin``."""
     message = admin.add_parser("message", help="find stored messages by key or id").add_subparsers(dest="action", required=True)
@@ -148,3 +179,13 @@ def register_admin(admin: argparse._SubParsersAction) -> None:
     p.add_argument("-i", "--id", required=True, help="offset msgId (32 hex chars) or client message id (UNIQ_KEY)")
     p.add_argument("-t", "--topic", help="topic of a client message id (default: search every topic)")
     p.set_defaults(run=run_view)
+
+    p = message.add_parser("trace", help="a message's trace records (what enableMsgTrace clients wrote), one row per event")
+    _namesrv_args(p)
+    p.add_argument("msg_id", metavar="MSGID", help="the client message id (UNIQ_KEY) the producer was given")
+    p.add_argument("-t", "--trace-topic", default=DEFAULT_TRACE_TOPIC,
+                   help=f"trace topic (default {DEFAULT_TRACE_TOPIC}; a client's customizedTraceTopic otherwise)")
+    p.add_argument("--begin", type=_time_arg, default=0, help="earliest store time (epoch ms or ISO), default: any")
+    p.add_argument("--end", type=_time_arg, default=None, help="latest store time (epoch ms or ISO), default: any")
+    p.add_argument("--max", type=int, default=64, help="at most this many trace messages per broker (default 64)")
+    p.set_defaults(run=run_trace)

@@ -3,13 +3,15 @@ read cluster state, over the same wire calls RocketMQ's mqadmin uses."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.instance import ClientInstance
 from ferrymq.common import rocketmq_json
 from ferrymq.common.config_loader import parse_properties
 from ferrymq.common.consumer_protocol import ConsumerConnection, ConsumeStats, ResetOffsetBody
-from ferrymq.common.message import MessageExt, Prop, decode_records
+from ferrymq.common.message import MessageExt, Prop, decode_records, decompress_body
 from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.common.protocol import (
     DEFAULT_TOPIC,
@@ -24,6 +26,13 @@ from ferrymq.common.protocol import (
     TopicRouteData,
 )
 from ferrymq.common.timer_metrics import TimerMetrics
+from ferrymq.common.trace_data import (
+    DEFAULT_TRACE_TOPIC,
+    TRACE_TYPE_ORDER,
+    TraceEvent,
+    complete_consume_events,
+    decode_trace_data,
+)
 from ferrymq.common.validators import validate_group, validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -38,6 +47,15 @@ from ferrymq.remoting.headers import (
     TopicHeader,
     ViewMessageHeader,
 )
+
+
+@dataclass
+class MessageTrace:
+    """What :meth:`AdminClient.message_trace` found: the events, oldest first, and the trace
+    messages that could not be decoded (offset msgId, why)."""
+
+    events: list[TraceEvent]
+    undecodable: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _ok(response: RemotingCommand) -> RemotingCommand:
@@ -218,6 +236,25 @@ class AdminClient:
         if not found:
             raise MQClientError(f"no message with id {msg_id} in topic {topic}")
         return found[0]
+
+    async def message_trace(self, msg_id: str, trace_topic: str = DEFAULT_TRACE_TOPIC, *, max_num: int = 64,
+                            begin_ms: int = 0, end_ms: int | None = None) -> MessageTrace:
+        """The trace records of the message whose client id is ``msg_id``: the trace topic's
+        messages indexed under that key (as mqadmin queryMsgTraceById), decoded, the contexts of
+        other messages left out, each with the trace message's born host as its client host."""
+        events: list[TraceEvent] = []
+        undecodable: list[tuple[str, str]] = []
+        for m in await self.query_messages(trace_topic, msg_id, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms):
+            try:
+                decoded = decode_trace_data(decompress_body(m))
+            except ValueError as e:  # TraceDataError, a bad compressed body, bad UTF-8
+                undecodable.append((m.msg_id, str(e)))
+                continue
+            host = f"{m.born_host[0]}:{m.born_host[1]}"
+            events += [replace(e, client_host=e.client_host or host) for e in decoded if e.msg_id == msg_id]
+        events = complete_consume_events(events)
+        events.sort(key=lambda e: (e.timestamp or 0, TRACE_TYPE_ORDER.index(e.type)))
+        return MessageTrace(events, undecodable)
 
     # ------------------------------------------------------------------ consumer groups
 

@@ -58,6 +58,8 @@ import org.apache.rocketmq.remoting.RPCHook;
  *   --timeout-ms MS      overall deadline for sending and for consuming (default 30000)
  *   --settle-ms MS       keep consuming this long after the last expected key (default 0)
  *   --access-key AK --secret-key SK   sign every request (rocketmq-acl's AclClientRPCHook)
+ *   --trace true         enableMsgTrace on the producer and the consumer
+ *   --trace-topic T      their customizedTraceTopic (implies --trace true)
  * </pre>
  *
  * <p>stdout carries only JSON lines, one object per line, each with an "event" field:
@@ -114,7 +116,7 @@ public final class ProduceConsume {
     /** Sends, in order, {@code count} messages per mode; returns the number of failed sends. */
     private static int produce(Args a, long deadline, Map<String, Integer> sentCounts, Set<String> expected)
         throws Exception {
-        DefaultMQProducer producer = new DefaultMQProducer(a.group + "_P", a.rpcHook());
+        DefaultMQProducer producer = new DefaultMQProducer(a.group + "_P", a.rpcHook(), a.trace, a.traceTopic);
         producer.setNamesrvAddr(a.namesrv);
         producer.setInstanceName(a.instance + "-P");
         producer.setSendMsgTimeout(10000);
@@ -238,12 +240,16 @@ public final class ProduceConsume {
         CountDownLatch complete = new CountDownLatch(1);
 
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(a.group, a.rpcHook(),
-            new AllocateMessageQueueAveragely());
+            new AllocateMessageQueueAveragely(), a.trace, a.traceTopic);
         consumer.setNamesrvAddr(a.namesrv);
         consumer.setInstanceName(a.instance + "-C");
         consumer.setMessageModel(MessageModel.CLUSTERING);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.setPollNameServerInterval(1000);
+        if (a.trace) {
+            // shutdown waits for running listeners, so their SubAfter trace records are sent
+            consumer.setAwaitTerminationMillisWhenShutdown(10000);
+        }
         if (a.sql != null) {
             consumer.subscribe(a.topic, MessageSelector.bySql(a.sql));
         } else {
@@ -319,6 +325,8 @@ public final class ProduceConsume {
         String accessKey;
         String secretKey;
         String sql;
+        boolean trace;
+        String traceTopic;
 
         RPCHook rpcHook() {
             return accessKey == null ? null : new AclClientRPCHook(new SessionCredentials(accessKey, secretKey));
@@ -364,6 +372,8 @@ public final class ProduceConsume {
             if (opts.containsKey("timeout-ms")) a.timeoutMs = Long.parseLong(opts.remove("timeout-ms"));
             if (opts.containsKey("settle-ms")) a.settleMs = Long.parseLong(opts.remove("settle-ms"));
             a.sql = opts.remove("sql");
+            a.traceTopic = opts.remove("trace-topic");
+            a.trace = Boolean.parseBoolean(opts.remove("trace")) || a.traceTopic != null;
             a.accessKey = opts.remove("access-key");
             a.secretKey = opts.remove("secret-key");
             if ((a.accessKey == null) != (a.secretKey == null)) {

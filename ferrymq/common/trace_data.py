@@ -1,0 +1,165 @@
+"""Message trace records as the official clients write them (docs/trace.md#trace-records).
+
+With ``enableMsgTrace`` a client sends, to the trace topic, ordinary messages whose KEYS are the
+traced message ids plus their user keys and whose body is one or more trace contexts: contexts
+end with FIELD_SPLITOR (char 2), fields inside a context are separated by CONTENT_SPLITOR
+(char 1), and the first field names the type. Field order per type:
+
+* ``Pub``: time, region, group, topic, msgId, tags, keys, storeHost, bodyLength, costMs,
+  msgType, [offsetMsgId,] success[, clientHost]
+* ``SubBefore``: time, region, group, requestId, msgId, retryTimes, keys
+* ``SubAfter``: requestId, msgId, costMs, success, keys[, contextCode[, time[, group]]]
+* ``EndTransaction``: time, region, group, topic, msgId, tags, keys, storeHost, msgType,
+  transactionId, transactionState, fromTransactionCheck
+
+Older clients write fewer of the bracketed fields; each is read when present.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Iterable
+
+CONTENT_SPLITOR = "\x01"
+FIELD_SPLITOR = "\x02"
+
+DEFAULT_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"  # the clients' and the broker's default (msgTraceTopicName)
+
+PUB, SUB_BEFORE, SUB_AFTER, END_TRANSACTION = "Pub", "SubBefore", "SubAfter", "EndTransaction"
+TRACE_TYPE_ORDER = (PUB, END_TRANSACTION, SUB_BEFORE, SUB_AFTER)  # of events at the same time
+TYPE_NAMES = {PUB: "publish", SUB_BEFORE: "consume before", SUB_AFTER: "consume after",
+              END_TRANSACTION: "end transaction"}
+# RocketMQ's MessageType, by ordinal.
+MESSAGE_TYPES = ("Normal", "Trans", "TransCommit", "Delay", "Order")
+
+_MIN_FIELDS = {PUB: 13, SUB_BEFORE: 8, SUB_AFTER: 6, END_TRANSACTION: 13}
+
+
+class TraceDataError(ValueError):
+    """A trace record that is not in the clients' format."""
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One trace context. Fields a type does not carry are None; "null" (Java's rendering of a
+    missing value) reads as None too."""
+
+    type: str
+    msg_id: str
+    timestamp: int | None = None
+    region_id: str | None = None
+    group: str | None = None
+    topic: str | None = None
+    tags: str | None = None
+    keys: str | None = None
+    store_host: str | None = None
+    body_length: int | None = None
+    cost_ms: int | None = None
+    msg_type: str | None = None
+    offset_msg_id: str | None = None
+    success: bool | None = None
+    client_host: str | None = None
+    request_id: str | None = None
+    retry_times: int | None = None
+    context_code: int | None = None
+    transaction_id: str | None = None
+    transaction_state: str | None = None
+    from_transaction_check: bool | None = None
+
+    @property
+    def type_name(self) -> str:
+        return TYPE_NAMES[self.type]
+
+    def to_dict(self) -> dict:
+        return {camel: getattr(self, f.name) for f in dataclasses.fields(self)
+                for camel in [_camel(f.name)]} | {"typeName": self.type_name}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+def _text(value: str) -> str | None:
+    return None if value in ("", "null") else value
+
+
+def _int(value: str, what: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise TraceDataError(f"{what} is not a number: {value!r}") from None
+
+
+def _bool(value: str, what: str) -> bool:
+    if value.lower() not in ("true", "false"):
+        raise TraceDataError(f"{what} is not true/false: {value!r}")
+    return value.lower() == "true"
+
+
+def _msg_type(value: str) -> str:
+    ordinal = _int(value, "msgType")
+    if not 0 <= ordinal < len(MESSAGE_TYPES):
+        raise TraceDataError(f"msgType ordinal {ordinal} is not one of RocketMQ's message types")
+    return MESSAGE_TYPES[ordinal]
+
+
+def _decode_context(f: list[str]) -> TraceEvent:
+    kind = f[0]
+    if kind not in _MIN_FIELDS:
+        raise TraceDataError(f"unknown trace type {kind!r} (expected one of {', '.join(_MIN_FIELDS)})")
+    if len(f) < _MIN_FIELDS[kind]:
+        raise TraceDataError(f"{kind} record has {len(f)} fields, at least {_MIN_FIELDS[kind]} expected")
+    if kind == PUB:
+        # 13 fields: no offsetMsgId; 14: offsetMsgId; 15: clientHost too.
+        offset_msg_id, success = (None, f[12]) if len(f) == 13 else (f[12], f[13])
+        return TraceEvent(PUB, f[5], timestamp=_int(f[1], "timestamp"), region_id=_text(f[2]), group=_text(f[3]),
+                          topic=_text(f[4]), tags=_text(f[6]), keys=_text(f[7]), store_host=_text(f[8]),
+                          body_length=_int(f[9], "bodyLength"), cost_ms=_int(f[10], "costTime"),
+                          msg_type=_msg_type(f[11]), offset_msg_id=_text(offset_msg_id) if offset_msg_id else None,
+                          success=_bool(success, "success"), client_host=_text(f[14]) if len(f) > 14 else None)
+    if kind == SUB_BEFORE:
+        return TraceEvent(SUB_BEFORE, f[5], timestamp=_int(f[1], "timestamp"), region_id=_text(f[2]),
+                          group=_text(f[3]), request_id=_text(f[4]), retry_times=_int(f[6], "retryTimes"),
+                          keys=_text(f[7]))
+    if kind == SUB_AFTER:
+        return TraceEvent(SUB_AFTER, f[2], request_id=_text(f[1]), cost_ms=_int(f[3], "costTime"),
+                          success=_bool(f[4], "success"), keys=_text(f[5]),
+                          context_code=_int(f[6], "contextCode") if len(f) > 6 else None,
+                          timestamp=_int(f[7], "timestamp") if len(f) > 7 else None,
+                          group=_text(f[8]) if len(f) > 8 else None)
+    return TraceEvent(END_TRANSACTION, f[5], timestamp=_int(f[1], "timestamp"), region_id=_text(f[2]),
+                      group=_text(f[3]), topic=_text(f[4]), tags=_text(f[6]), keys=_text(f[7]),
+                      store_host=_text(f[8]), msg_type=_msg_type(f[9]), transaction_id=_text(f[10]),
+                      transaction_state=_text(f[11]), from_transaction_check=_bool(f[12], "fromTransactionCheck"))
+
+
+def decode_trace_data(data: bytes | str) -> list[TraceEvent]:
+    """Every context in one trace message's body; :class:`TraceDataError` names the bad one."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    events = []
+    for n, context in enumerate(c for c in text.split(FIELD_SPLITOR) if c):
+        try:
+            events.append(_decode_context(context.split(CONTENT_SPLITOR)))
+        except TraceDataError as e:
+            raise TraceDataError(f"trace context #{n + 1}: {e}") from None
+    return events
+
+
+def complete_consume_events(events: Iterable[TraceEvent]) -> list[TraceEvent]:
+    """SubAfter records of older clients carry neither group nor time, and no consume record
+    carries the topic: each is taken from the SubBefore of the same request and the Pub of the
+    same message, when those are among ``events``."""
+    events = list(events)
+    before = {(e.request_id, e.msg_id): e for e in events if e.type == SUB_BEFORE}
+    topics = {e.msg_id: e.topic for e in events if e.type == PUB and e.topic}
+    done = []
+    for e in events:
+        if e.type in (SUB_BEFORE, SUB_AFTER):
+            b = before.get((e.request_id, e.msg_id))
+            e = dataclasses.replace(e, topic=e.topic or topics.get(e.msg_id),
+                                    group=e.group or (b.group if b else None),
+                                    timestamp=e.timestamp if e.timestamp is not None else (b.timestamp if b else None))
+        done.append(e)
+    return done

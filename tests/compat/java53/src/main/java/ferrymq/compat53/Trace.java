@@ -1,0 +1,127 @@
+package ferrymq.compat53;
+
+import java.nio.charset.StandardCharsets;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+import com.alibaba.fastjson2.JSON;
+import com.alibaba.fastjson2.JSONWriter;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+
+/**
+ * Message trace through the Apache RocketMQ 5.3.1 remoting client: a producer and a push
+ * consumer with {@code enableMsgTrace}, one message sent and consumed; the clients write their
+ * Pub / SubBefore / SubAfter records to the trace topic.
+ *
+ * <pre>
+ * java ferrymq.compat53.Trace --namesrv HOST:PORT --topic T --group G --key K
+ *      [--trace-topic T]   the clients' customizedTraceTopic (default: RMQ_SYS_TRACE_TOPIC)
+ *      [--timeout-ms MS]   deadline for the whole run (default 60000)
+ * </pre>
+ *
+ * <p>stdout carries only JSON lines in the format of ferrymq.compat.ProduceConsume: sent (key,
+ * msgId, offsetMsgId), received (key, msgId), done (ok). Both clients are shut down before done,
+ * which flushes their trace records. Exit code 0 = the message arrived; 2 = it did not; 1 = error.
+ */
+public final class Trace {
+
+    private static final Object OUT_LOCK = new Object();
+
+    public static void main(String[] argv) {
+        Map<String, String> a = new LinkedHashMap<>();
+        a.put("--timeout-ms", "60000");
+        for (int i = 0; i + 1 < argv.length; i += 2) {
+            a.put(argv[i], argv[i + 1]);
+        }
+        int rc;
+        try {
+            rc = run(a);
+        } catch (Throwable t) {
+            emit("event", "error", "error", String.valueOf(t));
+            rc = 1;
+        }
+        System.exit(rc);
+    }
+
+    private static int run(Map<String, String> a) throws Exception {
+        String namesrv = a.get("--namesrv");
+        String topic = a.get("--topic");
+        String group = a.getOrDefault("--group", "GTrace" + UUID.randomUUID().toString().substring(0, 8));
+        String key = a.getOrDefault("--key", "trace-" + UUID.randomUUID().toString().substring(0, 8));
+        String traceTopic = a.get("--trace-topic");
+        long deadline = System.currentTimeMillis() + Long.parseLong(a.get("--timeout-ms"));
+
+        DefaultMQProducer producer = new DefaultMQProducer(group + "_P", true, traceTopic);
+        producer.setNamesrvAddr(namesrv);
+        producer.setSendMsgTimeout(10000);
+        producer.start();
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group, true, traceTopic);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        // shutdown waits for the running listener, so its SubAfter record is sent
+        consumer.setAwaitTerminationMillisWhenShutdown(10000);
+        consumer.subscribe(topic, "*");
+        CountDownLatch arrived = new CountDownLatch(1);
+        consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                emit("event", "received", "topic", m.getTopic(), "key", m.getKeys(), "msgId", m.getMsgId(),
+                    "tags", m.getTags());
+                if (key.equals(m.getKeys())) {
+                    arrived.countDown();
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        boolean ok;
+        try {
+            SendResult r = send(producer, new Message(topic, "TagTrace", key,
+                "traced".getBytes(StandardCharsets.UTF_8)), deadline);
+            emit("event", "sent", "key", key, "msgId", r.getMsgId(), "offsetMsgId", r.getOffsetMsgId(),
+                "sendStatus", String.valueOf(r.getSendStatus()));
+            consumer.start();
+            ok = arrived.await(Math.max(0, deadline - System.currentTimeMillis()), TimeUnit.MILLISECONDS);
+        } finally {
+            consumer.shutdown();
+            producer.shutdown();
+        }
+        emit("event", "done", "topic", topic, "group", group, "ok", ok);
+        return ok ? 0 : 2;
+    }
+
+    /** A send, retried while the new topic's route settles. */
+    private static SendResult send(DefaultMQProducer p, Message m, long deadline) throws Exception {
+        while (true) {
+            try {
+                return p.send(m);
+            } catch (Exception e) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw e;
+                }
+                Thread.sleep(200);
+            }
+        }
+    }
+
+    /** One JSON line from key/value pairs, written with fastjson2 (a RocketMQ 5.3.1 dependency). */
+    private static void emit(Object... kv) {
+        Map<String, Object> event = new LinkedHashMap<>();
+        for (int i = 0; i < kv.length; i += 2) {
+            event.put((String) kv[i], kv[i + 1]);
+        }
+        String line = JSON.toJSONString(event, JSONWriter.Feature.WriteNulls);
+        synchronized (OUT_LOCK) {
+            System.out.println(line);
+            System.out.flush();
+        }
+    }
+}
