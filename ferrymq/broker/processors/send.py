@@ -86,6 +86,10 @@ class SendProcessor:
         batch_props = decode_properties(header.properties)
         wait = batch_props.pop(Prop.WAIT, None) != "false"  # honoured, not stored (as 4.9.1+)
         batch_props[Prop.CLUSTER] = ctx.config.broker_cluster_name
+        # stamped on every message as Apache does: a consumer's trace hook reads them, and skips
+        # a message whose TRACE_ON is false (docs/trace.md#what-lands-in-the-topic)
+        batch_props[Prop.MSG_REGION] = ctx.config.region_id
+        batch_props[Prop.TRACE_ON] = "true" if ctx.config.trace_on else "false"
         born_host = (conn.remote_address[0], conn.remote_address[1])
         common = dict(queue_id=queue_id, sys_flag=header.sys_flag,
                       born_timestamp=header.born_timestamp or int(time.time() * 1000),

@@ -60,6 +60,9 @@ import org.apache.rocketmq.remoting.RPCHook;
  *   --access-key AK --secret-key SK   sign every request (rocketmq-acl's AclClientRPCHook)
  *   --trace true         enableMsgTrace on the producer and the consumer
  *   --trace-topic T      their customizedTraceTopic (implies --trace true)
+ *   --hold true          once the keys arrived, print {"event":"consumed"} and keep the producer
+ *                        and the consumer up (their trace records are sent in the background,
+ *                        and lost if shutdown comes first) until stdin ends or the deadline passes
  * </pre>
  *
  * <p>stdout carries only JSON lines, one object per line, each with an "event" field:
@@ -95,15 +98,27 @@ public final class ProduceConsume {
         Set<String> expected = Collections.synchronizedSet(new LinkedHashSet<>(a.expectKeys));
         boolean ok = true;
 
-        if (!a.action.equals("consume")) {
-            Map<String, Integer> sentCounts = new LinkedHashMap<>();
-            int failures = produce(a, deadline, sentCounts, expected);
-            done.put("sent", sentCounts);
-            done.put("sendFailures", failures);
-            ok = failures == 0;
-        }
-        if (!a.action.equals("produce")) {
-            ok &= consume(a, deadline, expected, done);
+        DefaultMQProducer producer = null;
+        try {
+            if (!a.action.equals("consume")) {
+                Map<String, Integer> sentCounts = new LinkedHashMap<>();
+                producer = startProducer(a);
+                int failures = produce(producer, a, deadline, sentCounts, expected);
+                if (!a.hold) {
+                    producer.shutdown();
+                    producer = null;
+                }
+                done.put("sent", sentCounts);
+                done.put("sendFailures", failures);
+                ok = failures == 0;
+            }
+            if (!a.action.equals("produce")) {
+                ok &= consume(a, deadline, expected, done);
+            }
+        } finally {
+            if (producer != null) { // held with --hold: its trace records may still be on their way
+                producer.shutdown();
+            }
         }
         done.put("ok", ok);
         done.put("elapsedMs", System.currentTimeMillis() - t0);
@@ -113,96 +128,96 @@ public final class ProduceConsume {
 
     // ------------------------------------------------------------------ producing
 
-    /** Sends, in order, {@code count} messages per mode; returns the number of failed sends. */
-    private static int produce(Args a, long deadline, Map<String, Integer> sentCounts, Set<String> expected)
-        throws Exception {
+    private static DefaultMQProducer startProducer(Args a) throws Exception {
         DefaultMQProducer producer = new DefaultMQProducer(a.group + "_P", a.rpcHook(), a.trace, a.traceTopic);
         producer.setNamesrvAddr(a.namesrv);
         producer.setInstanceName(a.instance + "-P");
         producer.setSendMsgTimeout(10000);
         producer.setPollNameServerInterval(1000);
         producer.start();
-        int failures = 0;
-        try {
-            for (String mode : a.modes) {
-                AtomicInteger acked = new AtomicInteger();
-                List<Map<String, Object>> failed = Collections.synchronizedList(new ArrayList<>());
-                CountDownLatch callbacks = new CountDownLatch(mode.equals("async") ? a.count : 0);
-                List<Message> batch = new ArrayList<>();
-                for (int i = 0; i < a.count; i++) {
-                    String key = a.keyPrefix + "-" + mode + "-" + i;
-                    Message msg = new Message(a.topic, a.tag, key,
-                        ("ferrymq compat " + mode + " #" + i).getBytes(StandardCharsets.UTF_8));
-                    msg.putUserProperty("ferry_mode", mode);
-                    msg.putUserProperty("ferry_seq", Integer.toString(i));
-                    try {
-                        switch (mode) {
-                            case "sync":
-                                SendResult r = producer.send(msg);
-                                emit(sent(mode, key, r));
-                                break;
-                            case "async":
-                                producer.send(msg, new SendCallback() {
-                                    @Override
-                                    public void onSuccess(SendResult r) {
-                                        emit(sent("async", key, r));
-                                        expected.add(key);
-                                        acked.incrementAndGet();
-                                        callbacks.countDown();
-                                    }
+        return producer;
+    }
 
-                                    @Override
-                                    public void onException(Throwable e) {
-                                        failed.add(sendFailed(mode, key, e));
-                                        callbacks.countDown();
-                                    }
-                                });
-                                continue; // counted by the callback
-                            case "batch":
-                                batch.add(msg);
-                                if (batch.size() < a.count) {
-                                    continue;
+    /** Sends, in order, {@code count} messages per mode; returns the number of failed sends. */
+    private static int produce(DefaultMQProducer producer, Args a, long deadline, Map<String, Integer> sentCounts,
+                               Set<String> expected) throws Exception {
+        int failures = 0;
+        for (String mode : a.modes) {
+            AtomicInteger acked = new AtomicInteger();
+            List<Map<String, Object>> failed = Collections.synchronizedList(new ArrayList<>());
+            CountDownLatch callbacks = new CountDownLatch(mode.equals("async") ? a.count : 0);
+            List<Message> batch = new ArrayList<>();
+            for (int i = 0; i < a.count; i++) {
+                String key = a.keyPrefix + "-" + mode + "-" + i;
+                Message msg = new Message(a.topic, a.tag, key,
+                    ("ferrymq compat " + mode + " #" + i).getBytes(StandardCharsets.UTF_8));
+                msg.putUserProperty("ferry_mode", mode);
+                msg.putUserProperty("ferry_seq", Integer.toString(i));
+                try {
+                    switch (mode) {
+                        case "sync":
+                            SendResult r = producer.send(msg);
+                            emit(sent(mode, key, r));
+                            break;
+                        case "async":
+                            producer.send(msg, new SendCallback() {
+                                @Override
+                                public void onSuccess(SendResult r) {
+                                    emit(sent("async", key, r));
+                                    expected.add(key);
+                                    acked.incrementAndGet();
+                                    callbacks.countDown();
                                 }
-                                SendResult br = producer.send(batch);
-                                for (Message m : batch) {
-                                    emit(sent(mode, m.getKeys(), br));
-                                    expected.add(m.getKeys());
+
+                                @Override
+                                public void onException(Throwable e) {
+                                    failed.add(sendFailed(mode, key, e));
+                                    callbacks.countDown();
                                 }
-                                acked.addAndGet(batch.size());
+                            });
+                            continue; // counted by the callback
+                        case "batch":
+                            batch.add(msg);
+                            if (batch.size() < a.count) {
                                 continue;
-                            case "oneway":
-                                producer.sendOneway(msg);
-                                // No acknowledgement exists: report the client-side unique id only.
-                                emit(obj("event", "sent", "mode", mode, "key", key,
-                                    "msgId", MessageClientIDSetter.getUniqID(msg), "offsetMsgId", null,
-                                    "queueId", null, "queueOffset", null, "sendStatus", null));
-                                break;
-                            default:
-                                throw new IllegalArgumentException("unknown send mode " + mode);
-                        }
-                        expected.add(key);
-                        acked.incrementAndGet();
-                    } catch (IllegalArgumentException e) {
-                        throw e;
-                    } catch (Exception e) {
-                        failed.add(sendFailed(mode, key, e));
-                        if (mode.equals("async")) {
-                            callbacks.countDown();
-                        }
+                            }
+                            SendResult br = producer.send(batch);
+                            for (Message m : batch) {
+                                emit(sent(mode, m.getKeys(), br));
+                                expected.add(m.getKeys());
+                            }
+                            acked.addAndGet(batch.size());
+                            continue;
+                        case "oneway":
+                            producer.sendOneway(msg);
+                            // No acknowledgement exists: report the client-side unique id only.
+                            emit(obj("event", "sent", "mode", mode, "key", key,
+                                "msgId", MessageClientIDSetter.getUniqID(msg), "offsetMsgId", null,
+                                "queueId", null, "queueOffset", null, "sendStatus", null));
+                            break;
+                        default:
+                            throw new IllegalArgumentException("unknown send mode " + mode);
+                    }
+                    expected.add(key);
+                    acked.incrementAndGet();
+                } catch (IllegalArgumentException e) {
+                    throw e;
+                } catch (Exception e) {
+                    failed.add(sendFailed(mode, key, e));
+                    if (mode.equals("async")) {
+                        callbacks.countDown();
                     }
                 }
-                if (!callbacks.await(Math.max(0, deadline - System.currentTimeMillis()), TimeUnit.MILLISECONDS)) {
-                    failed.add(obj("event", "send_failed", "mode", mode, "key", null,
-                        "error", "timeout waiting for " + callbacks.getCount() + " async callbacks"));
-                }
-                synchronized (failed) {
-                    failed.forEach(ProduceConsume::emit);
-                    failures += failed.size();
-                }
-                sentCounts.put(mode, acked.get());
             }
-        } finally {
-            producer.shutdown();
+            if (!callbacks.await(Math.max(0, deadline - System.currentTimeMillis()), TimeUnit.MILLISECONDS)) {
+                failed.add(obj("event", "send_failed", "mode", mode, "key", null,
+                    "error", "timeout waiting for " + callbacks.getCount() + " async callbacks"));
+            }
+            synchronized (failed) {
+                failed.forEach(ProduceConsume::emit);
+                failures += failed.size();
+            }
+            sentCounts.put(mode, acked.get());
         }
         return failures;
     }
@@ -280,6 +295,10 @@ public final class ProduceConsume {
             if (arrived && a.settleMs > 0) {
                 Thread.sleep(a.settleMs);
             }
+            if (a.hold) {
+                emit(obj("event", "consumed", "ok", ok));
+                holdUntilStdinEnds(deadline);
+            }
         } finally {
             consumer.shutdown();
         }
@@ -290,6 +309,22 @@ public final class ProduceConsume {
             done.put("missing", new ArrayList<>(pending));
         }
         return ok;
+    }
+
+    /** Returns when stdin ends (or fails), or at the deadline. */
+    private static void holdUntilStdinEnds(long deadline) throws InterruptedException {
+        Thread reader = new Thread(() -> {
+            try {
+                while (System.in.read() >= 0) {
+                    // input is only a signal: its end releases the hold
+                }
+            } catch (IOException ignored) {
+                // stdin gone: the hold is over
+            }
+        }, "hold-stdin");
+        reader.setDaemon(true);
+        reader.start();
+        reader.join(Math.max(1, deadline - System.currentTimeMillis()));
     }
 
     private static Map<String, Object> received(MessageExt m) {
@@ -327,6 +362,7 @@ public final class ProduceConsume {
         String sql;
         boolean trace;
         String traceTopic;
+        boolean hold;
 
         RPCHook rpcHook() {
             return accessKey == null ? null : new AclClientRPCHook(new SessionCredentials(accessKey, secretKey));
@@ -374,6 +410,7 @@ public final class ProduceConsume {
             a.sql = opts.remove("sql");
             a.traceTopic = opts.remove("trace-topic");
             a.trace = Boolean.parseBoolean(opts.remove("trace")) || a.traceTopic != null;
+            a.hold = Boolean.parseBoolean(opts.remove("hold"));
             a.accessKey = opts.remove("access-key");
             a.secretKey = opts.remove("secret-key");
             if ((a.accessKey == null) != (a.secretKey == null)) {

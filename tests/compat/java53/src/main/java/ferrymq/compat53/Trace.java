@@ -30,8 +30,9 @@ import org.apache.rocketmq.common.message.MessageExt;
  * </pre>
  *
  * <p>stdout carries only JSON lines in the format of ferrymq.compat.ProduceConsume: sent (key,
- * msgId, offsetMsgId), received (key, msgId), done (ok). Both clients are shut down before done,
- * which flushes their trace records. Exit code 0 = the message arrived; 2 = it did not; 1 = error.
+ * msgId, offsetMsgId), received (key, msgId), consumed (ok), done (ok). After consumed both
+ * clients stay up, sending their trace records, until stdin ends or the deadline passes.
+ * Exit code 0 = the message arrived; 2 = it did not; 1 = error.
  */
 public final class Trace {
 
@@ -90,12 +91,32 @@ public final class Trace {
                 "sendStatus", String.valueOf(r.getSendStatus()));
             consumer.start();
             ok = arrived.await(Math.max(0, deadline - System.currentTimeMillis()), TimeUnit.MILLISECONDS);
+            emit("event", "consumed", "ok", ok);
+            // 5.3.1's trace dispatchers send in the background and give up on what is still
+            // unsent 500 ms into shutdown: the clients stay up until stdin ends (the caller
+            // closes it once the records are stored; /dev/null ends it at once)
+            holdUntilStdinEnds(deadline);
         } finally {
             consumer.shutdown();
             producer.shutdown();
         }
         emit("event", "done", "topic", topic, "group", group, "ok", ok);
         return ok ? 0 : 2;
+    }
+
+    private static void holdUntilStdinEnds(long deadline) throws Exception {
+        Thread reader = new Thread(() -> {
+            try {
+                while (System.in.read() >= 0) {
+                    // a line or anything else: keep holding until the end of input
+                }
+            } catch (java.io.IOException ignored) {
+                // stdin gone: stop holding
+            }
+        }, "stdin-hold");
+        reader.setDaemon(true);
+        reader.start();
+        reader.join(Math.max(1, deadline - System.currentTimeMillis()));
     }
 
     /** A send, retried while the new topic's route settles. */
