@@ -137,7 +137,10 @@ def _decode_context(f: list[str]) -> TraceEvent:
 
 def decode_trace_data(data: bytes | str) -> list[TraceEvent]:
     """Every context in one trace message's body; :class:`TraceDataError` names the bad one."""
-    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as e:
+        raise TraceDataError(f"trace data is not UTF-8: {e}") from None
     events = []
     for n, context in enumerate(c for c in text.split(FIELD_SPLITOR) if c):
         try:
