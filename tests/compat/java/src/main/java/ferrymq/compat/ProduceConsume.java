@@ -62,7 +62,7 @@ import org.apache.rocketmq.remoting.RPCHook;
  *   --trace-topic T      their customizedTraceTopic (implies --trace true)
  *   --hold true          once the keys arrived, print {"event":"consumed"} and keep the producer
  *                        and the consumer up (their trace records are sent in the background,
- *                        and lost if shutdown comes first) until stdin ends or the deadline passes
+ *                        and lost if shutdown comes first) until stdin ends
  * </pre>
  *
  * <p>stdout carries only JSON lines, one object per line, each with an "event" field:
@@ -297,7 +297,7 @@ public final class ProduceConsume {
             }
             if (a.hold) {
                 emit(obj("event", "consumed", "ok", ok));
-                holdUntilStdinEnds(deadline);
+                holdUntilStdinEnds();
             }
         } finally {
             consumer.shutdown();
@@ -311,20 +311,11 @@ public final class ProduceConsume {
         return ok;
     }
 
-    /** Returns when stdin ends (or fails), or at the deadline. */
-    private static void holdUntilStdinEnds(long deadline) throws InterruptedException {
-        Thread reader = new Thread(() -> {
-            try {
-                while (System.in.read() >= 0) {
-                    // input is only a signal: its end releases the hold
-                }
-            } catch (IOException ignored) {
-                // stdin gone: the hold is over
-            }
-        }, "hold-stdin");
-        reader.setDaemon(true);
-        reader.start();
-        reader.join(Math.max(1, deadline - System.currentTimeMillis()));
+    /** Returns when stdin ends: the caller's signal (a closed pipe, or /dev/null at once). */
+    private static void holdUntilStdinEnds() throws IOException {
+        while (System.in.read() >= 0) {
+            continue;
+        }
     }
 
     private static Map<String, Object> received(MessageExt m) {

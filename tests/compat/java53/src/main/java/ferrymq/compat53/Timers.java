@@ -1,5 +1,7 @@
 package ferrymq.compat53;
 
+import static ferrymq.compat53.Program.emit;
+
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -10,8 +12,6 @@ import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
-import com.alibaba.fastjson2.JSON;
-import com.alibaba.fastjson2.JSONWriter;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -53,23 +53,11 @@ import org.apache.rocketmq.remoting.protocol.RemotingCommand;
  */
 public final class Timers {
 
-    private static final Object OUT_LOCK = new Object();
-
-    public static void main(String[] argv) throws Exception {
-        Map<String, String> a = new LinkedHashMap<>();
-        a.put("--timers", "sec:6,ms:6500,deliver:7700");
-        a.put("--timeout-ms", "60000");
-        for (int i = 0; i + 1 < argv.length; i += 2) {
-            a.put(argv[i], argv[i + 1]);
-        }
-        int rc;
-        try {
-            rc = run(a);
-        } catch (Throwable t) {
-            emit("event", "error", "error", String.valueOf(t));
-            rc = 1;
-        }
-        System.exit(rc);
+    public static void main(String[] argv) {
+        Map<String, String> defaults = new LinkedHashMap<>();
+        defaults.put("--timers", "sec:6,ms:6500,deliver:7700");
+        defaults.put("--timeout-ms", "60000");
+        Program.main(argv, defaults, Timers::run);
     }
 
     private static int run(Map<String, String> a) throws Exception {
@@ -229,35 +217,12 @@ public final class Timers {
 
     /** A plain send, retried while the new topic's route settles. */
     private static void send(DefaultMQProducer p, Message m, String setter, long delay, long deadline) throws Exception {
-        while (true) {
-            try {
-                SendResult r = p.send(m);
-                emit("event", "sent", "setter", setter, "key", m.getKeys(), "delay", delay,
-                    "sendStatus", String.valueOf(r.getSendStatus()), "msgId", r.getMsgId());
-                return;
-            } catch (Exception e) {
-                if (System.currentTimeMillis() > deadline) {
-                    throw e;
-                }
-                Thread.sleep(200);
-            }
-        }
+        SendResult r = Program.sendOnceRouted(p, m, deadline);
+        emit("event", "sent", "setter", setter, "key", m.getKeys(), "delay", delay,
+            "sendStatus", String.valueOf(r.getSendStatus()), "msgId", r.getMsgId());
     }
 
     private static byte[] bytes(String s) {
         return s.getBytes(StandardCharsets.UTF_8);
-    }
-
-    /** One JSON line from key/value pairs, written with fastjson2 (a RocketMQ 5.3.1 dependency). */
-    private static void emit(Object... kv) {
-        Map<String, Object> event = new LinkedHashMap<>();
-        for (int i = 0; i < kv.length; i += 2) {
-            event.put((String) kv[i], kv[i + 1]);
-        }
-        String line = JSON.toJSONString(event, JSONWriter.Feature.WriteNulls);
-        synchronized (OUT_LOCK) {
-            System.out.println(line);
-            System.out.flush();
-        }
     }
 }

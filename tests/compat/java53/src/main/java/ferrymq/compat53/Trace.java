@@ -1,14 +1,13 @@
 package ferrymq.compat53;
 
+import static ferrymq.compat53.Program.emit;
+
 import java.nio.charset.StandardCharsets;
-import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
-import com.alibaba.fastjson2.JSON;
-import com.alibaba.fastjson2.JSONWriter;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -31,27 +30,13 @@ import org.apache.rocketmq.common.message.MessageExt;
  *
  * <p>stdout carries only JSON lines in the format of ferrymq.compat.ProduceConsume: sent (key,
  * msgId, offsetMsgId), received (key, msgId), consumed (ok), done (ok). After consumed both
- * clients stay up, sending their trace records, until stdin ends or the deadline passes.
+ * clients stay up, sending their trace records, until stdin ends.
  * Exit code 0 = the message arrived; 2 = it did not; 1 = error.
  */
 public final class Trace {
 
-    private static final Object OUT_LOCK = new Object();
-
     public static void main(String[] argv) {
-        Map<String, String> a = new LinkedHashMap<>();
-        a.put("--timeout-ms", "60000");
-        for (int i = 0; i + 1 < argv.length; i += 2) {
-            a.put(argv[i], argv[i + 1]);
-        }
-        int rc;
-        try {
-            rc = run(a);
-        } catch (Throwable t) {
-            emit("event", "error", "error", String.valueOf(t));
-            rc = 1;
-        }
-        System.exit(rc);
+        Program.main(argv, Map.of("--timeout-ms", "60000"), Trace::run);
     }
 
     private static int run(Map<String, String> a) throws Exception {
@@ -85,7 +70,7 @@ public final class Trace {
         });
         boolean ok;
         try {
-            SendResult r = send(producer, new Message(topic, "TagTrace", key,
+            SendResult r = Program.sendOnceRouted(producer, new Message(topic, "TagTrace", key,
                 "traced".getBytes(StandardCharsets.UTF_8)), deadline);
             emit("event", "sent", "key", key, "msgId", r.getMsgId(), "offsetMsgId", r.getOffsetMsgId(),
                 "sendStatus", String.valueOf(r.getSendStatus()));
@@ -95,54 +80,12 @@ public final class Trace {
             // 5.3.1's trace dispatchers send in the background and give up on what is still
             // unsent 500 ms into shutdown: the clients stay up until stdin ends (the caller
             // closes it once the records are stored; /dev/null ends it at once)
-            holdUntilStdinEnds(deadline);
+            Program.holdUntilStdinEnds();
         } finally {
             consumer.shutdown();
             producer.shutdown();
         }
         emit("event", "done", "topic", topic, "group", group, "ok", ok);
         return ok ? 0 : 2;
-    }
-
-    private static void holdUntilStdinEnds(long deadline) throws Exception {
-        Thread reader = new Thread(() -> {
-            try {
-                while (System.in.read() >= 0) {
-                    // a line or anything else: keep holding until the end of input
-                }
-            } catch (java.io.IOException ignored) {
-                // stdin gone: stop holding
-            }
-        }, "stdin-hold");
-        reader.setDaemon(true);
-        reader.start();
-        reader.join(Math.max(1, deadline - System.currentTimeMillis()));
-    }
-
-    /** A send, retried while the new topic's route settles. */
-    private static SendResult send(DefaultMQProducer p, Message m, long deadline) throws Exception {
-        while (true) {
-            try {
-                return p.send(m);
-            } catch (Exception e) {
-                if (System.currentTimeMillis() > deadline) {
-                    throw e;
-                }
-                Thread.sleep(200);
-            }
-        }
-    }
-
-    /** One JSON line from key/value pairs, written with fastjson2 (a RocketMQ 5.3.1 dependency). */
-    private static void emit(Object... kv) {
-        Map<String, Object> event = new LinkedHashMap<>();
-        for (int i = 0; i < kv.length; i += 2) {
-            event.put((String) kv[i], kv[i + 1]);
-        }
-        String line = JSON.toJSONString(event, JSONWriter.Feature.WriteNulls);
-        synchronized (OUT_LOCK) {
-            System.out.println(line);
-            System.out.flush();
-        }
     }
 }
