@@ -300,7 +300,13 @@ def timer_rate_figures(doc: dict, key: str) -> Figures:
     """timer_bench.py's fire row: timers acknowledged/s (``scheduleRate``) or delivered/s once
     due (``fireRate``), FerryMQ / Apache 5.3.1; the issue asks for the figures, not a ratio."""
     f, a = (dig(doc, "results", b, "fire", key) for b in ("FerryMQ", "Apache"))
-    return Figures(rate(f), rate(a), ratio_of(f, a), None)
+
+    def cell(broker: str, value: float) -> str:
+        fire = doc["results"][broker]["fire"]
+        lost = (fire.get("acked") or 0) - (fire.get("received") or 0)
+        return rate(value) + (f" ({lost:,} acked, never delivered)" if key == "fireRate" and lost > 0 else "")
+
+    return Figures(cell("FerryMQ", f), cell("Apache", a), ratio_of(f, a), None)
 
 
 def timer_rss_figures(doc: dict) -> Figures:

@@ -368,3 +368,11 @@ def test_a_failed_timer_row_is_missing_with_its_reason():
     docs[targets.TIMERS]["results"]["FerryMQ"]["lateness"] = {"error": "load generator timed out after 220 s"}
     row = by_name(docs)["timers: lateness under 10k sends/s (vs 5.3.1)"]
     assert row.verdict == "missing (FerryMQ lateness failed: load generator timed out after 220 s)"
+
+
+def test_the_fire_row_says_how_many_acknowledged_timers_never_arrived():
+    docs = all_met()
+    docs[targets.TIMERS]["results"]["FerryMQ"]["fire"]["received"] = 100_000
+    row = by_name(docs)["timers: fire rate (vs 5.3.1)"]
+    assert row.figures.ferrymq == "6,000 msg/s (100,000 acked, never delivered)"
+    assert row.figures.apache == "3,000 msg/s"
