@@ -1,6 +1,5 @@
 package ferrymq.compat53;
 
-import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -14,8 +13,6 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 
-import com.alibaba.fastjson2.JSON;
-import com.alibaba.fastjson2.JSONWriter;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -52,7 +49,6 @@ import org.apache.rocketmq.common.message.MessageExt;
  */
 public final class TimerBench {
 
-    private static final Object OUT_LOCK = new Object();
     private static final String DUE = "benchDueMs";
     private static final int BUSY_RETRIES = 50;
 
@@ -357,14 +353,9 @@ public final class TimerBench {
 
     private void throughput(DefaultMQProducer producer) throws Exception {
         Sender s = new Sender(producer, num("--inflight"));
-        byte[] body = new byte[num("--size")];
         long start = System.currentTimeMillis();
         long due = start + num("--due-in-ms");
-        for (int i = 0; i < timers; i++) {
-            s.send(timer(i, due, body));
-        }
-        s.drain(60000);
-        long scheduled = s.lastAckMs.get();
+        long scheduled = schedule(s, due, 0);
         waitReceived(s.acked.get(), Math.max(0, due - System.currentTimeMillis()) + Long.parseLong(a.get("--timeout-ms")));
         long last = lastReceived.get();
         long n = Math.min(received.get(), timers);
@@ -382,18 +373,23 @@ public final class TimerBench {
 
     private void pending(DefaultMQProducer producer) throws Exception {
         Sender s = new Sender(producer, num("--inflight"));
-        byte[] body = new byte[num("--size")];
         long start = System.currentTimeMillis();
-        long due = start + num("--due-in-ms");
-        for (int i = 0; i < timers; i++) {
-            s.send(timer(i, due + (i % 3600) * 1000L, body));
-        }
-        s.drain(60000);
-        long scheduled = s.lastAckMs.get();
+        long scheduled = schedule(s, start + num("--due-in-ms"), 3600);
         emit("event", "result", "mode", "pending", "timers", timers, "acked", s.acked.get(),
             "failed", s.failed.get(), "firstError", s.firstError.get(), "busyRetries", s.busyRetries.get(),
             "scheduleSeconds", (scheduled - start) / 1000.0,
             "scheduleRate", 1000.0 * s.acked.get() / Math.max(1, scheduled - start));
+    }
+
+    /** Sends --timers timers as fast as ``s`` allows, due at ``due`` (spread over ``spreadSeconds``
+     * one-second slots after it when that is not 0); the time of the last acknowledgement. */
+    private long schedule(Sender s, long due, int spreadSeconds) throws InterruptedException {
+        byte[] body = new byte[num("--size")];
+        for (int i = 0; i < timers; i++) {
+            s.send(timer(i, spreadSeconds == 0 ? due : due + (i % spreadSeconds) * 1000L, body));
+        }
+        s.drain(60000);
+        return s.lastAckMs.get();
     }
 
     private void waitReceived(long expect, long timeoutMs) throws InterruptedException {
@@ -427,19 +423,10 @@ public final class TimerBench {
     }
 
     private static byte[] bytes(String s) {
-        return s.getBytes(StandardCharsets.UTF_8);
+        return Timers.bytes(s);
     }
 
-    /** One JSON line from key/value pairs, written with fastjson2 (a RocketMQ 5.3.1 dependency). */
     private static void emit(Object... kv) {
-        Map<String, Object> event = new LinkedHashMap<>();
-        for (int i = 0; i < kv.length; i += 2) {
-            event.put((String) kv[i], kv[i + 1]);
-        }
-        String line = JSON.toJSONString(event, JSONWriter.Feature.WriteNulls);
-        synchronized (OUT_LOCK) {
-            System.out.println(line);
-            System.out.flush();
-        }
+        Timers.emit(kv);
     }
 }

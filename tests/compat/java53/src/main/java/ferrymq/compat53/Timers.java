@@ -189,12 +189,13 @@ public final class Timers {
         }
     }
 
-    private static byte[] bytes(String s) {
+    static byte[] bytes(String s) {
         return s.getBytes(StandardCharsets.UTF_8);
     }
 
-    /** One JSON line from key/value pairs, written with fastjson2 (a RocketMQ 5.3.1 dependency). */
-    private static void emit(Object... kv) {
+    /** One JSON line from key/value pairs, written with fastjson2 (a RocketMQ 5.3.1 dependency);
+     * also TimerBench's. */
+    static void emit(Object... kv) {
         Map<String, Object> event = new LinkedHashMap<>();
         for (int i = 0; i < kv.length; i += 2) {
             event.put((String) kv[i], kv[i + 1]);
