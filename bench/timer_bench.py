@@ -187,6 +187,8 @@ def report_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
     add("lateness p99, ms", ("lateness", "lateness", "p99Ms"), "d", f"F <= {LATE_P99_TARGET_MS:.0f}")
     add("lateness max, ms", ("lateness", "lateness", "maxMs"), "d")
     add("early deliveries", ("lateness", "lateness", "early"), "d", "F = 0", ratio=False)
+    add("fired (store time - due) p50, ms", ("lateness", "storedLateness", "p50Ms"), "d")
+    add("fired (store time - due) p99, ms", ("lateness", "storedLateness", "p99Ms"), "d")
     add("earliest (min lateness), ms", ("lateness", "lateness", "minMs"), "d", ratio=False)
     add("schedule, timers acked/s", ("fire", "scheduleRate"), ",.0f", "reported")
     add("fire, timers delivered/s", ("fire", "fireRate"), ",.0f", "reported")

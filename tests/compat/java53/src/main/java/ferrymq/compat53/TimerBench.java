@@ -87,6 +87,7 @@ public final class TimerBench {
     private final String group;
     private final int timers;
     private final long[] lateness;
+    private final long[] storedLateness;  // the fired message's store time minus the due time
     private final AtomicInteger received = new AtomicInteger();
     private final AtomicInteger duplicates = new AtomicInteger();
     private final AtomicLong firstReceived = new AtomicLong(Long.MAX_VALUE);
@@ -102,6 +103,7 @@ public final class TimerBench {
         this.group = a.getOrDefault("--group", "GTimerBench" + UUID.randomUUID().toString().substring(0, 8));
         this.timers = num("--timers");
         this.lateness = new long[timers];
+        this.storedLateness = new long[timers];
     }
 
     private String req(String k) {
@@ -195,6 +197,7 @@ public final class TimerBench {
                 int i = received.getAndIncrement();
                 if (i < lateness.length) {
                     lateness[i] = now - Long.parseLong(due);
+                    storedLateness[i] = m.getStoreTimestamp() - Long.parseLong(due);
                 }
                 firstReceived.accumulateAndGet(now, Math::min);
                 lastReceived.accumulateAndGet(now, Math::max);
@@ -348,7 +351,8 @@ public final class TimerBench {
             "loadFirstError", load.firstError.get(), "loadBusyRetries", load.busyRetries.get(),
             "timersAcked", sentTimers, "timersFailed", timerSender.failed.get(),
             "timersFirstError", timerSender.firstError.get(),
-            "received", Math.min(received.get(), timers), "duplicates", duplicates.get(), "lateness", r);
+            "received", Math.min(received.get(), timers), "duplicates", duplicates.get(), "lateness", r,
+            "storedLateness", summary(storedLateness));
     }
 
     private void throughput(DefaultMQProducer producer) throws Exception {
@@ -368,7 +372,7 @@ public final class TimerBench {
             "firstReceivedAfterDueMs", n > 0 ? firstReceived.get() - due : null,
             "lastReceivedAfterDueMs", n > 0 ? last - due : null,
             "fireRate", n > 0 ? 1000.0 * n / Math.max(1, last - Math.max(due, scheduled)) : null,
-            "lateness", latenessSummary());
+            "lateness", latenessSummary(), "storedLateness", summary(storedLateness));
     }
 
     private void pending(DefaultMQProducer producer) throws Exception {
@@ -403,8 +407,13 @@ public final class TimerBench {
     }
 
     private Map<String, Object> latenessSummary() {
-        int n = Math.min(received.get(), lateness.length);
-        long[] v = Arrays.copyOf(lateness, n);
+        return summary(lateness);
+    }
+
+    /** count, early (< 0), min, p50, p99, max of the first ``received`` values of ``values``. */
+    private Map<String, Object> summary(long[] values) {
+        int n = Math.min(received.get(), values.length);
+        long[] v = Arrays.copyOf(values, n);
         Arrays.sort(v);
         Map<String, Object> r = new LinkedHashMap<>();
         r.put("count", n);
