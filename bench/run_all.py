@@ -1,7 +1,8 @@
 """``make bench``: the broker benchmarks against Apache RocketMQ 4.9.7 (throughput and latency
 with ASYNC_FLUSH; sync128 with both brokers on SYNC_FLUSH; master + slave pairs as
 ASYNC_MASTER and SYNC_MASTER; broker memory with 1 000 topics and 10 000 held pulls; long-poll
-wake latency; push consumers end to end, catch-up included; Spark batch read against Parquet),
+wake latency; push consumers end to end, catch-up included; timer messages against Apache 5.3.1;
+Spark batch read against Parquet),
 then the storage-layer benchmarks (throughput, SYNC_FLUSH group commit, recovery of a 1 GiB
 CommitLog). Arguments are passed to bench/broker_bench.py (e.g. ``--quick``; the SYNC_FLUSH run
 gets them too, then its own ``--flush SYNC_FLUSH --scenarios sync128``); ``--quick`` also
@@ -77,6 +78,10 @@ def main() -> int:
     rc |= run_with_json(targets.WAKE, "long-poll wake latency", bench("wake_latency.py", *quick_flag), 600, docs)
     rc |= run_with_json(targets.E2E, "push consumer end to end (latency, catch-up)",
                         bench("e2e_latency.py", *quick_flag), 1800, docs)
+    # issue 31's rows: timer messages (lateness under load, schedule and fire, pending RSS) against
+    # Apache's 5.3.1 broker, the 5.3.1 Java client as the load (figures in the JSON only: --no-record)
+    rc |= run_with_json(targets.TIMERS, "timer messages vs Apache 5.3.1",
+                        bench("timer_bench.py", *quick_flag, "--no-record"), 900 if quick else 2400, docs)
     spark_args = ["--messages", "20000", "--rounds", "1"] if quick else []
     rc |= run_with_json(targets.SPARK, "Spark batch read vs Parquet",
                         bench("spark_read_bench.py", *spark_args, "--no-record"), 1200, docs)

@@ -94,6 +94,22 @@ def spark_doc(ferrymq_rate: float, parquet_rate: float) -> dict:
                         "parquetCopyS": 3.0}}
 
 
+def timers_doc(ferrymq_p99: int = 800, early: int = 0, rss_kib: int = 200 * 1024, pending: int = 1_000_000) -> dict:
+    """timer_bench.py --json: results[broker].{lateness,fire,pending} as TimerBench reports them."""
+    def broker(p99: int, early: int, schedule: float, fire: float, rss: int) -> dict:
+        late = {"count": 4000, "early": early, "minMs": -5 if early else 10, "p50Ms": p99 // 2, "p99Ms": p99,
+                "maxMs": p99 + 100}
+        return {"lateness": {"mode": "lateness", "loadRate": 9500.0, "loadFailed": 0, "received": 4000, "lateness": late},
+                "fire": {"mode": "throughput", "acked": 200000, "failed": 0, "scheduleRate": schedule,
+                         "fireRate": fire, "received": 200000, "lateness": dict(late)},
+                "pending": {"mode": "pending", "acked": pending, "failed": 0, "scheduleRate": schedule,
+                            "rssBeforeKiB": 100 * 1024, "rssAfterKiB": rss}}
+
+    return {"machine": machine(), "args": {"quick": False},
+            "results": {"FerryMQ": broker(ferrymq_p99, early, 4000.0, 6000.0, rss_kib),
+                        "Apache": broker(1000, 0, 8000.0, 3000.0, 900 * 1024)}}
+
+
 def all_met() -> dict:
     java = {"sync1": scenario(2000, 0.5), "sync64": scenario(20000, 5.0), "batch32": scenario(50000, 2.0),
             "pull": scenario(120000, 3.0)}
@@ -105,6 +121,7 @@ def all_met() -> dict:
             targets.WAKE: wake_doc(0.6, 0.95),
             targets.MEMORY: memory_doc(150 * 1024),
             targets.SPARK: spark_doc(70000, 100000),
+            targets.TIMERS: timers_doc(),
             targets.REPLICATION: {"machine": machine(0.2), "args": {}, "results": {}}}
 
 
@@ -128,7 +145,8 @@ def verdicts(docs: dict, *names: str) -> list[str]:
 def test_every_row_met_with_its_ratio():
     rows = targets.build_rows(all_met())
     assert [r.name for r in rows] == [t.name for t in targets.TARGETS]
-    assert [r.verdict for r in rows] == ["met"] * len(rows)
+    reported = {"timers: schedule rate (vs 5.3.1)", "timers: fire rate (vs 5.3.1)"}  # no target: figures only
+    assert [r.verdict for r in rows] == ["reported" if r.name in reported else "met" for r in rows]
     ratios = {r.name: r.figures.ratio for r in rows}
     assert abs(ratios["pull (drain) msgs/s"] - 120000 / 90000) < 1e-9
     assert abs(ratios["SYNC_FLUSH sync128 msgs/s"] - 1.6) < 1e-9
@@ -269,7 +287,7 @@ def test_summary_prints_every_row_and_the_outside_load():
     assert "missing (e2e_latency.py wrote no JSON, exit 1)" in text
     assert "broker 0.05" in text and "wake 0.30" in text and "replication 0.20" in text
     assert "WARNING: the machine was not idle during wake, replication" in text
-    assert "8 of 9 targets met, 1 missing" in text
+    assert "10 of 11 targets met, 1 missing" in text
 
 
 def test_summary_says_how_much_of_the_outside_load_the_hypervisor_took():
@@ -317,3 +335,44 @@ def test_building_rows_leaves_the_documents_alone():
     before = copy.deepcopy(docs)
     targets.build_rows(docs)
     assert docs == before  # building rows reads the documents only
+
+
+def test_timer_rows_judge_ferrymq_lateness_and_rss_and_report_the_rates_against_apache():
+    rows = by_name(all_met())
+    late = rows["timers: lateness under 10k sends/s (vs 5.3.1)"]
+    assert abs(late.figures.ratio - 0.8) < 1e-9  # p99 800 ms against Apache's 1000
+    assert "0 early" in late.figures.ferrymq and "9,500 msg/s" in late.figures.apache
+    assert abs(rows["timers: schedule rate (vs 5.3.1)"].figures.ratio - 0.5) < 1e-9
+    assert abs(rows["timers: fire rate (vs 5.3.1)"].figures.ratio - 2.0) < 1e-9
+    assert rows["timers: broker RSS, 1 000 000 pending"].figures.ferrymq == "200.0 MiB"
+
+
+def test_a_timer_delivered_early_or_late_or_a_big_broker_is_not_met():
+    names = ("timers: lateness under 10k sends/s (vs 5.3.1)", "timers: broker RSS, 1 000 000 pending")
+    docs = all_met()
+    docs[targets.TIMERS] = timers_doc(early=1)
+    assert verdicts(docs, *names) == ["NOT met", "met"]
+    docs[targets.TIMERS] = timers_doc(ferrymq_p99=1500, rss_kib=320 * 1024)
+    assert verdicts(docs, *names) == ["NOT met", "NOT met"]
+
+
+def test_a_quick_run_with_fewer_pending_timers_says_so_and_is_not_met():
+    docs = all_met()
+    docs[targets.TIMERS] = timers_doc(pending=100_000)
+    row = by_name(docs)["timers: broker RSS, 1 000 000 pending"]
+    assert row.figures.ferrymq == "200.0 MiB (100,000 timers)" and row.verdict == "NOT met"
+
+
+def test_a_failed_timer_row_is_missing_with_its_reason():
+    docs = all_met()
+    docs[targets.TIMERS]["results"]["FerryMQ"]["lateness"] = {"error": "load generator timed out after 220 s"}
+    row = by_name(docs)["timers: lateness under 10k sends/s (vs 5.3.1)"]
+    assert row.verdict == "missing (FerryMQ lateness failed: load generator timed out after 220 s)"
+
+
+def test_the_fire_row_says_how_many_acknowledged_timers_never_arrived():
+    docs = all_met()
+    docs[targets.TIMERS]["results"]["FerryMQ"]["fire"]["received"] = 100_000
+    row = by_name(docs)["timers: fire rate (vs 5.3.1)"]
+    assert row.figures.ferrymq == "6,000 msg/s (100,000 acked, never delivered)"
+    assert row.figures.apache == "3,000 msg/s"

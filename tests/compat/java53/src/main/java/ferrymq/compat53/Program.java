@@ -1,6 +1,7 @@
 package ferrymq.compat53;
 
 import java.io.IOException;
+import java.nio.charset.StandardCharsets;
 import java.util.LinkedHashMap;
 import java.util.Map;
 
@@ -57,6 +58,10 @@ final class Program {
         while (System.in.read() >= 0) {
             continue;
         }
+    }
+
+    static byte[] bytes(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
     }
 
     /** One JSON line from key/value pairs, written with fastjson2 (a RocketMQ 5.3.1 dependency). */

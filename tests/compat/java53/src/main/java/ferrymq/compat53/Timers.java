@@ -1,5 +1,6 @@
 package ferrymq.compat53;
 
+import static ferrymq.compat53.Program.bytes;
 import static ferrymq.compat53.Program.emit;
 
 import java.nio.charset.StandardCharsets;
@@ -220,9 +221,5 @@ public final class Timers {
         SendResult r = Program.sendOnceRouted(p, m, deadline);
         emit("event", "sent", "setter", setter, "key", m.getKeys(), "delay", delay,
             "sendStatus", String.valueOf(r.getSendStatus()), "msgId", r.getMsgId());
-    }
-
-    private static byte[] bytes(String s) {
-        return s.getBytes(StandardCharsets.UTF_8);
     }
 }
