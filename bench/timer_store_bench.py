@@ -57,7 +57,7 @@ def main() -> int:
         started = time.perf_counter()
         taken = 0
         while (slot := store.take(now + 3_600_000)) is not None:
-            taken += len(slot[1])
+            taken += len(slot.records)
         take_s = time.perf_counter() - started
         after_take = rss_mib()
         files = disk_mib(root)

@@ -71,9 +71,9 @@ class TimerService:
             over = now_ms() - self.precision_ms
             taken = await store.take_timers(over)
             if taken is not None:
-                slot_ms, records = taken
-                await self._deliver_slot(records)
-                await store.mark_timers_fired(slot_ms + self.precision_ms)
+                await self._deliver_slot(taken.records, taken.markers)
+                if taken.last:  # a slot of many timers comes in parts: fired once all went out
+                    await store.mark_timers_fired(taken.slot_ms + self.precision_ms)
                 continue
             await store.mark_timers_fired(over - over % self.precision_ms + self.precision_ms)
             due = await store.next_timer_due(now_ms() + LOOK_AHEAD_MS)
@@ -83,14 +83,15 @@ class TimerService:
             except asyncio.TimeoutError:
                 pass
 
-    async def _deliver_slot(self, records: list[TimerRecord]) -> None:
-        """Deliver a slot's messages but recall markers and what they recall (docs/timers.md#recall:
-        a marker is filed in the slot of the message it cancels and flagged in the TimerLog, so
-        only the markers are read ahead; the messages are read one at a time as they go out)."""
+    async def _deliver_slot(self, records: list[TimerRecord], markers: list[TimerRecord]) -> None:
+        """Deliver a slot's messages (``records``: a part of it) but recall markers and what they
+        recall (docs/timers.md#recall: a marker is filed in the slot of the message it cancels and
+        flagged in the TimerLog; ``markers`` are the whole slot's, so only they are read ahead; the
+        messages are read one at a time as they go out)."""
         later = now_ms() + self.precision_ms  # a record due after this is of a later round (docs/timers.md, rounds)
         recalled: set[str] = set()
-        for record in records:
-            if record.flags & RECALL_MARKER and record.deliver_ms <= later:
+        for record in markers:
+            if record.deliver_ms <= later:
                 marker = await self._read(record)
                 if marker is not None and is_recall_marker(marker):
                     recalled.add(marker.properties[Prop.TIMER_DEL_UNIQKEY])

@@ -65,7 +65,7 @@ from ferrymq.store.message_store import MessageStore
 from ferrymq.store.replica import ReplicaAppender
 from ferrymq.store.results import AppendResult, GetResult, PutStatus, QueryMessageResult
 from ferrymq.store.retention import CleanResult
-from ferrymq.store.timer_log import TimerRecord
+from ferrymq.store.timer_store import TakenSlot
 from ferrymq.store.timer_pending import PendingTimers
 
 T = TypeVar("T")
@@ -457,8 +457,8 @@ class AsyncMessageStore:
         timers = self.sync_store.timers
         return timers.pending if timers is not None else None
 
-    async def take_timers(self, now_ms: int) -> tuple[int, list[TimerRecord]] | None:
-        """The next slot of timers due by ``now_ms`` (TimerStore.take), read in a reader thread."""
+    async def take_timers(self, now_ms: int) -> TakenSlot | None:
+        """The next part of a slot of timers due by ``now_ms`` (TimerStore.take), read in a reader thread."""
         return await self._read(self.sync_store.timers.take, now_ms)
 
     async def next_timer_due(self, horizon_ms: int) -> int | None:

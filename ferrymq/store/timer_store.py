@@ -15,7 +15,10 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from array import array
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ferrymq.store.mapped_file import fdatasync
 from ferrymq.store.timer_log import NO_RECORD, RECALL_MARKER, RECORD_SIZE, TimerLog, TimerRecord
@@ -25,6 +28,25 @@ from ferrymq.store.timer_wheel import EMPTY_SLOT, SLOT_SIZE, Slot, TimerWheel
 _CHECKPOINT = struct.Struct(">qq")  # firedUpToMs, synced TimerLog position
 MAX_DIRTY_SLOTS = 4096  # the wheel is synced when this many slots changed since the last sync
 DEFAULT_LOG_SEGMENT_SIZE = RECORD_SIZE * 1024 * 1024  # 48 MiB, 1 048 576 records
+
+
+class TakenSlot(NamedTuple):
+    """Part of a due slot's timers, in arrival order (``TimerStore.take``)."""
+
+    slot_ms: int
+    records: list[TimerRecord]
+    markers: list[TimerRecord]  # the whole slot's recall markers (docs/timers.md#recall), in every part
+    last: bool  # the slot's last part: only then may it count as fired
+
+
+@dataclass
+class _SlotCursor:
+    """A slot being taken part by part: where its records are (8 bytes each), how far it got."""
+
+    slot_ms: int
+    positions: array
+    markers: list[TimerRecord] = field(default_factory=list)
+    next: int = 0
 
 
 class TimerStore:
@@ -39,6 +61,7 @@ class TimerStore:
         self._checkpoint_fd = -1
         self.fired_ms = 0
         self.taken_ms = 0
+        self._taking: _SlotCursor | None = None  # a slot handed out in parts, not all taken yet
         self.synced_pos = 0
         self._checkpoint_dirty = False
         self.pending = PendingTimers(precision_ms)  # per real topic (operator views)
@@ -150,6 +173,9 @@ class TimerStore:
         """The CommitLog was cut at ``phys``: forget the timers at or past it, restoring each slot
         as its first forgotten record found it. Returns how many were forgotten."""
         with self._lock:
+            if self._taking is not None:  # a slot in parts: taken again whole, from its first part
+                self.taken_ms = min(self.taken_ms, self._taking.slot_ms)
+                self._taking = None
             cut = self.log.first_at_or_after_phys(phys)
             restored: set[int] = set()
             removed = 0
@@ -185,32 +211,48 @@ class TimerStore:
 
     # ------------------------------------------------------------ firing side
 
-    def take(self, now_ms: int, max_records: int = 100_000) -> tuple[int, list[TimerRecord]] | None:
-        """The next slot due by ``now_ms`` that holds timers, as (its time, its records in arrival
-        order), moving ``taken_ms`` past it; None when nothing more is due (``taken_ms`` has then
-        passed ``now_ms``'s slot). A chain may hold records of a later round (docs/timers.md,
-        rounds): the caller stores those again as new timers."""
+    def take(self, now_ms: int, max_records: int = 50_000) -> TakenSlot | None:
+        """The next part (at most ``max_records``) of the next slot due by ``now_ms`` that holds
+        timers, its records in arrival order; ``taken_ms`` moves past the slot when its first part
+        is taken. None when nothing more is due (``taken_ms`` has then passed ``now_ms``'s slot).
+        A slot is walked once for where its records are and which are recall markers, and read
+        part by part: memory holds 8 bytes per timer of the slot, not the records. A chain may
+        hold records of a later round (docs/timers.md, rounds): the caller stores those again."""
         with self._lock:
-            due = self.wheel.round_down(now_ms)
-            while self.taken_ms <= due:
-                slot_ms = self.taken_ms
-                slot = self.wheel.get(slot_ms)
-                self.taken_ms = slot_ms + self.precision_ms
-                if slot.holds(slot_ms):
-                    return slot_ms, self._chain(slot, max_records)
-            return None
+            if self._taking is None:
+                due = self.wheel.round_down(now_ms)
+                while self._taking is None:
+                    if self.taken_ms > due:
+                        return None
+                    slot_ms = self.taken_ms
+                    slot = self.wheel.get(slot_ms)
+                    self.taken_ms = slot_ms + self.precision_ms
+                    if slot.holds(slot_ms):
+                        self._taking = self._walk(slot_ms, slot)
+            part = self._taking
+            end = min(part.next + max(1, max_records), len(part.positions))
+            records = [r for p in part.positions[part.next:end] if (r := self.log.read(p)) is not None]
+            part.next = end
+            last = end >= len(part.positions)
+            if last:
+                self._taking = None
+            return TakenSlot(part.slot_ms, records, part.markers, last)
 
-    def _chain(self, slot: Slot, max_records: int) -> list[TimerRecord]:
-        out: list[TimerRecord] = []
-        pos = slot.last_pos
-        while pos != NO_RECORD and len(out) < min(slot.count, max_records):
+    def _walk(self, slot_ms: int, slot: Slot) -> _SlotCursor:
+        part = _SlotCursor(slot_ms, array("q"))
+        pos, count = slot.last_pos, 0
+        while pos != NO_RECORD and count < slot.count:
             record = self.log.read(pos)
             if record is None:  # below the log's retained start: nothing older to find
                 break
-            out.append(record)
+            part.positions.append(pos)
+            if record.flags & RECALL_MARKER:
+                part.markers.append(record)
+            count += 1
             pos = record.prev_pos
-        out.reverse()
-        return out
+        part.positions.reverse()
+        part.markers.reverse()
+        return part
 
     def next_due_ms(self, horizon_ms: int) -> int | None:
         """The time of the first slot from ``taken_ms`` up to ``horizon_ms`` holding timers, or None."""
@@ -250,6 +292,7 @@ class TimerStore:
         """Read again from ``fired_ms`` (the service lost what it took, e.g. on demotion)."""
         with self._lock:
             self.taken_ms = self.fired_ms
+            self._taking = None
 
     # ------------------------------------------------------------ durability
 

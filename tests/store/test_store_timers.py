@@ -21,7 +21,7 @@ def timer_msg(due_ms: int, real_topic: str = "TopicTest", real_qid: int = 1):
 def due_offsets(store, now_ms: int) -> list[int]:
     out = []
     while (taken := store.timers.take(now_ms)) is not None:
-        out += [r.phys for r in taken[1]]
+        out += [r.phys for r in taken.records]
     return sorted(out)
 
 

@@ -31,8 +31,7 @@ def take_all(store: TimerStore, now: int) -> dict[int, list[int]]:
     """slot time -> CommitLog offsets, for every slot due by ``now``."""
     out = {}
     while (taken := store.take(now)) is not None:
-        slot_ms, records = taken
-        out[slot_ms] = [r.phys for r in records]
+        out[taken.slot_ms] = [r.phys for r in taken.records]
     return out
 
 
@@ -51,10 +50,33 @@ def test_many_timers_in_one_second(tmp_path):
     store = open_store(tmp_path)
     n = 20_000
     store.add(timers([T0 + 7000 + i % 1000 for i in range(n)]))
-    slot_ms, records = store.take(T0 + 7000)
-    assert slot_ms == T0 + 7000
+    slot_ms, records, _, last = store.take(T0 + 7000)
+    assert slot_ms == T0 + 7000 and last
     assert [r.phys for r in records] == [i * SIZE for i in range(n)]
     assert store.take(T0 + 7000) is None
+    store.close()
+
+
+def test_a_slot_larger_than_a_part_is_taken_whole_in_arrival_order(tmp_path):
+    """200 000 timers due in one second once lost all but the newest 100 000 (the take's cap cut
+    the chain and the slot counted as fired). Now a slot comes in parts, the last one flagged,
+    each with the whole slot's recall markers; a truncation mid-slot hands it out again."""
+    store = open_store(tmp_path)
+    n = 2_500
+    store.add(timers([T0 + 7000 + i % 1000 for i in range(n)]))
+    parts = []
+    while (taken := store.take(T0 + 7000, max_records=1_000)) is not None:
+        parts.append(taken)
+    assert [(p.slot_ms, len(p.records), p.last) for p in parts] == [
+        (T0 + 7000, 1_000, False), (T0 + 7000, 1_000, False), (T0 + 7000, 500, True)]
+    assert [r.phys for p in parts for r in p.records] == [i * SIZE for i in range(n)]
+
+    store.rewind_taken()
+    first = store.take(T0 + 7000, max_records=1_000)
+    assert [r.phys for r in first.records] == [i * SIZE for i in range(1_000)] and not first.last
+    store.truncate_phys(n * SIZE)  # nothing removed, but the slot in parts is given up: taken again
+    again = store.take(T0 + 7000, max_records=5_000)
+    assert [r.phys for r in again.records] == [i * SIZE for i in range(n)] and again.last
     store.close()
 
 
@@ -190,7 +212,7 @@ def test_a_later_round_is_chained_behind_an_unfired_slot_never_over_it(tmp_path)
     store = open_store(tmp_path, max_delay_sec=2)
     store.add(timers([T0 + 1000]))
     store.add(timers([T0 + 5000], first_phys=100))  # the broker fell behind: slot still unfired
-    slot_ms, records = store.take(T0 + 1000)
+    slot_ms, records, _, _ = store.take(T0 + 1000)
     assert slot_ms == T0 + 1000
     assert [(r.deliver_ms, r.phys) for r in records] == [(T0 + 1000, 0), (T0 + 5000, 100)]  # caller re-stores the 2nd
     store.close()
@@ -242,7 +264,8 @@ def test_a_recall_markers_flag_is_kept_across_a_reopen_and_covered_by_the_crc(tm
     store.add(timers([T0 + 1000, T0 + 1000, T0 + 1000]), markers={100})
     store.close()
     store = open_store(tmp_path)
-    slot_ms, records = store.take(T0 + 1000)
+    slot_ms, records, markers, _ = store.take(T0 + 1000)
+    assert [r.phys for r in markers] == [100]
     assert [(r.phys, r.flags) for r in records] == [(0, 0), (100, RECALL_MARKER), (200, 0)]
     store.close()
     with open(log_file(tmp_path), "r+b") as f:  # the marker's flags word, changed on disk
