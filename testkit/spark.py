@@ -77,10 +77,13 @@ async def produce(namesrv: str, topic: str, count: int, *, queues: int, batch: i
         sent: list[Sent] = []
 
         async def one(n: int, first: int) -> None:
-            bodies = [rng.randbytes(rng.randint(min_size, max_size)) for _ in range(n)]
-            msgs = [Message(topic, b, properties={"KEYS": f"k{first + i}", "TAGS": f"T{(first + i) % 3}",
-                                                  "app": "spark-test"}) for i, b in enumerate(bodies)]
+            # Bodies are made under the semaphore: made up front by every coroutine at once, they
+            # held the event loop for seconds while the first sends waited for their connection
+            # (their 3 s timeout ran out on a busy machine).
             async with sem:
+                bodies = [rng.randbytes(rng.randint(min_size, max_size)) for _ in range(n)]
+                msgs = [Message(topic, b, properties={"KEYS": f"k{first + i}", "TAGS": f"T{(first + i) % 3}",
+                                                      "app": "spark-test"}) for i, b in enumerate(bodies)]
                 result = await producer.send_batch(msgs, queue=mqs[(first // batch) % len(mqs)])
             ids = result.msg_id.split(",")
             for i, (m, mid) in enumerate(zip(msgs, ids)):
