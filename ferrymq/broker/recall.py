@@ -32,11 +32,13 @@ STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_
 def handle_for(msg: MessageExt, broker_name: str) -> str | None:
     """The recall handle of a message just stored under the timer topic; None for any other
     (a retry topic's timer included, as Apache)."""
+    if msg.topic != TIMER_TOPIC:  # every send asks: the common answer first, no property lookups
+        return None
     due = msg.properties.get(Prop.TIMER_OUT_MS)
     real_topic = msg.properties.get(Prop.REAL_TOPIC)
     uniq = msg.properties.get(Prop.UNIQ_KEY)
-    if msg.topic != TIMER_TOPIC or due is None or not real_topic or real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX) \
-            or not uniq or is_recall_marker(msg):
+    if due is None or not real_topic or real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or not uniq \
+            or is_recall_marker(msg):
         return None
     try:
         return RecallHandle(real_topic, broker_name, str(int(due) + 1), uniq).encode()
