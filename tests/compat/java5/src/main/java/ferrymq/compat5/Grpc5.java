@@ -132,18 +132,20 @@ public final class Grpc5 {
                     .addProperty("seq", String.valueOf(i))
                     .setBody(size > 0 ? padding : ("body-" + key).getBytes(StandardCharsets.UTF_8));
                 String group = "";
+                long due = 0;
                 if ("fifo".equals(kind)) {
                     group = "g" + (i % groups);
                     mb.setMessageGroup(group);
                 } else if ("delay".equals(kind)) {
-                    mb.setDeliveryTimestamp(System.currentTimeMillis() + delayMs);
+                    due = System.currentTimeMillis() + delayMs;
+                    mb.setDeliveryTimestamp(due);
                 }
                 Message m = mb.build();
                 try {
                     SendReceipt r = producer.send(m);
                     if (!bench) {
                         event("sent", "key", key, "id", r.getMessageId().toString(), "group", group,
-                            "at", System.currentTimeMillis(), "recallHandle", r.getRecallHandle());
+                            "at", System.currentTimeMillis(), "due", due, "recallHandle", r.getRecallHandle());
                     }
                 } catch (Exception e) {
                     failed++;
