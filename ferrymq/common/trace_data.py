@@ -32,6 +32,8 @@ TYPE_NAMES = {PUB: "publish", SUB_BEFORE: "consume before", SUB_AFTER: "consume 
               END_TRANSACTION: "end transaction"}
 # RocketMQ's MessageType, by ordinal.
 MESSAGE_TYPES = ("Normal", "Trans", "TransCommit", "Delay", "Order")
+# RocketMQ's ConsumeReturnType, by ordinal: a SubAfter's context code.
+CONSUME_RETURN_TYPES = ("SUCCESS", "TIME_OUT", "EXCEPTION", "RETURNNULL", "FAILED")
 
 _MIN_FIELDS = {PUB: 13, SUB_BEFORE: 8, SUB_AFTER: 6, END_TRANSACTION: 13}
 
@@ -166,3 +168,42 @@ def complete_consume_events(events: Iterable[TraceEvent]) -> list[TraceEvent]:
                                     timestamp=e.timestamp if e.timestamp is not None else (b.timestamp if b else None))
         done.append(e)
     return done
+
+
+@dataclass(frozen=True)
+class ConsumeAttempt:
+    """One delivery of a message to a consumer: its SubBefore and SubAfter (same request id and
+    message), either of which may be missing when the client's record never arrived."""
+
+    group: str | None
+    request_id: str | None
+    client_host: str | None
+    timestamp: int | None  # when the listener was called (the SubBefore's time, else the SubAfter's)
+    retry_times: int | None
+    cost_ms: int | None
+    success: bool | None  # None: no SubAfter
+    return_type: str | None  # ConsumeReturnType name, from the context code
+
+    def to_dict(self) -> dict:
+        return {_camel(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def consume_attempts(events: Iterable[TraceEvent]) -> list[ConsumeAttempt]:
+    """The consume records of ``events`` (completed by :func:`complete_consume_events`) paired
+    into deliveries, by group, then oldest first."""
+    pairs: dict[tuple[str | None, str], list[TraceEvent | None]] = {}
+    for e in events:
+        if e.type in (SUB_BEFORE, SUB_AFTER):
+            pair = pairs.setdefault((e.request_id, e.msg_id), [None, None])
+            pair[0 if e.type == SUB_BEFORE else 1] = e
+    attempts = []
+    for (request_id, _), (before, after) in pairs.items():
+        code = after.context_code if after else None
+        attempts.append(ConsumeAttempt(
+            group=(before or after).group, request_id=request_id,
+            client_host=(before.client_host if before else None) or (after.client_host if after else None),
+            timestamp=(before or after).timestamp,
+            retry_times=before.retry_times if before else None, cost_ms=after.cost_ms if after else None,
+            success=after.success if after else None,
+            return_type=CONSUME_RETURN_TYPES[code] if code is not None and 0 <= code < len(CONSUME_RETURN_TYPES) else None))
+    return sorted(attempts, key=lambda a: (a.group or "", a.timestamp or 0))

@@ -1,5 +1,6 @@
 """``/api/clusters/{cluster}/messages``: find by key, by id, by topic and time range (paged);
-export a result set (JSON lines or CSV); resend a dead-letter message to its group."""
+a message's trace; export a result set (JSON lines or CSV); resend a dead-letter message to
+its group."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from aiohttp import web
 
 from ferrymq.common.message import Message, Prop
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, retry_topic
-from ferrymq.console import message_export, message_search
+from ferrymq.console import message_export, message_search, message_trace
 from ferrymq.console.connections import ClusterConnection, Connections
 from ferrymq.console.http_errors import BadRequest, int_value, json_body, point_in_time, required_text
 from ferrymq.console.message_view import body_of, describe
@@ -28,7 +29,8 @@ class MessagesApi:
     def routes(self) -> list[web.RouteDef]:
         base = "/api/clusters/{cluster}/messages"
         return [web.get(base + "/by-key", self.find_by_key), web.get(base + "/by-id", self.find_by_id),
-                web.get(base + "/by-time", self.find_by_time), web.get(base + "/export", self.export),
+                web.get(base + "/by-time", self.find_by_time), web.get(base + "/trace", self.trace),
+                web.get(base + "/export", self.export),
                 web.post(base + "/resend-dlq", self.resend_dlq)]
 
     async def find_by_key(self, request: web.Request) -> web.Response:
@@ -56,6 +58,13 @@ class MessagesApi:
         return web.json_response({"messages": [describe(m) for m in shown],
                                   "next": page.next_cursor.encode() if page.next_cursor else None,
                                   "estimatedTotal": page.estimated_total})
+
+    async def trace(self, request: web.Request) -> web.Response:
+        """``?id=MSGID[&traceTopic=T]``: the trace records of the message with that client id."""
+        connection = self.connections.get(request.match_info["cluster"])
+        q = request.query
+        return web.json_response(await message_trace.message_trace(connection, required_text(q, "id"),
+                                                                   q.get("traceTopic", "").strip() or None))
 
     async def export(self, request: web.Request) -> web.StreamResponse:
         """The whole result set of a search (``mode`` key, id or time, with that search's

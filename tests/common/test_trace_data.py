@@ -13,6 +13,7 @@ from ferrymq.common.trace_data import (
     FIELD_SPLITOR,
     TraceDataError,
     complete_consume_events,
+    consume_attempts,
     decode_trace_data,
 )
 
@@ -72,6 +73,19 @@ def test_end_transaction_record():
     assert (end.type_name, end.group, end.topic, end.msg_type) == ("end transaction", "PG", "T", "Trans")
     assert (end.transaction_id, end.transaction_state, end.from_transaction_check) == ("tx-1", "COMMIT_MESSAGE", True)
     assert end.to_dict()["transactionState"] == "COMMIT_MESSAGE" and end.to_dict()["typeName"] == "end transaction"
+
+
+def test_consume_records_pair_into_deliveries_by_group():
+    """A SubBefore and the SubAfter of the same request are one delivery; a delivery whose
+    SubAfter never arrived has no result."""
+    lost = record("SubBefore", "1795889932000", "DefaultRegion", "Audit", "REQ-2", MSG_ID, "0", "k-sync-0")
+    events = complete_consume_events(decode_trace_data(PUB + CONSUME + lost.encode()))
+    first, second = consume_attempts(events)
+    assert (first.group, first.request_id, first.timestamp, first.retry_times) == ("Audit", "REQ-2", 1795889932000, 0)
+    assert (first.success, first.cost_ms, first.return_type) == (None, None, None)
+    assert (second.group, second.request_id, second.timestamp) == ("GCap", REQUEST_ID, 1795889931747)
+    assert (second.retry_times, second.cost_ms, second.success, second.return_type) == (0, 8, True, "SUCCESS")
+    assert second.to_dict()["returnType"] == "SUCCESS" and second.to_dict()["retryTimes"] == 0
 
 
 @pytest.mark.parametrize("body, error", [

@@ -21,7 +21,9 @@ from ferrymq.console.settings import ClusterSpec, ConsoleSettings
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from tests.console import trace_records
 from tests.consumer_support import produce
+from tests.support import InProcessCluster
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.integration
@@ -224,6 +226,70 @@ async def test_find_by_key_and_id_show_properties_and_body(api, admin, cluster):
     # Not a dead letter: no resend.
     error = await api.post("/clusters/local/messages/resend-dlq", {"offsetMsgId": sent.offset_msg_id}, status=400)
     assert "not a dead-letter" in error["error"]
+
+
+async def test_a_messages_trace_shows_its_publish_and_each_groups_deliveries(tmp_path):
+    """Trace records in the broker's trace topic (traceTopicEnable), written as the 4.9.7 client
+    writes them: the API gives the events ``ferrymq admin message trace`` reads, and arranges
+    them as the publish and, per consumer group, each delivery with its result."""
+    cluster = await InProcessCluster(tmp_path / "store", settings={"traceTopicEnable": "true"}).start()
+    server = await _console(cluster)
+    try:
+        async with AdminClient(namesrv_addr=cluster.namesrv_addr) as admin, aiohttp.ClientSession() as session:
+            api = Api(session, server.url + "/api")
+            await admin.create_topic("Traced", read_queues=1, write_queues=1)
+            await wait_until(lambda: _routed(admin, "Traced"), 10, "a route for Traced")
+            m = Message("Traced", b'{"order": 1}')
+            m.keys, m.tags = ["order-1"], "paid"
+            async with Producer("shop_P", namesrv_addr=cluster.namesrv_addr) as producer:
+                sent = await producer.send(m)
+            t0 = int(time.time() * 1000)
+            await trace_records.write(
+                cluster.namesrv_addr, "RMQ_SYS_TRACE_TOPIC", sent.msg_id, ["order-1"],
+                trace_records.publish(sent, m, "shop_P", at_ms=t0, store_host=cluster.broker_addr),
+                trace_records.delivery("billing", sent.msg_id, "order-1", at_ms=t0 + 10, retry_times=0, success=False,
+                                       cost_ms=5, return_type="FAILED"),
+                trace_records.delivery("audit", sent.msg_id, "order-1", at_ms=t0 + 20, retry_times=0, success=True,
+                                       cost_ms=2, return_type="SUCCESS"),
+                trace_records.delivery("billing", sent.msg_id, "order-1", at_ms=t0 + 1000, retry_times=1, success=True,
+                                       cost_ms=7, return_type="SUCCESS"),
+                "Pub\x01not a trace\x02")
+            trace = await api.get(f"/clusters/local/messages/trace?id={sent.msg_id}")
+            by_cli = await admin.message_trace(sent.msg_id)
+            stored = await admin.find_message(sent.offset_msg_id)
+            nothing = await api.get("/clusters/local/messages/trace?id=0A0000000000000000000000000000FF")
+            elsewhere = await api.get(f"/clusters/local/messages/trace?id={sent.msg_id}&traceTopic=OtherTrace")
+            missing_id = await api.get("/clusters/local/messages/trace", status=400)
+    finally:
+        await server.stop()
+        await cluster.stop()
+    assert (trace["state"], trace["traceTopic"], trace["traceTopicEnabledOn"]) == \
+        ("found", "RMQ_SYS_TRACE_TOPIC", ["RMQ_SYS_TRACE_TOPIC"])
+    assert trace["events"] == [e.to_dict() for e in by_cli.events], "the same events the CLI shows"
+    [pub] = trace["publish"]
+    assert (pub["group"], pub["topic"], pub["tags"], pub["keys"], pub["costMs"], pub["success"]) == \
+        ("shop_P", "Traced", "paid", "order-1", 3, True)
+    assert pub["timestamp"] == t0 and pub["storeTimestamp"] == stored.store_timestamp
+    assert pub["clientHost"].startswith("127.0.0.1:") and pub["storeHost"] == cluster.broker_addr
+    assert [(g["group"], g["deliveries"], g["lastResult"]) for g in trace["groups"]] == \
+        [("audit", 1, "success"), ("billing", 2, "success")]
+    billing = trace["groups"][1]["attempts"]
+    assert [(a["timestamp"], a["retryTimes"], a["costMs"], a["success"], a["returnType"]) for a in billing] == \
+        [(t0 + 10, 0, 5, False, "FAILED"), (t0 + 1000, 1, 7, True, "SUCCESS")]
+    assert all(a["clientHost"].startswith("127.0.0.1:") for a in billing)
+    [bad] = trace["undecodable"]
+    assert "Pub record has 2 fields" in bad["reason"] and trace["notice"] is None
+    assert nothing["state"] == "no-record" and nothing["events"] == [] and "No trace record" in nothing["notice"]
+    assert elsewhere["state"] == "no-trace-topic" and "no trace topic OtherTrace" in elsewhere["notice"]
+    assert "id is required" in missing_id["error"]
+
+
+async def test_a_trace_on_a_cluster_without_message_trace_says_it_is_not_enabled(api, admin, cluster):
+    await _topic_with_messages(cluster, admin, "Untraced", 1)
+    [m] = await admin.query_messages("Untraced", "untraced-0")
+    trace = await api.get(f"/clusters/local/messages/trace?id={m.client_msg_id}")
+    assert trace["state"] == "no-trace-topic" and trace["traceTopicEnabledOn"] == [] and trace["events"] == []
+    assert "not enabled" in trace["notice"] and "traceTopicEnable" in trace["notice"]
 
 
 async def test_an_export_bigger_than_the_limit_is_refused_up_front(cluster, admin):
