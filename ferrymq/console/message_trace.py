@@ -27,7 +27,10 @@ async def configured_trace_topics(connection: ClusterConnection) -> list[str]:
 
 
 async def message_trace(connection: ClusterConnection, msg_id: str, trace_topic: str | None = None) -> dict:
+    """``msg_id``: the client message id (UNIQ_KEY) the records are keyed by, or the offset
+    msgId of the message, whose client id is then read from the message itself."""
     admin = connection.admin
+    msg_id = await _client_id(connection, msg_id)
     enabled = await configured_trace_topics(connection)
     topic = trace_topic or (enabled[0] if enabled else DEFAULT_TRACE_TOPIC)
     answer = {"msgId": msg_id, "traceTopic": topic, "traceTopicEnabledOn": enabled, "state": FOUND, "notice": None,
@@ -54,6 +57,13 @@ async def message_trace(connection: ClusterConnection, msg_id: str, trace_topic:
         answer["notice"] = (f"No trace record of message {msg_id} in {topic}: its producer and consumers may not "
                             "have message trace on (enableMsgTrace), or their records have not arrived yet.")
     return answer
+
+
+async def _client_id(connection: ClusterConnection, msg_id: str) -> str:
+    try:
+        return (await connection.admin.find_message(msg_id)).client_msg_id or msg_id
+    except MQClientError:  # no offset msgId of a registered broker: a client id
+        return msg_id
 
 
 def _result(success: bool | None) -> str:

@@ -32,9 +32,10 @@ def chromium_path() -> str:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def ferry(tmp_path_factory, request):
-    """A name server and a broker (one ``ferrymq standalone`` process)."""
+    """A name server and a broker (one ``ferrymq standalone`` process), with the trace topic
+    (traceTopicEnable) for the trace view."""
     work = tmp_path_factory.mktemp("console-ferry")
-    process = StandaloneProcess(work / "store")
+    process = StandaloneProcess(work / "store", ["traceTopicEnable=true"])
     await asyncio.to_thread(process.start)
     yield process
     await asyncio.to_thread(process.stop)

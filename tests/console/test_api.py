@@ -241,9 +241,9 @@ async def test_a_messages_trace_shows_its_publish_and_each_groups_deliveries(tmp
             await wait_until(lambda: _routed(admin, "Traced"), 10, "a route for Traced")
             m = Message("Traced", b'{"order": 1}')
             m.keys, m.tags = ["order-1"], "paid"
+            t0 = int(time.time() * 1000)
             async with Producer("shop_P", namesrv_addr=cluster.namesrv_addr) as producer:
                 sent = await producer.send(m)
-            t0 = int(time.time() * 1000)
             await trace_records.write(
                 cluster.namesrv_addr, "RMQ_SYS_TRACE_TOPIC", sent.msg_id, ["order-1"],
                 trace_records.publish(sent, m, "shop_P", at_ms=t0, store_host=cluster.broker_addr),
@@ -255,6 +255,7 @@ async def test_a_messages_trace_shows_its_publish_and_each_groups_deliveries(tmp
                                        cost_ms=7, return_type="SUCCESS"),
                 "Pub\x01not a trace\x02")
             trace = await api.get(f"/clusters/local/messages/trace?id={sent.msg_id}")
+            by_offset_id = await api.get(f"/clusters/local/messages/trace?id={sent.offset_msg_id}")
             by_cli = await admin.message_trace(sent.msg_id)
             stored = await admin.find_message(sent.offset_msg_id)
             nothing = await api.get("/clusters/local/messages/trace?id=0A0000000000000000000000000000FF")
@@ -266,6 +267,7 @@ async def test_a_messages_trace_shows_its_publish_and_each_groups_deliveries(tmp
     assert (trace["state"], trace["traceTopic"], trace["traceTopicEnabledOn"]) == \
         ("found", "RMQ_SYS_TRACE_TOPIC", ["RMQ_SYS_TRACE_TOPIC"])
     assert trace["events"] == [e.to_dict() for e in by_cli.events], "the same events the CLI shows"
+    assert by_offset_id == trace, "an offset msgId finds the message, then its trace"
     [pub] = trace["publish"]
     assert (pub["group"], pub["topic"], pub["tags"], pub["keys"], pub["costMs"], pub["success"]) == \
         ("shop_P", "Traced", "paid", "order-1", 3, True)

@@ -20,6 +20,7 @@ from ferrymq.common.protocol import MessageQueue, dlq_topic
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
+from tests.console import trace_records
 from tests.consumer_support import Recorder, produce
 from testkit.wait import wait_until
 
@@ -183,6 +184,70 @@ async def test_a_message_found_by_key_shows_its_body(console_page, seeded):
     await p.page.locator("button.chip[data-view=json]").click()
     await p.screenshot("message-detail")
     p.assert_no_errors()
+
+
+async def test_a_messages_trace_on_its_page_and_by_its_id(console_page, seeded, ferry):
+    """Trace records in the broker's trace topic, as the official clients write them: the
+    message's page shows its publish and each group's deliveries with their result; the Trace
+    search finds the same by message id, and says so when a message has no record."""
+    import time
+
+    p, admin = console_page, seeded
+    await admin.create_topic("Traced", read_queues=1, write_queues=1)
+    await wait_until(lambda: _routed(admin, "Traced"), 10, "a route for Traced")
+    m = Message("Traced", b'{"order": 1}')
+    m.keys, m.tags = ["order-1"], "paid"
+    t0 = int(time.time() * 1000)
+    async with Producer("shop_P", namesrv_addr=ferry.namesrv_addr) as producer:
+        sent = await producer.send(m)
+    await trace_records.write(
+        ferry.namesrv_addr, "RMQ_SYS_TRACE_TOPIC", sent.msg_id, ["order-1"],
+        trace_records.publish(sent, m, "shop_P", at_ms=t0, store_host=ferry.broker_addr, cost_ms=4),
+        trace_records.delivery("shipping", sent.msg_id, "order-1", at_ms=t0 + 10, retry_times=0, success=False,
+                               cost_ms=5, return_type="FAILED"),
+        trace_records.delivery("shipping", sent.msg_id, "order-1", at_ms=t0 + 1000, retry_times=1, success=True,
+                               cost_ms=7, return_type="SUCCESS"))
+    await wait_until(lambda: _traced(admin, sent.msg_id, 5), 10, "the trace records indexed")
+
+    await p.open("messages?cluster=local&mode=key&topic=Traced&key=order-1")
+    await p.page.locator("[data-testid=results] tbody tr").first.click()
+    await _check_trace(p.page.get_by_test_id("trace"))
+    await p.screenshot("message-trace")
+
+    await p.open("messages?cluster=local&mode=trace")
+    await p.page.get_by_test_id("msg-id").fill(sent.msg_id)
+    await p.page.get_by_test_id("search").click()
+    await _check_trace(p.page.get_by_test_id("trace"))
+    assert not await p.page.get_by_test_id("trace-notice").count()
+
+    untraced = (await admin.query_messages(TOPIC, "order-7"))[0]
+    await p.page.get_by_test_id("msg-id").fill(untraced.client_msg_id)
+    await p.page.get_by_test_id("search").click()
+    notice = p.page.get_by_test_id("trace-notice")
+    await notice.wait_for()
+    assert "No trace record" in await notice.inner_text()
+    assert not await p.page.get_by_test_id("trace-publish").count()
+    p.assert_no_errors()
+
+
+async def _check_trace(trace) -> None:
+    publish = trace.locator("[data-testid=trace-publish] tbody tr")
+    await publish.wait_for()
+    assert await publish.locator("td[data-col=group]").inner_text() == "shop_P"
+    assert (await publish.locator("td[data-col=client]").inner_text()).startswith("127.0.0.1:")
+    assert await publish.locator("td[data-col=stored]").inner_text() != "–", "the message's store time"
+    assert await publish.locator("td[data-col=cost]").inner_text() == "4 ms"
+    assert await publish.locator("td[data-col=status]").inner_text() == "success"
+    group = trace.locator(".trace-group[data-group=shipping]")
+    assert "2 deliveries" in await group.locator("h4").inner_text()
+    assert await group.locator("td[data-col=retry]").all_inner_texts() == ["0", "1"]
+    assert await group.locator("td[data-col=cost]").all_inner_texts() == ["5 ms", "7 ms"]
+    assert [r.split() for r in await group.locator("td[data-col=result]").all_inner_texts()] == \
+        [["failed", "reconsume", "later"], ["success"]]
+
+
+async def _traced(admin, msg_id: str, records: int) -> bool:
+    return len((await admin.message_trace(msg_id)).events) == records
 
 
 async def test_a_reset_to_earliest_moves_the_group_back(console_page, seeded):

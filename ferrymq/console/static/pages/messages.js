@@ -1,12 +1,13 @@
-// Messages: find by key, by id, or by topic and time range (paged); a message's properties
-// and body (text, pretty JSON, hex); resend a dead-letter message to its group; export a
-// result set as JSON lines or CSV, with progress.
+// Messages: find by key, by id, or by topic and time range (paged); a message's properties,
+// body (text, pretty JSON, hex) and trace; a trace by message id; resend a dead-letter message
+// to its group; export a result set as JSON lines or CSV, with progress.
 
 import * as api from "../api.js";
 import { busy, card, clear, dialog, field, h, table, toast } from "../dom.js";
 import * as fmt from "../format.js";
+import { traceView } from "../trace_view.js";
 
-const MODES = [["key", "By key"], ["id", "By message id"], ["time", "By time range"]];
+const MODES = [["key", "By key"], ["id", "By message id"], ["time", "By time range"], ["trace", "Trace"]];
 
 function decodeBase64(text) {
   const raw = atob(text);
@@ -69,7 +70,8 @@ function detailCard(ctx, m) {
     h("h3", {}, "Properties"),
     table([{ label: "Name", value: p => h("code", {}, p[0]) }, { label: "Value", value: p => p[1] }],
       Object.entries(m.properties), { testid: "properties" }),
-    h("h3", {}, "Body"), bodyView(m));
+    h("h3", {}, "Body"), bodyView(m),
+    h("h3", {}, "Trace"), traceView(ctx, m.msgId));
 }
 
 function resultsTable(ctx, messages, detailHolder) {
@@ -135,6 +137,7 @@ export async function render(ctx) {
     topic: h("input", { name: "topic", list: "topic-names", value: p.topic ?? "", required: mode !== "id", autocomplete: "off", "data-testid": "msg-topic" }),
     key: h("input", { name: "key", value: p.key ?? "", required: true, "data-testid": "msg-key" }),
     id: h("input", { name: "id", value: p.id ?? "", required: true, size: 34, "data-testid": "msg-id" }),
+    traceTopic: h("input", { name: "traceTopic", value: p.traceTopic ?? "", placeholder: "the brokers' trace topic", autocomplete: "off", "data-testid": "trace-topic" }),
     begin: h("input", { name: "begin", type: "datetime-local", step: 1, value: fmt.toLocalInput(p.begin ? Number(p.begin) : now - 3600_000), "data-testid": "msg-begin" }),
     end: h("input", { name: "end", type: "datetime-local", step: 1, value: fmt.toLocalInput(p.end ? Number(p.end) : now + 60_000), "data-testid": "msg-end" }),
   };
@@ -142,6 +145,8 @@ export async function render(ctx) {
     key: () => [field("Topic", inputs.topic), field("Key", inputs.key)],
     id: () => [field("Message id", inputs.id, "offset msgId, or a client id with its topic"), field("Topic", inputs.topic, "for a client message id")],
     time: () => [field("Topic", inputs.topic), field("From", inputs.begin), field("To", inputs.end)],
+    trace: () => [field("Message id", inputs.id, "the id the producer was given, or the offset msgId"),
+                  field("Trace topic", inputs.traceTopic, "optional: a client's own trace topic")],
   }[mode]();
   const results = h("div");
   const detailHolder = h("div");
@@ -159,6 +164,11 @@ export async function render(ctx) {
   };
   const pages = [];  // cursors of the pages shown so far (time mode)
   const run = async (cursor) => {
+    if (mode === "trace") {
+      clear(detailHolder);
+      clear(results, traceView(ctx, inputs.id.value.trim(), inputs.traceTopic.value.trim()));
+      return;
+    }
     const s = search();
     const path = `${api.cluster(ctx.cluster)}/messages/by-${mode}`;
     const data = await api.get(path + api.query(mode === "time" ? { ...s, mode: undefined, cursor, limit: 50 } : { ...s, mode: undefined }));
@@ -189,6 +199,6 @@ export async function render(ctx) {
     h("datalist", { id: "topic-names" }, topics.map(t => h("option", { value: t }))),
     card(null, form, results),
     detailHolder);
-  const ready = mode === "key" ? p.topic && p.key : mode === "id" ? p.id : mode === "time" && p.topic && p.begin;
+  const ready = mode === "key" ? p.topic && p.key : mode === "id" || mode === "trace" ? p.id : mode === "time" && p.topic && p.begin;
   if (ready) await run(undefined).catch(e => toast(e.message, "error"));
 }
