@@ -22,6 +22,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.console import trace_records
+from tests.console.trace_records import Delivery
 from tests.consumer_support import produce
 from tests.support import InProcessCluster
 from testkit.wait import wait_until
@@ -239,21 +240,12 @@ async def test_a_messages_trace_shows_its_publish_and_each_groups_deliveries(tmp
             api = Api(session, server.url + "/api")
             await admin.create_topic("Traced", read_queues=1, write_queues=1)
             await wait_until(lambda: _routed(admin, "Traced"), 10, "a route for Traced")
-            m = Message("Traced", b'{"order": 1}')
-            m.keys, m.tags = ["order-1"], "paid"
-            t0 = int(time.time() * 1000)
-            async with Producer("shop_P", namesrv_addr=cluster.namesrv_addr) as producer:
-                sent = await producer.send(m)
-            await trace_records.write(
-                cluster.namesrv_addr, "RMQ_SYS_TRACE_TOPIC", sent.msg_id, ["order-1"],
-                trace_records.publish(sent, m, "shop_P", at_ms=t0, store_host=cluster.broker_addr),
-                trace_records.delivery("billing", sent.msg_id, "order-1", at_ms=t0 + 10, retry_times=0, success=False,
-                                       cost_ms=5, return_type="FAILED"),
-                trace_records.delivery("audit", sent.msg_id, "order-1", at_ms=t0 + 20, retry_times=0, success=True,
-                                       cost_ms=2, return_type="SUCCESS"),
-                trace_records.delivery("billing", sent.msg_id, "order-1", at_ms=t0 + 1000, retry_times=1, success=True,
-                                       cost_ms=7, return_type="SUCCESS"),
-                "Pub\x01not a trace\x02")
+            sent, t0 = await trace_records.send_traced(
+                cluster.namesrv_addr, cluster.broker_addr, "Traced",
+                [Delivery("billing", 10, retry_times=0, success=False, cost_ms=5, return_type="FAILED"),
+                 Delivery("audit", 20, retry_times=0, success=True, cost_ms=2),
+                 Delivery("billing", 1000, retry_times=1, success=True, cost_ms=7)],
+                extra_bodies=("Pub\x01not a trace\x02",))
             trace = await api.get(f"/clusters/local/messages/trace?id={sent.msg_id}")
             by_offset_id = await api.get(f"/clusters/local/messages/trace?id={sent.offset_msg_id}")
             by_cli = await admin.message_trace(sent.msg_id)

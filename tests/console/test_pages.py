@@ -21,6 +21,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.console import trace_records
+from tests.console.trace_records import Delivery
 from tests.consumer_support import Recorder, produce
 from testkit.wait import wait_until
 
@@ -190,23 +191,13 @@ async def test_a_messages_trace_on_its_page_and_by_its_id(console_page, seeded, 
     """Trace records in the broker's trace topic, as the official clients write them: the
     message's page shows its publish and each group's deliveries with their result; the Trace
     search finds the same by message id, and says so when a message has no record."""
-    import time
-
     p, admin = console_page, seeded
     await admin.create_topic("Traced", read_queues=1, write_queues=1)
     await wait_until(lambda: _routed(admin, "Traced"), 10, "a route for Traced")
-    m = Message("Traced", b'{"order": 1}')
-    m.keys, m.tags = ["order-1"], "paid"
-    t0 = int(time.time() * 1000)
-    async with Producer("shop_P", namesrv_addr=ferry.namesrv_addr) as producer:
-        sent = await producer.send(m)
-    await trace_records.write(
-        ferry.namesrv_addr, "RMQ_SYS_TRACE_TOPIC", sent.msg_id, ["order-1"],
-        trace_records.publish(sent, m, "shop_P", at_ms=t0, store_host=ferry.broker_addr, cost_ms=4),
-        trace_records.delivery("shipping", sent.msg_id, "order-1", at_ms=t0 + 10, retry_times=0, success=False,
-                               cost_ms=5, return_type="FAILED"),
-        trace_records.delivery("shipping", sent.msg_id, "order-1", at_ms=t0 + 1000, retry_times=1, success=True,
-                               cost_ms=7, return_type="SUCCESS"))
+    sent, _ = await trace_records.send_traced(
+        ferry.namesrv_addr, ferry.broker_addr, "Traced",
+        [Delivery("shipping", 10, retry_times=0, success=False, cost_ms=5, return_type="FAILED"),
+         Delivery("shipping", 1000, retry_times=1, success=True, cost_ms=7)], cost_ms=4)
     await wait_until(lambda: _traced(admin, sent.msg_id, 5), 10, "the trace records indexed")
 
     await p.open("messages?cluster=local&mode=key&topic=Traced&key=order-1")
@@ -226,6 +217,7 @@ async def test_a_messages_trace_on_its_page_and_by_its_id(console_page, seeded, 
     notice = p.page.get_by_test_id("trace-notice")
     await notice.wait_for()
     assert "No trace record" in await notice.inner_text()
+    await p.screenshot("trace-no-record")
     assert not await p.page.get_by_test_id("trace-publish").count()
     p.assert_no_errors()
 

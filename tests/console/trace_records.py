@@ -5,13 +5,27 @@ the traced message's id and keys, sent to the trace topic by an ordinary produce
 
 from __future__ import annotations
 
+import time
 import uuid
+from dataclasses import dataclass
 
-from ferrymq.client.producer import Producer
+from ferrymq.client.producer import Producer, SendResult
 from ferrymq.common.message import Message
-from ferrymq.common.trace_data import CONTENT_SPLITOR, CONSUME_RETURN_TYPES, FIELD_SPLITOR
+from ferrymq.common.trace_data import CONSUME_RETURN_TYPES, CONTENT_SPLITOR, DEFAULT_TRACE_TOPIC, FIELD_SPLITOR
 
 REGION = "DefaultRegion"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One delivery to a consumer of ``group``, ``after_ms`` after the send began."""
+
+    group: str
+    after_ms: int
+    retry_times: int
+    success: bool
+    cost_ms: int
+    return_type: str = "SUCCESS"  # RocketMQ's ConsumeReturnType
 
 
 def _context(*fields: object) -> str:
@@ -19,25 +33,28 @@ def _context(*fields: object) -> str:
                                 for f in fields) + FIELD_SPLITOR
 
 
-def publish(sent, message: Message, group: str, *, at_ms: int, store_host: str, cost_ms: int = 3) -> str:
-    """The Pub record of ``message`` sent by ``group`` at ``at_ms`` (``sent``: its SendResult)."""
-    return _context("Pub", at_ms, REGION, group, message.topic, sent.msg_id, message.tags,
-                    " ".join(message.keys), store_host, len(message.body), cost_ms, 0, sent.offset_msg_id, True)
-
-
-def delivery(group: str, msg_id: str, keys: str, *, at_ms: int, retry_times: int, success: bool,
-             cost_ms: int, return_type: str) -> str:
-    """A SubBefore and a SubAfter of one delivery, as one trace message's body."""
-    request_id = uuid.uuid4().hex.upper()
-    return (_context("SubBefore", at_ms, REGION, group, request_id, msg_id, retry_times, keys)
-            + _context("SubAfter", request_id, msg_id, cost_ms, success, keys, CONSUME_RETURN_TYPES.index(return_type),
-                       at_ms + cost_ms, group))
-
-
-async def write(namesrv_addr: str, trace_topic: str, msg_id: str, keys: list[str], *bodies: str) -> None:
-    """Each body as one trace message, keyed as the clients key them."""
-    async with Producer("trace-writer", namesrv_addr=namesrv_addr) as producer:
-        for body in bodies:
-            m = Message(trace_topic, body.encode("utf-8"))
-            m.keys = [msg_id, *keys]
-            await producer.send(m)
+async def send_traced(namesrv_addr: str, broker_addr: str, topic: str, deliveries: list[Delivery], *,
+                      producer_group: str = "shop_P", key: str = "order-1", tags: str = "paid", cost_ms: int = 3,
+                      extra_bodies: tuple[str, ...] = ()) -> tuple[SendResult, int]:
+    """Sends one message to ``topic``, then what the clients would write to the trace topic about
+    it: its Pub record (``cost_ms``) and each delivery, then ``extra_bodies`` as further trace
+    messages. Returns the send's result and when the send began (epoch ms)."""
+    m = Message(topic, b'{"order": 1}')
+    m.keys, m.tags = [key], tags
+    began = int(time.time() * 1000)
+    async with Producer(producer_group, namesrv_addr=namesrv_addr) as producer:
+        sent = await producer.send(m)
+        bodies = [_context("Pub", began, REGION, producer_group, topic, sent.msg_id, tags, key, broker_addr,
+                           len(m.body), cost_ms, 0, sent.offset_msg_id, True)]
+        for d in deliveries:
+            request_id = uuid.uuid4().hex.upper()
+            bodies.append(_context("SubBefore", began + d.after_ms, REGION, d.group, request_id, sent.msg_id,
+                                   d.retry_times, key)
+                          + _context("SubAfter", request_id, sent.msg_id, d.cost_ms, d.success, key,
+                                     CONSUME_RETURN_TYPES.index(d.return_type), began + d.after_ms + d.cost_ms,
+                                     d.group))
+        for body in [*bodies, *extra_bodies]:
+            trace = Message(DEFAULT_TRACE_TOPIC, body.encode("utf-8"))
+            trace.keys = [sent.msg_id, key]
+            await producer.send(trace)
+    return sent, began
