@@ -275,6 +275,31 @@ class AsyncMessageStore:
         replica = self._replica_wait(result, wait)
         return await self._replicated(await self._flushed(result, wait), replica)
 
+    async def put_many(self, msgs: Sequence[MessageExt]) -> list[AppendResult]:
+        """Store independent messages (any topics and queues) in the writer thread with one
+        write per file (``MessageStore.put_group``), each with its own result; the services that
+        re-put stored messages (timers firing) use it. Answered once the flush policy and
+        SYNC_MASTER's replication cover the last stored one (a refused put holds up no other)."""
+        if not msgs:
+            return []
+        if self._round:  # puts parked in an open round are written first, as they came
+            self._write_round()
+        self.appends_in_thread += 1
+        results = await self._write(self.sync_store.put_group, list(msgs))
+        last: AppendResult | None = None
+        for msg, result in zip(msgs, results):
+            self._announce(msg.topic, msg.queue_id, result, (msg,))
+            if result.status is PutStatus.PUT_OK and (last is None or result.wrote_offset > last.wrote_offset):
+                last = result
+        if last is not None:
+            replica = self._replica_wait(last, True)
+            waited = await self._replicated(await self._flushed(last, True), replica)
+            if waited.status is not PutStatus.PUT_OK:  # the group shares the last one's wait
+                for result in results:
+                    if result.status is PutStatus.PUT_OK:
+                        result.status = waited.status
+        return results
+
     def _replica_wait(self, result: AppendResult, wait: bool) -> asyncio.Future[PutStatus] | None:
         """SYNC_MASTER: start waiting for a slave to confirm the put (alongside the flush wait)."""
         if self.replication_wait is None or not wait or result.status is not PutStatus.PUT_OK:
@@ -445,6 +470,11 @@ class AsyncMessageStore:
     async def look_message(self, phys_offset: int) -> bytes | None:
         """The raw record starting at ``phys_offset``; None if none does."""
         return await self._read(self.sync_store.look_message_by_offset, phys_offset)
+
+    async def look_messages(self, phys_offsets: Sequence[int]) -> list[bytes | None]:
+        """``look_message`` of each offset, read together in one reader thread call."""
+        look = self.sync_store.look_message_by_offset
+        return await self._read(lambda: [look(phys) for phys in phys_offsets])
 
     @property
     def timers_enabled(self) -> bool:

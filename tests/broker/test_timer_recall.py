@@ -4,6 +4,7 @@ and the marker a 5.3.1 producer sends itself (TIMER_DEL_UNIQKEY)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 
@@ -118,3 +119,25 @@ async def test_a_marker_sent_as_apache_5_3_1_producers_do_cancels_the_timer(clus
             await producer.send(Message("RecallOld", b"0", properties={
                 "TIMER_DELIVER_MS": str(int(time.time() * 1000) - 1000), "TIMER_DEL_UNIQKEY": first.msg_id}))
         assert refused.value.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+async def test_a_recall_within_the_seconds_of_its_slot_still_cancels_the_timer(cluster):
+    """The service takes a slot when its second begins and delivers each message at its own
+    time: a recall stored after that (its marker then filed in a later slot) must still stop a
+    message of the slot being delivered."""
+    await enable_recall(cluster)
+    async with Producer("recaller", namesrv_addr=cluster.namesrv_addr) as producer:
+        await producer.send(Message("RecallLate", CREATE))
+        now = time.time()
+        second = int(now) + 2  # a whole second ahead: the slot is not taken yet when sending
+        due = second * 1000 + 800
+        mq = MessageQueue("RecallLate", "broker-a", 0)
+        doomed = await producer.send(Message("RecallLate", b"recall me", properties={"TIMER_DELIVER_MS": str(due)}),
+                                     queue=mq)
+        await producer.send(Message("RecallLate", b"keep me", properties={"TIMER_DELIVER_MS": str(due)}), queue=mq)
+        await asyncio.sleep(second + 0.3 - time.time())  # the slot's second has begun: it is being delivered
+        assert await producer.recall("RecallLate", doomed.recall_handle) == doomed.msg_id
+        delivered = await wait_until(lambda: delivered_timers(cluster, mq), timeout=15,
+                                     what="the kept timer's delivery")
+        assert delivered == [b"keep me"]
+        assert time.time() * 1000 >= due
