@@ -275,6 +275,25 @@ class AsyncMessageStore:
         replica = self._replica_wait(result, wait)
         return await self._replicated(await self._flushed(result, wait), replica)
 
+    async def put_together(self, puts: list[MessageExt | list[MessageExt]], *, wait: bool = True) -> list[AppendResult]:
+        """Store several puts (each a message or a batch for one queue) in one write, all or
+        none (``MessageStore.put_group``'s ``all_or_nothing``): a batch whose messages go to
+        several queues. Written in the writer thread after any parked round (it is not the
+        send fast path); answered per the flush policy once the last put is covered (one
+        fsync and one replication wait cover them all)."""
+        if self._round:  # puts parked before these are written before them, as they came
+            self._write_round()
+        self.appends_in_thread += 1
+        results = await self._write(self.sync_store.put_group, puts, all_or_nothing=True)
+        for put, result in zip(puts, results):
+            msgs = [put] if isinstance(put, MessageExt) else put
+            self._announce(msgs[0].topic, msgs[0].queue_id, result, msgs)
+        wait = wait and all(m.wait_store_msg_ok for put in puts for m in ([put] if isinstance(put, MessageExt) else put))
+        last = results[-1]
+        replica = self._replica_wait(last, wait)
+        await self._replicated(await self._flushed(last, wait), replica)
+        return results
+
     def _replica_wait(self, result: AppendResult, wait: bool) -> asyncio.Future[PutStatus] | None:
         """SYNC_MASTER: start waiting for a slave to confirm the put (alongside the flush wait)."""
         if self.replication_wait is None or not wait or result.status is not PutStatus.PUT_OK:
