@@ -186,7 +186,7 @@ class TimerService:
         """Store a run of outgoing messages together; those the store refused are retried (after
         ``RETRY_AFTER_FAILED_PUT``) until it takes them."""
         while run:
-            results = await self.ctx.store.put_many([out for _, _, out in run])
+            results = await self.ctx.store.put_group([out for _, _, out in run])
             refused = []
             for item, result in zip(run, results):
                 if result.ok:

@@ -275,29 +275,35 @@ class AsyncMessageStore:
         replica = self._replica_wait(result, wait)
         return await self._replicated(await self._flushed(result, wait), replica)
 
-    async def put_many(self, msgs: Sequence[MessageExt]) -> list[AppendResult]:
-        """Store independent messages (any topics and queues) in the writer thread with one
-        write per file (``MessageStore.put_group``), each with its own result; the services that
-        re-put stored messages (timers firing) use it. Answered once the flush policy and
-        SYNC_MASTER's replication cover the last stored one (a refused put holds up no other)."""
-        if not msgs:
+    async def put_group(self, puts: Sequence[MessageExt | list[MessageExt]], *, all_or_nothing: bool = False,
+                        wait: bool = True) -> list[AppendResult]:
+        """Store several puts (each a message, or a batch for one queue; any topics and queues)
+        in the writer thread with one write per file (``MessageStore.put_group``), each with its
+        own result: all or none with ``all_or_nothing`` (a batch whose messages go to several
+        queues), else a refused put holds up no other (timers firing). Not the send fast path:
+        written after any parked round. Answered per the flush policy and SYNC_MASTER's
+        replication once the last stored put is covered: one fsync and one replication wait
+        cover them all, and their outcome is every stored put's."""
+        if not puts:
             return []
-        if self._round:  # puts parked in an open round are written first, as they came
+        if self._round:  # puts parked before these are written before them, as they came
             self._write_round()
         self.appends_in_thread += 1
-        results = await self._write(self.sync_store.put_group, list(msgs))
+        results = await self._write(self.sync_store.put_group, list(puts), all_or_nothing=all_or_nothing)
         last: AppendResult | None = None
-        for msg, result in zip(msgs, results):
-            self._announce(msg.topic, msg.queue_id, result, (msg,))
+        for put, result in zip(puts, results):
+            msgs = [put] if isinstance(put, MessageExt) else put
+            self._announce(msgs[0].topic, msgs[0].queue_id, result, msgs)
             if result.status is PutStatus.PUT_OK and (last is None or result.wrote_offset > last.wrote_offset):
                 last = result
         if last is not None:
-            replica = self._replica_wait(last, True)
-            waited = await self._replicated(await self._flushed(last, True), replica)
-            if waited.status is not PutStatus.PUT_OK:  # the group shares the last one's wait
-                for result in results:
-                    if result.status is PutStatus.PUT_OK:
-                        result.status = waited.status
+            wait = wait and all(m.wait_store_msg_ok for put in puts
+                                for m in ([put] if isinstance(put, MessageExt) else put))
+            replica = self._replica_wait(last, wait)
+            waited = await self._replicated(await self._flushed(last, wait), replica)
+            for result in results:
+                if result.status is PutStatus.PUT_OK:
+                    result.status = waited.status
         return results
 
     def _replica_wait(self, result: AppendResult, wait: bool) -> asyncio.Future[PutStatus] | None:

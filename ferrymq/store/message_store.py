@@ -217,7 +217,7 @@ class MessageStore:
         return self._flush_wait(self.put_group([msgs])[0], msgs, wait_flush)
 
     def put_group(self, puts: Sequence[MessageExt | list[MessageExt]], *,
-                  defer_dispatch: bool = False) -> list[AppendResult]:
+                  defer_dispatch: bool = False, all_or_nothing: bool = False) -> list[AppendResult]:
         """Store several puts, each a message (as ``put_message``) or a batch (a list, as
         ``put_messages``), in order, writing each file once for as many as fit in the CommitLog's
         current segment: the broker stores the sends of one read from a connection so (one
@@ -230,7 +230,12 @@ class MessageStore:
         next ``dispatch_pending`` instead of before this returns (RocketMQ's ReputMessageService:
         the broker answers a send first and makes it consumable right after, so the answer does
         not wait for those writes). A put without it dispatches the deferred runs first.
-        While a visibility limit is set (``set_visible_limit``) every put is deferred."""
+        While a visibility limit is set (``set_visible_limit``) every put is deferred.
+
+        ``all_or_nothing``: a put refused on its own refuses every one, before anything is
+        written (a batch whose messages go to several queues: docs/timers.md#batches). A write
+        failing after an earlier file's write (the puts spanning two CommitLog files) is the
+        exception: what that earlier write stored stays."""
         results: list[AppendResult | None] = [None] * len(puts)
         pending: list[tuple[int, _Prepared]] = []
         for i, put in enumerate(puts):
@@ -239,6 +244,9 @@ class MessageStore:
                 results[i] = prepared
             else:
                 pending.append((i, prepared))
+        if all_or_nothing and len(pending) < len(puts):
+            first = next(r for r in results if r is not None)
+            return [refused(first.status, first.remark or first.status.name) for _ in puts]
 
         def dispatch(placed: list[Appended], store_ts: int) -> None:  # under the CommitLog's lock
             run = [p.stored_at(a) for (_, p), a in zip(pending, placed)]

@@ -104,3 +104,63 @@ def test_a_timer_recalled_by_a_marker_is_not_delivered_and_its_neighbour_is(brok
     assert raw["code"] == code
     if remark is not None:
         assert raw["remark"] == remark
+
+
+BATCH_TIMERS = "sec:3,ms:3500,deliver:4200"
+# Apache 5.3's remark for a batch it refuses in CommitLog.asyncPutMessages (a delay level on the
+# batch itself), as its broker answered in this test
+APACHE_BATCH_REMARK = ("the message is illegal, maybe msg body or properties length not matched. "
+                       "msg body length limit 4194304B, msg properties length limit 32KB.")
+
+
+def test_timers_and_delay_levels_on_the_messages_of_a_batch(broker, request):
+    """Batches (SEND_BATCH_MESSAGE) from the 5.3.1 client (docs/timers.md#batches).
+
+    Alike on both brokers: a batch whose messages carry the 5.x setters is accepted, its plain
+    message delivered; a batch with a delay level on the batch itself is refused, MESSAGE_ILLEGAL
+    with Apache's remark.
+
+    Where FerryMQ deliberately differs: Apache 5.3.1 applies timers and delay levels only to
+    single sends (its HookUtils hook skips batches), so it stores a batch's messages as sent and
+    delivers them at once, their TIMER_* / DELAY properties still on them, and it accepts a
+    batch holding a delay past timerMaxDelaySec. FerryMQ drops nothing silently: each timed
+    message waits as a single send would (delivered not before its time, the properties gone),
+    a message with a delay level (a batch built by hand: the client refuses one in
+    send(Collection)) waits for its level, and the batch with the overlong delay is refused whole
+    with the single send's code and remark."""
+    peer = request.node.callspec.params["broker"]
+    topic, group = unique_names("Batch5")
+    events = run_java_client(
+        ["--namesrv", broker.namesrv_addr, "--topic", topic, "--group", group, "--timers", "",
+         "--batch", BATCH_TIMERS, "--refuse-sec", TIMER_MAX_DELAY_SEC + 3600, "--timeout-ms", 60000],
+        timeout=120, main=TIMERS_MAIN, version=ROCKETMQ5_VERSION)
+
+    outcome = {e["setter"]: e for e in events.of("sent") + events.of("send_failed") if "keys" in e}
+    assert outcome["batch-timers"]["sendStatus"] == "SEND_OK"
+    assert (outcome["batch-on-batch"]["code"], outcome["batch-on-batch"]["remark"]) == (
+        MESSAGE_ILLEGAL, APACHE_BATCH_REMARK)
+    received = {}
+    for e in events.of("received"):
+        assert e["key"] not in received, f"delivered twice: {e}"
+        received[e["key"]] = e
+    assert not set(outcome["batch-on-batch"]["keys"]) & set(received)
+    timers = [e for e in events.of("sent") if e["setter"] == "batch-timer"]
+    assert len(timers) == 3
+    plain, level = outcome["batch-timers"]["keys"][0], outcome["batch-level"]["keys"][1]
+    assert received[plain]["timerProps"] == []
+
+    if peer == "apache-5.3.1":  # stored as sent: the properties ride along, nothing waited
+        for t in timers:
+            assert received[t["key"]]["timerProps"] != [], t
+        assert outcome["batch-far"]["sendStatus"] == "SEND_OK"
+        assert all(k in received for k in outcome["batch-far"]["keys"])
+        assert received[level]["timerProps"] == ["DELAY"]
+        return
+    for t in timers:  # each waited as a single send's timer: not before its time
+        r = received[t["key"]]
+        assert r["timerProps"] == [] and r["receivedAtMs"] >= t["dueFromMs"], (t, r)
+    assert (outcome["batch-far"]["code"], outcome["batch-far"]["remark"]) == (MESSAGE_ILLEGAL, APACHE_REMARK)
+    assert not set(outcome["batch-far"]["keys"]) & set(received)
+    level_due = next(e for e in events.of("sent") if e["setter"] == "batch-level-2")["dueFromMs"]
+    assert received[level]["receivedAtMs"] >= level_due
+    assert outcome["batch-level"]["sendStatus"] == "SEND_OK"

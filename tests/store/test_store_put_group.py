@@ -59,6 +59,19 @@ def test_a_refused_put_holds_up_no_other(open_store):
     assert bodies(store, "TopicTest", 0) == [b"ok-1", b"ok-2"]
 
 
+def test_all_or_nothing_one_refused_put_refuses_the_group_and_stores_none(open_store):
+    """A batch whose messages go to several queues (docs/timers.md#batches): one part refused,
+    none stored, every part told why."""
+    store = open_store(max_message_size=16)
+    results = store.put_group([[make_msg(body=b"ok-1"), make_msg(body=b"ok-2")], make_msg("B", 0, b"x" * 17)],
+                              all_or_nothing=True)
+    assert [r.status for r in results] == [PutStatus.MESSAGE_ILLEGAL] * 2
+    assert all("maxMessageSize" in r.remark for r in results)
+    assert bodies(store, "TopicTest", 0) == [] and bodies(store, "B", 0) == []
+    stored = store.put_group([[make_msg(body=b"ok-1")], make_msg("B", 0, b"ok-2")], all_or_nothing=True)
+    assert [(r.status, r.queue_offset) for r in stored] == [(PutStatus.PUT_OK, 0)] * 2
+
+
 def test_a_group_larger_than_what_is_left_of_a_segment_continues_in_the_next(open_store):
     store = open_store()
     body = b"b" * 1000

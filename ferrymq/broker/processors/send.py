@@ -12,14 +12,15 @@ import logging
 import random
 import time
 
+from ferrymq.broker.batch_timers import header_delay_refusal, may_carry_timers, merged_result, puts_of, split_batch
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.flow_control import send_refusal
 from ferrymq.broker.recall import handle_for
 from ferrymq.broker.schedule import ScheduleMessageService, divert_to_schedule, is_delayable
-from ferrymq.broker.timer_send import asks_for_timer, divert_to_timer
+from ferrymq.broker.timer_send import TimerRefusal, asks_for_timer, divert_to_timer
 from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
 from ferrymq.broker.transactions import TransactionService, divert_to_half, is_transactional
-from ferrymq.common.message import MessageExt, Prop, batch_messages, decode_batch_body, decode_properties
+from ferrymq.common.message import MessageExt, Prop, SysFlag, batch_messages, decode_batch_body, decode_properties
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, Perm, dlq_topic
 from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
@@ -105,8 +106,21 @@ class SendProcessor:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"malformed batch body: {e}")
             if not elements:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
+            refusal = header_delay_refusal(batch_props, ctx.store_config)
+            if refusal is not None:
+                return req.response(refusal.code, remark=refusal.remark)
             msgs = batch_messages(topic, elements, batch_props, **common)
-            result = await ctx.store.put_messages(msgs, wait=wait)
+            if not may_carry_timers(req.body or b"", batch_props) or SysFlag.transaction_type(header.sys_flag):
+                # the batch as sent (the fast path; a transactional batch is the store's to refuse)
+                result = await ctx.store.put_messages(msgs, wait=wait)
+            else:  # messages asking for a timer or a delay level wait on their own (docs/timers.md#batches)
+                split = split_batch(msgs, ctx.store_config, self.schedule.level_count, int(time.time() * 1000))
+                if isinstance(split, TimerRefusal):
+                    return req.response(split.code, remark=split.remark)
+                if split.timed:
+                    result = merged_result(split, await ctx.store.put_group(puts_of(split), all_or_nothing=True, wait=wait))
+                else:  # none waits after all (a timer due already, or the words in a body)
+                    result = await ctx.store.put_messages(msgs, wait=wait)
         else:
             msg = MessageExt(topic=topic, body=req.body or b"", flag=header.flag, properties=batch_props, **common)
             dlq = self._dead_letter_target(header, msg)

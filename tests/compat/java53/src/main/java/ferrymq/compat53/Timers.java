@@ -5,6 +5,8 @@ import static ferrymq.compat53.Program.emit;
 
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.Map;
@@ -22,6 +24,8 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageAccessor;
+import org.apache.rocketmq.common.message.MessageBatch;
+import org.apache.rocketmq.common.message.MessageClientIDSetter;
 import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
@@ -42,6 +46,13 @@ import org.apache.rocketmq.remoting.protocol.RemotingCommand;
  *                          message carrying TIMER_DEL_UNIQKEY (its message id) and the same
  *                          delivery time; then RECALL_MESSAGE (370, RocketMQ 5.3.2's request) sent
  *                          raw with a malformed handle, its answer as a recall_raw event
+ *      [--batch sec:3,ms:3500,deliver:4200]  also batches (SEND_BATCH_MESSAGE; each batch's
+ *                          outcome as a sent or send_failed event with setter "batch-..."):
+ *                          send(Collection) of a plain message and one per setter:delay;
+ *                          a plain message and one with setDelayTimeSec(--refuse-sec);
+ *                          a MessageBatch built by hand (the client's send(Collection) refuses
+ *                          a delay level) of a plain message and one with setDelayTimeLevel(2);
+ *                          a MessageBatch with setDelayTimeLevel(1) on the batch itself
  *      [--timeout-ms MS]  deadline for the whole run (default 60000)
  * </pre>
  *
@@ -49,7 +60,8 @@ import org.apache.rocketmq.remoting.protocol.RemotingCommand;
  * refused one, then the timers. stdout carries only JSON lines with an "event" field, in the
  * format of ferrymq.compat.ProduceConsume: sent (setter, key, sentAtMs, ackedAtMs, dueFromMs,
  * dueToMs: the window the broker's due time lies in), send_failed (key, code, remark),
- * received (key, receivedAtMs, ...), done. Exit code 0 = every timer arrived; 2 = not all did
+ * received (key, receivedAtMs, timerProps: which of the timer and delay-level properties the
+ * delivered message still carries, ...), done. Exit code 0 = every timer arrived; 2 = not all did
  * or a send went otherwise than expected; 1 = client error.
  */
 public final class Timers {
@@ -88,7 +100,7 @@ public final class Timers {
                     "body", new String(m.getBody(), StandardCharsets.UTF_8), "msgId", m.getMsgId(),
                     "receivedAtMs", now, "bornTimestamp", m.getBornTimestamp(),
                     "storeTimestamp", m.getStoreTimestamp(), "queueId", m.getQueueId(),
-                    "reconsumeTimes", m.getReconsumeTimes());
+                    "reconsumeTimes", m.getReconsumeTimes(), "timerProps", timerProps(m));
                 if (readyKey.equals(m.getKeys())) {
                     ready.countDown();
                 }
@@ -159,6 +171,10 @@ public final class Timers {
                     "sendStatus", String.valueOf(r.getSendStatus()), "msgId", r.getMsgId(),
                     "sentAtMs", before, "ackedAtMs", after, "dueFromMs", dueFrom, "dueToMs", dueTo);
             }
+            if (a.containsKey("--batch")) {
+                batches(producer, topic, run, a.get("--batch"), Long.parseLong(a.getOrDefault("--refuse-sec", "0")),
+                    pending);
+            }
             if (a.containsKey("--recall")) {
                 recall(producer, topic, run, Long.parseLong(a.get("--recall")), pending);
             }
@@ -175,6 +191,124 @@ public final class Timers {
             producer.shutdown();
         }
         return ok ? 0 : 2;
+    }
+
+    private static final List<String> TIMER_PROPS = Arrays.asList(MessageConst.PROPERTY_TIMER_DELAY_SEC,
+        MessageConst.PROPERTY_TIMER_DELAY_MS, MessageConst.PROPERTY_TIMER_DELIVER_MS,
+        MessageConst.PROPERTY_DELAY_TIME_LEVEL);
+
+    private static List<String> timerProps(MessageExt m) {
+        List<String> out = new ArrayList<>();
+        for (String name : TIMER_PROPS) {
+            if (m.getProperty(name) != null) {
+                out.add(name);
+            }
+        }
+        return out;
+    }
+
+    /** The four batches of --batch, each sent once; its messages are awaited if it is stored. */
+    private static void batches(DefaultMQProducer producer, String topic, String run, String specs, long refuseSec,
+        Set<String> pending) throws Exception {
+        List<Message> timed = new ArrayList<>();
+        timed.add(new Message(topic, "batch", "batch-plain-" + run, bytes("plain")));
+        long before = System.currentTimeMillis();
+        List<long[]> dues = new ArrayList<>();
+        for (String spec : specs.split(",")) {
+            String setter = spec.split(":")[0];
+            long delay = Long.parseLong(spec.split(":")[1]);
+            Message m = new Message(topic, "batch", "batch-" + setter + "-" + run, bytes(spec));
+            switch (setter) {
+                case "sec":
+                    m.setDelayTimeSec(delay);
+                    dues.add(new long[] {before + delay * 1000, 1});
+                    break;
+                case "ms":
+                    m.setDelayTimeMs(delay);
+                    dues.add(new long[] {before + delay, 1});
+                    break;
+                case "deliver":
+                    m.setDeliverTimeMs(before + delay);
+                    dues.add(new long[] {before + delay, 0});
+                    break;
+                default:
+                    throw new IllegalArgumentException("unknown setter " + setter);
+            }
+            timed.add(m);
+        }
+        SendResult r = sendBatch(producer, timed, "batch-timers", pending);
+        long after = System.currentTimeMillis();
+        for (int i = 1; r != null && i < timed.size(); i++) {  // each timer's window, as for a single send
+            long[] due = dues.get(i - 1);
+            emit("event", "sent", "setter", "batch-timer", "key", timed.get(i).getKeys(),
+                "dueFromMs", due[0], "dueToMs", due[1] == 1 ? due[0] + (after - before) : due[0]);
+        }
+
+        Message far = new Message(topic, "batch", "batch-far-" + run, bytes("far"));
+        far.setDelayTimeSec(refuseSec);
+        sendBatch(producer, Arrays.asList(new Message(topic, "batch", "batch-far-plain-" + run, bytes("plain")), far),
+            "batch-far", pending);
+
+        Message level = new Message(topic, "batch", "batch-level-" + run, bytes("level 2"));
+        level.setDelayTimeLevel(2);
+        long levelFrom = System.currentTimeMillis();
+        if (sendBatch(producer, new MessageBatch(Arrays.asList(
+            new Message(topic, "batch", "batch-level-plain-" + run, bytes("plain")), level)), "batch-level", pending) != null) {
+            emit("event", "sent", "setter", "batch-level-2", "key", level.getKeys(), "dueFromMs", levelFrom + 5000);
+        }
+
+        MessageBatch onBatch = MessageBatch.generateFromList(Arrays.asList(
+            new Message(topic, "batch", "batch-on-batch-" + run, bytes("level on the batch"))));
+        onBatch.setDelayTimeLevel(1);
+        sendBatch(producer, onBatch, "batch-on-batch", pending);
+    }
+
+    /** DefaultMQProducer.send(Collection): the client builds the batch; null if the broker refused it. */
+    private static SendResult sendBatch(DefaultMQProducer producer, List<Message> msgs, String setter,
+        Set<String> pending) throws Exception {
+        return sendBatch(msgs, () -> producer.send(msgs), setter, pending);
+    }
+
+    /** A batch built by hand, as DefaultMQProducer.send(Collection) builds one, sent as a message. */
+    private static SendResult sendBatch(DefaultMQProducer producer, MessageBatch batch, String setter,
+        Set<String> pending) throws Exception {
+        List<Message> msgs = new ArrayList<>();
+        for (Message m : batch) {
+            MessageClientIDSetter.setUniqID(m);
+            msgs.add(m);
+        }
+        MessageClientIDSetter.setUniqID(batch);
+        batch.setTopic(msgs.get(0).getTopic());
+        batch.setBody(batch.encode());
+        return sendBatch(msgs, () -> producer.send(batch), setter, pending);
+    }
+
+    interface Send {
+        SendResult send() throws Exception;
+    }
+
+    private static SendResult sendBatch(List<Message> msgs, Send send, String setter, Set<String> pending)
+        throws Exception {
+        List<String> keys = new ArrayList<>();
+        for (Message m : msgs) {
+            keys.add(m.getKeys());
+        }
+        synchronized (pending) {
+            pending.addAll(keys);
+        }
+        try {
+            SendResult r = send.send();
+            emit("event", "sent", "setter", setter, "keys", keys, "sendStatus", String.valueOf(r.getSendStatus()),
+                "msgId", r.getMsgId(), "offsetMsgId", r.getOffsetMsgId(), "queueOffset", r.getQueueOffset());
+            return r;
+        } catch (MQBrokerException e) {
+            synchronized (pending) {
+                pending.removeAll(keys);
+            }
+            emit("event", "send_failed", "setter", setter, "keys", keys, "code", e.getResponseCode(),
+                "remark", e.getErrorMessage());
+            return null;
+        }
     }
 
     /** Two timers due together on one queue; the first recalled by a marker (5.3.1's way). */
