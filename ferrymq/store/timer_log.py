@@ -64,6 +64,9 @@ class TimerLog:
         self.directory = directory
         self.segment_size = segment_size
         self._fds: dict[int, int] = {}  # segment start -> fd
+        # segment start -> the latest slot time of its records: once the wheel fired past it,
+        # every record of the segment is done (docs/timers.md#retention); in memory, rescanned at open
+        self._latest_slot: dict[int, int] = {}
         self.end = 0
         self.min_position = 0
 
@@ -87,11 +90,22 @@ class TimerLog:
             end -= RECORD_SIZE
         self.end = end
         self._cut_file(last, end - last)
+        self._scan_latest(starts)
+
+    def _scan_latest(self, starts) -> None:
+        """Each segment's latest slot time, from its records (one sequential read per segment)."""
+        self._latest_slot = {}
+        for start in starts:
+            latest = -1
+            for _, record in self.records(start, start + self.segment_size):
+                latest = max(latest, record.slot_ms)
+            self._latest_slot[start] = latest
 
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)
         self._fds = {}
+        self._latest_slot = {}
 
     def sync(self) -> None:
         """fdatasync the segment being written (earlier ones were synced when they filled)."""
@@ -116,6 +130,10 @@ class TimerLog:
                 fd = self._fds[start] = os.open(self._path(start), os.O_RDWR | os.O_CREAT, 0o644)
             os.pwrite(fd, chunk, pos - start)
             pos += len(chunk)
+        for i, record in enumerate(records):
+            start = (first + i * RECORD_SIZE) // self.segment_size * self.segment_size
+            if record.slot_ms > self._latest_slot.get(start, -1):
+                self._latest_slot[start] = record.slot_ms
         self.end = pos
         return first
 
@@ -126,10 +144,31 @@ class TimerLog:
             if start >= position and start > self.min_position:
                 os.close(self._fds.pop(start))
                 os.unlink(self._path(start))
+                self._latest_slot.pop(start, None)
         self.end = min(self.end, position)
         if self._fds:
             last = max(self._fds)
             self._cut_file(last, self.end - last)
+            self._scan_latest([last])  # what is left of it
+
+    def delete_done(self, done_before_ms: int) -> list[int]:
+        """Retention: delete the oldest segments whose every record's slot is before
+        ``done_before_ms`` (fired), oldest first, never the one holding the newest record.
+        Returns the starts of the segments deleted."""
+        deleted = []
+        for start in sorted(self._fds)[:-1]:
+            if start + self.segment_size > self.end or self._latest_slot.get(start, -1) >= done_before_ms:
+                break
+            os.close(self._fds.pop(start))
+            os.unlink(self._path(start))
+            self._latest_slot.pop(start, None)
+            deleted.append(start)
+        if deleted:
+            self.min_position = min(self._fds)
+        return deleted
+
+    def segment_starts(self) -> list[int]:
+        return sorted(self._fds)
 
     # ------------------------------------------------------------ reading
 

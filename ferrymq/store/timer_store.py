@@ -70,6 +70,10 @@ class TimerStore:
         # ``_rebuild_floor`` was fired before the loss, and is not indexed again.
         self._rebuild_below = 0
         self._rebuild_floor = 0
+        # Retention (docs/timers.md#retention): TimerLog records before this position are fired;
+        # it only moves forward, save a truncation or a rebuild, so finding the oldest unfired
+        # timer costs one read per record over the log's life.
+        self._unfired_from = 0
 
     # ------------------------------------------------------------ open / close
 
@@ -190,6 +194,7 @@ class TimerStore:
                                Slot(record.slot_ms, record.prev_pos, before) if before > 0 else EMPTY_SLOT)
             self.log.truncate(cut)
             self.synced_pos = min(self.synced_pos, cut)
+            self._unfired_from = min(self._unfired_from, cut)
             self._sync()
             return removed
 
@@ -293,6 +298,41 @@ class TimerStore:
         with self._lock:
             self.taken_ms = self.fired_ms
             self._taking = None
+
+    # ------------------------------------------------------------ retention
+
+    def delete_fired(self) -> int:
+        """Delete the TimerLog segments whose every record was fired (or rolled), oldest first,
+        never the one being written (docs/timers.md#retention). Returns how many."""
+        with self._lock:
+            if self._taking is not None:  # a slot being taken part by part is not fired yet
+                done_before = min(self.fired_ms, self._taking.slot_ms)
+            else:
+                done_before = self.fired_ms
+            return len(self.log.delete_done(done_before))
+
+    def oldest_unfired_phys(self) -> int | None:
+        """The CommitLog offset of the oldest timer record not yet fired (None: none waits):
+        CommitLog retention keeps it and everything after it (docs/timers.md#retention)."""
+        with self._lock:
+            for pos, record in self.log.records(max(self._unfired_from, self.log.min_position)):
+                if record.slot_ms >= self.fired_ms:
+                    self._unfired_from = pos
+                    return record.phys
+            self._unfired_from = self.log.end
+            return None
+
+    def unfired_below(self, phys: int) -> int:
+        """How many timers not yet fired have their record before CommitLog offset ``phys``
+        (lost when the CommitLog was cut there by force)."""
+        with self._lock:
+            lost = 0
+            for _, record in self.log.records(max(self._unfired_from, self.log.min_position)):
+                if record.phys >= phys:
+                    break
+                if record.slot_ms >= self.fired_ms and not record.flags & RECALL_MARKER:
+                    lost += 1
+            return lost
 
     # ------------------------------------------------------------ durability
 

@@ -293,3 +293,54 @@ def test_a_slave_adopts_its_masters_fired_time_forward_only_and_durably(tmp_path
     assert reopened.fired_ms == T0 + 5000
     reopened.close()
     store.close()
+
+
+def segment_count(path) -> int:
+    return len(os.listdir(os.path.join(path, "log")))
+
+
+def fire_up_to(store: TimerStore, now: int) -> None:
+    take_all(store, now)
+    store.mark_fired(now - now % 1000 + 1000)
+
+
+def test_a_timer_log_segment_goes_once_all_its_timers_fired_oldest_first_never_the_one_written(tmp_path):
+    # 4 records per segment: [1s 1s 9s 1s] [2s 2s 2s 2s] [3s 3s 3s 3s] [3s]
+    store = open_store(tmp_path, log_segment_size=4 * RECORD_SIZE)
+    store.add(timers([T0 + 1000, T0 + 1000, T0 + 9000, T0 + 1000] + [T0 + 2000] * 4 + [T0 + 3000] * 5))
+    assert segment_count(tmp_path) == 4
+    assert store.oldest_unfired_phys() == 0
+    fire_up_to(store, T0 + 3500)
+    assert store.delete_fired() == 0  # the first holds a timer due at 9 s: nothing after it goes either
+    assert store.oldest_unfired_phys() == 2 * SIZE
+    fire_up_to(store, T0 + 9000)
+    assert store.delete_fired() == 3  # the last one (being written) stays
+    assert segment_count(tmp_path) == 1 and store.oldest_unfired_phys() is None
+    store.add(timers([T0 + 20_000], first_phys=13 * SIZE))
+    assert store.oldest_unfired_phys() == 13 * SIZE
+    store.close()
+    store = open_store(tmp_path, now=T0 + 10_000, log_segment_size=4 * RECORD_SIZE)  # the latest times are scanned again
+    assert store.delete_fired() == 0 and segment_count(tmp_path) == 1
+    assert take_all(store, T0 + 30_000) == {T0 + 20_000: [13 * SIZE]}
+    store.mark_fired(T0 + 30_000)
+    assert store.unfired_below(10**9) == 0
+    store.close()
+
+
+def test_after_segments_were_deleted_a_restart_a_crash_and_a_truncation_keep_the_pending_timers(tmp_path):
+    store = open_store(tmp_path, log_segment_size=2 * RECORD_SIZE)
+    store.add(timers([T0 + 1000] * 6 + [T0 + 50_000] * 3))
+    fire_up_to(store, T0 + 2000)
+    assert store.delete_fired() == 3
+    store.add(timers([T0 + 60_000], first_phys=9 * SIZE))
+    # a crash: nothing synced since the deletion
+    crashed = tmp_path / "crashed"
+    subprocess.run(["cp", "-r", str(tmp_path / "log"), str(tmp_path / "wheel"), str(tmp_path / "checkpoint"),
+                    str(crashed.mkdir() or crashed)], check=True)
+    store.close()
+    for path in (tmp_path, crashed):
+        again = open_store(path, now=T0 + 3000, log_segment_size=2 * RECORD_SIZE)
+        assert again.unfired_below(10**9) == 4
+        again.truncate_phys(9 * SIZE)
+        assert take_all(again, T0 + 70_000) == {T0 + 50_000: [6 * SIZE, 7 * SIZE, 8 * SIZE]}
+        again.close()
