@@ -490,9 +490,12 @@ class CommitLog:
                 self._flushed_offset = head[0]
             return self._flushed_offset, head[1]
 
-    def delete_expired(self, expired_ms: int, now_ms: int, *, at_once: bool, max_files: int = 10) -> int:
-        """Retention: delete old segments (never the one being written). Returns how many."""
-        return len(self._files.delete_expired_by_time(expired_ms, now_ms, at_once=at_once, max_files=max_files))
+    def delete_expired(self, expired_ms: int, now_ms: int, *, at_once: bool, max_files: int = 10,
+                       keep_from: int | None = None) -> int:
+        """Retention: delete old segments (never the one being written, nor one holding
+        ``keep_from`` or anything after it). Returns how many."""
+        return len(self._files.delete_expired_by_time(expired_ms, now_ms, at_once=at_once, max_files=max_files,
+                                                      keep_from=keep_from))
 
     def close(self) -> None:
         """Flush and close; waits for an in-flight put, later puts get None."""

@@ -330,14 +330,18 @@ class MappedFileQueue:
         return sum(s.write_position // OS_PAGE_SIZE - s.flushed_position // OS_PAGE_SIZE
                    for s in self._segments if s.flushed_position < s.write_position)
 
-    def delete_expired_by_time(self, expired_ms: int, now_ms: int, *, at_once: bool, max_files: int) -> list[MappedFile]:
+    def delete_expired_by_time(self, expired_ms: int, now_ms: int, *, at_once: bool, max_files: int,
+                               keep_from: int | None = None) -> list[MappedFile]:
         """Delete the oldest segments whose last write is ``expired_ms`` old (all of them when
-        ``at_once``), never the newest one; stops at the first one still young."""
+        ``at_once``), never the newest one; stops at the first one still young, or holding
+        ``keep_from`` or anything after it."""
         deleted = []
         for seg in self._segments[:-1]:
             if len(deleted) >= max_files:
                 break
             if not at_once and seg.last_modified_ms() + expired_ms > now_ms:
+                break
+            if keep_from is not None and seg.end_offset > keep_from:
                 break
             self.delete(seg)
             deleted.append(seg)

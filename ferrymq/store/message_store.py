@@ -116,7 +116,7 @@ class MessageStore:
         self.dispatcher = Dispatcher(self.queues, self.index, config.delay_level_millis(), self.timers)
         self.flusher = StoreFlusher(config, self.commit_log, self.queues, self.index, self.dispatcher)
         self.disk_guard = DiskGuard(config)
-        self.clean_service = CleanService(config, self.commit_log, self.queues, self.index, self.disk_guard)
+        self.clean_service = CleanService(config, self.commit_log, self.queues, self.index, self.disk_guard, self.timers)
         self.commit_log.on_roll = self.disk_guard.check_on_roll
         self.checkpoint: StoreCheckpoint | None = None
         self.dir_lock = StoreDirLock(config.store_path_root_dir)

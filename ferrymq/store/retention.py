@@ -11,6 +11,9 @@ Run every ``cleanResourceInterval`` by the broker, in a thread:
   pull below it answers PULL_OFFSET_MOVED with the new start.
 * Above ``diskSpaceWarningLevelRatio`` the store is marked full and refuses sends until
   usage is back under ``diskSpaceCleanForciblyRatio``.
+* With timers (docs/timers.md#retention): TimerLog segments whose timers all fired are deleted,
+  and no CommitLog file holding the record of a timer not yet fired is, save when the disk is
+  past ``diskSpaceCleanForciblyRatio``: then the timers lost are counted and logged.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from ferrymq.store.config import StoreConfig
     from ferrymq.store.dispatch import ConsumeQueueTable
     from ferrymq.store.index_service import IndexService
+    from ferrymq.store.timer_store import TimerStore
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,9 @@ class CleanResult:
     disk_ratio: float = 0.0
     time_up: bool = False
     space_full: bool = False
+    timer_log_files: int = 0  # TimerLog segments whose timers all fired
+    timer_floor: int | None = None  # CommitLog offset of the oldest timer not fired: kept, and all after it
+    timers_lost: int = 0  # timers not fired whose record a forced deletion (disk full) took
 
 
 class DiskGuard:
@@ -96,18 +103,24 @@ class DiskGuard:
 
 class CleanService:
     def __init__(self, config: "StoreConfig", commit_log: "CommitLog", queues: "ConsumeQueueTable",
-                 index: "IndexService | None", guard: DiskGuard) -> None:
+                 index: "IndexService | None", guard: DiskGuard, timers: "TimerStore | None" = None) -> None:
         self.config = config
         self.commit_log = commit_log
         self.queues = queues
         self.index = index
         self.guard = guard
+        self.timers = timers
         self._last_physical_min = 0
         self._last_space_warning = -60_000
 
     def run(self, now_ms: int | None = None) -> CleanResult:
         now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         result = CleanResult()
+        if self.timers is not None:
+            result.timer_log_files = self.timers.delete_fired()
+            if result.timer_log_files:
+                log.info("retention: deleted %d TimerLog file(s) whose timers all fired", result.timer_log_files)
+            result.timer_floor = self.timers.oldest_unfired_phys()
         self._delete_expired_commit_log(now_ms, result)
         self._delete_expired_logics(result)
         return result
@@ -141,7 +154,14 @@ class CleanService:
             return
         at_once = cfg.clean_file_forcibly_enable and clean_now
         result.commit_log_files = self.commit_log.delete_expired(
-            cfg.file_reserved_time * 3_600_000, now_ms, at_once=at_once, max_files=DELETE_FILES_BATCH_MAX)
+            cfg.file_reserved_time * 3_600_000, now_ms, at_once=at_once, max_files=DELETE_FILES_BATCH_MAX,
+            keep_from=None if at_once else result.timer_floor)
+        if result.commit_log_files and result.timer_floor is not None and self.commit_log.min_offset > result.timer_floor:
+            result.timers_lost = self.timers.unfired_below(self.commit_log.min_offset)
+            log.error("retention: disk usage %.2f%% is above diskSpaceCleanForciblyRatio %d%%: CommitLog files "
+                      "deleted by force up to offset %d held %d timer(s) not yet fired (from offset %d); they will "
+                      "not be delivered", result.disk_ratio * 100, cfg.disk_space_clean_forcibly_ratio,
+                      self.commit_log.min_offset, result.timers_lost, result.timer_floor)
         if result.commit_log_files:
             log.info("retention: deleted %d CommitLog file(s) (reserved %d h, time up %s, disk %.2f%%%s); "
                      "CommitLog now starts at %d", result.commit_log_files, cfg.file_reserved_time, result.time_up,
@@ -149,8 +169,10 @@ class CleanService:
         elif result.space_full and now_ms - self._last_space_warning >= 60_000:
             self._last_space_warning = now_ms  # once a minute is enough to be noticed
             log.warning("disk usage %.2f%% is above diskMaxUsedSpaceRatio %d%% but no CommitLog file could be deleted "
-                        "(none is older than fileReservedTime %d h)", result.disk_ratio * 100,
-                        cfg.disk_max_used_space_ratio, cfg.file_reserved_time)
+                        "(none is older than fileReservedTime %d h%s)", result.disk_ratio * 100,
+                        cfg.disk_max_used_space_ratio, cfg.file_reserved_time,
+                        "" if result.timer_floor is None else
+                        f", or before the oldest timer not yet fired at offset {result.timer_floor}")
 
     # ------------------------------------------------------------ ConsumeQueues and IndexFiles
 

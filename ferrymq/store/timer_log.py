@@ -94,7 +94,6 @@ class TimerLog:
 
     def _scan_latest(self, starts) -> None:
         """Each segment's latest slot time, from its records (one sequential read per segment)."""
-        self._latest_slot = {}
         for start in starts:
             latest = -1
             for _, record in self.records(start, start + self.segment_size):

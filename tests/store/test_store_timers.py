@@ -9,7 +9,7 @@ import time
 
 from store_helpers import make_msg
 
-from ferrymq.common.message import Prop
+from ferrymq.common.message import Prop, decode_record
 from ferrymq.common.protocol import TIMER_TOPIC
 
 
@@ -134,3 +134,70 @@ def test_after_a_kill_9_a_lost_timer_directory_is_rebuilt_without_the_fired_time
     crashed = tmp_path / "crashed"
     shutil.copytree(tmp_path / "store", crashed, ignore=shutil.ignore_patterns("timer"))  # kill -9, timer/ gone
     assert due_offsets(open_store(crashed), due + 65_000) == pending
+
+
+# ------------------------------------------------------------ retention (docs/timers.md#retention)
+
+HOUR_MS = 3_600_000
+RETAINING = dict(file_reserved_time=1, delete_when=";".join(f"{h:02d}" for h in range(24)),
+                 disk_space_clean_forcibly_ratio=100, disk_space_warning_level_ratio=100, disk_max_used_space_ratio=95,
+                 mapped_file_size_timer_log=48 * 4)
+
+
+def fill(store, count: int) -> None:
+    for _ in range(count):
+        store.put_message(make_msg(body=b"r" * 900))
+
+
+def test_commit_log_retention_keeps_the_record_of_a_timer_not_yet_fired(open_store, tmp_path):
+    store = open_store(**RETAINING)
+    due = (int(time.time() * 1000) // 1000 + 60) * 1000
+    fill(store, 30)
+    phys = store.put_message(make_msg(TIMER_TOPIC, 0, body=b"the timer's body", **{
+        Prop.TIMER_OUT_MS: str(due), Prop.REAL_TOPIC: "Later", Prop.REAL_QID: "0"})).wrote_offset
+    fill(store, 300)
+    files = len(os.listdir(tmp_path / "store" / "commitlog"))
+    later = int(time.time() * 1000) + 2 * HOUR_MS  # every file is past fileReservedTime by then
+
+    result = store.clean(later)
+    assert result.timer_floor == phys
+    assert result.commit_log_files == 0 < phys  # the first file holds the timer, so it and all after it stay
+    assert store.min_phy_offset == 0 and pending(store) == {"Later": (1, due)}
+    slot = store.timers.take(due + 1000)
+    assert decode_record(store.look_message_by_offset(slot.records[0].phys))[0].body == b"the timer's body"
+
+    store.timers.mark_fired(due + 1000)  # fired: its record may go now
+    store.timers.pending.remove("Later", due)
+    result = store.clean(later)
+    assert result.timer_floor is None and result.commit_log_files == files - 1
+
+
+def test_a_full_disk_takes_the_record_of_a_timer_not_yet_fired_and_says_so(open_store, caplog):
+    store = open_store(**dict(RETAINING, disk_space_clean_forcibly_ratio=0))
+    due = (int(time.time() * 1000) // 1000 + 60) * 1000
+    put_timers(store, 2, due)
+    fill(store, 300)
+    result = store.clean(int(time.time() * 1000))  # over diskSpaceCleanForciblyRatio: files go unexpired
+    assert result.commit_log_files > 0 and result.timers_lost == 2
+    assert "2 timer(s) not yet fired" in caplog.text
+
+
+def test_fired_timer_log_files_go_and_a_restart_and_a_lost_timer_directory_still_work(open_store, tmp_path):
+    store = open_store(**RETAINING)
+    due = (int(time.time() * 1000) // 1000 + 60) * 1000
+    put_timers(store, 10, due)  # fired below (the store's clock is not the wall clock here)
+    waiting = put_timers(store, 10, due + 60_000)
+    fire_first(store, due + 2000)
+    result = store.clean(int(time.time() * 1000))
+    assert result.timer_log_files == 2  # 4 records a file: [f f f f] [f f f f] [f f w w] [w w w w] [w w w w]
+    assert len(os.listdir(tmp_path / "store" / "timer" / "log")) == 3
+    store.shutdown()
+
+    reopened = open_store(**RETAINING)
+    assert pending(reopened) == {"TopicTest": (10, due + 60_000)}
+    assert reopened.clean(int(time.time() * 1000)).timer_log_files == 0
+    reopened.shutdown()
+    shutil.rmtree(tmp_path / "store" / "timer")
+    rebuilt = open_store(**RETAINING)
+    assert pending(rebuilt) == {"TopicTest": (10, due + 60_000)}
+    assert due_offsets(rebuilt, due + 65_000) == waiting
