@@ -68,6 +68,9 @@ class StoreConfig:
     timer_precision_ms: int = 1000  # one wheel slot per this many ms
     timer_max_delay_sec: int = 259_200  # 3 days; a later delivery time is refused
     mapped_file_size_timer_log: int = 48 * 1024 * 1024  # whole 48-byte records
+    # slots (of timerPrecisionMs): a timer due further ahead of its record's store time is filed
+    # at the window's end and stored again there (docs/timers.md#retention); 2 days, as Apache's
+    timer_roll_window_slot: int = 172_800
 
     def __post_init__(self) -> None:
         if self.flush_disk_type not in (ASYNC_FLUSH, SYNC_FLUSH):
@@ -95,6 +98,7 @@ class StoreConfig:
         if (2 * self.timer_max_delay_sec * 1000) % self.timer_precision_ms:
             raise ValueError("timerMaxDelaySec * 2000 must be a multiple of timerPrecisionMs (the wheel's slots)")
         check_range(self, "mapped_file_size_timer_log", 48)
+        check_range(self, "timer_roll_window_slot", 2)
         self.mapped_file_size_timer_log -= self.mapped_file_size_timer_log % 48
         self.delete_hours()
         if self.max_hash_slot_num < 1 or self.max_index_num < 2:

@@ -23,17 +23,19 @@ from ferrymq.store.timer_store import TimerStore
 
 
 def timer_entries(msgs: Sequence[MessageExt], sizes: Sequence[int], phys: int,
-                  markers: set[int] | None = None) -> list[tuple[int, int, int, str]]:
-    """(due time, CommitLog offset, size, real topic) of contiguous timer-topic records starting
-    at ``phys``; a record without a readable TIMER_OUT_MS is due at once (0). The CommitLog
-    offsets of recall markers (docs/timers.md#recall) are added to ``markers``."""
+                  markers: set[int] | None = None, store_ts: int | None = None) -> list[tuple[int, int, int, str, int]]:
+    """(due time, CommitLog offset, size, real topic, store time) of contiguous timer-topic
+    records starting at ``phys`` (store time: ``store_ts``, else each record's own); a record
+    without a readable TIMER_OUT_MS is due at once (0). The CommitLog offsets of recall markers
+    (docs/timers.md#recall) are added to ``markers``."""
     out = []
     for m, size in zip(msgs, sizes):
         try:
             due = int(m.properties.get(Prop.TIMER_OUT_MS, "0"))
         except ValueError:
             due = 0
-        out.append((due, phys, size, m.properties.get(Prop.REAL_TOPIC, "")))
+        out.append((due, phys, size, m.properties.get(Prop.REAL_TOPIC, ""),
+                    m.store_timestamp if store_ts is None else store_ts))
         if markers is not None and Prop.TIMER_DEL_UNIQKEY in m.properties:
             markers.add(phys)
         phys += size
@@ -177,7 +179,7 @@ class Dispatcher:
             if self.timers is not None:
                 markers: set[int] = set()
                 due = [e for put in puts if put.topic == TIMER_TOPIC and put.to_queue
-                       for e in timer_entries(put.msgs, put.sizes, put.phys, markers)]
+                       for e in timer_entries(put.msgs, put.sizes, put.phys, markers, store_ts)]
                 if due:
                     self.timers.add(due, markers)
         except BaseException:

@@ -112,7 +112,8 @@ class MessageStore:
         self.index = IndexService(config) if config.message_index_enable else None
         self.timers = TimerStore(config.timer_dir, precision_ms=config.timer_precision_ms,
                                  max_delay_sec=config.timer_max_delay_sec,
-                                 log_segment_size=config.mapped_file_size_timer_log) if config.timer_wheel_enable else None
+                                 log_segment_size=config.mapped_file_size_timer_log,
+                                 roll_window_slots=config.timer_roll_window_slot) if config.timer_wheel_enable else None
         self.dispatcher = Dispatcher(self.queues, self.index, config.delay_level_millis(), self.timers)
         self.flusher = StoreFlusher(config, self.commit_log, self.queues, self.index, self.dispatcher)
         self.disk_guard = DiskGuard(config)

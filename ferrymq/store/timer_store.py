@@ -51,10 +51,14 @@ class _SlotCursor:
 
 class TimerStore:
     def __init__(self, directory: str, *, precision_ms: int = 1000, max_delay_sec: int = 259_200,
-                 log_segment_size: int = DEFAULT_LOG_SEGMENT_SIZE) -> None:
+                 log_segment_size: int = DEFAULT_LOG_SEGMENT_SIZE, roll_window_slots: int | None = None) -> None:
         slot_count = 2 * max_delay_sec * 1000 // precision_ms
         self.directory = directory
         self.precision_ms = precision_ms
+        # docs/timers.md#retention: a timer due more than this many slots after its record was
+        # stored is filed earlier and stored again then; a window of half the wheel (the longest
+        # delay) or more rolls nothing
+        self.roll_window_slots = min(roll_window_slots or slot_count, slot_count // 2)
         self.log = TimerLog(os.path.join(directory, "log"), log_segment_size)
         self.wheel = TimerWheel(os.path.join(directory, "wheel"), slot_count, precision_ms)
         self._lock = threading.Lock()
@@ -136,8 +140,9 @@ class TimerStore:
             self.lost = False
 
     def add(self, timers: Sequence[tuple], markers: Collection[int] = ()) -> int:
-        """Index timer records ``(deliver_ms, commitlog_offset, size[, real_topic])`` in CommitLog
-        order, counting each under its real topic. Records already indexed (below
+        """Index timer records ``(deliver_ms, commitlog_offset, size[, real_topic[, stored_ms]])``
+        in CommitLog order, counting each under its real topic (``stored_ms``: the record's store
+        time, for the roll window, ``filing_ms``). Records already indexed (below
         ``dispatched_phys_end``: a re-dispatch) are skipped, and so are those a rebuild finds
         fired. ``markers``: the CommitLog offsets of recall markers (flagged RECALL_MARKER, not
         counted as waiting; docs/timers.md#recall). Returns how many were added."""
@@ -145,15 +150,16 @@ class TimerStore:
             floor = self.dispatched_phys_end
             pos = self.log.end
             records: list[TimerRecord] = []
-            for deliver_ms, phys, size, *topic in timers:
+            for deliver_ms, phys, size, *rest in timers:
                 if phys < floor:
                     continue
-                if phys < self._rebuild_below and self.wheel.round_down(deliver_ms) < self._rebuild_floor:
-                    continue
+                filing_ms = self.filing_ms(deliver_ms, rest[1] if len(rest) > 1 else None)
+                if phys < self._rebuild_below and filing_ms < self._rebuild_floor:
+                    continue  # fired, or rolled: stored again later (docs/timers.md#retention)
                 marker = phys in markers
                 if not marker:
-                    self.pending.add(topic[0] if topic else "", deliver_ms)
-                records.append(self._link(deliver_ms, phys, size, pos, RECALL_MARKER if marker else 0))
+                    self.pending.add(rest[0] if rest else "", deliver_ms)
+                records.append(self._link(deliver_ms, filing_ms, phys, size, pos, RECALL_MARKER if marker else 0))
                 pos += RECORD_SIZE
                 floor = phys + size
             if records:
@@ -162,8 +168,23 @@ class TimerStore:
                     self._sync()
             return len(records)
 
-    def _link(self, deliver_ms: int, phys: int, size: int, pos: int, flags: int) -> TimerRecord:
-        slot_ms = max(self.wheel.round_down(deliver_ms), self.taken_ms)
+    def filing_ms(self, deliver_ms: int, stored_ms: int | None) -> int:
+        """The slot a timer is filed under: its own, or, due more than the roll window after
+        ``stored_ms`` (its CommitLog record's store time; None: not known, no window), the
+        window's end, where it is stored again (Apache's roll: half the window when less than a
+        third of it would be left for the next leg). So no CommitLog record of a timer gets older
+        than the window before it is fired or copied."""
+        window = self.roll_window_slots * self.precision_ms
+        ref = stored_ms
+        if ref is not None and deliver_ms - ref >= window:
+            if deliver_ms - ref - window < self.roll_window_slots // 3 * self.precision_ms:
+                deliver_ms = ref + self.roll_window_slots // 2 * self.precision_ms
+            else:
+                deliver_ms = ref + window
+        return self.wheel.round_down(deliver_ms)
+
+    def _link(self, deliver_ms: int, filing_ms: int, phys: int, size: int, pos: int, flags: int) -> TimerRecord:
+        slot_ms = max(filing_ms, self.taken_ms)
         slot = self.wheel.get(slot_ms)
         if slot.count > 0 and (slot.slot_ms == slot_ms or slot.slot_ms >= self.taken_ms):
             # the same second, or an older round not yet fired: chain behind it (docs/timers.md, rounds)

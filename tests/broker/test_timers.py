@@ -187,3 +187,44 @@ async def test_a_broker_without_timers_refuses_the_timer_checkpoint(tmp_path):
         await c.stop()
     assert answer.code == ResponseCode.SYSTEM_ERROR
     assert "timerWheelEnable is false" in answer.remark
+
+
+RETAINED = {"timerPrecisionMs": 100, "timerMaxDelaySec": 60, "timerRollWindowSlot": 4,  # a 0.4 s roll window
+            "mappedFileSizeCommitLog": 64 * 1024, "fileReservedTime": 0,  # every full CommitLog file expired
+            "deleteWhen": ";".join(f"{h:02d}" for h in range(24)), "diskMaxUsedSpaceRatio": 95,
+            "diskSpaceCleanForciblyRatio": 100, "diskSpaceWarningLevelRatio": 100}
+
+
+async def test_a_timer_due_after_the_commit_log_retention_is_delivered_with_its_body_after_retention_ran(tmp_path):
+    """docs/timers.md#retention: the record of a timer due further ahead than the roll window is
+    stored again when the window ends, so the CommitLog file holding the original can go."""
+    from ferrymq.common.protocol import TIMER_TOPIC
+
+    c = InProcessCluster(tmp_path / "store", settings=RETAINED)
+    await c.start()
+    try:
+        store = c.broker.store
+        due_ms = int(time.time() * 1000) + 4000
+        async with Producer("p", namesrv_addr=c.namesrv_addr) as producer:
+            sent = await producer.send(Message("TimedRetained", b"kept across retention",
+                                               properties={"TIMER_DELIVER_MS": str(due_ms)}))
+            original = await store.commit_log_offset(TIMER_TOPIC, 0, 0)
+            for i in range(250):  # about four CommitLog files
+                await producer.send(Message("Filler", b"f" * 1000))
+
+        async def original_gone() -> bool:
+            await store.clean()
+            return store.min_phy_offset > original
+
+        await wait_until(original_gone, what="the CommitLog file of the timer's first record deleted")
+        assert [(t.topic, t.count) for t in store.pending_timers.by_topic()] == [("TimedRetained", 1)]  # not fired yet
+        async with PullConsumer("g", namesrv_addr=c.namesrv_addr) as consumer:
+            result = await consumer.pull(sent.message_queue, 0, suspend=10)
+            assert time.time() * 1000 >= due_ms
+            assert result.status is PullStatus.FOUND
+            assert [m.body for m in result.messages] == [b"kept across retention"]
+            await wait_until(lambda: not store.pending_timers.by_topic(), what="no timer pending")
+            again = await consumer.pull(sent.message_queue, 1, suspend=0.5)
+            assert again.status is not PullStatus.FOUND  # delivered once
+    finally:
+        await c.stop()

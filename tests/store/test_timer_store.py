@@ -344,3 +344,13 @@ def test_after_segments_were_deleted_a_restart_a_crash_and_a_truncation_keep_the
         again.truncate_phys(9 * SIZE)
         assert take_all(again, T0 + 70_000) == {T0 + 50_000: [6 * SIZE, 7 * SIZE, 8 * SIZE]}
         again.close()
+
+
+def test_a_timer_due_beyond_the_roll_window_of_its_record_is_filed_at_the_windows_end(tmp_path):
+    # a 10-slot window: due 25 s after its record was stored -> at 10 s; 12 s -> (2 s left, under a
+    # third of the window) at 5 s; 9 s -> its own second
+    store = open_store(tmp_path, max_delay_sec=60, roll_window_slots=10)
+    store.add([(T0 + 25_000, 0, SIZE, "T", T0), (T0 + 12_000, SIZE, SIZE, "T", T0), (T0 + 9_500, 2 * SIZE, SIZE, "T", T0)])
+    slots = take_all(store, T0 + 30_000)
+    assert slots == {T0 + 5000: [SIZE], T0 + 9000: [2 * SIZE], T0 + 10_000: [0]}
+    store.close()
