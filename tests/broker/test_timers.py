@@ -228,3 +228,41 @@ async def test_a_timer_due_after_the_commit_log_retention_is_delivered_with_its_
             assert again.status is not PullStatus.FOUND  # delivered once
     finally:
         await c.stop()
+
+
+async def test_a_lost_timer_directory_after_rolls_delivers_the_timer_once(tmp_path):
+    """The rebuild indexes a rolled timer's last copy only: the records it was stored from were
+    fired (rolled) before the loss (docs/timers.md#a-lost-timer-directory)."""
+    import shutil
+
+    from ferrymq.common.protocol import TIMER_TOPIC
+
+    c = InProcessCluster(tmp_path / "store", settings=dict(RETAINED, timerRollWindowSlot=20))  # 2 s
+    await c.start()
+    try:
+        # stored at t, rolled at t+2 s to t+4 s (0.9 s would be left: more than a third of the window)
+        due_ms = int(time.time() * 1000) + 5000
+        async with Producer("p", namesrv_addr=c.namesrv_addr) as producer:
+            sent = await producer.send(Message("TimedRebuilt", b"once", properties={"TIMER_DELIVER_MS": str(due_ms)}))
+        store = c.broker.store
+        stored_ms = await store.store_time(TIMER_TOPIC, 0, 0)
+        roll_slot = (stored_ms + 2000) // 100 * 100  # where the window filed it
+
+        async def rolled() -> bool:  # stored again, and its slot recorded as fired
+            return (await store.timer_checkpoint())[0] > roll_slot
+
+        await wait_until(rolled, what="the timer stored again at the window's end")
+        assert store.max_offset(TIMER_TOPIC, 0) == 2  # the first record and its copy
+        await c.broker.stop()
+        shutil.rmtree(tmp_path / "store" / "timer")
+        await c.start_broker()
+        assert [(t.topic, t.count) for t in c.broker.store.pending_timers.by_topic()] == [("TimedRebuilt", 1)]
+        async with PullConsumer("g", namesrv_addr=c.namesrv_addr) as consumer:
+            result = await consumer.pull(sent.message_queue, 0, suspend=10)
+            assert time.time() * 1000 >= due_ms
+            assert [m.body for m in result.messages] == [b"once"]
+            await wait_until(lambda: not c.broker.store.pending_timers.by_topic(), what="no timer pending")
+            again = await consumer.pull(sent.message_queue, 1, suspend=0.5)
+            assert again.status is not PullStatus.FOUND  # delivered once
+    finally:
+        await c.stop()
