@@ -44,6 +44,7 @@ def run_broker_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProce
     ("mappedFileSizeCommitLog=-5", "mappedFileSizeCommitLog must be at least 4096, got -5"),
     ("brokerPermission=7", "brokerPermission must be 2 (write), 4 (read) or 6 (read-write), got 7"),
     ("diskSpaceWarningLevelRatio=150", "diskSpaceWarningLevelRatio must be between 0 and 100, got 150"),
+    ("timerRollWindowSlot=1", "timerRollWindowSlot must be at least 2, got 1"),
 ])
 def test_a_bad_value_refuses_to_start_with_one_clear_line(tmp_path, setting, message):
     result = run_broker_cli("broker", "--broker-port", "0", "--data-dir", str(tmp_path / "store"),
