@@ -57,8 +57,8 @@ class TimerStore:
         self.precision_ms = precision_ms
         # docs/timers.md#retention: a timer due more than this many slots after its record was
         # stored is filed earlier and stored again then; a window of half the wheel (the longest
-        # delay) or more rolls nothing
-        self.roll_window_slots = min(roll_window_slots or slot_count, slot_count // 2)
+        # delay) or more rolls nothing (None)
+        self.roll_window_slots = roll_window_slots if roll_window_slots and roll_window_slots < slot_count // 2 else None
         self.log = TimerLog(os.path.join(directory, "log"), log_segment_size)
         self.wheel = TimerWheel(os.path.join(directory, "wheel"), slot_count, precision_ms)
         self._lock = threading.Lock()
@@ -174,13 +174,12 @@ class TimerStore:
         window's end, where it is stored again (Apache's roll: half the window when less than a
         third of it would be left for the next leg). So no CommitLog record of a timer gets older
         than the window before it is fired or copied."""
-        window = self.roll_window_slots * self.precision_ms
-        ref = stored_ms
-        if ref is not None and deliver_ms - ref >= window:
-            if deliver_ms - ref - window < self.roll_window_slots // 3 * self.precision_ms:
-                deliver_ms = ref + self.roll_window_slots // 2 * self.precision_ms
+        ref, slots = stored_ms, self.roll_window_slots
+        if ref is not None and slots is not None and deliver_ms - ref >= slots * self.precision_ms:
+            if deliver_ms - ref - slots * self.precision_ms < slots // 3 * self.precision_ms:
+                deliver_ms = ref + slots // 2 * self.precision_ms
             else:
-                deliver_ms = ref + window
+                deliver_ms = ref + slots * self.precision_ms
         return self.wheel.round_down(deliver_ms)
 
     def _link(self, deliver_ms: int, filing_ms: int, phys: int, size: int, pos: int, flags: int) -> TimerRecord:
