@@ -780,6 +780,7 @@ class MessageStore:
         self.flush_consume_queues()
 
     def clean(self, now_ms: int | None = None) -> CleanResult:
-        """One retention run (expired files, disk guard); the broker calls it every cleanResourceInterval."""
+        """One retention run (expired files, fired TimerLog files, disk guard); the broker calls it
+        every cleanResourceInterval."""
         self._check_running()
         return self.clean_service.run(now_ms)

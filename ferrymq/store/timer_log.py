@@ -2,7 +2,8 @@
 messages, appended in CommitLog order, in segment files read and written with positioned I/O.
 
 Positions are byte offsets into the log as a whole; segment files are named by their first
-position (20 digits). Nothing is mapped and nothing per record is kept in memory.
+position (20 digits). Nothing is mapped and nothing per record is kept in memory; per segment,
+the latest slot time of its records, so retention can tell when all of them fired.
 """
 
 from __future__ import annotations
@@ -165,9 +166,6 @@ class TimerLog:
         if deleted:
             self.min_position = min(self._fds)
         return deleted
-
-    def segment_starts(self) -> list[int]:
-        return sorted(self._fds)
 
     # ------------------------------------------------------------ reading
 
