@@ -109,6 +109,7 @@ def test_python_change_invisible_duration_brings_a_message_back(broker):
         consumer.shutdown()
 
 
+@pytest.mark.slow  # 25 s or more (make test-slow)
 def test_node_producer_and_simple_consumer(broker):
     require(ensure_node5)
     _, endpoint = broker

@@ -64,6 +64,7 @@ def test_found_input_keeps_the_contract(target, data):
     TARGETS[target].run(data)
 
 
+@pytest.mark.slow  # 25 s or more (make test-slow)
 def test_every_target_survives_a_short_fuzzing_run(tmp_path):
     """20 000 coverage-guided inputs per target (`make fuzz` runs a million)."""
     pytest.importorskip("atheris") if os.environ.get("CI") != "true" else None

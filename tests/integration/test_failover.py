@@ -345,6 +345,7 @@ async def producer_once_in_sync(p: FailoverPair, queues: int = 4, **options) -> 
         await producer.close()
 
 
+@pytest.mark.slow  # 25 s or more (make test-slow)
 def test_the_controller_killed_for_long_loses_no_send_and_restarted_keeps_the_epochs(group):
     """The controller decides failover only: while it is down (kill -9, for ten failover
     timeouts) the master keeps acknowledging every send, as its in-sync slave keeps up; the
@@ -832,6 +833,7 @@ async def timer_deliveries(namesrv: str) -> dict[str, list[int]]:
     return out
 
 
+@pytest.mark.slow  # 25 s or more (make test-slow)
 def test_a_promoted_slave_fires_the_pending_timers_and_not_the_fired_ones_again(group):
     """Timer messages (docs/timers.md#slaves): the slave copies its master's timer checkpoint,
     so once promoted it delivers every timer still pending, none before its time, and none the

@@ -24,6 +24,7 @@ def read(spark, namesrv: str, topic: str, **options):
     return spark.read.format("ferrymq").options(**{"namesrv": namesrv, "subscribe": topic, **options}).load()
 
 
+@pytest.mark.slow  # 25 s or more (make test-slow)
 def test_100k_messages_over_8_queues_read_exactly_once_and_byte_identical(spark, broker_process):
     from pyspark.sql import functions as F
 
