@@ -12,6 +12,7 @@ import os
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 from ferrymq.store.mapped_file import fdatasync
 
@@ -20,6 +21,7 @@ _CRC = struct.Struct(">Ii")  # crc32, flags
 _FLAGS = struct.Struct(">i")
 RECORD_SIZE = _BODY.size + _CRC.size  # 48
 NO_RECORD = -1
+READ_RUN = 4096  # records read with one pread when reading many (192 KiB)
 RECALL_MARKER = 0x1  # flags: the record is a recall marker (docs/timers.md#recall)
 
 
@@ -175,6 +177,50 @@ class TimerLog:
         if fd is None or position < self.min_position:
             return None
         return TimerRecord.decode(os.pread(fd, RECORD_SIZE, position - start))
+
+    def read_many(self, positions: Sequence[int]) -> list[TimerRecord | None]:
+        """``read`` of each position, adjacent positions read together (one pread per run of
+        up to ``READ_RUN`` records in a segment): the records of a storm's slot lie side by side."""
+        found: list[TimerRecord | None] = []
+        i, n = 0, len(positions)
+        while i < n:
+            pos = positions[i]
+            start = pos - pos % self.segment_size
+            limit = min(start + self.segment_size, pos + READ_RUN * RECORD_SIZE)
+            j = i + 1
+            while j < n and positions[j] == positions[j - 1] + RECORD_SIZE and positions[j] < limit:
+                j += 1
+            fd = self._fds.get(start)
+            if fd is None or pos < self.min_position:
+                found.extend([None] * (j - i))
+            else:
+                data = os.pread(fd, (j - i) * RECORD_SIZE, pos - start)
+                found.extend(TimerRecord.decode(data[k:k + RECORD_SIZE]) for k in range(0, (j - i) * RECORD_SIZE, RECORD_SIZE))
+            i = j
+        return found
+
+    def chain(self, last_pos: int, count: int) -> Iterator[tuple[int, TimerRecord]]:
+        """(position, record) of a wheel slot's chain from ``last_pos`` back along ``prev_pos``, at
+        most ``count``, ending at a record that cannot be read (below the retained start). The
+        log is read ``READ_RUN`` records at a time, backwards: a chain mostly runs through
+        neighbouring records."""
+        block_start, block = 0, b""
+        pos = last_pos
+        while pos != NO_RECORD and count > 0:
+            if not block_start <= pos < block_start + len(block) - RECORD_SIZE + 1:
+                start = pos - pos % self.segment_size
+                fd = self._fds.get(start)
+                if fd is None or pos < self.min_position:
+                    return
+                block_start = max(start, self.min_position, pos + RECORD_SIZE - READ_RUN * RECORD_SIZE)
+                block = os.pread(fd, pos + RECORD_SIZE - block_start, block_start - start)
+            off = pos - block_start
+            record = TimerRecord.decode(block[off:off + RECORD_SIZE])
+            if record is None:
+                return
+            yield pos, record
+            count -= 1
+            pos = record.prev_pos
 
     def records(self, begin: int, end: int | None = None):
         """(position, record) from ``begin`` to ``end`` (default: the log's end), read in chunks."""

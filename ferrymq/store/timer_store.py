@@ -256,7 +256,7 @@ class TimerStore:
                         self._taking = self._walk(slot_ms, slot)
             part = self._taking
             end = min(part.next + max(1, max_records), len(part.positions))
-            records = [r for p in part.positions[part.next:end] if (r := self.log.read(p)) is not None]
+            records = [r for r in self.log.read_many(part.positions[part.next:end]) if r is not None]
             part.next = end
             last = end >= len(part.positions)
             if last:
@@ -265,16 +265,11 @@ class TimerStore:
 
     def _walk(self, slot_ms: int, slot: Slot) -> _SlotCursor:
         part = _SlotCursor(slot_ms, array("q"))
-        pos, count = slot.last_pos, 0
-        while pos != NO_RECORD and count < slot.count:
-            record = self.log.read(pos)
-            if record is None:  # below the log's retained start: nothing older to find
-                break
+        # ends early below the log's retained start: nothing older to find
+        for pos, record in self.log.chain(slot.last_pos, slot.count):
             part.positions.append(pos)
             if record.flags & RECALL_MARKER:
                 part.markers.append(record)
-            count += 1
-            pos = record.prev_pos
         part.positions.reverse()
         part.markers.reverse()
         return part

@@ -80,6 +80,21 @@ def test_a_slot_larger_than_a_part_is_taken_whole_in_arrival_order(tmp_path):
     store.close()
 
 
+def test_interleaved_slots_across_many_log_segments_are_taken_whole_and_in_order(tmp_path):
+    """Records are read a run at a time (a slot's chain backwards, a part's records forwards):
+    two slots whose records alternate, over segments of 7 records, come out each whole and in
+    arrival order, however the runs fall on segment ends."""
+    store = open_store(tmp_path, log_segment_size=7 * RECORD_SIZE)
+    n = 1_000
+    store.add(timers([T0 + 2000 + (i % 2) * 1000 for i in range(n)] + [T0 + 2000] * 30))
+    parts = {}
+    while (taken := store.take(T0 + 3000, max_records=97)) is not None:
+        parts.setdefault(taken.slot_ms, []).extend(r.phys for r in taken.records)
+    assert parts == {T0 + 2000: [i * SIZE for i in range(0, n, 2)] + [(n + i) * SIZE for i in range(30)],
+                     T0 + 3000: [i * SIZE for i in range(1, n, 2)]}
+    store.close()
+
+
 def test_a_re_dispatch_of_indexed_records_adds_nothing(tmp_path):
     store = open_store(tmp_path)
     batch = timers([T0 + 2000, T0 + 3000])
