@@ -5,18 +5,23 @@ consumer's nack and dead-lettering, a transaction's end; none on a broker withou
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import time
 import uuid
 
 import grpc
 import pytest
 
+from ferrymq.cli.message_commands import run_trace
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.common.message import Message
-from ferrymq.common.trace_data import RECORDED_BY_BROKER
+from ferrymq.common.trace_data import DEFAULT_TRACE_TOPIC, RECORDED_BY_BROKER, TraceEvent, decode_trace_data
 from ferrymq.grpc.messages import to_duration
 from ferrymq.grpc.protocol import Code, pb, rpc, spb
+from ferrymq.grpc.trace import GrpcTrace
+from ferrymq.remoting.codes import ResponseCode
 from tests.grpc.test_grpc_endpoint import CLIENT, bodies, message, receive, send
 from tests.support import InProcessCluster
 from testkit.wait import wait_until
@@ -45,7 +50,7 @@ async def trace_of(admin: AdminClient, msg_id: str, types: list[str]):
     return await wait_until(found, timeout=20, what=f"trace records {types} of {msg_id}", interval=0.1)
 
 
-async def test_send_receive_ack_write_pub_sub_before_and_sub_after(traced):
+async def test_send_receive_ack_write_pub_sub_before_and_sub_after(traced, capsys):
     cluster, stub, admin = traced
     topic, group = f"Trace_{uuid.uuid4().hex[:6]}", "TraceGroup"
     began = int(time.time() * 1000)
@@ -73,6 +78,36 @@ async def test_send_receive_ack_write_pub_sub_before_and_sub_after(traced):
     assert (after.group, after.topic, after.success, after.request_id) == (group, topic, True, before.request_id)
     assert after.timestamp >= before.timestamp and after.cost_ms == after.timestamp - before.timestamp
     assert cluster.broker.grpc.service.trace.dropped == 0
+
+    # the table of `ferrymq admin message trace` says who wrote each row
+    code = await run_trace(argparse.Namespace(namesrv=cluster.namesrv_addr, msg_id=msg_id, trace_topic=DEFAULT_TRACE_TOPIC,
+                                              max=64, begin=0, end=None, json=False))
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert code == 0 and rows[0][-1] == "recordedBy"
+    assert [(r[0], r[-1]) for r in rows[1:] if r[0] in ("publish", "consume")] == \
+        [("publish", "broker"), ("consume", "broker"), ("consume", "broker")]
+
+
+async def test_a_full_queue_drops_records_counted_and_logged_never_waiting(caplog):
+    """A trace write that does not finish (a stalled store) holds up no call: records beyond the
+    queue's room are dropped at once, counted and logged; those queued are written later."""
+    stalled = asyncio.Event()
+    stored = []
+
+    async def store(request, client):
+        await stalled.wait()
+        stored.append(decode_trace_data(request.body))
+        return request.response(ResponseCode.SUCCESS)
+
+    trace = GrpcTrace(topic=DEFAULT_TRACE_TOPIC, region=lambda: "DefaultRegion", send=store, max_pending=2)
+    trace.start()
+    for n in range(5):
+        trace.published(TraceEvent("Pub", f"ID{n}", timestamp=n, topic="T", success=True), ("127.0.0.1", 5555), [])
+    assert (trace.dropped, trace.written) == (3, 0)
+    assert "3 trace record(s) dropped" not in caplog.text and "1 trace record(s) dropped so far" in caplog.text
+    stalled.set()
+    await trace.stop()
+    assert [[e.msg_id for e in batch] for batch in stored] == [["ID0", "ID1"]] and trace.written == 2
 
 
 async def test_push_consumer_nack_and_dead_letter_are_failed_deliveries(traced):
