@@ -53,7 +53,7 @@ from ferrymq.grpc.pulling import PullOffsets
 from ferrymq.grpc.routes import RouteDirectory, RouteUnavailable, assignments, message_queues
 from ferrymq.grpc.settings import LONG_POLLING_TIMEOUT_MS, RECEIVE_BATCH_SIZE, server_settings
 from ferrymq.grpc.telemetry import TelemetrySession
-from ferrymq.grpc.trace import GrpcTrace
+from ferrymq.grpc.trace import DeliveryKey, GrpcTrace
 from ferrymq.remoting.codes import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
@@ -399,14 +399,19 @@ class MessagingService(rpc.MessagingServiceServicer):
                                                             if "prepared" in (remark or "") or "wrong" in (remark or "")
                                                             else Code.INTERNAL_SERVER_ERROR, remark or ""))
         if self.trace is not None:
-            host, port = Peer.of(context, self.peer_of).remote_address
-            self.trace.transaction_ended(TraceEvent(
-                END_TRANSACTION, request.message_id, timestamp=int(time.time() * 1000), region_id=self.config.region_id,
-                group=metadata(context).get("x-mq-client-id") or grpc_producer_group(request.topic.name),
-                topic=request.topic.name, store_host=self.config.advertised_addr(), msg_type="Trans",
-                transaction_id=request.transaction_id, transaction_state=TRANSACTION_STATES.get(request.resolution, "UNKNOW"),
-                from_transaction_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK), (host, port))
+            self._trace_transaction_end(request, context)
         return spb.EndTransactionResponse(status=status())
+
+    def _trace_transaction_end(self, request: spb.EndTransactionRequest, context) -> None:
+        """The EndTransaction record, as the remoting producer's trace hook writes it."""
+        self.trace.transaction_ended(TraceEvent(
+            END_TRANSACTION, request.message_id, timestamp=int(time.time() * 1000), region_id=self.config.region_id,
+            group=metadata(context).get("x-mq-client-id") or grpc_producer_group(request.topic.name),
+            topic=request.topic.name, store_host=self.config.advertised_addr(), msg_type="Trans",
+            transaction_id=request.transaction_id,
+            transaction_state=TRANSACTION_STATES.get(request.resolution, "UNKNOW"),
+            from_transaction_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK),
+            Peer.of(context, self.peer_of).remote_address)
 
     # ------------------------------------------------------------------ consumer
 
@@ -460,9 +465,10 @@ class MessagingService(rpc.MessagingServiceServicer):
             if self.trace is not None:
                 client = Peer.of(context, self.peer_of).remote_address
                 for popped in result.messages:
-                    m = popped.message
-                    if m.properties.get(Prop.TRACE_ON, "true").lower() != "false":  # as the clients' trace hook
-                        self.trace.delivered((group, topic, m.queue_id, m.queue_offset, popped.delivery_attempt),
+                    m, handle = popped.message, receipt.decode(popped.receipt_handle, group, topic)
+                    # not for a message whose TRACE_ON is false, as the clients' trace hook
+                    if handle is not None and m.properties.get(Prop.TRACE_ON, "true").lower() != "false":
+                        self.trace.delivered(self._delivery(group, topic, handle),
                                              msg_id=m.client_msg_id, keys=m.keys,
                                              retry_times=popped.delivery_attempt - 1,
                                              region=m.properties.get(Prop.MSG_REGION), client=client)
@@ -560,8 +566,13 @@ class MessagingService(rpc.MessagingServiceServicer):
             return
         handle = receipt.decode(receipt_handle, group, topic)
         if handle is not None:
-            self.trace.ended((group, topic, handle.queue_id, handle.queue_offset, handle.attempt), success=success,
+            self.trace.ended(self._delivery(group, topic, handle), success=success,
                              client=Peer.of(context, self.peer_of).remote_address)
+
+    @staticmethod
+    def _delivery(group: str, topic: str, handle: receipt.Receipt) -> DeliveryKey:
+        """One delivery of a message, the same through every handle ChangeInvisibleDuration gives it."""
+        return group, topic, handle.queue_id, handle.queue_offset, handle.attempt
 
     # ------------------------------------------------------------------ recall
 

@@ -1,6 +1,6 @@
 """Trace records the broker writes for gRPC traffic when ``traceTopicEnable`` is on
 (docs/trace.md#rocketmq-5-grpc-clients), read back as ``ferrymq admin message trace`` reads them
-(the admin client's ``message_trace``): a send, a simple consumer's receipt and ack, a push
+(the admin client's ``message_trace``): a send, a simple consumer's receipt, more time and ack, a push
 consumer's nack and dead-lettering, a transaction's end; none on a broker without it."""
 
 from __future__ import annotations
@@ -58,10 +58,14 @@ async def test_send_receive_ack_write_pub_sub_before_and_sub_after(traced, capsy
     assert sent.status.code == Code.OK
     msg_id = sent.entries[0].message_id
     [m] = bodies(await receive(stub, topic, group))
+    # a simple consumer asking for more time: the delivery goes on under the new handle
+    more = await stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name=group), topic=pb.Resource(name=topic), receipt_handle=m.system_properties.receipt_handle,
+        invisible_duration=to_duration(30_000), message_id=msg_id), metadata=CLIENT, timeout=5)
+    assert more.status.code == Code.OK
     ack = await stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic),
                                                       entries=[spb.AckMessageEntry(
-                                                          message_id=msg_id,
-                                                          receipt_handle=m.system_properties.receipt_handle)]),
+                                                          message_id=msg_id, receipt_handle=more.receipt_handle)]),
                                 metadata=CLIENT, timeout=5)
     assert ack.status.code == Code.OK
     acked = int(time.time() * 1000)
