@@ -46,7 +46,7 @@ from ferrymq.common.validators import validate_group, validate_topic
 from ferrymq.acl.plain_acl import Perm as AclPerm
 from ferrymq.grpc.auth import GrpcAuth
 from ferrymq.grpc.clients import GrpcClients
-from ferrymq.grpc.messages import (MessageRefused, duration_ms, grpc_producer_group, incoming, outgoing,
+from ferrymq.grpc.messages import (MessageRefused, OutgoingSend, duration_ms, grpc_producer_group, incoming, outgoing,
                                    parse_transaction_id, to_timestamp, transaction_id)
 from ferrymq.grpc.protocol import Code, pb, rpc, spb, status
 from ferrymq.grpc.pulling import PullOffsets
@@ -360,7 +360,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         failed = next((e.status for e in entries if e.status.code != Code.OK), None)
         return spb.SendMessageResponse(status=failed or status(), entries=entries)
 
-    def _trace_publish(self, message: pb.Message, out, offset_msg_id: str, started_ms: int, peer: Peer,
+    def _trace_publish(self, message: pb.Message, out: OutgoingSend, offset_msg_id: str, started_ms: int, peer: Peer,
                        client_id: str) -> None:
         """The Pub record of a stored message (its group: the client id, v2 producers have none)."""
         host, port = peer.remote_address
