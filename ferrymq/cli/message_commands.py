@@ -154,10 +154,11 @@ async def run_trace(args: argparse.Namespace) -> int:
     def status(success: bool | None) -> str:
         return "-" if success is None else "success" if success else "failed"
 
-    print(table(["type", "time", "group", "clientHost", "costMs", "status", "topic", "tags", "keys"],
+    # recordedBy: "client" for a client's own record, "broker" for one a broker wrote for gRPC traffic
+    print(table(["type", "time", "group", "clientHost", "costMs", "status", "topic", "tags", "keys", "recordedBy"],
                 [[e.type_name, _ms_text(e.timestamp) if e.timestamp else "-", text(e.group), text(e.client_host),
                   text(e.cost_ms), status(e.success) if e.transaction_state is None else e.transaction_state,
-                  text(e.topic), text(e.tags), text(e.keys)] for e in trace.events]))
+                  text(e.topic), text(e.tags), text(e.keys), e.recorded_by or "client"] for e in trace.events]))
     return 0
 
 

@@ -28,6 +28,7 @@ from ferrymq.common.protocol import (
 from ferrymq.common.timer_metrics import TimerMetrics
 from ferrymq.common.trace_data import (
     DEFAULT_TRACE_TOPIC,
+    RECORDED_BY_PROPERTY,
     TRACE_TYPE_ORDER,
     TraceEvent,
     complete_consume_events,
@@ -241,7 +242,8 @@ class AdminClient:
                             begin_ms: int = 0, end_ms: int | None = None) -> MessageTrace:
         """The trace records of the message whose client id is ``msg_id``: the trace topic's
         messages indexed under that key (as mqadmin queryMsgTraceById), decoded, the contexts of
-        other messages left out, each with the trace message's born host as its client host."""
+        other messages left out, each with the trace message's born host as its client host and
+        its recorder ("broker" for the records a broker wrote for gRPC traffic)."""
         events: list[TraceEvent] = []
         undecodable: list[tuple[str, str]] = []
         for m in await self.query_messages(trace_topic, msg_id, max_num=max_num, begin_ms=begin_ms, end_ms=end_ms):
@@ -251,7 +253,9 @@ class AdminClient:
                 undecodable.append((m.msg_id, str(e)))
                 continue
             host = f"{m.born_host[0]}:{m.born_host[1]}"
-            events += [replace(e, client_host=e.client_host or host) for e in decoded if e.msg_id == msg_id]
+            recorded_by = m.properties.get(RECORDED_BY_PROPERTY) or None
+            events += [replace(e, client_host=e.client_host or host, recorded_by=recorded_by)
+                       for e in decoded if e.msg_id == msg_id]
         events = complete_consume_events(events)
         events.sort(key=lambda e: (e.timestamp or 0, TRACE_TYPE_ORDER.index(e.type)))
         return MessageTrace(events, undecodable)

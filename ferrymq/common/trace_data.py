@@ -13,6 +13,7 @@ end with FIELD_SPLITOR (char 2), fields inside a context are separated by CONTEN
   transactionId, transactionState, fromTransactionCheck
 
 Older clients write fewer of the bracketed fields; each is read when present.
+:func:`encode_trace_data` writes the full form, as the 4.9.7 and 5.x remoting clients do.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ TYPE_NAMES = {PUB: "publish", SUB_BEFORE: "consume before", SUB_AFTER: "consume 
 MESSAGE_TYPES = ("Normal", "Trans", "TransCommit", "Delay", "Order")
 # RocketMQ's ConsumeReturnType, by ordinal: a SubAfter's context code.
 CONSUME_RETURN_TYPES = ("SUCCESS", "TIME_OUT", "EXCEPTION", "RETURNNULL", "FAILED")
+
+# A property of the trace messages the broker itself writes (for gRPC traffic, docs/trace.md#rocketmq-5-grpc-clients):
+# its value is what a TraceEvent's ``recorded_by`` reads; clients' trace messages have none.
+RECORDED_BY_PROPERTY = "TRACE_RECORDED_BY"
+RECORDED_BY_BROKER = "broker"
 
 _MIN_FIELDS = {PUB: 13, SUB_BEFORE: 8, SUB_AFTER: 6, END_TRANSACTION: 13}
 
@@ -68,6 +74,9 @@ class TraceEvent:
     transaction_id: str | None = None
     transaction_state: str | None = None
     from_transaction_check: bool | None = None
+    # not a field of the record: the RECORDED_BY_PROPERTY of the trace message that carried it
+    # ("broker": written by the broker for a gRPC client), None for a client's own record
+    recorded_by: str | None = None
 
     @property
     def type_name(self) -> str:
@@ -150,6 +159,41 @@ def decode_trace_data(data: bytes | str) -> list[TraceEvent]:
         except TraceDataError as e:
             raise TraceDataError(f"trace context #{n + 1}: {e}") from None
     return events
+
+
+def _field(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _ordinal(names: tuple[str, ...], name: str | None, default: int = 0) -> int:
+    return names.index(name) if name in names else default
+
+
+def _encode_context(e: TraceEvent) -> list[object]:
+    if e.type == PUB:
+        return [PUB, e.timestamp, e.region_id, e.group, e.topic, e.msg_id, e.tags, e.keys, e.store_host,
+                e.body_length or 0, e.cost_ms or 0, _ordinal(MESSAGE_TYPES, e.msg_type), e.offset_msg_id,
+                bool(e.success), e.client_host]
+    if e.type == SUB_BEFORE:
+        return [SUB_BEFORE, e.timestamp, e.region_id, e.group, e.request_id, e.msg_id, e.retry_times or 0, e.keys]
+    if e.type == SUB_AFTER:
+        return [SUB_AFTER, e.request_id, e.msg_id, e.cost_ms or 0, bool(e.success), e.keys,
+                e.context_code if e.context_code is not None else 0, e.timestamp, e.group]
+    if e.type == END_TRANSACTION:
+        return [END_TRANSACTION, e.timestamp, e.region_id, e.group, e.topic, e.msg_id, e.tags, e.keys, e.store_host,
+                _ordinal(MESSAGE_TYPES, e.msg_type, 1), e.transaction_id, e.transaction_state,
+                bool(e.from_transaction_check)]
+    raise TraceDataError(f"unknown trace type {e.type!r}")
+
+
+def encode_trace_data(events: Iterable[TraceEvent]) -> str:
+    """One trace message's body for ``events``, each context in the full form the 4.9.7 and 5.x
+    remoting clients write (``None`` as ``null``): what :func:`decode_trace_data` reads back."""
+    return "".join(CONTENT_SPLITOR.join(map(_field, _encode_context(e))) + FIELD_SPLITOR for e in events)
 
 
 def complete_consume_events(events: Iterable[TraceEvent]) -> list[TraceEvent]:

@@ -76,6 +76,8 @@ class GrpcEndpoint:
             self.port = bound
             await server.start()
             self._server = server
+        if self.service.trace is not None:
+            self.service.trace.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._announce_loop(), name="grpc-announce"),
                        loop.create_task(self._expire_loop(), name="grpc-client-expiry")]
@@ -116,5 +118,7 @@ class GrpcEndpoint:
             # held ReceiveMessage calls get their grace second; then the listener closes
             await self._server.stop(grace=1.0)
             self._server = None
+        if self.service.trace is not None:  # after the calls: what they reported is written first
+            await self.service.trace.stop()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.directory.withdraw(), 3.0)

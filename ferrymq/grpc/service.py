@@ -2,6 +2,8 @@
 
 Producer calls go through the broker's own send processor (one path: topic checks, flow
 control, sizes, delay levels, transactions); consumer calls go to the broker's POP service.
+With ``traceTopicEnable`` sends, deliveries, their ends and transaction ends are reported to
+``trace.py``, which writes their trace records in the background.
 Every answer carries its outcome in ``Status`` (OK 20000, BAD_REQUEST 400xx, FORBIDDEN,
 NOT_FOUND 404xx, TOO_MANY_REQUESTS 42900, ...); a gRPC error status is never used for a
 refusal. RecallMessage goes to the broker's recall service (docs/timers.md#recall); PullMessage
@@ -35,21 +37,23 @@ from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.broker.transactions import EndTransaction, TransactionService
 from ferrymq.common.consumer_protocol import build_subscription
-from ferrymq.common.message import SysFlag
+from ferrymq.common.message import Prop, SysFlag
 from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.common.protocol import BrokerData, QueueData, TopicRouteData
 from ferrymq.common.recall_handle import INVALID_HANDLE, RecallHandle
+from ferrymq.common.trace_data import END_TRANSACTION, PUB, TraceEvent
 from ferrymq.common.validators import validate_group, validate_topic
 from ferrymq.acl.plain_acl import Perm as AclPerm
 from ferrymq.grpc.auth import GrpcAuth
 from ferrymq.grpc.clients import GrpcClients
-from ferrymq.grpc.messages import (MessageRefused, duration_ms, grpc_producer_group, incoming, outgoing,
+from ferrymq.grpc.messages import (MessageRefused, OutgoingSend, duration_ms, grpc_producer_group, incoming, outgoing,
                                    parse_transaction_id, to_timestamp, transaction_id)
 from ferrymq.grpc.protocol import Code, pb, rpc, spb, status
 from ferrymq.grpc.pulling import PullOffsets
 from ferrymq.grpc.routes import RouteDirectory, RouteUnavailable, assignments, message_queues
 from ferrymq.grpc.settings import LONG_POLLING_TIMEOUT_MS, RECEIVE_BATCH_SIZE, server_settings
 from ferrymq.grpc.telemetry import TelemetrySession
+from ferrymq.grpc.trace import DeliveryKey, GrpcTrace
 from ferrymq.remoting.codes import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
@@ -75,6 +79,12 @@ SEND_CODES = {
     ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
     ResponseCode.SYSTEM_ERROR: Code.INTERNAL_SERVER_ERROR,
 }
+# v2 message type -> RocketMQ's MessageType in a Pub record
+TRACE_MESSAGE_TYPES = {pb.MessageType.NORMAL: "Normal", pb.MessageType.FIFO: "Order", pb.MessageType.DELAY: "Delay",
+                       pb.MessageType.TRANSACTION: "Trans"}
+# EndTransaction's resolution -> LocalTransactionState in an EndTransaction record
+TRANSACTION_STATES = {pb.TransactionResolution.COMMIT: "COMMIT_MESSAGE",
+                      pb.TransactionResolution.ROLLBACK: "ROLLBACK_MESSAGE"}
 # a refused receive: the POP service's remoting code -> v2 status code
 REFUSED_CODES = {
     ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
@@ -119,7 +129,7 @@ class MessagingService(rpc.MessagingServiceServicer):
                  retry: RetryService, pop: PopService | None, directory: RouteDirectory, clients: GrpcClients,
                  is_fifo_group: Callable[[str], bool], auth: GrpcAuth | None = None,
                  producers: ConsumerManager | None = None, recalls: RecallService | None = None,
-                 pulling: PullOffsets | None = None) -> None:
+                 pulling: PullOffsets | None = None, trace: GrpcTrace | None = None) -> None:
         self.config = config
         self.store_config = store_config
         self.topics = topics
@@ -136,6 +146,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.producers = producers
         self.recalls = recalls  # None: RecallMessage answers NOT_IMPLEMENTED
         self.pulling = pulling  # None: PullMessage and the offset calls answer NOT_IMPLEMENTED
+        self.trace = trace  # None: traceTopicEnable off, no trace records (trace.py)
         self._sessions: dict[str, TelemetrySession] = {}  # client id -> its producer stream
         self.levels_ms = store_config.delay_level_millis()
         # set by the endpoint when a TLS switch relays connections: loopback port -> real client
@@ -309,7 +320,8 @@ class MessagingService(rpc.MessagingServiceServicer):
         # a message group always lands on one queue of this broker (FIFO within the group)
         return zlib.crc32(group.encode()) % max(1, tc.write_queue_nums if tc else 1)
 
-    async def _send_one(self, message: pb.Message, peer: Peer) -> spb.SendResultEntry:
+    async def _send_one(self, message: pb.Message, peer: Peer, client_id: str) -> spb.SendResultEntry:
+        started_ms = int(time.time() * 1000)
         try:
             out = outgoing(message, queue_id=self._queue_for(message), store_config=self.store_config)
         except MessageRefused as exc:
@@ -329,6 +341,8 @@ class MessagingService(rpc.MessagingServiceServicer):
             # what EndTransaction needs to find the half message: its CommitLog and queue offsets
             _, _, commit_log_offset = decode_offset_msg_id(answer.msg_id)
             tx_id = transaction_id(commit_log_offset, offset, out.message_id)
+        if self.trace is not None:
+            self._trace_publish(message, out, answer.msg_id, started_ms, peer, client_id)
         return spb.SendResultEntry(status=status(), message_id=out.message_id, transaction_id=tx_id,
                                    offset=offset, recall_handle=answer.recall_handle or "")
 
@@ -341,9 +355,27 @@ class MessagingService(rpc.MessagingServiceServicer):
         if denied:
             return spb.SendMessageResponse(status=denied)
         peer = Peer.of(context, self.peer_of)
-        entries = [await self._send_one(m, peer) for m in request.messages]
+        client_id = metadata(context).get("x-mq-client-id", "")
+        entries = [await self._send_one(m, peer, client_id) for m in request.messages]
         failed = next((e.status for e in entries if e.status.code != Code.OK), None)
         return spb.SendMessageResponse(status=failed or status(), entries=entries)
+
+    def _trace_publish(self, message: pb.Message, out: OutgoingSend, offset_msg_id: str, started_ms: int, peer: Peer,
+                       client_id: str) -> None:
+        """The Pub record of a stored message (its group: the client id, v2 producers have none)."""
+        host, port = peer.remote_address
+        store_host = None
+        with contextlib.suppress(ValueError):
+            stored_at, stored_port, _ = decode_offset_msg_id(offset_msg_id)
+            store_host = f"{stored_at}:{stored_port}"
+        system = message.system_properties
+        self.trace.published(TraceEvent(
+            PUB, out.message_id, timestamp=started_ms, region_id=self.config.region_id,
+            group=client_id or grpc_producer_group(message.topic.name), topic=message.topic.name,
+            tags=system.tag or None, keys=" ".join(system.keys) or None, store_host=store_host,
+            body_length=len(out.body), cost_ms=max(0, int(time.time() * 1000) - started_ms),
+            msg_type=TRACE_MESSAGE_TYPES.get(out.message_type, "Normal"), offset_msg_id=offset_msg_id,
+            success=True, client_host=f"{host}:{port}"), (host, port), list(system.keys))
 
     async def EndTransaction(self, request: spb.EndTransactionRequest, context) -> spb.EndTransactionResponse:
         denied = self._denied(context, topic=request.topic.name, perm=AclPerm.PUB)
@@ -366,7 +398,20 @@ class MessagingService(rpc.MessagingServiceServicer):
             return spb.EndTransactionResponse(status=status(Code.INVALID_TRANSACTION_ID
                                                             if "prepared" in (remark or "") or "wrong" in (remark or "")
                                                             else Code.INTERNAL_SERVER_ERROR, remark or ""))
+        if self.trace is not None:
+            self._trace_transaction_end(request, context)
         return spb.EndTransactionResponse(status=status())
+
+    def _trace_transaction_end(self, request: spb.EndTransactionRequest, context) -> None:
+        """The EndTransaction record, as the remoting producer's trace hook writes it."""
+        self.trace.transaction_ended(TraceEvent(
+            END_TRANSACTION, request.message_id, timestamp=int(time.time() * 1000), region_id=self.config.region_id,
+            group=metadata(context).get("x-mq-client-id") or grpc_producer_group(request.topic.name),
+            topic=request.topic.name, store_host=self.config.advertised_addr(), msg_type="Trans",
+            transaction_id=request.transaction_id,
+            transaction_state=TRANSACTION_STATES.get(request.resolution, "UNKNOW"),
+            from_transaction_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK),
+            Peer.of(context, self.peer_of).remote_address)
 
     # ------------------------------------------------------------------ consumer
 
@@ -417,6 +462,16 @@ class MessagingService(rpc.MessagingServiceServicer):
         if result.status is PopStatus.FOUND and result.messages:
             yield spb.ReceiveMessageResponse(status=status())
             yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
+            if self.trace is not None:
+                client = Peer.of(context, self.peer_of).remote_address
+                for popped in result.messages:
+                    m, handle = popped.message, receipt.decode(popped.receipt_handle, group, topic)
+                    # not for a message whose TRACE_ON is false, as the clients' trace hook
+                    if handle is not None and m.properties.get(Prop.TRACE_ON, "true").lower() != "false":
+                        self.trace.delivered(self._delivery(group, topic, handle),
+                                             msg_id=m.client_msg_id, keys=m.keys,
+                                             retry_times=popped.delivery_attempt - 1,
+                                             region=m.properties.get(Prop.MSG_REGION), client=client)
             for popped in result.messages:
                 yield spb.ReceiveMessageResponse(message=incoming(
                     popped.message, topic=topic, receipt_handle=popped.receipt_handle,
@@ -448,6 +503,8 @@ class MessagingService(rpc.MessagingServiceServicer):
         results = []
         for entry in request.entries:
             outcome = await self.pop.ack(group=group, topic=topic, receipt_handle=entry.receipt_handle)
+            if outcome is AckStatus.OK:
+                self._trace_end(context, group, topic, entry.receipt_handle, success=True)
             results.append(spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                                                      status=self._ack_status(outcome, entry.message_id)))
         codes = {r.status.code for r in results}
@@ -471,6 +528,8 @@ class MessagingService(rpc.MessagingServiceServicer):
                                                           invisible_ms=invisible_ms)
         if outcome is not AckStatus.OK or not handle:
             return spb.ChangeInvisibleDurationResponse(status=self._ack_status(outcome, request.message_id))
+        if self._is_push_consumer(context):  # a push consumer's nack: its listener failed the message
+            self._trace_end(context, request.group.name, request.topic.name, request.receipt_handle, success=False)
         return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
 
     async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
@@ -494,7 +553,26 @@ class MessagingService(rpc.MessagingServiceServicer):
         outcome = await self.pop.ack(group=group, topic=topic, receipt_handle=request.receipt_handle)
         if outcome is not AckStatus.OK:
             return reply(status=self._ack_status(outcome, request.message_id))
+        self._trace_end(context, group, topic, request.receipt_handle, success=False)
         return reply(status=status())
+
+    def _is_push_consumer(self, context) -> bool:
+        client = self.clients.table.get(metadata(context).get("x-mq-client-id", ""))
+        return client is not None and client.client_type == "PUSH_CONSUMER"
+
+    def _trace_end(self, context, group: str, topic: str, receipt_handle: str, *, success: bool) -> None:
+        """The SubAfter of the delivery a receipt handle names (with trace on)."""
+        if self.trace is None:
+            return
+        handle = receipt.decode(receipt_handle, group, topic)
+        if handle is not None:
+            self.trace.ended(self._delivery(group, topic, handle), success=success,
+                             client=Peer.of(context, self.peer_of).remote_address)
+
+    @staticmethod
+    def _delivery(group: str, topic: str, handle: receipt.Receipt) -> DeliveryKey:
+        """One delivery of a message, the same through every handle ChangeInvisibleDuration gives it."""
+        return group, topic, handle.queue_id, handle.queue_offset, handle.attempt
 
     # ------------------------------------------------------------------ recall
 

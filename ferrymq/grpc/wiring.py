@@ -81,12 +81,14 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
     ``clients``: the table of v2 clients to keep (the broker's, read by its admin views and
     /metrics), else a new one; ``recalls``: the broker's recall service (RecallMessage);
     ``pull``, ``store``, ``offsets``: the broker's PULL_MESSAGE processor, store and consumer-offset
-    table, for PullMessage and the offset calls. Without them those calls answer NOT_IMPLEMENTED."""
+    table, for PullMessage and the offset calls. Without them those calls answer NOT_IMPLEMENTED.
+    With ``traceTopicEnable`` the endpoint writes trace records for gRPC traffic (trace.py)."""
     from ferrymq.grpc.auth import GrpcAuth
     from ferrymq.grpc.endpoint import GrpcEndpoint
     from ferrymq.grpc.pulling import PullOffsets
     from ferrymq.grpc.routes import RouteDirectory
-    from ferrymq.grpc.service import MessagingService
+    from ferrymq.grpc.service import MessagingService, Peer
+    from ferrymq.grpc.trace import GrpcTrace
 
     endpoint: GrpcEndpoint | None = None
     directory = RouteDirectory(namesrv_client, config.namesrv_addresses, remoting_address,
@@ -98,10 +100,14 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
         config = groups.get(group)
         return config is not None and config.consume_message_orderly
 
+    trace = None
+    if config.trace_topic_enable:  # trace records for gRPC traffic (docs/trace.md#rocketmq-5-grpc-clients)
+        trace = GrpcTrace(topic=config.msg_trace_topic_name, region=lambda: config.region_id,
+                          send=lambda request, client: send(request, Peer(client, {})))
     service = MessagingService(config=config, store_config=store_config, topics=topics, groups=groups, send=send,
                                transactions=transactions, retry=retry, pop=pop, directory=directory, clients=clients,
                                is_fifo_group=is_fifo_group, auth=GrpcAuth(acl_config) if acl_config else None,
-                               producers=producers, recalls=recalls,
+                               producers=producers, recalls=recalls, trace=trace,
                                pulling=None if pull is None or store is None or offsets is None
                                else PullOffsets(topics=topics, pull=pull, store=store, offsets=offsets))
     endpoint = GrpcEndpoint(service, directory, clients, host=config.listen_host, port=config.grpc_listen_port,

@@ -6,15 +6,19 @@ to FerryMQ's RMQ_SYS_TRACE_TOPIC; its consume records come two contexts to a mes
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ferrymq.common.trace_data import (
     CONTENT_SPLITOR,
     FIELD_SPLITOR,
     TraceDataError,
+    TraceEvent,
     complete_consume_events,
     consume_attempts,
     decode_trace_data,
+    encode_trace_data,
 )
 
 MSG_ID = "FD0000000000000000000000000000025C874E0E2F2A8EF9BCE10000"
@@ -107,3 +111,16 @@ def test_a_body_not_in_utf8_is_refused():
 
 def test_empty_body_holds_no_events():
     assert decode_trace_data(b"") == []
+
+
+def test_encoded_records_read_back_as_the_clients_full_form():
+    """encode_trace_data writes what the 4.9.7 client writes (its consume pair byte for byte)."""
+    before, after = decode_trace_data(CONSUME)
+    assert encode_trace_data([before, after]).encode() == CONSUME
+    (pub,) = decode_trace_data(PUB)
+    pub = dataclasses.replace(pub, client_host="127.0.0.1:5555")
+    assert decode_trace_data(encode_trace_data([pub])) == [pub]
+    end = TraceEvent("EndTransaction", MSG_ID, timestamp=1, region_id="DefaultRegion", group="g", topic="T",
+                     store_host="127.0.0.1:10911", msg_type="Trans", transaction_id="tx",
+                     transaction_state="COMMIT_MESSAGE", from_transaction_check=False)
+    assert decode_trace_data(encode_trace_data([end])) == [end]

@@ -1,8 +1,8 @@
 """The official RocketMQ 5 Java client (``rocketmq-client-java`` from Maven Central, gRPC),
 unchanged, against ``ferrymq standalone`` with its gRPC endpoint: Producer (normal, FIFO with
 message groups, delay), SimpleConsumer and PushConsumer; acks stop redelivery, an unacked
-message comes back after its invisible duration; 4.x remoting and 5.x gRPC clients on one
-topic see the same messages."""
+message comes back after its invisible duration (the broker's trace records show both
+deliveries); 4.x remoting and 5.x gRPC clients on one topic see the same messages."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ pytestmark = pytest.mark.compat
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     require(ensure_java5_classes)
-    with running_grpc_standalone(tmp_path_factory.mktemp("grpc-java") / "store") as started:
+    # with the trace topic: the broker writes trace records for the clients' gRPC traffic
+    with running_grpc_standalone(tmp_path_factory.mktemp("grpc-java") / "store", "traceTopicEnable=true") as started:
         yield started
 
 
@@ -116,7 +117,7 @@ def test_delivery_time_beyond_the_timer_max_delay_is_refused(broker):
 
 
 def test_unacked_message_comes_back_after_its_invisible_duration(broker):
-    _, endpoint = broker
+    server, endpoint = broker
     topic, group = names("J5Invisible")
     run_grpc_java("produce", endpoints=endpoint, topic=topic, count=1)
     first = received(run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=1,
@@ -128,6 +129,23 @@ def test_unacked_message_comes_back_after_its_invisible_duration(broker):
     assert second[0]["id"] == first[0]["id"] and second[0]["attempt"] == 2
     # "at" is when the client had it: the invisible time started a little earlier, at the broker
     assert second[0]["at"] >= first[0]["at"] + 2000 - 250, "visible again before its invisible duration ended"
+
+    # the broker's trace records: the publish, both deliveries, the second one acknowledged
+    async def trace() -> list:
+        async with AdminClient(namesrv_addr=server.namesrv_addr) as admin:
+            async def complete():
+                events = (await admin.message_trace(first[0]["id"])).events
+                return events if [e.type for e in events] == ["Pub", "SubBefore", "SubBefore", "SubAfter"] else None
+            return await wait_until(complete, timeout=20, what="the trace records of the Java client's message",
+                                    interval=0.1)
+
+    pub, before1, before2, after = asyncio.run(trace())
+    assert {e.recorded_by for e in (pub, before1, before2, after)} == {"broker"}
+    assert (pub.topic, pub.success, pub.msg_type, pub.tags) == (topic, True, "Normal", "TagA") and pub.group
+    assert pub.client_host.startswith("127.0.0.1:") and pub.store_host and pub.offset_msg_id
+    assert [(b.group, b.retry_times) for b in (before1, before2)] == [(group, 0), (group, 1)]
+    assert (after.group, after.success, after.request_id) == (group, True, before2.request_id)
+    assert before2.timestamp <= after.timestamp and after.cost_ms == after.timestamp - before2.timestamp
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from ferrymq.client.producer import Producer, SendResult
 from ferrymq.common.message import Message
-from ferrymq.common.trace_data import CONSUME_RETURN_TYPES, CONTENT_SPLITOR, DEFAULT_TRACE_TOPIC, FIELD_SPLITOR
+from ferrymq.common.trace_data import (CONSUME_RETURN_TYPES, DEFAULT_TRACE_TOPIC, PUB, SUB_AFTER, SUB_BEFORE, TraceEvent,
+                                       encode_trace_data)
 
 REGION = "DefaultRegion"
 
@@ -28,11 +29,6 @@ class Delivery:
     return_type: str = "SUCCESS"  # RocketMQ's ConsumeReturnType
 
 
-def _context(*fields: object) -> str:
-    return CONTENT_SPLITOR.join("null" if f is None else str(f).lower() if isinstance(f, bool) else str(f)
-                                for f in fields) + FIELD_SPLITOR
-
-
 async def send_traced(namesrv_addr: str, broker_addr: str, topic: str, deliveries: list[Delivery], *,
                       producer_group: str = "shop_P", key: str = "order-1", tags: str = "paid", cost_ms: int = 3,
                       extra_bodies: tuple[str, ...] = ()) -> tuple[SendResult, int]:
@@ -44,15 +40,18 @@ async def send_traced(namesrv_addr: str, broker_addr: str, topic: str, deliverie
     began = int(time.time() * 1000)
     async with Producer(producer_group, namesrv_addr=namesrv_addr) as producer:
         sent = await producer.send(m)
-        bodies = [_context("Pub", began, REGION, producer_group, topic, sent.msg_id, tags, key, broker_addr,
-                           len(m.body), cost_ms, 0, sent.offset_msg_id, True)]
+        bodies = [encode_trace_data([TraceEvent(
+            PUB, sent.msg_id, timestamp=began, region_id=REGION, group=producer_group, topic=topic, tags=tags, keys=key,
+            store_host=broker_addr, body_length=len(m.body), cost_ms=cost_ms, msg_type="Normal",
+            offset_msg_id=sent.offset_msg_id, success=True)])]
         for d in deliveries:
             request_id = uuid.uuid4().hex.upper()
-            bodies.append(_context("SubBefore", began + d.after_ms, REGION, d.group, request_id, sent.msg_id,
-                                   d.retry_times, key)
-                          + _context("SubAfter", request_id, sent.msg_id, d.cost_ms, d.success, key,
-                                     CONSUME_RETURN_TYPES.index(d.return_type), began + d.after_ms + d.cost_ms,
-                                     d.group))
+            bodies.append(encode_trace_data([
+                TraceEvent(SUB_BEFORE, sent.msg_id, timestamp=began + d.after_ms, region_id=REGION, group=d.group,
+                           request_id=request_id, retry_times=d.retry_times, keys=key),
+                TraceEvent(SUB_AFTER, sent.msg_id, request_id=request_id, cost_ms=d.cost_ms, success=d.success,
+                           keys=key, context_code=CONSUME_RETURN_TYPES.index(d.return_type),
+                           timestamp=began + d.after_ms + d.cost_ms, group=d.group)]))
         for body in [*bodies, *extra_bodies]:
             trace = Message(DEFAULT_TRACE_TOPIC, body.encode("utf-8"))
             trace.keys = [sent.msg_id, key]
