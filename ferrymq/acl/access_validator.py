@@ -66,7 +66,8 @@ _TOPIC_PERMS: dict[int, Perm | str] = {
 # Requests whose consumer group is checked (as its retry topic, SUB); 4.9 checks the group of an
 # offset update before its topic, and the topic of a pull before its group.
 _GROUP_CHECKED = frozenset({
-    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, RequestCode.UNREGISTER_CLIENT,
+    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE,
+    RequestCode.UNREGISTER_CLIENT,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP, RequestCode.UPDATE_CONSUMER_OFFSET,
 })  # fmt: skip
 _GROUP_FIRST = frozenset({RequestCode.UPDATE_CONSUMER_OFFSET})
