@@ -59,7 +59,8 @@ _SEND = "send"
 _TOPIC_PERMS: dict[int, Perm | str] = {
     RequestCode.SEND_MESSAGE: _SEND, RequestCode.SEND_MESSAGE_V2: _SEND,
     RequestCode.SEND_BATCH_MESSAGE: _SEND,  # checked here although 4.9 skips batches
-    RequestCode.PULL_MESSAGE: Perm.SUB, RequestCode.LITE_PULL_MESSAGE: Perm.SUB, RequestCode.QUERY_MESSAGE: Perm.SUB,
+    RequestCode.PULL_MESSAGE: Perm.SUB, RequestCode.QUERY_MESSAGE: Perm.SUB,
+    RequestCode.LITE_PULL_MESSAGE: Perm.SUB,  # as a pull; Apache 5.3.1's plain ACL checks only its signature
     RequestCode.UPDATE_CONSUMER_OFFSET: Perm.SUB,
     RequestCode.RECALL_MESSAGE: Perm.PUB,  # RocketMQ 5.3.2's RecallMessageRequestHeader: PUB
 }  # fmt: skip
