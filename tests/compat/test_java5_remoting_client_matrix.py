@@ -39,7 +39,8 @@ SEND_MODES = ("sync", "async", "oneway", "batch")
 SHARDS, STEPS = 4, 10  # orderly: sharding keys order-0..3, steps 0..9 each
 ADMIN = Credentials("admin0001", "admin-secret")
 APP = Credentials("matrix-app", "app-secret-53")
-SCENARIO_TOPICS = ("send", "order", "tx", "rr")
+SCENARIO_TOPICS = ("send", "order", "tx", "rr")  # granted to APP
+DENIED_TOPIC = "denied"  # made too, not granted
 CONSUMER_GROUPS = ("push", "lite_sub", "lite_assign", "orderly", "tx_consumer", "rr_service")
 FERRYMQ_CLUSTER, APACHE_CLUSTER = "DefaultCluster", "FerryCompatCluster"
 BROKER_SETTINGS = {"aclEnable": "true", "transactionCheckInterval": "1000", "transactionTimeOut": "3000"}
@@ -70,7 +71,7 @@ def plain_acl(prefix: str, cluster: str) -> str:
 
 async def create_topics(namesrv: str, prefix: str) -> None:
     async with AdminClient(config=ClientConfig(namesrv_addr=namesrv, credentials=ADMIN)) as admin:
-        for t in SCENARIO_TOPICS:
+        for t in (*SCENARIO_TOPICS, DENIED_TOPIC):
             await admin.create_topic(f"{prefix}_{t}", read_queues=4, write_queues=4)
 
 
@@ -185,11 +186,15 @@ def test_request_is_answered_by_a_reply_message(run):
     assert sorted(e["key"] for e in questions) == [f"question-{i}" for i in range(5)]
 
 
-def test_a_wrong_secret_is_refused_and_nothing_of_it_stored(run):
-    (refused,) = run.of("send_failed", "acl")
+@pytest.mark.parametrize("key, reason", [
+    ("refused-secret", f"Check signature failed for accessKey={APP.access_key}"),
+    ("refused-topic", "No default permission for topic:{prefix}_denied"),
+])
+def test_a_wrong_secret_or_an_ungranted_topic_is_refused_and_nothing_stored(run, key, reason):
+    (refused,) = [e for e in run.of("send_failed", "acl") if e["key"] == key]
     assert (refused["class"], refused["cause"], refused["code"]) == (
         "org.apache.rocketmq.client.exception.MQClientException",
         "org.apache.rocketmq.client.exception.MQBrokerException", 1), refused
-    assert f"AclException: Check signature failed for accessKey={APP.access_key}" in refused["causeMessage"], refused
+    assert f"AclException: {reason.format(prefix=run.prefix)}" in refused["causeMessage"], refused
     assert not run.of("sent", "acl")
-    assert not [e for e in run.events.of("received") if e["key"] == "refused-0"]
+    assert not [e for e in run.events.of("received") if e["key"] == key]

@@ -60,7 +60,8 @@ import org.apache.rocketmq.remoting.RPCHook;
  * read by an orderly push consumer), P_tx (TransactionMQProducer: commit, rollback, unknown
  * resolved by check-back), P_rr (producer.request with a RequestCallback, answered through
  * MessageUtil.createReplyMessage).
- * A producer with the right access key and a wrong secret sends to P_send last.
+ * Last, refused sends: the right access key with a wrong secret to P_send, and the account to
+ * P_denied (made, but not granted to it).
  *
  * <p>stdout carries only JSON lines, each with "event" and "scenario": sent (key, mode,
  * sendStatus, queueId), send_failed (key, mode, error, class, cause, causeMessage, code), received (group,
@@ -122,7 +123,7 @@ public final class RemotingMatrix {
                 ok &= requestReply();
             }
             if (only == null || only.contains("acl")) {
-                wrongSecret();
+                refusals();
             }
         } finally {
             for (int i = shutdowns.size() - 1; i >= 0; i--) {
@@ -362,14 +363,18 @@ public final class RemotingMatrix {
         return replied.get(timeout + 5000, TimeUnit.MILLISECONDS);
     }
 
-    /** The right access key with a wrong secret: the send is refused. */
-    private void wrongSecret() throws Exception {
-        DefaultMQProducer producer = producer("wrong_secret",
+    /** Refused sends: the right access key with a wrong secret, then the account to a topic it was not granted. */
+    private void refusals() throws Exception {
+        DefaultMQProducer impostor = producer("wrong_secret",
             new AclClientRPCHook(new SessionCredentials(accessKey, "not-the-secret")));
+        refusedSend(impostor, prefix + "_send", "refused-secret");
+        refusedSend(producer("denied", signer), prefix + "_denied", "refused-topic");
+    }
+
+    private static void refusedSend(DefaultMQProducer producer, String topic, String key) {
         producer.setRetryTimesWhenSendFailed(0);
-        String key = "refused-0";
         try {
-            sent("acl", "sync", key, producer.send(message(prefix + "_send", key)));
+            sent("acl", "sync", key, producer.send(message(topic, key)));
         } catch (Exception e) {
             failed("acl", "sync", key, e);
         }
