@@ -11,6 +11,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
@@ -84,7 +85,10 @@ public final class RemotingMatrix {
     private final long timeoutMs;
     /** group -> keys not yet received, for the waits. */
     private final Map<String, Set<String>> pending = new ConcurrentHashMap<>();
+    /** Every client's shutdown, run together at the end (some take seconds each). */
     private final List<Runnable> shutdowns = new ArrayList<>();
+    /** What stops before them: the lite pull consumers' poll loops. */
+    private final List<AtomicBoolean> pollLoops = new ArrayList<>();
     private final List<String> only;
     private int instances;
 
@@ -108,11 +112,9 @@ public final class RemotingMatrix {
     private int run() throws Exception {
         boolean ok = true;
         try {
-            // transactions first: its check-backs are the slowest; the later scenarios give a
-            // rolled back or duplicated delivery time to show
-            if (only == null || only.contains("tx")) {
-                ok &= transactions();
-            }
+            // transactions first, awaited last: their check-backs are the slowest, and the
+            // scenarios between give a rolled back or duplicated delivery time to show
+            Callable<Boolean> transactions = only == null || only.contains("tx") ? transactions() : () -> true;
             if (only == null || only.contains("send")) {
                 ok &= sends();
             }
@@ -125,10 +127,9 @@ public final class RemotingMatrix {
             if (only == null || only.contains("acl")) {
                 refusals();
             }
+            ok &= transactions.call();
         } finally {
-            for (int i = shutdowns.size() - 1; i >= 0; i--) {
-                shutdowns.get(i).run();
-            }
+            shutDown();
         }
         emit("event", "done", "scenario", "all", "ok", ok);
         return ok ? 0 : 2;
@@ -235,7 +236,8 @@ public final class RemotingMatrix {
         return await("order", group);
     }
 
-    private boolean transactions() throws Exception {
+    /** Sends the transactions; returns the wait for their check-backs and deliveries. */
+    private Callable<Boolean> transactions() throws Exception {
         String topic = prefix + "_tx";
         Map<String, String[]> plan = new LinkedHashMap<>();
         for (String entry : TX_PLAN) {
@@ -283,13 +285,15 @@ public final class RemotingMatrix {
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
         consumer.start();
-        long deadline = System.currentTimeMillis() + timeoutMs;
-        while (!unchecked.isEmpty() && System.currentTimeMillis() < deadline) {
-            Thread.sleep(50);
-        }
-        emit("event", "waited", "scenario", "tx", "group", "check-back", "ok", unchecked.isEmpty(),
-            "missing", new ArrayList<>(unchecked));
-        return await("tx", group) & unchecked.isEmpty();
+        return () -> {
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            while (!unchecked.isEmpty() && System.currentTimeMillis() < deadline) {
+                Thread.sleep(50);
+            }
+            emit("event", "waited", "scenario", "tx", "group", "check-back", "ok", unchecked.isEmpty(),
+                "missing", new ArrayList<>(unchecked));
+            return await("tx", group) & unchecked.isEmpty();
+        };
     }
 
     private boolean requestReply() throws Exception {
@@ -382,6 +386,19 @@ public final class RemotingMatrix {
 
     // -- clients --------------------------------------------------------------------------------
 
+    private void shutDown() throws InterruptedException {
+        pollLoops.forEach(running -> running.set(false));
+        List<Thread> threads = new ArrayList<>();
+        for (Runnable shutdown : shutdowns) {
+            Thread t = new Thread(shutdown, "shutdown");
+            t.start();
+            threads.add(t);
+        }
+        for (Thread t : threads) {
+            t.join(30000);
+        }
+    }
+
     private void configure(ClientConfig c) {
         c.setNamesrvAddr(namesrv);
         c.setInstanceName(prefix + "-" + instances++);  // a client instance (and signer) each
@@ -415,21 +432,18 @@ public final class RemotingMatrix {
     /** Polls on a thread of its own until the client is shut down. */
     private void poll(DefaultLitePullConsumer c, String scenario, String group) {
         AtomicBoolean running = new AtomicBoolean(true);
+        pollLoops.add(running);
         Thread t = new Thread(() -> {
             while (running.get()) {
-                c.poll(200).forEach(m -> received(scenario, group, m));
+                try {
+                    c.poll(200).forEach(m -> received(scenario, group, m));
+                } catch (IllegalStateException e) {
+                    return;  // shut down under the loop
+                }
             }
         }, "poll-" + group);
         t.setDaemon(true);
         t.start();
-        shutdowns.add(() -> {
-            running.set(false);
-            try {
-                t.join(5000);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-        });
     }
 
     // -- events ---------------------------------------------------------------------------------
