@@ -4,10 +4,10 @@ against ``ferrymq standalone`` and against Apache's own 5.3.1 broker.
 Sync, async, oneway and batch sends; a concurrent push consumer and ``DefaultLitePullConsumer``
 in subscribe and assign mode; orderly sends by sharding key (``MessageQueueSelector``) read by an
 orderly push consumer; ``TransactionMQProducer`` commit, rollback and unknown resolved by
-check-back; ``producer.request`` (its RequestCallback form: 5.3.1's blocking ``request(msg, timeout)`` gives
-up once the request is stored, apache/rocketmq#9319) answered through
-``MessageUtil.createReplyMessage``; all signed
-with a plain-ACL account that holds exactly these topics and groups, and a wrong secret refused.
+check-back; ``producer.request`` answered through ``MessageUtil.createReplyMessage`` (the
+RequestCallback form: 5.3.1's blocking ``request(msg, timeout)`` gives up once the request is
+stored, apache/rocketmq#9319); all signed with a plain-ACL account that holds exactly these
+topics and groups; a wrong secret and a topic not granted are refused alike.
 (Timers and trace: test_timers_java5_remoting.py, test_msg_trace.py.)
 
 Both brokers run with ACL on and a transaction checked back after 3 s. ONE client JVM per peer

@@ -64,10 +64,13 @@ import org.apache.rocketmq.remoting.RPCHook;
  * Last, refused sends: the right access key with a wrong secret to P_send, and the account to
  * P_denied (made, but not granted to it).
  *
+ * The transactions are sent first and awaited last.
+ *
  * <p>stdout carries only JSON lines, each with "event" and "scenario": sent (key, mode,
- * sendStatus, queueId), send_failed (key, mode, error, class, cause, causeMessage, code), received (group,
- * key, body, queueId, queueOffset), checked (key, answer), reply (request, reply), waited (ok,
- * missing), done (ok). Every consumer stays up until the end, so a late duplicate shows.
+ * sendStatus, queueId), send_failed (key, mode, error, class, cause, causeMessage, code),
+ * received (group, key, body, queueId, queueOffset), checked (key, answer), reply (request,
+ * reply), waited (ok, missing), done (ok). Every consumer stays up until the end, so a late
+ * duplicate shows.
  * Exit code 0 = every wait was met; 2 = one was not; 1 = client error.
  */
 public final class RemotingMatrix {
