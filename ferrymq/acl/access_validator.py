@@ -60,13 +60,15 @@ _TOPIC_PERMS: dict[int, Perm | str] = {
     RequestCode.SEND_MESSAGE: _SEND, RequestCode.SEND_MESSAGE_V2: _SEND,
     RequestCode.SEND_BATCH_MESSAGE: _SEND,  # checked here although 4.9 skips batches
     RequestCode.PULL_MESSAGE: Perm.SUB, RequestCode.QUERY_MESSAGE: Perm.SUB,
+    RequestCode.LITE_PULL_MESSAGE: Perm.SUB,  # as a pull; Apache 5.3.1's plain ACL checks only its signature
     RequestCode.UPDATE_CONSUMER_OFFSET: Perm.SUB,
     RequestCode.RECALL_MESSAGE: Perm.PUB,  # RocketMQ 5.3.2's RecallMessageRequestHeader: PUB
 }  # fmt: skip
 # Requests whose consumer group is checked (as its retry topic, SUB); 4.9 checks the group of an
 # offset update before its topic, and the topic of a pull before its group.
 _GROUP_CHECKED = frozenset({
-    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.PULL_MESSAGE, RequestCode.UNREGISTER_CLIENT,
+    RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE,
+    RequestCode.UNREGISTER_CLIENT,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP, RequestCode.UPDATE_CONSUMER_OFFSET,
 })  # fmt: skip
 _GROUP_FIRST = frozenset({RequestCode.UPDATE_CONSUMER_OFFSET})

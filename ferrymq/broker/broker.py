@@ -197,7 +197,8 @@ class Broker:
         # Most pulls find their messages (or nothing, without holding) at once: no task for them either.
         self.pull_processor = PullProcessor(ctx, self.protection, self.pop.classic_pull_refusal,
                                             self.replication.read_refusal)  # gRPC PullMessage uses it too
-        self.server.register(RequestCode.PULL_MESSAGE, self.pull_processor, eager=True)
+        for code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):  # 5.x lite pull: the same pull
+            self.server.register(code, self.pull_processor, eager=True)
         for code, handler in PopProcessors(self.pop, self.config.enable_property_filter).handlers().items():
             self.server.register(code, handler)
         offsets = OffsetProcessors(self.store, self.offsets)

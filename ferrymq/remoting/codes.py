@@ -137,6 +137,7 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
+    LITE_PULL_MESSAGE = 361  # RocketMQ 5: DefaultLitePullConsumer's pull, PULL_MESSAGE's header and answer
     RECALL_MESSAGE = 370  # RocketMQ 5.3.2: recall a timer message before it fires (docs/timers.md#recall)
     # RocketMQ 5 POP consumption (broker/pop)
     POP_MESSAGE = 200050

@@ -122,6 +122,8 @@ def test_resources_of_requests():
     pull = RemotingCommand.request(RequestCode.PULL_MESSAGE, {"consumerGroup": "billing", "topic": "orders",
                                                               "queueId": 0, "queueOffset": 0})
     assert needed_resources(pull) == {"orders": Perm.SUB, "%RETRY%billing": Perm.SUB}
+    lite_pull = RemotingCommand.request(RequestCode.LITE_PULL_MESSAGE, pull.ext_fields)  # 5.x lite pull: the same
+    assert needed_resources(lite_pull) == {"orders": Perm.SUB, "%RETRY%billing": Perm.SUB}
     heartbeat = HeartbeatData(client_id="c", consumer_data_set=[ConsumerData(
         group_name="billing", subscription_data_set=[SubscriptionData(topic="orders")])])
     hb = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body=heartbeat.to_json())

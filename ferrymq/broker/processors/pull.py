@@ -1,4 +1,5 @@
-"""PULL_MESSAGE (11), with long polling.
+"""PULL_MESSAGE (11) and LITE_PULL_MESSAGE (361: RocketMQ 5's DefaultLitePullConsumer, the same
+request), with long polling.
 
 Checks follow RocketMQ's order (broker readable, group, consumeEnable, topic, queue,
 subscription). A pull that finds nothing and carries the SUSPEND flag is held: it waits on

@@ -94,7 +94,7 @@ R = RequestCode
 REQUEST_HEADERS: dict[int, type] = {
     R.SEND_MESSAGE: SendMessageHeader, R.SEND_MESSAGE_V2: SendMessageHeader, R.SEND_BATCH_MESSAGE: SendMessageHeader,
     R.SEND_REPLY_MESSAGE: SendMessageHeader, R.SEND_REPLY_MESSAGE_V2: SendMessageHeader,
-    R.PULL_MESSAGE: PullMessageHeader, R.RECALL_MESSAGE: RecallMessageHeader,
+    R.PULL_MESSAGE: PullMessageHeader, R.LITE_PULL_MESSAGE: PullMessageHeader, R.RECALL_MESSAGE: RecallMessageHeader,
     R.PUSH_REPLY_MESSAGE_TO_CLIENT: ReplyMessageHeader,
     R.UPDATE_AND_CREATE_TOPIC: CreateTopicHeader,
     R.DELETE_TOPIC_IN_BROKER: TopicHeader, R.GET_TOPIC_STATS_INFO: TopicHeader, R.QUERY_TOPIC_CONSUME_BY_WHO: TopicHeader,
@@ -135,7 +135,8 @@ RESPONSE_HEADERS: dict[int, type[Header]] = {
     R.SEND_MESSAGE: SendMessageResponseHeader, R.SEND_MESSAGE_V2: SendMessageResponseHeader,
     R.SEND_BATCH_MESSAGE: SendMessageResponseHeader, R.SEND_REPLY_MESSAGE: SendMessageResponseHeader,
     R.SEND_REPLY_MESSAGE_V2: SendMessageResponseHeader,
-    R.PULL_MESSAGE: PullMessageResponseHeader, R.RECALL_MESSAGE: RecallMessageResponseHeader,
+    R.PULL_MESSAGE: PullMessageResponseHeader, R.LITE_PULL_MESSAGE: PullMessageResponseHeader,
+    R.RECALL_MESSAGE: RecallMessageResponseHeader,
     R.GET_MAX_OFFSET: OffsetResponseHeader, R.GET_MIN_OFFSET: OffsetResponseHeader,
     R.SEARCH_OFFSET_BY_TIMESTAMP: OffsetResponseHeader, R.QUERY_CONSUMER_OFFSET: OffsetResponseHeader,
     R.GET_EARLIEST_MSG_STORETIME: StoreTimeResponseHeader,
