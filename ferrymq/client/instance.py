@@ -42,6 +42,9 @@ class ClientInstance:
         self.remoting = RemotingClient(request_handler=self._on_request, serialize_type=config.serialize_type,
                                        request_hook=sign, tls=config.tls.context() if config.tls else None)
         self.routes: dict[str, TopicRouteData] = {}
+        # Topics whose cached route a name server has since denied (TOPIC_NOT_EXIST): kept, as
+        # Java's client keeps it, but asked about again before each use (see ``route``).
+        self._denied: set[str] = set()
         self.watched_topics: set[str] = set()  # routes refreshed even before first use
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producer_groups: set[str] = set()
@@ -137,15 +140,20 @@ class ClientInstance:
     # ------------------------------------------------------------------ routes
 
     async def fetch_route(self, topic: str) -> TopicRouteData | None:
-        """Ask a name server; None when the topic does not exist there."""
+        """Ask a name server; None when the topic does not exist there. A route cached before
+        stays (a name server that restarted answers so until the brokers registered again), but
+        is marked denied: ``route`` asks again before each use."""
         response = await self.invoke_namesrv(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                                                      GetRouteInfoHeader(topic=topic).to_ext_fields()))
         if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            if topic in self.routes:
+                self._denied.add(topic)
             return None
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark)
         route = TopicRouteData.from_json(response.body or b"{}")
         self.routes[topic] = route
+        self._denied.discard(topic)
         for broker in route.broker_datas:
             self.broker_addrs[broker.broker_name] = dict(broker.broker_addrs)
         read, self._route_read = self._route_read, asyncio.Event()
@@ -174,9 +182,25 @@ class ClientInstance:
         return True
 
     async def route(self, topic: str, *, refresh: bool = False) -> TopicRouteData | None:
+        """The cached route, read first when there is none. A route a name server denied since it
+        was cached is read again first (callers at the same moment share one query): the topic
+        may have been deleted and created on other brokers. While the name server still denies
+        it, or cannot be reached, the cached route is used until a broker refuses the topic
+        (``forget_route``)."""
         if refresh or topic not in self.routes:
             return await self.fetch_route(topic)
-        return self.routes[topic]
+        if topic in self._denied:
+            with contextlib.suppress(MQClientError, RemotingError, OSError):
+                fresh = await self.refresh_route(topic)
+                if fresh is not None:
+                    return fresh
+        return self.routes.get(topic)
+
+    def forget_route(self, topic: str) -> None:
+        """A broker of the route answered that it has no such topic: drop the route, so the
+        next use reads it again (or, still unknown, falls back as an unknown topic does)."""
+        self.routes.pop(topic, None)
+        self._denied.discard(topic)
 
     async def default_topic_route(self) -> TopicRouteData | None:
         return await self.route(DEFAULT_TOPIC)

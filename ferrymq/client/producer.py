@@ -5,8 +5,9 @@ retried on the next queue, preferably on another broker (RocketMQ's retryTimesWh
 A send to a queue the caller chose is retried only when its broker answered SYSTEM_BUSY
 (admission control: nothing was stored), after a short backoff, as RocketMQ 5's clients
 back off on TOO_MANY_REQUESTS.
-A send that finds no writable queue for its topic, or whose broker cannot be reached with no
-other broker to try (the master killed and a slave not yet promoted, a broker restarting),
+A send that finds no writable queue for its topic, or whose broker cannot be reached or takes
+no writes now (SERVICE_NOT_AVAILABLE: a fenced master, one stepping down) with no other broker
+to try (the master killed or cut off and a slave not yet promoted, a broker restarting),
 waits for the route to change until its send timeout instead of failing at once: it asks the
 name server again with a growing back-off, waking early when any route is read meanwhile.
 Such rounds do not count against retryTimesWhenSendFailed; after the timeout the error names
@@ -53,6 +54,9 @@ ROUTE_BACKOFF, ROUTE_BACKOFF_MAX = 0.05, 1.0
 RETRY_CODES = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
                ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT,
                ResponseCode.SYSTEM_BUSY}
+# Refusals meaning "this broker takes no writes now": a master that fenced itself or steps down,
+# a slave the route still names as master. The route is about to change: the send waits for it.
+WRITE_REFUSALS = {ResponseCode.SERVICE_NOT_AVAILABLE}
 DEFAULT_MAX_ASYNC_IN_FLIGHT = 65535  # RocketMQ's clientAsyncSemaphoreValue
 
 
@@ -334,6 +338,18 @@ class Producer:
                 if queue is not None:
                     break
                 continue
+            if response.code in WRITE_REFUSALS and queue is None:
+                # The broker takes no writes now (fenced, stepping down, a slave): avoid it; another
+                # broker up is tried at once (an attempt), else the send waits for the route to
+                # change (a new master), like a send with no reachable master.
+                last_error = MQBrokerError(response.code, response.remark)
+                self.faults.record(mq.broker_name, 0.0, failed=True)
+                if attempt < self.retry_times and self._other_broker_up(route, topic, mq.broker_name):
+                    attempt += 1
+                    continue
+                await self._await_route(topic, backoff, deadline)
+                backoff = min(backoff * 2, ROUTE_BACKOFF_MAX)
+                continue
             if response.code in RETRY_CODES:
                 attempt += 1
                 last_error = MQBrokerError(response.code, response.remark)
@@ -349,7 +365,7 @@ class Producer:
                     # replaced by failover): its route has changed or is about to, learn it now.
                     self.instance.schedule_route_refresh(topic)
                 if response.code == ResponseCode.TOPIC_NOT_EXIST:
-                    self.instance.routes.pop(topic, None)
+                    self.instance.forget_route(topic)
                 continue
             if response.code not in (0, 10, 11, 12):
                 raise MQBrokerError(response.code, response.remark)

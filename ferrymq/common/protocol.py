@@ -127,6 +127,13 @@ class TopicConfig(JsonModel):
     topic_sys_flag: int = 0
     order: bool = False
 
+    def describe(self) -> str:
+        """As Apache's TopicConfig.toString, which its brokers put in remarks."""
+        return (f"TopicConfig [topicName={self.topic_name}, readQueueNums={self.read_queue_nums}, "
+                f"writeQueueNums={self.write_queue_nums}, perm={Perm.describe(self.perm)}, "
+                f"topicFilterType={self.topic_filter_type}, topicSysFlag={self.topic_sys_flag}, "
+                f"order={'true' if self.order else 'false'}]")
+
 
 @dataclass
 class TopicConfigSerializeWrapper(JsonModel):

@@ -82,7 +82,8 @@ class SendProcessor:
             queue_id = random.randrange(max(1, topic_config.write_queue_nums))
         if queue_id >= max(topic_config.read_queue_nums, topic_config.write_queue_nums):
             return req.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"request queueId[{queue_id}] is illegal, {topic_config} Producer: {conn.remote_address[0]}")
+                                remark=f"request queueId[{queue_id}] is illegal, {topic_config.describe()} "
+                                       f"Producer: {conn.remote_address[0]}")
 
         batch_props = decode_properties(header.properties)
         wait = batch_props.pop(Prop.WAIT, None) != "false"  # honoured, not stored (as 4.9.1+)
