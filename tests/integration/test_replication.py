@@ -565,3 +565,40 @@ def test_lag_in_bytes_and_seconds_grows_while_the_link_is_cut_and_returns_to_zer
             await proxy.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_slaves_pending_timers_follow_what_its_master_fired(pair):
+    """docs/timers.md#operator-views: the slave counts every timer it replicates, and once it has
+    copied its master's timer checkpoint (every 3 s) the ones the master fired are no longer
+    counted there; those still waiting are, with their first due time, as on the master."""
+    p = pair("ASYNC_MASTER")
+    p.start_master()
+    p.start_slave()
+    master, slave = f"127.0.0.1:{p.master_port}", f"127.0.0.1:{p.slave_port}"
+
+    async def scenario():
+        await create_topic(p.namesrv, "TimersSoon")
+        await create_topic(p.namesrv, "TimersLater")
+        now = int(time.time() * 1000)
+        soon, later = now + 2000, now + 600_000
+        async with Producer("ha-timers", namesrv_addr=p.namesrv) as producer:
+            for i in range(5):
+                await producer.send(Message("TimersSoon", b"s", properties={"TIMER_DELIVER_MS": str(soon + i)}))
+            for i in range(3):
+                await producer.send(Message("TimersLater", b"l", properties={"TIMER_DELIVER_MS": str(later)}))
+        async with AdminClient(namesrv_addr=p.namesrv) as admin:
+            async def pending(addr: str) -> dict[str, tuple[int, int]]:
+                counts = (await admin.timer_metrics(addr)).timing_count
+                return {t: (c.count, c.earliest_due_ms) for t, c in counts.items() if c.count}
+
+            waiting = {"TimersSoon": (5, soon - soon % 1000), "TimersLater": (3, later - later % 1000)}
+            await wait_until(lambda: _is(pending(slave), waiting), 20, "the slave counts the replicated timers")
+            fired = {"TimersLater": (3, later - later % 1000)}
+            await wait_until(lambda: _is(pending(master), fired), 20, "the master fired the soon timers")
+            await wait_until(lambda: _is(pending(slave), fired), 20, "the slave's counts follow the master's firing")
+
+    asyncio.run(scenario())
+
+
+async def _is(value, expected) -> bool:
+    return await value == expected
