@@ -229,7 +229,7 @@ class Broker:
     async def start(self) -> None:
         if self.acl is not None:  # before anything listens: a broken ACL file stops the start
             await asyncio.to_thread(self.acl.load)
-            self.server.set_request_guard(AclGuard(AccessValidator(lambda: self.acl.config)))
+            self.server.set_request_guard(AclGuard(AccessValidator(lambda: self.acl.config, self.config.msg_trace_topic_name)))
             self.spawn(self.acl.watch(), "acl-reload")
         await asyncio.to_thread(self._load_config_tables)
         await self.store.load(await self._resolve_store_host())
