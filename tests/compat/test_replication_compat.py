@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -25,7 +27,7 @@ from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.common.protocol import TimerCheckpointBody
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import BrokerPair, SEGMENT
-from tests.replication_support import commit_log_range
+from tests.replication_support import commit_log_range, send_soon_and_later_timers
 from testkit.ports import free_port
 from testkit.processes import FerryProcess
 from testkit.wait import poll_until, wait_until
@@ -77,21 +79,39 @@ def _end(results) -> int:
     return max(decode_offset_msg_id(r.offset_msg_id)[2] for r in results) + 1
 
 
-def test_an_apache_slave_replicates_a_ferrymq_master(rocketmq_jars, java_client: JavaClient, tmp_path):
-    ferry_port = free_port()  # its +1 (HA) is free too
-    apache = ApacheRocketMQ(cluster_name=CLUSTER, broker_name=BROKER_NAME, broker_conf={
-        "brokerId": "1", "brokerRole": "SLAVE", "haMasterAddress": f"127.0.0.1:{ferry_port + 1}",
-        "mappedFileSizeCommitLog": str(SEGMENT), "registerNameServerPeriod": "10000",
-    })
+@contextmanager
+def _ferrymq_master_of(apache: ApacheRocketMQ, ferry_port: int, tmp_path, *settings: str) -> Iterator[FerryProcess]:
+    """``apache`` (its slave broker) started, then a FerryMQ master on ``ferry_port`` registered
+    with its name server; both logged if the block fails, both stopped after it."""
     apache.start()
     master = None
     try:
         master = FerryProcess(
             ["broker", "--namesrv", apache.namesrv_addr, "--broker-port", str(ferry_port),
              "--data-dir", str(tmp_path / "master"), "--set", f"brokerName={BROKER_NAME}",
-             "--set", f"brokerClusterName={CLUSTER}", "--set", "brokerRole=SYNC_MASTER",
-             "--set", f"mappedFileSizeCommitLog={SEGMENT}", "--set", "syncFlushTimeout=10000"],
+             "--set", f"brokerClusterName={CLUSTER}", "--set", f"mappedFileSizeCommitLog={SEGMENT}",
+             *[arg for s in settings for arg in ("--set", s)]],
             "is ready on", tmp_path / "ferry-master.log").start()
+        yield master
+    except BaseException:
+        apache.dump_logs()
+        if master is not None:
+            print(master.log()[-8000:])
+        raise
+    finally:
+        if master is not None:
+            master.stop()
+        apache.stop()
+
+
+def test_an_apache_slave_replicates_a_ferrymq_master(rocketmq_jars, java_client: JavaClient, tmp_path):
+    ferry_port = free_port()  # its +1 (HA) is free too
+    apache = ApacheRocketMQ(cluster_name=CLUSTER, broker_name=BROKER_NAME, broker_conf={
+        "brokerId": "1", "brokerRole": "SLAVE", "haMasterAddress": f"127.0.0.1:{ferry_port + 1}",
+        "mappedFileSizeCommitLog": str(SEGMENT), "registerNameServerPeriod": "10000",
+    })
+    with _ferrymq_master_of(apache, ferry_port, tmp_path, "brokerRole=SYNC_MASTER",
+                            "syncFlushTimeout=10000") as master:
         topic = "FerryToApacheHA"
         asyncio.run(_create_topic(apache.namesrv_addr, topic))
         results = asyncio.run(_send(apache.namesrv_addr, topic, COUNT))
@@ -111,15 +131,6 @@ def test_an_apache_slave_replicates_a_ferrymq_master(rocketmq_jars, java_client:
         events = java_client.consume(apache.namesrv_addr, topic, expect_keys=[f"ha-key-{i}" for i in range(COUNT)],
                                      timeout_ms=90000)
         assert {e["key"] for e in events.of("received")} >= {f"ha-key-{i}" for i in range(COUNT)}
-    except BaseException:
-        apache.dump_logs()
-        if master is not None:
-            print(master.log()[-8000:])
-        raise
-    finally:
-        if master is not None:
-            master.stop()
-        apache.stop()
 
 
 def test_a_ferrymq_slave_replicates_an_apache_master(rocketmq_jars, tmp_path):
@@ -238,28 +249,12 @@ def test_an_apache_5_slave_follows_a_ferrymq_masters_timers(rocketmq5_jars, tmp_
                                 "brokerId": "1", "brokerRole": "SLAVE",
                                 "mappedFileSizeCommitLog": str(SEGMENT), "registerNameServerPeriod": "10000",
                             })
-    apache.start()
-    master = None
     master_addr = f"127.0.0.1:{ferry_port}"
-    try:
-        master = FerryProcess(
-            ["broker", "--namesrv", apache.namesrv_addr, "--broker-port", str(ferry_port),
-             "--data-dir", str(tmp_path / "master"), "--set", f"brokerName={BROKER_NAME}",
-             "--set", f"brokerClusterName={CLUSTER}", "--set", "brokerRole=ASYNC_MASTER",
-             "--set", f"mappedFileSizeCommitLog={SEGMENT}"],
-            "is ready on", tmp_path / "ferry-master.log").start()
-
+    with _ferrymq_master_of(apache, ferry_port, tmp_path, "brokerRole=ASYNC_MASTER"):
         async def send_timers() -> tuple[int, int]:
             await _create_topic(apache.namesrv_addr, "TimersSoon")
             await _create_topic(apache.namesrv_addr, "TimersLater")
-            now = int(time.time() * 1000)
-            soon, later = now + 3000, now + 600_000
-            async with Producer("ha-compat-timers", namesrv_addr=apache.namesrv_addr) as producer:
-                for i in range(5):
-                    await producer.send(Message("TimersSoon", b"s", properties={"TIMER_DELIVER_MS": str(soon + i)}))
-                for _ in range(3):
-                    await producer.send(Message("TimersLater", b"l", properties={"TIMER_DELIVER_MS": str(later)}))
-            return soon, later
+            return await send_soon_and_later_timers(apache.namesrv_addr, 3000)
         soon, later = asyncio.run(send_timers())
 
         async def pending(addr: str) -> dict[str, int]:
@@ -283,12 +278,3 @@ def test_an_apache_5_slave_follows_a_ferrymq_masters_timers(rocketmq5_jars, tmp_
         assert ours.last_read_time_ms < later
         # Every replicated timer is in the Apache slave's timer store, counted per real topic.
         assert asyncio.run(pending(apache.broker_addr))["TimersLater"] == 3
-    except BaseException:
-        apache.dump_logs()
-        if master is not None:
-            print(master.log()[-8000:])
-        raise
-    finally:
-        if master is not None:
-            master.stop()
-        apache.stop()

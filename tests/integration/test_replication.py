@@ -41,7 +41,8 @@ from tests.consumer_support import Recorder
 from tests.failover_support import create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import BrokerPair, SEGMENT
-from tests.replication_support import AckedLoad, assert_acked_on_both, commit_log_range, TcpProxy
+from tests.replication_support import (AckedLoad, assert_acked_on_both, commit_log_range,
+                                      send_soon_and_later_timers, TcpProxy)
 from tests.store.small_fs import fill_completely, small_filesystem_or_skip
 from testkit.ports import free_port
 from testkit.wait import wait_until
@@ -579,13 +580,7 @@ def test_a_slaves_pending_timers_follow_what_its_master_fired(pair):
     async def scenario():
         await create_topic(p.namesrv, "TimersSoon")
         await create_topic(p.namesrv, "TimersLater")
-        now = int(time.time() * 1000)
-        soon, later = now + 2000, now + 600_000
-        async with Producer("ha-timers", namesrv_addr=p.namesrv) as producer:
-            for i in range(5):
-                await producer.send(Message("TimersSoon", b"s", properties={"TIMER_DELIVER_MS": str(soon + i)}))
-            for i in range(3):
-                await producer.send(Message("TimersLater", b"l", properties={"TIMER_DELIVER_MS": str(later)}))
+        soon, later = await send_soon_and_later_timers(p.namesrv, 2000)
         async with AdminClient(namesrv_addr=p.namesrv) as admin:
             async def pending(addr: str) -> dict[str, tuple[int, int]]:
                 counts = (await admin.timer_metrics(addr)).timing_count
