@@ -1,14 +1,17 @@
 """Shared by the replication tests: a TCP proxy the test controls on 127.0.0.1 (cut,
 throttle, restore the replication link), a producer load that records what was acknowledged,
-and CommitLog bytes read straight from a store directory. The master/slave pair of broker
+CommitLog bytes read straight from a store directory, and timer messages sent to a master. The master/slave pair of broker
 processes is ``testkit.processes.BrokerPair``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
 
+from ferrymq.client.producer import Producer
+from ferrymq.common.message import Message
 from testkit.processes import SEGMENT
 
 
@@ -157,3 +160,16 @@ def assert_acked_on_both(acked: list[tuple[int, bytes]], first: Path, second: Pa
         record = commit_log_range(first, phys, phys + size)
         assert len(record) == size and decode_record(record)[0].body == body, f"acknowledged message at {phys} lost"
         assert commit_log_range(second, phys, phys + size) == record, f"message at {phys} differs between brokers"
+
+
+async def send_soon_and_later_timers(namesrv: str, soon_in_ms: int) -> tuple[int, int]:
+    """Timer messages: 5 to TimersSoon due in ``soon_in_ms``, 3 to TimersLater due in 10 minutes
+    (the topics made beforehand). Returns (soon, later), their due times in epoch ms."""
+    now = int(time.time() * 1000)
+    soon, later = now + soon_in_ms, now + 600_000
+    async with Producer("ha-timers", namesrv_addr=namesrv) as producer:
+        for i in range(5):
+            await producer.send(Message("TimersSoon", b"s", properties={"TIMER_DELIVER_MS": str(soon + i)}))
+        for _ in range(3):
+            await producer.send(Message("TimersLater", b"l", properties={"TIMER_DELIVER_MS": str(later)}))
+    return soon, later

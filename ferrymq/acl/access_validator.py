@@ -21,6 +21,7 @@ from typing import Callable
 from ferrymq.acl.plain_acl import AclConfig, Perm, permits
 from ferrymq.acl.signature import ACCESS_KEY, signature_matches
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX, HeartbeatData, retry_topic
+from ferrymq.common.trace_data import DEFAULT_TRACE_TOPIC
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.headers import consumer_group_field, topic_field
@@ -28,8 +29,6 @@ from ferrymq.remoting.headers import consumer_group_field, topic_field
 log = logging.getLogger(__name__)
 
 __all__ = ["ADMIN_CODES", "NAMESRV_ADMIN_CODES", "AccessDenied", "AccessValidator", "AclGuard"]
-
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
 # RocketMQ 4.9's Permission.ADMIN_CODE, plus the ACL updates themselves (4.9 lets any
 # signed account change the ACL; FerryMQ asks for admin).
@@ -115,8 +114,11 @@ class AccessValidator:
     """Checks requests against the current ACL; ``config`` is read per request, so a
     reloaded file applies to the very next one."""
 
-    def __init__(self, config: Callable[[], AclConfig]) -> None:
+    def __init__(self, config: Callable[[], AclConfig], trace_topic: str = DEFAULT_TRACE_TOPIC) -> None:
+        """``trace_topic``: the broker's ``msgTraceTopicName``; a send to it, or to the default
+        RMQ_SYS_TRACE_TOPIC (Apache's only one), needs no topic permission (docs/trace.md#acl)."""
         self._config = config
+        self._trace_topics = frozenset({DEFAULT_TRACE_TOPIC, trace_topic})
 
     def check(self, request: RemotingCommand, remote_host: str) -> str | None:
         """Raises AccessDenied; returns the access key the request was allowed under
@@ -135,7 +137,7 @@ class AccessValidator:
         if not signature_matches(request, account.secret_key):
             raise AccessDenied(f"Check signature failed for accessKey={access_key}")
         needed = needed_resources(request)
-        if needed.get(TRACE_TOPIC) == Perm.PUB:
+        if any(needed.get(topic) == Perm.PUB for topic in self._trace_topics):
             return access_key  # anyone signed may write message traces (as 4.9)
         if request.code in ADMIN_CODES and not account.admin:
             raise AccessDenied(f"Need admin permission for request code={request.code}, "

@@ -10,11 +10,13 @@ import logging
 import socket
 import time
 import zlib
+from functools import partial
 from pathlib import Path
 from typing import Coroutine, Protocol
 
 from ferrymq.acl.access_validator import AccessValidator, AclGuard
 from ferrymq.acl.acl_file import AclFile, default_acl_path
+from ferrymq.acl.signature import sign_request
 from ferrymq.broker.client_notifier import ClientNotifier
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.context import BrokerContext
@@ -134,7 +136,11 @@ class Broker:
         self.vip_server = self.server.mirror(config.listen_port - 2, "broker-vip") if config.listen_port > 2 else None
         self.acl = AclFile(config.acl_file or default_acl_path()) if config.acl_enable else None
         client_tls = config.client_tls()
-        self.namesrv_client = RemotingClient(tls=client_tls.context() if client_tls else None)
+        # The broker's own requests (name servers, its master, other brokers: gRPC relays) are
+        # signed with innerClientAuthenticationCredentials when set, as Apache 5's BrokerOuterAPI.
+        inner = config.inner_credentials()
+        self.namesrv_client = RemotingClient(tls=client_tls.context() if client_tls else None,
+                                             request_hook=partial(sign_request, credentials=inner) if inner else None)
         self.replication = Replication(config, store_config, self.store, self.namesrv_client, self.topics,
                                        self.offsets, self.groups, self.schedule, self._persist_tables)
         self.replication_lag = ReplicationLag(self.store, self.replication)
@@ -230,7 +236,7 @@ class Broker:
     async def start(self) -> None:
         if self.acl is not None:  # before anything listens: a broken ACL file stops the start
             await asyncio.to_thread(self.acl.load)
-            self.server.set_request_guard(AclGuard(AccessValidator(lambda: self.acl.config)))
+            self.server.set_request_guard(AclGuard(AccessValidator(lambda: self.acl.config, self.config.msg_trace_topic_name)))
             self.spawn(self.acl.watch(), "acl-reload")
         await asyncio.to_thread(self._load_config_tables)
         await self.store.load(await self._resolve_store_host())

@@ -6,11 +6,13 @@ one loader in :mod:`ferrymq.common.config_loader` applies each key to whichever 
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 
+from ferrymq.acl.signature import Credentials
 from ferrymq.common.address_lookup import DEFAULT_DOMAIN, DEFAULT_SUBGROUP
-from ferrymq.common.config_loader import LIVE, check_range
+from ferrymq.common.config_loader import LIVE, SECRET, check_range
 from ferrymq.common.naming import camel_case
 from ferrymq.common.net import local_ip
 from ferrymq.common.protocol import Perm
@@ -73,6 +75,9 @@ class BrokerConfig:
     # (plain_acl.yml; empty: $ROCKETMQ_HOME/conf/plain_acl.yml), re-read when it changes.
     acl_enable: bool = False
     acl_file: str = ""
+    # The account this broker signs its own requests to other brokers with (Apache 5.3's
+    # AuthConfig key and JSON form, {"accessKey": "...", "secretKey": "..."}; empty: unsigned).
+    inner_client_authentication_credentials: str = field(default="", metadata=SECRET)
     # SQL92 subscriptions (MessageSelector.bySql), evaluated on message properties at pull time.
     enable_property_filter: bool = False
     # Transactional messages (RocketMQ 4.x): half messages are checked back with a producer
@@ -190,6 +195,19 @@ class BrokerConfig:
         check_range(self, "slow_append_mills", 0)  # 0: every append counts as slow
         ServerTls.check(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,
                         self.tls_server_trust_cert_path, self.tls_server_need_client_auth)
+        self.inner_credentials()
+
+    def inner_credentials(self) -> Credentials | None:
+        """``innerClientAuthenticationCredentials`` read (None: not set); ValueError if unreadable."""
+        text = self.inner_client_authentication_credentials.strip()
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            return Credentials(str(data["accessKey"]), str(data["secretKey"]))
+        except (ValueError, KeyError, TypeError):
+            raise ValueError('innerClientAuthenticationCredentials must be {"accessKey": "...", '
+                             '"secretKey": "..."}') from None
 
     def server_tls(self) -> ServerTls | None:
         return ServerTls.build(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,
@@ -275,6 +293,10 @@ def build_broker_settings(*sources: dict[str, str]):
             raise ConfigError(reason)
     if broker.role_error():
         raise ConfigError(broker.role_error())
+    try:
+        broker.inner_credentials()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if not broker.is_slave and broker.broker_id != 0 and not broker.enable_controller_mode:
         # as RocketMQ's BrokerStartup: a master is broker 0 (the controller's groups keep their ids)
         log.warning("brokerId=%d ignored: a %s is brokerId 0", broker.broker_id, broker.broker_role)

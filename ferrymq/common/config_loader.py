@@ -18,7 +18,7 @@ from typing import Any, Collection, Iterable, Mapping
 
 from ferrymq.common.naming import camel_case, snake_case
 
-__all__ = ["ConfigError", "LIVE", "parse_properties", "parse_assignments", "apply_settings", "check_range",
+__all__ = ["ConfigError", "LIVE", "SECRET", "parse_properties", "parse_assignments", "apply_settings", "check_range",
            "live_keys", "to_properties"]
 
 
@@ -79,6 +79,7 @@ def _convert(tp: Any, raw: str, key: str) -> Any:
 
 
 LIVE = {"live": True}
+SECRET = {"secret": True}  # shown as "***" by to_properties (GET_BROKER_CONFIG, logs) when set
 """Field metadata of a setting a running broker may change (UPDATE_BROKER_CONFIG): one that
 is read where it is used, not copied into some object at start."""
 
@@ -154,5 +155,7 @@ def to_properties(*targets: Any) -> dict[str, str]:
             if f.name.startswith("_"):
                 continue
             value = getattr(target, f.name)
+            if f.metadata.get("secret") and value:
+                value = "***"
             out[camel_case(f.name)] = str(value).lower() if isinstance(value, bool) else str(value)
     return out

@@ -605,8 +605,8 @@ class MessagingService(rpc.MessagingServiceServicer):
         return spb.RecallMessageResponse(status=status(grpc_code, remark))
 
     async def _recall_elsewhere(self, topic: str, broker_name: str, handle: str) -> spb.RecallMessageResponse:
-        """RECALL_MESSAGE relayed to another broker of the cluster (without credentials: a broker
-        with ACL on refuses it)."""
+        """RECALL_MESSAGE relayed to another broker of the cluster, over the broker's own client:
+        signed with innerClientAuthenticationCredentials when set (docs/timers.md#recall)."""
         request = RemotingCommand.request(RequestCode.RECALL_MESSAGE, RecallMessageHeader(
             producer_group=grpc_producer_group(topic), topic=topic, recall_handle=handle).to_ext_fields())
         try:

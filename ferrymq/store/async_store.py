@@ -509,7 +509,7 @@ class AsyncMessageStore:
 
     async def adopt_timers_fired(self, upto_ms: int) -> bool:
         """A slave: its master fired every timer before ``upto_ms`` (forward only, persisted)."""
-        return await self._read(self.sync_store.timers.adopt_fired, upto_ms)
+        return await self._read(self.sync_store.adopt_timers_fired, upto_ms)
 
     async def timer_checkpoint(self) -> tuple[int, int]:
         """(fired-up-to time, synced TimerLog position) of the timing store."""

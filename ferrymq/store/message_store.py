@@ -464,21 +464,26 @@ class MessageStore:
         self._recount_timers()
         return report.end
 
+    def _timer_real_topic(self, record: TimerRecord) -> str | None:
+        """The real topic of a timer's CommitLog record (None: gone or unreadable)."""
+        data = self.commit_log.read_record(record.phys)
+        if data is None:
+            return None
+        try:
+            return decode_record(data)[0].properties.get(Prop.REAL_TOPIC, "")
+        except ValueError:
+            return None
+
+    def adopt_timers_fired(self, upto_ms: int) -> bool:
+        """A slave: its master fired every timer before ``upto_ms`` (docs/timers.md#slaves); the
+        pending counts drop the timers of the slots passed. Forward only; whether it moved."""
+        return self.timers.adopt_fired(upto_ms, self._timer_real_topic)
+
     def _recount_timers(self) -> None:
         """Pending timers per real topic, counted again from the TimerLog and the CommitLog."""
         if self.timers is None:
             return
-
-        def real_topic(record: TimerRecord) -> str | None:
-            data = self.commit_log.read_record(record.phys)
-            if data is None:
-                return None
-            try:
-                return decode_record(data)[0].properties.get(Prop.REAL_TOPIC, "")
-            except ValueError:
-                return None
-
-        pending = self.timers.recount(real_topic)
+        pending = self.timers.recount(self._timer_real_topic)
         if pending:
             log.info("%d timers pending in %d topics", pending, len(self.timers.pending.by_topic()))
 

@@ -223,16 +223,19 @@ class TimerStore:
         reads a record's real topic from the CommitLog; None: gone). At open and after a
         CommitLog truncation; one pass over the log. Returns how many are pending."""
         with self._lock:
-            self.pending.clear()
-            count = 0
-            for _, record in self.log.records(self.log.min_position):
-                if record.slot_ms < self.fired_ms or record.flags & RECALL_MARKER:
-                    continue
-                topic = topic_of(record)
-                if topic is not None:
-                    self.pending.add(topic, record.deliver_ms, scheduled=False)
-                    count += 1
-            return count
+            return self._recount(topic_of, self.fired_ms)
+
+    def _recount(self, topic_of: Callable[[TimerRecord], str | None], fired_ms: int) -> int:
+        self.pending.clear()
+        count = 0
+        for _, record in self.log.records(self.log.min_position):
+            if record.slot_ms < fired_ms or record.flags & RECALL_MARKER:
+                continue
+            topic = topic_of(record)
+            if topic is not None:
+                self.pending.add(topic, record.deliver_ms, scheduled=False)
+                count += 1
+        return count
 
     # ------------------------------------------------------------ firing side
 
@@ -291,17 +294,44 @@ class TimerStore:
                 self.fired_ms = upto_ms
                 self._write_checkpoint()
 
-    def adopt_fired(self, upto_ms: int) -> bool:
+    def adopt_fired(self, upto_ms: int, topic_of: Callable[[TimerRecord], str | None] | None = None) -> bool:
         """A slave copies its master's ``upto_ms`` (docs/timers.md#slaves): forward only, written
         now and made durable at the next sync, as ``mark_fired``. Reading (once promoted) and
-        filing new timers start there. Returns whether it moved."""
+        filing new timers start there. With ``topic_of`` (as ``recount``'s) the pending counts
+        follow: the timers of the slots passed are no longer counted, as the master's service
+        uncounts what it fires or rolls. Returns whether it moved."""
         with self._lock:
             if upto_ms <= self.fired_ms:
                 return False
+            if topic_of is not None:
+                self._uncount_slots(self.fired_ms, upto_ms, topic_of)
             self.fired_ms = upto_ms
             self.taken_ms = max(self.taken_ms, upto_ms)
             self._write_checkpoint()
             return True
+
+    def _uncount_slots(self, begin_ms: int, end_ms: int, topic_of: Callable[[TimerRecord], str | None]) -> None:
+        """Take the timers filed in the slots from ``begin_ms`` up to ``end_ms`` out of the pending
+        counts: one 24-byte read per slot and a walk of each chain, the master's firing without
+        the puts. A span beyond the wheel's (its slots were reused) is counted again instead."""
+        begin_ms = self.wheel.round_down(begin_ms)
+        if (end_ms - begin_ms) // self.precision_ms >= self.wheel.slot_count:
+            self._recount(topic_of, end_ms)
+            return
+        t = begin_ms
+        while t < end_ms:
+            slot = self.wheel.get(t)
+            if slot.holds(t):
+                for pos in self._walk(t, slot).positions:
+                    record = self.log.read(pos)
+                    if record is None or record.flags & RECALL_MARKER:
+                        continue
+                    topic = topic_of(record)
+                    if topic is not None:
+                        # due within the slot: fired; later (a later round, a roll): stored again
+                        self.pending.remove(topic, record.deliver_ms,
+                                            fired=self.wheel.round_down(record.deliver_ms) <= t)
+            t += self.precision_ms
 
     def checkpoint(self) -> tuple[int, int]:
         """(fired-up-to time, synced TimerLog position), as the checkpoint file holds them."""

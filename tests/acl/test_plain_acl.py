@@ -174,6 +174,27 @@ def test_checks_in_rocketmqs_order():
     assert check(from_trusted, "10.9.9.9") == "trusted1"
 
 
+@pytest.mark.parametrize("configured", ["RMQ_SYS_TRACE_TOPIC", "OrdersTrace"])
+def test_sends_to_the_trace_topic_need_no_topic_permission(configured):
+    """RocketMQ 4.9.7 and 5.3.1 (PlainPermissionManager.validate) let any signed account send to
+    RMQ_SYS_TRACE_TOPIC; FerryMQ also to the broker's msgTraceTopicName (docs/trace.md#acl)."""
+    acl = parse_acl({"accounts": [{"accessKey": "producer1", "secretKey": "secret-one",
+                                   "defaultTopicPerm": "DENY", "topicPerms": ["orders=PUB"]}]})
+    validator = AccessValidator(lambda: acl, configured)
+
+    def check(topic: str) -> str:
+        request = _send(topic)
+        sign_request(request, Credentials("producer1", "secret-one"))
+        try:
+            return validator.check(request, "127.0.0.1")
+        except AccessDenied as exc:
+            return str(exc)
+
+    assert check(configured) == "producer1"
+    assert check("RMQ_SYS_TRACE_TOPIC") == "producer1"  # Apache's, whatever the broker configures
+    assert check("OtherTrace") == "No default permission for topic:OtherTrace"  # a client's own name: a topic
+
+
 def test_signature_with_or_without_the_unique_key_query_field():
     """Clients up to 4.9.3 add _UNIQUE_KEY_QUERY after signing, later ones before."""
     acl = parse_acl({"accounts": [{"accessKey": "reader01", "secretKey": "secret-one", "defaultTopicPerm": "SUB"}]})

@@ -131,6 +131,8 @@ def test_a_stock_rocketmq_broker_conf_starts_with_one_warning_naming_what_is_ign
     ("brokerRole=MASTER", "brokerRole must be one of ASYNC_MASTER, SYNC_MASTER, SLAVE, got 'MASTER'"),
     ("enableDLegerCommitLog=true", "enableDLegerCommitLog=true: DLedger is not implemented"),
     ("brokerRol=ASYNC_MASTER", "unknown configuration key 'brokerRol'"),  # a typo is still refused
+    ('innerClientAuthenticationCredentials={"accessKey": "inner"}',
+     'innerClientAuthenticationCredentials must be {"accessKey": "...", "secretKey": "..."}'),
 ])
 def test_settings_that_would_promise_what_ferrymq_does_not_do_are_refused(setting, message):
     with pytest.raises(ConfigError, match=re.escape(message)):

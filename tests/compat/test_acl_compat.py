@@ -20,6 +20,8 @@ from ferrymq.common.message import Message
 from testkit.processes import StandaloneProcess
 
 from testkit.apache import ApacheRocketMQ
+from testkit.wait import poll_until
+from tests.compat.test_msg_trace import held_client
 from testkit.java_client import CompatError, JavaClient, run_mqadmin
 
 pytestmark = pytest.mark.compat
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.compat
 ADMIN = Credentials("admin0001", "admin-secret")
 APP = Credentials("orders-app", "app-secret-1")
 ORDERS, PAYMENTS, GROUP = "AclOrders", "AclPayments", "acl_billing"
+TRACE_TOPIC = "AclTrace"  # the FerryMQ broker's msgTraceTopicName; APP has no permission on it
 
 PLAIN_ACL = textwrap.dedent(f"""\
     accounts:
@@ -59,7 +62,8 @@ async def _create_topics(namesrv: str) -> None:
 def secured_ferrymq(tmp_path_factory, rocketmq_jars):
     work = tmp_path_factory.mktemp("ferrymq-acl")
     (work / "plain_acl.yml").write_text(PLAIN_ACL)
-    server = StandaloneProcess(work / "store", ["aclEnable=true", f"aclFile={work / 'plain_acl.yml'}"]).start()
+    server = StandaloneProcess(work / "store", ["aclEnable=true", f"aclFile={work / 'plain_acl.yml'}",
+                                                "traceTopicEnable=true", f"msgTraceTopicName={TRACE_TOPIC}"]).start()
     try:
         asyncio.run(_create_topics(server.namesrv_addr))
         yield server
@@ -122,6 +126,25 @@ def test_mqadmin_signs_and_only_admins_create_topics(secured_ferrymq):
     with pytest.raises(CompatError, match=f"Need admin permission for request code=17, but accessKey={APP.access_key}"):
         run_mqadmin(namesrv, "updateTopic", "-c", "DefaultCluster", "-t", "AclByApp",
                     credentials=(APP.access_key, APP.secret_key))
+
+
+def test_java_client_trace_records_reach_the_brokers_configured_trace_topic(secured_ferrymq):
+    """docs/trace.md#acl: like RMQ_SYS_TRACE_TOPIC on Apache, the broker's own trace topic
+    (msgTraceTopicName) takes any signed account's trace records, whatever its topic perms."""
+    namesrv = secured_ferrymq.namesrv_addr
+    with held_client(["produce-consume", "--namesrv", namesrv, "--topic", ORDERS, "--group", GROUP,
+                      "--count", "1", "--modes", "sync", "--trace-topic", TRACE_TOPIC, "--hold", "true",
+                      "--access-key", APP.access_key, "--secret-key", APP.secret_key,
+                      "--timeout-ms", "90000"]) as events:
+        (sent,) = [e for e in events if e["event"] == "sent"]
+
+        async def traced() -> set[str]:
+            async with AdminClient(config=_config(namesrv, ADMIN)) as admin:
+                return {e.type for e in (await admin.message_trace(sent["msgId"], TRACE_TOPIC)).events}
+        types = poll_until("the publish and consume trace records", lambda: (
+            found if {"Pub", "SubBefore", "SubAfter"} <= (found := asyncio.run(traced())) else None),
+            timeout=60, interval=0.5)
+    assert types == {"Pub", "SubBefore", "SubAfter"}
 
 
 # ------------------------------------------------------------------ Python client -> Apache RocketMQ

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 import pytest
 
@@ -22,15 +24,16 @@ from ferrymq.client.errors import MQClientError
 from ferrymq.client.producer import Producer, SendStatus
 from ferrymq.common.message import Message
 from ferrymq.common.message_id import decode_offset_msg_id
+from ferrymq.common.protocol import TimerCheckpointBody
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import BrokerPair, SEGMENT
-from tests.replication_support import commit_log_range
+from tests.replication_support import commit_log_range, send_soon_and_later_timers
 from testkit.ports import free_port
 from testkit.processes import FerryProcess
 from testkit.wait import poll_until, wait_until
 
 from testkit.apache import ApacheRocketMQ, remoting_request
-from testkit.java_client import JavaClient
+from testkit.java_client import ROCKETMQ5_VERSION, JavaClient
 
 pytestmark = pytest.mark.compat
 
@@ -76,21 +79,39 @@ def _end(results) -> int:
     return max(decode_offset_msg_id(r.offset_msg_id)[2] for r in results) + 1
 
 
-def test_an_apache_slave_replicates_a_ferrymq_master(rocketmq_jars, java_client: JavaClient, tmp_path):
-    ferry_port = free_port()  # its +1 (HA) is free too
-    apache = ApacheRocketMQ(cluster_name=CLUSTER, broker_name=BROKER_NAME, broker_conf={
-        "brokerId": "1", "brokerRole": "SLAVE", "haMasterAddress": f"127.0.0.1:{ferry_port + 1}",
-        "mappedFileSizeCommitLog": str(SEGMENT), "registerNameServerPeriod": "10000",
-    })
+@contextmanager
+def _ferrymq_master_of(apache: ApacheRocketMQ, ferry_port: int, tmp_path, *settings: str) -> Iterator[FerryProcess]:
+    """``apache`` (its slave broker) started, then a FerryMQ master on ``ferry_port`` registered
+    with its name server; both logged if the block fails, both stopped after it."""
     apache.start()
     master = None
     try:
         master = FerryProcess(
             ["broker", "--namesrv", apache.namesrv_addr, "--broker-port", str(ferry_port),
              "--data-dir", str(tmp_path / "master"), "--set", f"brokerName={BROKER_NAME}",
-             "--set", f"brokerClusterName={CLUSTER}", "--set", "brokerRole=SYNC_MASTER",
-             "--set", f"mappedFileSizeCommitLog={SEGMENT}", "--set", "syncFlushTimeout=10000"],
+             "--set", f"brokerClusterName={CLUSTER}", "--set", f"mappedFileSizeCommitLog={SEGMENT}",
+             *[arg for s in settings for arg in ("--set", s)]],
             "is ready on", tmp_path / "ferry-master.log").start()
+        yield master
+    except BaseException:
+        apache.dump_logs()
+        if master is not None:
+            print(master.log()[-8000:])
+        raise
+    finally:
+        if master is not None:
+            master.stop()
+        apache.stop()
+
+
+def test_an_apache_slave_replicates_a_ferrymq_master(rocketmq_jars, java_client: JavaClient, tmp_path):
+    ferry_port = free_port()  # its +1 (HA) is free too
+    apache = ApacheRocketMQ(cluster_name=CLUSTER, broker_name=BROKER_NAME, broker_conf={
+        "brokerId": "1", "brokerRole": "SLAVE", "haMasterAddress": f"127.0.0.1:{ferry_port + 1}",
+        "mappedFileSizeCommitLog": str(SEGMENT), "registerNameServerPeriod": "10000",
+    })
+    with _ferrymq_master_of(apache, ferry_port, tmp_path, "brokerRole=SYNC_MASTER",
+                            "syncFlushTimeout=10000") as master:
         topic = "FerryToApacheHA"
         asyncio.run(_create_topic(apache.namesrv_addr, topic))
         results = asyncio.run(_send(apache.namesrv_addr, topic, COUNT))
@@ -110,15 +131,6 @@ def test_an_apache_slave_replicates_a_ferrymq_master(rocketmq_jars, java_client:
         events = java_client.consume(apache.namesrv_addr, topic, expect_keys=[f"ha-key-{i}" for i in range(COUNT)],
                                      timeout_ms=90000)
         assert {e["key"] for e in events.of("received")} >= {f"ha-key-{i}" for i in range(COUNT)}
-    except BaseException:
-        apache.dump_logs()
-        if master is not None:
-            print(master.log()[-8000:])
-        raise
-    finally:
-        if master is not None:
-            master.stop()
-        apache.stop()
 
 
 def test_a_ferrymq_slave_replicates_an_apache_master(rocketmq_jars, tmp_path):
@@ -210,3 +222,59 @@ def test_the_java_push_consumer_reads_a_ferrymq_slave_after_its_master_is_killed
         raise
     finally:
         pair.stop_all()
+
+
+GET_TIMER_CHECK_POINT = 60
+
+
+def _timer_checkpoint(addr: str) -> TimerCheckpointBody | None:
+    header, body = remoting_request(addr, GET_TIMER_CHECK_POINT)
+    return TimerCheckpointBody.decode(body) if header.get("code") == 0 else None
+
+
+def test_an_apache_5_slave_follows_a_ferrymq_masters_timers(rocketmq5_jars, tmp_path):
+    """docs/timers.md#slaves: Apache 5.3.1 as the slave of a FerryMQ master. Timer messages reach
+    it by replication; every 3 s it copies the master's timer checkpoint (GET_TIMER_CHECK_POINT),
+    so its own checkpoint's lastReadTimeMs follows how far the master fired, and it indexes the
+    replicated timer records up to the master's masterTimerQueueOffset, counting the pending ones
+    per topic as the master does."""
+    ferry_port = free_port()  # its +1 (HA) is free too
+    apache = ApacheRocketMQ(cluster_name=CLUSTER, broker_name=BROKER_NAME, broker_version=ROCKETMQ5_VERSION,
+                            broker_conf={
+                                # No haMasterAddress: 5.3.1 hands it to its HA client before that
+                                # client exists (BrokerController.initializeBrokerScheduledTasks runs
+                                # before DefaultMessageStore.start's haService.init) and then never
+                                # connects; without it the slave takes the master's haServerAddr from
+                                # its registration's answer, as a 4.9.7 slave can.
+                                "brokerId": "1", "brokerRole": "SLAVE",
+                                "mappedFileSizeCommitLog": str(SEGMENT), "registerNameServerPeriod": "10000",
+                            })
+    master_addr = f"127.0.0.1:{ferry_port}"
+    with _ferrymq_master_of(apache, ferry_port, tmp_path, "brokerRole=ASYNC_MASTER"):
+        async def send_timers() -> tuple[int, int]:
+            await _create_topic(apache.namesrv_addr, "TimersSoon")
+            await _create_topic(apache.namesrv_addr, "TimersLater")
+            return await send_soon_and_later_timers(apache.namesrv_addr, 3000)
+        soon, later = asyncio.run(send_timers())
+
+        async def pending(addr: str) -> dict[str, int]:
+            async with AdminClient(namesrv_addr=apache.namesrv_addr) as admin:
+                return {t: c.count for t, c in (await admin.timer_metrics(addr)).timing_count.items() if c.count}
+
+        # The FerryMQ master fires the soon timers; its fired-up-to time passes their second.
+        poll_until("the master fired the soon timers", lambda: asyncio.run(pending(master_addr)) == {"TimersLater": 3},
+                   30, interval=0.5)
+        fired = _timer_checkpoint(master_addr)
+        assert fired.last_read_time_ms > soon and fired.master_timer_queue_offset == 8
+
+        def slave_follows() -> TimerCheckpointBody | None:
+            ours = _timer_checkpoint(apache.broker_addr)
+            if ours is None or ours.last_read_time_ms < fired.last_read_time_ms:
+                return None
+            return ours if ours.last_timer_queue_offset == ours.master_timer_queue_offset == 8 else None
+        ours = poll_until("the Apache slave's timer checkpoint following the FerryMQ master's", slave_follows, 60,
+                          interval=0.5, diagnostics=lambda: f"slave: {_timer_checkpoint(apache.broker_addr)}")
+        assert ours.last_read_time_ms <= _timer_checkpoint(master_addr).last_read_time_ms  # copied, not its own
+        assert ours.last_read_time_ms < later
+        # Every replicated timer is in the Apache slave's timer store, counted per real topic.
+        assert asyncio.run(pending(apache.broker_addr))["TimersLater"] == 3

@@ -119,6 +119,63 @@ async def test_recall_message_of_another_brokers_timer_is_relayed_to_that_broker
         await a.stop()
 
 
+RECALL_ACL = """
+accounts:
+  - accessKey: admin0001
+    secretKey: admin-secret
+    admin: true
+  - accessKey: broker-inner
+    secretKey: inner-secret
+    admin: true
+  - accessKey: orders-app
+    secretKey: app-secret-1
+    defaultTopicPerm: PUB|SUB
+    defaultGroupPerm: SUB
+"""
+
+
+async def test_a_relayed_recall_is_signed_with_the_brokers_inner_credentials(tmp_path):
+    """docs/timers.md#recall: with ACL on both brokers, broker A relays the recall of broker B's
+    timer signed with its innerClientAuthenticationCredentials (Apache 5.3's key), and B takes it."""
+    from ferrymq.acl.signature import Credentials
+    from ferrymq.client.config import ClientConfig
+    from tests.grpc.test_grpc_tls_acl import signed
+
+    (tmp_path / "plain_acl.yml").write_text(RECALL_ACL)
+    acl = {"aclEnable": "true", "aclFile": str(tmp_path / "plain_acl.yml")}
+    a = await InProcessCluster(tmp_path / "a", settings={
+        "grpcListenPort": 0, **acl,
+        "innerClientAuthenticationCredentials": '{"accessKey": "broker-inner", "secretKey": "inner-secret"}'}).start()
+    b = InProcessCluster(tmp_path / "b", settings={"brokerName": "broker-b", "recallMessageEnable": "true", **acl})
+    b.namesrv = a.namesrv
+    app = ClientConfig(namesrv_addr=a.namesrv_addr, credentials=Credentials("orders-app", "app-secret-1"))
+    try:
+        await b.start_broker()
+        topic = f"GRecallAcl_{uuid.uuid4().hex[:6]}"
+        admin_config = ClientConfig(namesrv_addr=a.namesrv_addr, credentials=Credentials("admin0001", "admin-secret"))
+        async with AdminClient(config=admin_config) as admin:
+            await admin.create_topic(topic, read_queues=1, write_queues=1, broker_addr=b.broker.address)
+            shown = await admin.broker_config(a.broker.address)
+        assert shown["innerClientAuthenticationCredentials"] == "***"  # the secret is not shown
+        mq = MessageQueue(topic, "broker-b", 0)
+        due = int(time.time() * 1000) + 4000
+        async with Producer("grpc-recall-acl", config=app) as producer:
+            doomed = await producer.send(Message(topic, b"recalled", properties={"TIMER_DELIVER_MS": str(due)}),
+                                         queue=mq)
+            await producer.send(Message(topic, b"kept", properties={"TIMER_DELIVER_MS": str(due)}), queue=mq)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{a.broker.grpc.port}") as channel:
+            answer = await rpc.MessagingServiceStub(channel).RecallMessage(spb.RecallMessageRequest(
+                topic=pb.Resource(name=topic), recall_handle=doomed.recall_handle),
+                metadata=signed("orders-app", "app-secret-1"), timeout=5)
+        assert (answer.status.code, answer.status.message, answer.message_id) == (Code.OK, "OK", doomed.msg_id)
+        async with PullConsumer("recall-acl-check", config=app) as consumer:
+            got = await consumer.pull(mq, 0, suspend=15)
+        assert [m.body for m in got.messages] == [b"kept"]
+    finally:
+        await b.broker.stop()
+        await a.stop()
+
+
 # ---------------------------------------------------------------------------------- pull
 
 

@@ -41,7 +41,8 @@ from tests.consumer_support import Recorder
 from tests.failover_support import create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import BrokerPair, SEGMENT
-from tests.replication_support import AckedLoad, assert_acked_on_both, commit_log_range, TcpProxy
+from tests.replication_support import (AckedLoad, assert_acked_on_both, commit_log_range,
+                                      send_soon_and_later_timers, TcpProxy)
 from tests.store.small_fs import fill_completely, small_filesystem_or_skip
 from testkit.ports import free_port
 from testkit.wait import wait_until
@@ -565,3 +566,34 @@ def test_lag_in_bytes_and_seconds_grows_while_the_link_is_cut_and_returns_to_zer
             await proxy.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_slaves_pending_timers_follow_what_its_master_fired(pair):
+    """docs/timers.md#operator-views: the slave counts every timer it replicates, and once it has
+    copied its master's timer checkpoint (every 3 s) the ones the master fired are no longer
+    counted there; those still waiting are, with their first due time, as on the master."""
+    p = pair("ASYNC_MASTER")
+    p.start_master()
+    p.start_slave()
+    master, slave = f"127.0.0.1:{p.master_port}", f"127.0.0.1:{p.slave_port}"
+
+    async def scenario():
+        await create_topic(p.namesrv, "TimersSoon")
+        await create_topic(p.namesrv, "TimersLater")
+        soon, later = await send_soon_and_later_timers(p.namesrv, 2000)
+        async with AdminClient(namesrv_addr=p.namesrv) as admin:
+            async def pending(addr: str) -> dict[str, tuple[int, int]]:
+                counts = (await admin.timer_metrics(addr)).timing_count
+                return {t: (c.count, c.earliest_due_ms) for t, c in counts.items() if c.count}
+
+            waiting = {"TimersSoon": (5, soon - soon % 1000), "TimersLater": (3, later - later % 1000)}
+            await wait_until(lambda: _is(pending(slave), waiting), 20, "the slave counts the replicated timers")
+            fired = {"TimersLater": (3, later - later % 1000)}
+            await wait_until(lambda: _is(pending(master), fired), 20, "the master fired the soon timers")
+            await wait_until(lambda: _is(pending(slave), fired), 20, "the slave's counts follow the master's firing")
+
+    asyncio.run(scenario())
+
+
+async def _is(value, expected) -> bool:
+    return await value == expected

@@ -310,6 +310,26 @@ def test_a_slave_adopts_its_masters_fired_time_forward_only_and_durably(tmp_path
     store.close()
 
 
+def test_a_slaves_pending_counts_follow_the_fired_time_it_adopts(tmp_path):
+    """docs/timers.md#operator-views: a slave fires nothing; the timers of the slots its master
+    fired leave its counts when it adopts the master's time, the later ones stay."""
+    store = open_store(tmp_path)
+    topics = {0: "A", 100: "A", 200: "B", 300: "A", 400: "B"}
+    store.add([(*t, topics[t[1]]) for t in timers([T0 + 1000, T0 + 1500, T0 + 2000, T0 + 65_000, T0 + 9000])])
+    store.add([(T0 + 2000, 500, SIZE, "B")], markers={500})  # a recall marker: never counted
+    counts = lambda: {t.topic: (t.count, t.earliest_due_ms) for t in store.pending.by_topic()}  # noqa: E731
+    assert counts() == {"A": (3, T0 + 1000), "B": (2, T0 + 2000)}
+    assert store.adopt_fired(T0 + 2000, lambda r: topics.get(r.phys))
+    assert counts() == {"A": (1, T0 + 65_000), "B": (2, T0 + 2000)}
+    assert store.adopt_fired(T0 + 10_000, lambda r: topics.get(r.phys))
+    assert counts() == {"A": (1, T0 + 65_000)}
+    assert not store.adopt_fired(T0 + 5000, lambda r: topics.get(r.phys))  # never back
+    # a span longer than the wheel's: counted again from the log
+    assert store.adopt_fired(T0 + 10_000 + 2 * 259_200_000, lambda r: topics.get(r.phys))
+    assert counts() == {}
+    store.close()
+
+
 def segment_count(path) -> int:
     return len(os.listdir(os.path.join(path, "log")))
 
