@@ -7,6 +7,7 @@
 * ``rocketmq5_jars``  (session) the same for Apache RocketMQ 5.3.1 (remoting client and broker;
                       ``tests/compat/java53``), on a classpath of their own
 * ``apache_rocketmq5`` (module) Apache's 5.3.1 broker under the 4.9.7 name server
+* ``apache_rocketmq532`` (module) Apache's 5.3.2 broker (the first with RECALL_MESSAGE) the same way
 * ``java_client``     (session) a ``testkit.java_client.JavaClient``: ``.produce_consume()``,
                       ``.produce()``, ``.consume()``, ``.run(args)``, ``.mqadmin()``
 
@@ -24,7 +25,7 @@ import pytest
 from tests.support import missing_prerequisite
 
 from testkit.apache import ApacheRocketMQ
-from testkit.java_client import (ROCKETMQ5_VERSION, CompatUnavailable, ensure_compat_classes, ensure_rocketmq_jars,
+from testkit.java_client import (ROCKETMQ5_VERSION, ROCKETMQ532_VERSION, CompatUnavailable, ensure_compat_classes, ensure_rocketmq_jars,
                                  JavaClient)
 
 
@@ -66,6 +67,22 @@ def apache_rocketmq5(rocketmq5_jars: Path) -> Iterator[ApacheRocketMQ]:
     """Apache's 5.3.1 broker (its shipped defaults: timerWheelEnable on, timerMaxDelaySec 3 days)
     registered with a 4.9.7 name server, for one test module."""
     mq = ApacheRocketMQ(broker_version=ROCKETMQ5_VERSION)
+    mq.start()
+    try:
+        yield mq
+    finally:
+        mq.stop()
+
+
+@pytest.fixture(scope="module")
+def apache_rocketmq532(rocketmq_jars: Path) -> Iterator[ApacheRocketMQ]:
+    """Apache's 5.3.2 broker (shipped defaults: recallMessageEnable off) under a 4.9.7 name
+    server, for one test module; its jars from ``tests/compat/java53`` at 5.3.2."""
+    try:
+        ensure_rocketmq_jars(ROCKETMQ532_VERSION)
+    except CompatUnavailable as e:
+        missing_prerequisite(f"compat: Maven Central unreachable: {e.reason}")
+    mq = ApacheRocketMQ(broker_version=ROCKETMQ532_VERSION)
     mq.start()
     try:
         yield mq
