@@ -80,14 +80,16 @@ class _Toolchain:
     version: str
     project: Path  # pom.xml and src/main/java
     classes: Path
+    more_sources: Path | None = None  # programs for this version only (another project's src/main/java)
 
     @property
     def lib(self) -> Path:
         return CACHE_DIR / f"rocketmq-{self.version}" / "lib"
 
     @property
-    def sources(self) -> Path:
-        return self.project / "src" / "main" / "java"
+    def sources(self) -> list[Path]:
+        roots = [self.project / "src" / "main" / "java"]
+        return roots + ([self.more_sources / "src" / "main" / "java"] if self.more_sources else [])
 
 
 _TOOLCHAINS = {
@@ -96,7 +98,8 @@ _TOOLCHAINS = {
     ROCKETMQ5_VERSION: _Toolchain(ROCKETMQ5_VERSION, REPO_ROOT / "tests" / "compat" / "java53",
                                   CACHE_DIR / "compat-java53" / "classes"),
     ROCKETMQ532_VERSION: _Toolchain(ROCKETMQ532_VERSION, REPO_ROOT / "tests" / "compat" / "java53",
-                                    CACHE_DIR / "compat-java532" / "classes"),
+                                    CACHE_DIR / "compat-java532" / "classes",
+                                    REPO_ROOT / "tests" / "compat" / "java532"),
 }
 
 
@@ -303,11 +306,11 @@ def ensure_compat_classes(version: str = ROCKETMQ_VERSION) -> Path:
     chain = _toolchain(version)
     lib = ensure_rocketmq_jars(version)
     classes = chain.classes
-    sources = sorted(chain.sources.rglob("*.java"))
+    sources = sorted(p for root in chain.sources for p in root.rglob("*.java"))
     if not sources:
-        raise CompatError(f"no Java sources under {chain.sources}")
+        raise CompatError(f"no Java sources under {chain.sources[0]}")
     jar_names = ",".join(sorted(p.name for p in lib.glob("*.jar")))
-    want = _digest(sources, chain.sources, jar_names)
+    want = _digest(sources, chain.project.parent, jar_names)
     stamp = classes / ".stamp"
     if stamp.is_file() and stamp.read_text().strip() == want:
         return classes

@@ -7,6 +7,7 @@
 * ``rocketmq5_jars``  (session) the same for Apache RocketMQ 5.3.1 (remoting client and broker;
                       ``tests/compat/java53``), on a classpath of their own
 * ``apache_rocketmq5`` (module) Apache's 5.3.1 broker under the 4.9.7 name server
+* ``rocketmq532_jars`` (session) the same for 5.3.2, with ``tests/compat/java532``'s programs
 * ``apache_rocketmq532`` (module) Apache's 5.3.2 broker (the first with RECALL_MESSAGE) the same way
 * ``java_client``     (session) a ``testkit.java_client.JavaClient``: ``.produce_consume()``,
                       ``.produce()``, ``.consume()``, ``.run(args)``, ``.mqadmin()``
@@ -74,14 +75,22 @@ def apache_rocketmq5(rocketmq5_jars: Path) -> Iterator[ApacheRocketMQ]:
         mq.stop()
 
 
-@pytest.fixture(scope="module")
-def apache_rocketmq532(rocketmq_jars: Path) -> Iterator[ApacheRocketMQ]:
-    """Apache's 5.3.2 broker (shipped defaults: recallMessageEnable off) under a 4.9.7 name
-    server, for one test module; its jars from ``tests/compat/java53`` at 5.3.2."""
+@pytest.fixture(scope="session")
+def rocketmq532_jars(rocketmq_jars: Path) -> Path:
+    """The RocketMQ 5.3.2 lib dir (``tests/compat/java53`` at 5.3.2) with ``tests/compat/java53``
+    and ``tests/compat/java532`` (5.3.2's programs) compiled."""
     try:
-        ensure_rocketmq_jars(ROCKETMQ532_VERSION)
+        lib = ensure_rocketmq_jars(ROCKETMQ532_VERSION)
+        ensure_compat_classes(ROCKETMQ532_VERSION)
     except CompatUnavailable as e:
         missing_prerequisite(f"compat: Maven Central unreachable: {e.reason}")
+    return lib
+
+
+@pytest.fixture(scope="module")
+def apache_rocketmq532(rocketmq532_jars: Path) -> Iterator[ApacheRocketMQ]:
+    """Apache's 5.3.2 broker (shipped defaults: recallMessageEnable off) under a 4.9.7 name
+    server, for one test module."""
     mq = ApacheRocketMQ(broker_version=ROCKETMQ532_VERSION)
     mq.start()
     try:
