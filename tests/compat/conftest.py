@@ -52,51 +52,51 @@ def apache_rocketmq(rocketmq_jars: Path) -> Iterator[ApacheRocketMQ]:
         mq.stop()
 
 
-@pytest.fixture(scope="session")
-def rocketmq5_jars(rocketmq_jars: Path) -> Path:
-    """The RocketMQ 5.3.1 lib dir (client and broker) with ``tests/compat/java53`` compiled."""
+def _toolchain_or_skip(version: str) -> Path:
+    """One version's lib dir with its programs compiled; ONE line skip if Maven Central is unreachable."""
     try:
-        lib = ensure_rocketmq_jars(ROCKETMQ5_VERSION)
-        ensure_compat_classes(ROCKETMQ5_VERSION)
+        lib = ensure_rocketmq_jars(version)
+        ensure_compat_classes(version)
     except CompatUnavailable as e:
         missing_prerequisite(f"compat: Maven Central unreachable: {e.reason}")
     return lib
+
+
+def _apache_broker(version: str) -> Iterator[ApacheRocketMQ]:
+    """Apache's ``version`` broker under a 4.9.7 name server, stopped when the fixture ends."""
+    mq = ApacheRocketMQ(broker_version=version)
+    mq.start()
+    try:
+        yield mq
+    finally:
+        mq.stop()
+
+
+@pytest.fixture(scope="session")
+def rocketmq5_jars(rocketmq_jars: Path) -> Path:
+    """The RocketMQ 5.3.1 lib dir (client and broker) with ``tests/compat/java53`` compiled."""
+    return _toolchain_or_skip(ROCKETMQ5_VERSION)
 
 
 @pytest.fixture(scope="module")
 def apache_rocketmq5(rocketmq5_jars: Path) -> Iterator[ApacheRocketMQ]:
     """Apache's 5.3.1 broker (its shipped defaults: timerWheelEnable on, timerMaxDelaySec 3 days)
     registered with a 4.9.7 name server, for one test module."""
-    mq = ApacheRocketMQ(broker_version=ROCKETMQ5_VERSION)
-    mq.start()
-    try:
-        yield mq
-    finally:
-        mq.stop()
+    yield from _apache_broker(ROCKETMQ5_VERSION)
 
 
 @pytest.fixture(scope="session")
 def rocketmq532_jars(rocketmq_jars: Path) -> Path:
     """The RocketMQ 5.3.2 lib dir (``tests/compat/java53`` at 5.3.2) with ``tests/compat/java53``
     and ``tests/compat/java532`` (5.3.2's programs) compiled."""
-    try:
-        lib = ensure_rocketmq_jars(ROCKETMQ532_VERSION)
-        ensure_compat_classes(ROCKETMQ532_VERSION)
-    except CompatUnavailable as e:
-        missing_prerequisite(f"compat: Maven Central unreachable: {e.reason}")
-    return lib
+    return _toolchain_or_skip(ROCKETMQ532_VERSION)
 
 
 @pytest.fixture(scope="module")
 def apache_rocketmq532(rocketmq532_jars: Path) -> Iterator[ApacheRocketMQ]:
     """Apache's 5.3.2 broker (shipped defaults: recallMessageEnable off) under a 4.9.7 name
     server, for one test module."""
-    mq = ApacheRocketMQ(broker_version=ROCKETMQ532_VERSION)
-    mq.start()
-    try:
-        yield mq
-    finally:
-        mq.stop()
+    yield from _apache_broker(ROCKETMQ532_VERSION)
 
 
 @pytest.fixture(scope="session")
