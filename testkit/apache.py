@@ -1,5 +1,5 @@
 """The real Apache RocketMQ name server (4.9.7) and broker (4.9.7, or 5.3.1 with
-``broker_version=ROCKETMQ5_VERSION``) as subprocesses (:class:`ApacheRocketMQ`), and a minimal remoting probe (:func:`remoting_request`,
+``broker_version=ROCKETMQ5_VERSION``, or 5.3.2 with ``ROCKETMQ532_VERSION``) as subprocesses (:class:`ApacheRocketMQ`), and a minimal remoting probe (:func:`remoting_request`,
 :func:`namesrv_cluster_info`). The jars come from :mod:`testkit.java_client`.
 """
 
@@ -102,8 +102,8 @@ class ApacheRocketMQ:
     """A real Apache RocketMQ 4.9.7 name server and broker, as subprocesses.
 
     ``broker_version="5.3.1"`` (``ROCKETMQ5_VERSION``) runs Apache's 5.3.1 broker instead,
-    registered with the 4.9.7 name server (5.3.1's name server is not on Maven Central); each
-    JVM gets its own version's jars only.
+    ``"5.3.2"`` (``ROCKETMQ532_VERSION``) its 5.3.2 broker, registered with the 4.9.7 name server
+    (5's name server is not on Maven Central); each JVM gets its own version's jars only.
 
     Use as a context manager (``with ApacheRocketMQ() as mq: mq.namesrv_addr``) or call
     :meth:`start` / :meth:`stop`. Ports are free 127.0.0.1 ports (the broker's P-2 VIP and P+1 HA

@@ -10,6 +10,8 @@ Everything downloaded or built lives under ``<repo>/.cache/`` (git-ignored):
 * ``.cache/rocketmq-4.9.7/lib/*.jar`` client, tools (mqadmin), name server, broker + deps
 * ``.cache/compat-java/classes``      ``tests/compat/java/src/main/java`` compiled by javac
 * ``.cache/rocketmq-5.3.1/lib/*.jar`` and ``.cache/compat-java53/classes``: the same for 5.3.1
+* ``.cache/rocketmq-5.3.2/lib/*.jar``: 5.3.2 (``ROCKETMQ532_VERSION``, the first broker with
+  RECALL_MESSAGE), resolved from the same ``tests/compat/java53`` project
 
 * :func:`ensure_rocketmq_jars` / :func:`ensure_compat_classes` / :func:`java_classpath`
 * :func:`run_java_client` runs ``ferrymq.compat.ProduceConsume`` and returns its JSON events;
@@ -45,6 +47,7 @@ from xml.sax.saxutils import escape as _xml_escape
 __all__ = [
     "ROCKETMQ_VERSION",
     "ROCKETMQ5_VERSION",
+    "ROCKETMQ532_VERSION",
     "CompatUnavailable",
     "CompatError",
     "JavaClientError",
@@ -61,6 +64,9 @@ __all__ = [
 
 ROCKETMQ_VERSION = "4.9.7"
 ROCKETMQ5_VERSION = "5.3.1"  # in tests/compat/java53/pom.xml
+# 5.3.2's broker (the first with RECALL_MESSAGE): the same Maven project, its version passed to
+# Maven (-Drocketmq.version); jars in .cache/rocketmq-5.3.2/lib
+ROCKETMQ532_VERSION = "5.3.2"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = REPO_ROOT / ".cache"
@@ -74,14 +80,16 @@ class _Toolchain:
     version: str
     project: Path  # pom.xml and src/main/java
     classes: Path
+    more_sources: Path | None = None  # programs for this version only (another project's src/main/java)
 
     @property
     def lib(self) -> Path:
         return CACHE_DIR / f"rocketmq-{self.version}" / "lib"
 
     @property
-    def sources(self) -> Path:
-        return self.project / "src" / "main" / "java"
+    def sources(self) -> list[Path]:
+        roots = [self.project / "src" / "main" / "java"]
+        return roots + ([self.more_sources / "src" / "main" / "java"] if self.more_sources else [])
 
 
 _TOOLCHAINS = {
@@ -89,6 +97,9 @@ _TOOLCHAINS = {
                                  CACHE_DIR / "compat-java" / "classes"),
     ROCKETMQ5_VERSION: _Toolchain(ROCKETMQ5_VERSION, REPO_ROOT / "tests" / "compat" / "java53",
                                   CACHE_DIR / "compat-java53" / "classes"),
+    ROCKETMQ532_VERSION: _Toolchain(ROCKETMQ532_VERSION, REPO_ROOT / "tests" / "compat" / "java53",
+                                    CACHE_DIR / "compat-java532" / "classes",
+                                    REPO_ROOT / "tests" / "compat" / "java532"),
 }
 
 
@@ -237,6 +248,7 @@ def ensure_rocketmq_jars(version: str = ROCKETMQ_VERSION, *, timeout: float = 27
                 # e.g. FERRYMQ_COMPAT_MAVEN_ARGS="-s /path/settings.xml" for a mirror or proxy
                 *shlex.split(os.environ.get("FERRYMQ_COMPAT_MAVEN_ARGS", "")),
                 f"-Dmaven.repo.local={MAVEN_REPO}",
+                f"-Drocketmq.version={version}",  # a project may serve several versions
                 # fully qualified: no plugin-prefix look-up (which hides the network error)
                 f"org.apache.maven.plugins:maven-dependency-plugin:{_DEPENDENCY_PLUGIN}"
                 ":copy-dependencies",
@@ -294,11 +306,11 @@ def ensure_compat_classes(version: str = ROCKETMQ_VERSION) -> Path:
     chain = _toolchain(version)
     lib = ensure_rocketmq_jars(version)
     classes = chain.classes
-    sources = sorted(chain.sources.rglob("*.java"))
+    sources = sorted(p for root in chain.sources for p in root.rglob("*.java"))
     if not sources:
-        raise CompatError(f"no Java sources under {chain.sources}")
+        raise CompatError(f"no Java sources under {chain.sources[0]}")
     jar_names = ",".join(sorted(p.name for p in lib.glob("*.jar")))
-    want = _digest(sources, chain.sources, jar_names)
+    want = _digest(sources, chain.project.parent, jar_names)
     stamp = classes / ".stamp"
     if stamp.is_file() and stamp.read_text().strip() == want:
         return classes

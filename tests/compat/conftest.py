@@ -7,6 +7,8 @@
 * ``rocketmq5_jars``  (session) the same for Apache RocketMQ 5.3.1 (remoting client and broker;
                       ``tests/compat/java53``), on a classpath of their own
 * ``apache_rocketmq5`` (module) Apache's 5.3.1 broker under the 4.9.7 name server
+* ``rocketmq532_jars`` (session) the same for 5.3.2, with ``tests/compat/java532``'s programs
+* ``apache_rocketmq532`` (module) Apache's 5.3.2 broker (the first with RECALL_MESSAGE) the same way
 * ``java_client``     (session) a ``testkit.java_client.JavaClient``: ``.produce_consume()``,
                       ``.produce()``, ``.consume()``, ``.run(args)``, ``.mqadmin()``
 
@@ -24,7 +26,7 @@ import pytest
 from tests.support import missing_prerequisite
 
 from testkit.apache import ApacheRocketMQ
-from testkit.java_client import (ROCKETMQ5_VERSION, CompatUnavailable, ensure_compat_classes, ensure_rocketmq_jars,
+from testkit.java_client import (ROCKETMQ5_VERSION, ROCKETMQ532_VERSION, CompatUnavailable, ensure_compat_classes, ensure_rocketmq_jars,
                                  JavaClient)
 
 
@@ -50,27 +52,51 @@ def apache_rocketmq(rocketmq_jars: Path) -> Iterator[ApacheRocketMQ]:
         mq.stop()
 
 
-@pytest.fixture(scope="session")
-def rocketmq5_jars(rocketmq_jars: Path) -> Path:
-    """The RocketMQ 5.3.1 lib dir (client and broker) with ``tests/compat/java53`` compiled."""
+def _toolchain_or_skip(version: str) -> Path:
+    """One version's lib dir with its programs compiled; ONE line skip if Maven Central is unreachable."""
     try:
-        lib = ensure_rocketmq_jars(ROCKETMQ5_VERSION)
-        ensure_compat_classes(ROCKETMQ5_VERSION)
+        lib = ensure_rocketmq_jars(version)
+        ensure_compat_classes(version)
     except CompatUnavailable as e:
         missing_prerequisite(f"compat: Maven Central unreachable: {e.reason}")
     return lib
+
+
+def _apache_broker(version: str) -> Iterator[ApacheRocketMQ]:
+    """Apache's ``version`` broker under a 4.9.7 name server, stopped when the fixture ends."""
+    mq = ApacheRocketMQ(broker_version=version)
+    mq.start()
+    try:
+        yield mq
+    finally:
+        mq.stop()
+
+
+@pytest.fixture(scope="session")
+def rocketmq5_jars(rocketmq_jars: Path) -> Path:
+    """The RocketMQ 5.3.1 lib dir (client and broker) with ``tests/compat/java53`` compiled."""
+    return _toolchain_or_skip(ROCKETMQ5_VERSION)
 
 
 @pytest.fixture(scope="module")
 def apache_rocketmq5(rocketmq5_jars: Path) -> Iterator[ApacheRocketMQ]:
     """Apache's 5.3.1 broker (its shipped defaults: timerWheelEnable on, timerMaxDelaySec 3 days)
     registered with a 4.9.7 name server, for one test module."""
-    mq = ApacheRocketMQ(broker_version=ROCKETMQ5_VERSION)
-    mq.start()
-    try:
-        yield mq
-    finally:
-        mq.stop()
+    yield from _apache_broker(ROCKETMQ5_VERSION)
+
+
+@pytest.fixture(scope="session")
+def rocketmq532_jars(rocketmq_jars: Path) -> Path:
+    """The RocketMQ 5.3.2 lib dir (``tests/compat/java53`` at 5.3.2) with ``tests/compat/java53``
+    and ``tests/compat/java532`` (5.3.2's programs) compiled."""
+    return _toolchain_or_skip(ROCKETMQ532_VERSION)
+
+
+@pytest.fixture(scope="module")
+def apache_rocketmq532(rocketmq532_jars: Path) -> Iterator[ApacheRocketMQ]:
+    """Apache's 5.3.2 broker (shipped defaults: recallMessageEnable off) under a 4.9.7 name
+    server, for one test module."""
+    yield from _apache_broker(ROCKETMQ532_VERSION)
 
 
 @pytest.fixture(scope="session")
