@@ -67,6 +67,7 @@ class TimerLog:
         self.directory = directory
         self.segment_size = segment_size
         self._fds: dict[int, int] = {}  # segment start -> fd
+        self._filled: list[int] = []  # segments filled since the last sync (not yet fdatasynced)
         # segment start -> the latest slot time of its records: once the wheel fired past it,
         # every record of the segment is done (docs/timers.md#retention); in memory, rescanned at open
         self._latest_slot: dict[int, int] = {}
@@ -110,9 +111,25 @@ class TimerLog:
         self._latest_slot = {}
 
     def sync(self) -> None:
-        """fdatasync the segment being written (earlier ones were synced when they filled)."""
+        """fdatasync every segment written since the last sync."""
+        for fd in self.unsynced_fds():
+            fdatasync(fd)
+
+    def sync_all(self) -> None:
+        """fdatasync every open segment (a sync that may race a concurrent ``unsynced_fds`` taker)."""
+        self._filled = []
+        for fd in self._fds.values():
+            fdatasync(fd)
+
+    def unsynced_fds(self) -> list[int]:
+        """The descriptors a sync must fdatasync now: the segments filled since the last call
+        and the one being written. The caller syncs them (possibly without holding the writer
+        off) and must keep segments from being closed meanwhile."""
+        fds = [self._fds[start] for start in self._filled if start in self._fds]
+        self._filled = []
         if self._fds:
-            fdatasync(self._fds[max(self._fds)])
+            fds.append(self._fds[max(self._fds)])
+        return fds
 
     # ------------------------------------------------------------ writing
 
@@ -127,8 +144,8 @@ class TimerLog:
             chunk, data = data[:room], data[room:]
             fd = self._fds.get(start)
             if fd is None:
-                if self._fds:  # the segment before is full: make it durable before moving on
-                    fdatasync(self._fds[max(self._fds)])
+                if self._fds:  # the segment before is full: the next sync makes it durable
+                    self._filled.append(max(self._fds))
                 fd = self._fds[start] = os.open(self._path(start), os.O_RDWR | os.O_CREAT, 0o644)
             os.pwrite(fd, chunk, pos - start)
             pos += len(chunk)

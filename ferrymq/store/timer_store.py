@@ -26,7 +26,10 @@ from ferrymq.store.timer_pending import PendingTimers
 from ferrymq.store.timer_wheel import EMPTY_SLOT, SLOT_SIZE, Slot, TimerWheel
 
 _CHECKPOINT = struct.Struct(">qq")  # firedUpToMs, synced TimerLog position
-MAX_DIRTY_SLOTS = 4096  # the wheel is synced when this many slots changed since the last sync
+# Slots changed since the last sync are kept in memory; the flush thread syncs them every
+# ConsumeQueue flush (a second). Past this many (timers at 32 000 distinct seconds between two
+# flushes: a stalled disk; about 10 MB), dispatch syncs at once itself.
+MAX_DIRTY_SLOTS = 32_768
 DEFAULT_LOG_SEGMENT_SIZE = RECORD_SIZE * 1024 * 1024  # 48 MiB, 1 048 576 records
 
 
@@ -62,6 +65,9 @@ class TimerStore:
         self.log = TimerLog(os.path.join(directory, "log"), log_segment_size)
         self.wheel = TimerWheel(os.path.join(directory, "wheel"), slot_count, precision_ms)
         self._lock = threading.Lock()
+        # Held by a sync from start to end, and by whatever closes or cuts files (truncation,
+        # retention, close), so that neither happens between a sync's steps; taken before _lock.
+        self._sync_lock = threading.Lock()
         self._checkpoint_fd = -1
         self.fired_ms = 0
         self.taken_ms = 0
@@ -108,7 +114,7 @@ class TimerStore:
         self._write_checkpoint()
 
     def close(self) -> None:
-        with self._lock:
+        with self._sync_lock, self._lock:
             if self._checkpoint_fd < 0:
                 return
             self._sync()
@@ -164,7 +170,7 @@ class TimerStore:
                 floor = phys + size
             if records:
                 self.log.append(records)
-                if self.wheel.dirty_count >= MAX_DIRTY_SLOTS:
+                if self.wheel.dirty_count >= MAX_DIRTY_SLOTS:  # the flush thread fell far behind
                     self._sync()
             return len(records)
 
@@ -196,7 +202,7 @@ class TimerStore:
     def truncate_phys(self, phys: int) -> int:
         """The CommitLog was cut at ``phys``: forget the timers at or past it, restoring each slot
         as its first forgotten record found it. Returns how many were forgotten."""
-        with self._lock:
+        with self._sync_lock, self._lock:
             if self._taking is not None:  # a slot in parts: taken again whole, from its first part
                 self.taken_ms = min(self.taken_ms, self._taking.slot_ms)
                 self._taking = None
@@ -349,7 +355,7 @@ class TimerStore:
     def delete_fired(self) -> int:
         """Delete the TimerLog segments whose every record was fired (or rolled), oldest first,
         never the one being written (docs/timers.md#retention). Returns how many."""
-        with self._lock:
+        with self._sync_lock, self._lock:
             if self._taking is not None:  # a slot being taken part by part is not fired yet
                 done_before = min(self.fired_ms, self._taking.slot_ms)
             else:
@@ -382,14 +388,34 @@ class TimerStore:
     # ------------------------------------------------------------ durability
 
     def sync(self) -> None:
-        with self._lock:
-            self._sync()
+        """Make what was added durable (the flush thread, every ConsumeQueue flush): TimerLog
+        first, then the wheel, then the checkpoint naming the log position both cover. The
+        fdatasyncs run without the store's lock, so dispatch (on the event loop) never waits for
+        the disk: only for copying the changed slots (``MAX_DIRTY_SLOTS`` at most)."""
+        with self._sync_lock:
+            with self._lock:
+                if self.log.end == self.synced_pos and not self.wheel.dirty_count and not self._checkpoint_dirty:
+                    return
+                log_end = self.log.end
+                log_fds = self.log.unsynced_fds()
+                changed = self.wheel.changed()  # slots pointing below log_end only
+            for fd in log_fds:
+                fdatasync(fd)
+            with self._lock:
+                self.wheel.write(changed)
+            self.wheel.fsync()
+            with self._lock:
+                self.synced_pos = max(self.synced_pos, log_end)
+                self._write_checkpoint()
+                self._checkpoint_dirty = False  # a change from here on marks it again
+            fdatasync(self._checkpoint_fd)
 
     def _sync(self) -> None:
-        """TimerLog first, then the wheel, then the checkpoint naming the log position both cover."""
+        """``sync`` all at once under the store's lock (the caller holds it, and ``_sync_lock``
+        unless it is dispatch's overflow: see ``add``)."""
         if self.log.end == self.synced_pos and not self.wheel.dirty_count and not self._checkpoint_dirty:
             return
-        self.log.sync()
+        self.log.sync_all()
         self.wheel.sync()
         self.synced_pos = self.log.end
         self._write_checkpoint()

@@ -88,9 +88,23 @@ class TimerWheel:
 
     def sync(self) -> None:
         """Write the changed slots and fdatasync the file."""
-        if not self._dirty:
-            return
-        for i, slot in sorted(self._dirty.items()):
-            os.pwrite(self._fd, _SLOT.pack(slot.slot_ms, slot.last_pos, slot.count, 0), i * SLOT_SIZE)
+        if self._dirty:
+            self.write(dict(self._dirty))
+            self.fsync()
+
+    def changed(self) -> dict[int, Slot]:
+        """The slots changed since they were last written (a copy: ``write`` takes it)."""
+        return dict(self._dirty)
+
+    def write(self, changed: dict[int, Slot]) -> None:
+        """Write the slots of ``changed`` (from ``changed``) that are still as they were then,
+        and read them from the file from now on. A slot changed again since stays to be written
+        with its newer value; one written meanwhile (a full ``sync``) is not written back."""
+        dirty = self._dirty
+        for i, slot in sorted(changed.items()):
+            if dirty.get(i) is slot:
+                os.pwrite(self._fd, _SLOT.pack(slot.slot_ms, slot.last_pos, slot.count, 0), i * SLOT_SIZE)
+                del dirty[i]
+
+    def fsync(self) -> None:
         fdatasync(self._fd)
-        self._dirty = {}

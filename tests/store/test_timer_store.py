@@ -255,8 +255,10 @@ MEMORY_PROBE = textwrap.dedent("""
     store.add([(T0 + 1000, 0, 100)])  # warm: code paths and the first buffers
     before = rss_kib()
     batch = 1000
-    for start in range(1, count, batch):
+    for n, start in enumerate(range(1, count, batch), 1):
         store.add([(T0 + 1000 + (i * 7919 % 259_000) * 1000, i * 100, 100) for i in range(start, min(start + batch, count))])
+        if n % 10 == 0:  # as the flush thread does every second (10 000 timers: a second at 10 000/s)
+            store.sync()
     store.sync()
     print(rss_kib() - before)
 """)
@@ -389,3 +391,47 @@ def test_a_timer_due_beyond_the_roll_window_of_its_record_is_filed_at_the_window
     slots = take_all(store, T0 + 30_000)
     assert slots == {T0 + 5000: [SIZE], T0 + 9000: [2 * SIZE], T0 + 10_000: [0]}
     store.close()
+
+
+def test_adding_timers_never_waits_for_a_sync_on_a_slow_disk(tmp_path, monkeypatch):
+    """The flush thread's sync fdatasyncs without the store's lock: dispatch (on the broker's
+    event loop) adds timers while the disk takes its time, and what was added during the sync is
+    kept (a slow disk is a fault the test cannot cause: fdatasync is held on an event)."""
+    import threading
+
+    import ferrymq.store.timer_log as timer_log
+    import ferrymq.store.timer_store as timer_store
+    import ferrymq.store.timer_wheel as timer_wheel
+
+    store = open_store(tmp_path, log_segment_size=50 * RECORD_SIZE)
+    store.add(timers([T0 + 2000 + (i % 3) * 1000 for i in range(120)]))  # three segments, two filled
+    syncing, release = threading.Event(), threading.Event()
+    real = timer_store.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        syncing.set()
+        assert release.wait(10)
+        real(fd)
+
+    for module in (timer_store, timer_log, timer_wheel):
+        monkeypatch.setattr(module, "fdatasync", slow_fdatasync)
+    flusher = threading.Thread(target=store.sync)
+    flusher.start()
+    assert syncing.wait(10)
+    added = threading.Thread(target=store.add, args=(timers([T0 + 3000, T0 + 9000], first_phys=120 * SIZE),))
+    added.start()
+    added.join(5)
+    assert not added.is_alive(), "adding timers waited for the sync's fdatasync"
+    release.set()
+    flusher.join(10)
+    store.sync()
+    store.close()
+    monkeypatch.undo()
+
+    again = open_store(tmp_path, log_segment_size=50 * RECORD_SIZE)
+    assert take_all(again, T0 + 10_000) == {
+        T0 + 2000: [i * SIZE for i in range(0, 120, 3)],
+        T0 + 3000: [i * SIZE for i in range(1, 120, 3)] + [120 * SIZE],
+        T0 + 4000: [i * SIZE for i in range(2, 120, 3)],
+        T0 + 9000: [121 * SIZE]}
+    again.close()
