@@ -5,7 +5,6 @@ against a real Apache RocketMQ 4.9.7 broker with aclEnable=true (its own verifie
 from __future__ import annotations
 
 import asyncio
-import textwrap
 import uuid
 
 import pytest
@@ -23,6 +22,7 @@ from testkit.apache import ApacheRocketMQ
 from testkit.wait import poll_until
 from tests.compat.test_msg_trace import held_client
 from testkit.java_client import CompatError, JavaClient, run_mqadmin
+from testkit.plain_acl import admin_and_app
 
 pytestmark = pytest.mark.compat
 
@@ -31,18 +31,7 @@ APP = Credentials("orders-app", "app-secret-1")
 ORDERS, PAYMENTS, GROUP = "AclOrders", "AclPayments", "acl_billing"
 TRACE_TOPIC = "AclTrace"  # the FerryMQ broker's msgTraceTopicName; APP has no permission on it
 
-PLAIN_ACL = textwrap.dedent(f"""\
-    accounts:
-      - accessKey: {ADMIN.access_key}
-        secretKey: {ADMIN.secret_key}
-        admin: true
-      - accessKey: {APP.access_key}
-        secretKey: {APP.secret_key}
-        defaultTopicPerm: DENY
-        defaultGroupPerm: DENY
-        topicPerms: [{ORDERS}=PUB|SUB, {PAYMENTS}=SUB]
-        groupPerms: [{GROUP}=SUB]
-    """)
+PLAIN_ACL = admin_and_app(ADMIN, APP, [f"{ORDERS}=PUB|SUB", f"{PAYMENTS}=SUB"], [f"{GROUP}=SUB"])
 
 
 def _config(namesrv: str, credentials: Credentials | None) -> ClientConfig:

@@ -18,7 +18,6 @@ every message acknowledged reaches every group exactly once, with its body.
 from __future__ import annotations
 
 import asyncio
-import textwrap
 import uuid
 from collections import Counter, defaultdict
 
@@ -29,6 +28,7 @@ from ferrymq.client.admin import AdminClient
 from ferrymq.client.config import ClientConfig
 from testkit.apache import ApacheRocketMQ
 from testkit.java_client import ROCKETMQ5_VERSION, JavaEvents, run_java_client
+from testkit.plain_acl import admin_and_app
 from testkit.processes import StandaloneProcess
 
 pytestmark = pytest.mark.compat
@@ -53,20 +53,8 @@ APACHE_SETTINGS = {**BROKER_SETTINGS, "transactionOpBatchInterval": "100"}
 def plain_acl(prefix: str, cluster: str) -> str:
     """An admin (makes the topics) and the client's account: only its topics and groups, and
     the cluster's reply topic (a responder's reply messages go there)."""
-    topics = ", ".join([*(f"{prefix}_{t}=PUB|SUB" for t in SCENARIO_TOPICS), f"{cluster}_REPLY_TOPIC=PUB"])
-    groups = ", ".join(f"{prefix}_{g}=SUB" for g in CONSUMER_GROUPS)
-    return textwrap.dedent(f"""\
-        accounts:
-          - accessKey: {ADMIN.access_key}
-            secretKey: {ADMIN.secret_key}
-            admin: true
-          - accessKey: {APP.access_key}
-            secretKey: {APP.secret_key}
-            defaultTopicPerm: DENY
-            defaultGroupPerm: DENY
-            topicPerms: [{topics}]
-            groupPerms: [{groups}]
-        """)
+    topics = [*(f"{prefix}_{t}=PUB|SUB" for t in SCENARIO_TOPICS), f"{cluster}_REPLY_TOPIC=PUB"]
+    return admin_and_app(ADMIN, APP, topics, [f"{prefix}_{g}=SUB" for g in CONSUMER_GROUPS])
 
 
 async def create_topics(namesrv: str, prefix: str) -> None:
