@@ -1,5 +1,6 @@
 """Bodies of the consumer-group calls (queue locks, connection lists, consume stats, offset
-resets) and the subscription expression both sides parse.
+resets, the offset table and message request modes a slave copies) and the subscription
+expression both sides parse.
 
 Field names follow RocketMQ 4.9 (docs/wire-format.md#client-registry, #queue-locks, #consume-stats); ``Map<MessageQueue, X>`` fields
 travel with fastjson's object keys, which :class:`JsonModel` writes and reads.
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ferrymq.common.java_hash import java_string_hash
 from ferrymq.common.json_model import JsonModel
-from ferrymq.common.protocol import MessageQueue, SubscriptionData
+from ferrymq.common.protocol import DataVersion, MessageQueue, SubscriptionData
 
 
 def build_subscription(topic: str, expression: str | None, expression_type: str = "TAG") -> SubscriptionData:
@@ -115,3 +116,31 @@ class ConsumeStats(JsonModel):
 @dataclass
 class ResetOffsetBody(JsonModel):
     offset_table: dict[MessageQueue, int] = field(default_factory=dict)
+
+
+@dataclass
+class ConsumerOffsetSerializeWrapper(JsonModel):
+    """The consumer offset table, ``topic@group`` -> queue id -> offset, with its data version:
+    consumerOffset.json and GET_ALL_CONSUMER_OFFSET's answer (43). A 5.x slave adopts the
+    version (its SlaveSynchronize fails without one); 4.x bodies have none (None here)."""
+
+    offset_table: dict[str, dict[int, int]] = field(default_factory=dict)
+    data_version: DataVersion | None = None
+
+
+@dataclass
+class SetMessageRequestModeRequestBody(JsonModel):
+    """One group's consumption mode on a topic (RocketMQ 5): ``PULL`` or ``POP``."""
+
+    topic: str = ""
+    consumer_group: str = ""
+    mode: str = "PULL"
+    pop_share_queue_num: int = 0
+
+
+@dataclass
+class MessageRequestModeSerializeWrapper(JsonModel):
+    """GET_ALL_MESSAGE_REQUEST_MODE's answer (402, RocketMQ 5): topic -> group -> mode, what a
+    5.x slave copies from its master."""
+
+    message_request_mode_map: dict[str, dict[str, SetMessageRequestModeRequestBody]] = field(default_factory=dict)

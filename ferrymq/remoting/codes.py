@@ -139,6 +139,7 @@ class RequestCode(IntEnum):
     DELETE_EXPIRED_COMMITLOG = 329
     LITE_PULL_MESSAGE = 361  # RocketMQ 5: DefaultLitePullConsumer's pull, PULL_MESSAGE's header and answer
     RECALL_MESSAGE = 370  # RocketMQ 5.3.2: recall a timer message before it fires (docs/timers.md#recall)
+    GET_ALL_MESSAGE_REQUEST_MODE = 402  # RocketMQ 5: POP or PULL per topic and group, copied by a slave
     # RocketMQ 5 POP consumption (broker/pop)
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051

@@ -4,7 +4,8 @@ same HA wire protocol, each as the other's slave.
 Both masters run SYNC_MASTER, so every SEND_OK is a message the other implementation's slave
 acknowledged; the slave's CommitLog is then compared byte for byte with the master's. The
 Apache slave is also read by the official Java push consumer once the FerryMQ master is
-gone (the slave got the topic from the master through SlaveSynchronize). It runs with the
+gone (the slave got the topic from the master through SlaveSynchronize, and the consumer offsets
+committed on the master). It runs with the
 default slaveReadEnable=false: a 4.9.7 slave still serves the pull (and suggests broker 0),
 which FerryMQ's broker/ha/reads.py follows. The FerryMQ slave's ConsumeQueues are checked
 against every acknowledged message.
@@ -13,8 +14,10 @@ against every acknowledged message.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -22,9 +25,11 @@ import pytest
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.errors import MQClientError
 from ferrymq.client.producer import Producer, SendStatus
+from ferrymq.client.pull_consumer import PullConsumer
+from ferrymq.common import rocketmq_json
 from ferrymq.common.message import Message
 from ferrymq.common.message_id import decode_offset_msg_id
-from ferrymq.common.protocol import TimerCheckpointBody
+from ferrymq.common.protocol import MessageQueue, TimerCheckpointBody
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import BrokerPair, SEGMENT
 from tests.replication_support import commit_log_range, send_soon_and_later_timers
@@ -39,8 +44,13 @@ pytestmark = pytest.mark.compat
 
 COUNT = 2000
 GET_TOPIC_STATS_INFO = 202
+QUERY_CONSUMER_OFFSET = 14
+GET_ALL_CONSUMER_OFFSET = 43
 BROKER_NAME = "ha-compat"
 CLUSTER = "FerryCompatCluster"
+SYNCED_GROUP = "OffsetsCopiedBySlave"
+# What Apache's SlaveSynchronize logs when one of its copies fails ("SyncConsumerOffset Exception", ...).
+SLAVE_SYNC_ERROR = re.compile(r"Sync\w+ Exception|syncTimerCheckPoint Exception")
 
 
 async def _create_topic(namesrv: str, topic: str) -> None:
@@ -73,6 +83,27 @@ async def _send(namesrv: str, topic: str, count: int) -> list:
     finally:
         await producer.close()
     return results
+
+
+async def _commit_on_master(namesrv: str, topic: str, offsets: dict[int, int]) -> None:
+    async with PullConsumer(SYNCED_GROUP, namesrv_addr=namesrv) as consumer:
+        for queue_id, offset in offsets.items():
+            await consumer.commit(MessageQueue(topic, BROKER_NAME, queue_id), offset)
+
+
+def _offsets_on(addr: str, topic: str, queue_ids) -> dict[int, int]:
+    """The group's offsets as a broker answers QUERY_CONSUMER_OFFSET (queues it has none for left out)."""
+    found = {}
+    for queue_id in queue_ids:
+        header, _ = remoting_request(addr, QUERY_CONSUMER_OFFSET, {
+            "consumerGroup": SYNCED_GROUP, "topic": topic, "queueId": str(queue_id)})
+        if header.get("code") == 0:
+            found[queue_id] = int(header["extFields"]["offset"])
+    return found
+
+
+def _slave_sync_errors(log: Path) -> list[str]:
+    return [line for line in log.read_text(errors="replace").splitlines() if SLAVE_SYNC_ERROR.search(line)]
 
 
 def _end(results) -> int:
@@ -127,6 +158,12 @@ def test_an_apache_slave_replicates_a_ferrymq_master(rocketmq_jars, java_client:
             return header.get("code") == 0
         poll_until("the Apache slave synchronizing the topic from the FerryMQ master", slave_knows_topic, 60,
                    interval=0.5)
+        # ... and the consumer offsets (GET_ALL_CONSUMER_OFFSET, whose dataVersion 4.9.7 ignores).
+        committed = {0: 11, 3: 250}
+        asyncio.run(_commit_on_master(apache.namesrv_addr, topic, committed))
+        poll_until("the Apache slave copying the FerryMQ master's consumer offsets",
+                   lambda: _offsets_on(apache.broker_addr, topic, committed) == committed, 60, interval=0.5)
+        assert _slave_sync_errors(apache.log_dir / "broker.log") == []
         assert master.stop() == 0
         events = java_client.consume(apache.namesrv_addr, topic, expect_keys=[f"ha-key-{i}" for i in range(COUNT)],
                                      timeout_ms=90000)
@@ -237,7 +274,12 @@ def test_an_apache_5_slave_follows_a_ferrymq_masters_timers(rocketmq5_jars, tmp_
     it by replication; every 3 s it copies the master's timer checkpoint (GET_TIMER_CHECK_POINT),
     so its own checkpoint's lastReadTimeMs follows how far the master fired, and it indexes the
     replicated timer records up to the master's masterTimerQueueOffset, counting the pending ones
-    per topic as the master does."""
+    per topic as the master does.
+
+    Its once-a-minute SlaveSynchronize (the first a minute after the slave started; 5.3.1 has no
+    setting for it) copies everything without an error: the consumer offsets with their
+    dataVersion (GET_ALL_CONSUMER_OFFSET), which it persists, and the message request modes
+    (GET_ALL_MESSAGE_REQUEST_MODE, 402)."""
     ferry_port = free_port()  # its +1 (HA) is free too
     apache = ApacheRocketMQ(cluster_name=CLUSTER, broker_name=BROKER_NAME, broker_version=ROCKETMQ5_VERSION,
                             broker_conf={
@@ -256,6 +298,8 @@ def test_an_apache_5_slave_follows_a_ferrymq_masters_timers(rocketmq5_jars, tmp_
             await _create_topic(apache.namesrv_addr, "TimersLater")
             return await send_soon_and_later_timers(apache.namesrv_addr, 3000)
         soon, later = asyncio.run(send_timers())
+        committed = {0: 2, 2: 1}
+        asyncio.run(_commit_on_master(apache.namesrv_addr, "TimersLater", committed))
 
         async def pending(addr: str) -> dict[str, int]:
             async with AdminClient(namesrv_addr=apache.namesrv_addr) as admin:
@@ -278,3 +322,16 @@ def test_an_apache_5_slave_follows_a_ferrymq_masters_timers(rocketmq5_jars, tmp_
         assert ours.last_read_time_ms < later
         # Every replicated timer is in the Apache slave's timer store, counted per real topic.
         assert asyncio.run(pending(apache.broker_addr))["TimersLater"] == 3
+
+        # The slave's first full SlaveSynchronize round: its last copy is the request modes.
+        slave_log = apache.log_dir / "rocketmqlogs" / "broker.log"
+        poll_until("the Apache 5 slave's first SlaveSynchronize round",
+                   lambda: "Update slave Message Request Mode from master" in slave_log.read_text(errors="replace")
+                   or _slave_sync_errors(slave_log), 120, interval=1)
+        assert _slave_sync_errors(slave_log) == []
+        assert _offsets_on(apache.broker_addr, "TimersLater", committed) == committed
+        # Persisted with the master's data version (the copy stopped short of both before).
+        saved = rocketmq_json.loads((apache.workdir / "store" / "config" / "consumerOffset.json").read_text())
+        assert saved["offsetTable"][f"TimersLater@{SYNCED_GROUP}"] == committed
+        _, masters = remoting_request(master_addr, GET_ALL_CONSUMER_OFFSET)
+        assert saved["dataVersion"] == rocketmq_json.loads(masters)["dataVersion"]

@@ -3,7 +3,8 @@
 offsets (GET_ALL_DELAY_OFFSET, 45) and subscription groups (GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
 201), fetched over the broker's remoting client from the master's address (what the name
 server's REGISTER_BROKER answer calls masterAddr). Topic and group tables are replaced when
-the master's data version differs; offsets are merged over the slave's, as RocketMQ does.
+the master's data version differs; offsets are merged over the slave's, as RocketMQ does, and
+the slave takes the offset table's data version with them (none from a 4.x master).
 
 The timer checkpoint (GET_TIMER_CHECK_POINT, 60) is copied more often, on its own schedule
 (``sync_timer_checkpoint``): its fired-up-to time moves the slave's forward, never back, so a
@@ -21,6 +22,7 @@ from ferrymq.broker.schedule import ScheduleMessageService
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.common import rocketmq_json
+from ferrymq.common.consumer_protocol import ConsumerOffsetSerializeWrapper
 from ferrymq.common.protocol import (
     DataVersion,
     SubscriptionGroupConfig,
@@ -107,8 +109,7 @@ class SlaveSynchronize:
 
     async def _sync_offsets(self, addr: str) -> None:
         data = await self._fetch(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        for key, queues in (data.get("offsetTable") or {}).items():
-            self.offsets.table[key] = {int(q): int(o) for q, o in queues.items()}
+        self.offsets.adopt(ConsumerOffsetSerializeWrapper.from_dict(data))
 
     async def _sync_delay_offsets(self, addr: str) -> None:
         data = await self._fetch(addr, RequestCode.GET_ALL_DELAY_OFFSET)

@@ -1,6 +1,6 @@
 """Consumer-group requests: subscription groups (200, 201, 207), consume stats (208), the
-group's connections (203), orderly queue locks (41, 42), send-back (36), delay offsets (45)
-and offset resets (222)."""
+group's connections (203), orderly queue locks (41, 42), send-back (36), delay offsets (45),
+offset resets (222) and message request modes (402)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ferrymq.common.consumer_protocol import (
     ConsumeStats,
     LockBatchRequestBody,
     LockBatchResponseBody,
+    MessageRequestModeSerializeWrapper,
     OffsetWrapper,
     ResetOffsetBody,
     UnlockBatchRequestBody,
@@ -61,6 +62,7 @@ class ConsumerAdminProcessors:
             RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
             RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+            RequestCode.GET_ALL_MESSAGE_REQUEST_MODE: self.get_all_message_request_modes,
         }
 
     # ------------------------------------------------------------------ subscription groups
@@ -176,6 +178,12 @@ class ConsumerAdminProcessors:
 
     async def get_all_delay_offset(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         return req.response(body=self.schedule.render().encode())
+
+    async def get_all_message_request_modes(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_ALL_MESSAGE_REQUEST_MODE (RocketMQ 5): the groups set to POP or PULL per topic, which
+        a 5.x slave copies. FerryMQ keeps no such table (it serves neither SET_MESSAGE_REQUEST_MODE
+        nor QUERY_ASSIGNMENT; a group pops or pulls as its client chooses): always the empty one."""
+        return req.response(body=MessageRequestModeSerializeWrapper().to_json())
 
     # ------------------------------------------------------------------ offset reset
 
