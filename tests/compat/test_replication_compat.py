@@ -135,6 +135,7 @@ def _ferrymq_master_of(apache: ApacheRocketMQ, ferry_port: int, tmp_path, *setti
         apache.stop()
 
 
+@pytest.mark.slow  # about 30 s: waits for the slave's sync of the offsets (make test-slow)
 def test_an_apache_slave_replicates_a_ferrymq_master(rocketmq_jars, java_client: JavaClient, tmp_path):
     ferry_port = free_port()  # its +1 (HA) is free too
     apache = ApacheRocketMQ(cluster_name=CLUSTER, broker_name=BROKER_NAME, broker_conf={
