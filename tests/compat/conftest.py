@@ -18,8 +18,8 @@
 * ``java_client``     (session) a ``testkit.java_client.JavaClient``: ``.produce_consume()``,
                       ``.produce()``, ``.consume()``, ``.run(args)``, ``.mqadmin()``
 
-A failing test that used ``apache_rocketmq`` gets the name server's and broker's log tails in
-its report.
+A failing test that used an Apache fixture (or a ``(server, endpoint)`` pair holding one) gets the
+name server's, broker's and proxy's log tails in its report.
 """
 
 from __future__ import annotations
@@ -147,8 +147,12 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.failed:
-        for mq in getattr(item, "funcargs", {}).values():
-            if not isinstance(mq, ApacheRocketMQ):
+        for arg in getattr(item, "funcargs", {}).values():
+            # a fixture's value, or one of a (server, endpoint) pair's
+            for mq in arg if isinstance(arg, tuple) else (arg,):
+                if isinstance(mq, ApacheRocketMQ):
+                    break
+            else:
                 continue
             state = "running" if mq.alive() else "NOT RUNNING"
             report.sections.append(
