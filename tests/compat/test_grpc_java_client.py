@@ -35,7 +35,10 @@ PEERS = ["ferrymq", pytest.param("apache", marks=pytest.mark.slow)]
 APACHE_BROKER_CONF = {"transactionCheckInterval": "1000", "transactionTimeOut": "1000"}
 # Apache's proxy refuses a receive's invisible duration under 10 s (ILLEGAL_INVISIBLE_TIME);
 # FerryMQ has no minimum. Lowered so the redelivery test waits 2 s on both peers.
-APACHE_PROXY_CONF = {"minInvisibleTimeMillsForRecv": 1000}
+# The proxy registers a transactional producer group with the broker on its heartbeat only (every
+# 20 s by default): with checks every second the broker would give the half messages up (after
+# transactionCheckMax checks) before it can reach the producer. Every second too.
+APACHE_PROXY_CONF = {"minInvisibleTimeMillsForRecv": 1000, "transactionHeartbeatPeriodSecond": 1}
 
 
 def peer(request, ferrymq_started):
@@ -265,7 +268,13 @@ def test_tls_by_default_and_acl_credentials(acl_broker):
     assert refused.returncode != 0 and refused.of("sent") == []
 
 
-@pytest.fixture(scope="module", params=PEERS)
+TX_PEERS = ["ferrymq", pytest.param("apache", marks=[pytest.mark.slow, pytest.mark.xfail(strict=True, reason=(
+    "Apache's 5.3.1 broker behind the 5.2.0 proxy never gets the check-back to the client: its checks log "
+    "'Check transaction failed, channel is null' for the producer group, and after transactionCheckMax the "
+    "half messages go to TRANS_CHECK_MAX_TIME_TOPIC (the proxy-to-broker producer registration, not FerryMQ)"))])]
+
+
+@pytest.fixture(scope="module", params=TX_PEERS)
 def tx_broker(request, tmp_path_factory):
     # transaction checks every second, for half messages older than a second
     yield from peer(request, lambda: running_grpc_standalone(tmp_path_factory.mktemp("grpc-java-tx") / "store",
