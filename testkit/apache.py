@@ -1,5 +1,7 @@
 """The real Apache RocketMQ name server (4.9.7) and broker (4.9.7, or 5.3.1 with
-``broker_version=ROCKETMQ5_VERSION``, or 5.3.2 with ``ROCKETMQ532_VERSION``) as subprocesses (:class:`ApacheRocketMQ`), and a minimal remoting probe (:func:`remoting_request`,
+``broker_version=ROCKETMQ5_VERSION``, or 5.3.2 with ``ROCKETMQ532_VERSION``) as subprocesses (:class:`ApacheRocketMQ`),
+optionally with Apache's gRPC proxy in cluster mode in front (``proxy_version=PROXY_VERSION``, 5.2.0:
+``rocketmq-proxy`` 5.3.x is not on every Maven mirror), and a minimal remoting probe (:func:`remoting_request`,
 :func:`namesrv_cluster_info`). The jars come from :mod:`testkit.java_client`.
 """
 
@@ -21,14 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from testkit.java_client import (_JDK17_OPENS, ROCKETMQ_VERSION, CompatError, _pdeathsig, _require_tool,
-                                 _write_rocketmq_home, ensure_rocketmq_jars)
+from testkit.java_client import (_JDK17_OPENS, PROXY_VERSION, ROCKETMQ_VERSION, CompatError, _pdeathsig,
+                                 _require_tool, _write_rocketmq_home, ensure_rocketmq_jars)
 from testkit.ports import free_port
 
-__all__ = ["ApacheRocketMQ", "namesrv_cluster_info", "remoting_request"]
+__all__ = ["PROXY_VERSION", "ApacheRocketMQ", "grpc_query_route", "namesrv_cluster_info", "remoting_request"]
 
 NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
 BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
+PROXY_MAIN = "org.apache.rocketmq.proxy.ProxyStartup"
 # The stock runserver.sh/runbroker.sh want 4 GiB/8 GiB heaps and a 15 GiB direct limit.
 NAMESRV_JVM_OPTS = (
     "-Xms128m", "-Xmx128m", "-XX:MaxDirectMemorySize=64m", "-XX:+UseSerialGC",
@@ -36,6 +39,10 @@ NAMESRV_JVM_OPTS = (
 )
 BROKER_JVM_OPTS = (
     "-Xms256m", "-Xmx256m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
+)
+PROXY_JVM_OPTS = (
+    "-Xms192m", "-Xmx192m", "-XX:MaxDirectMemorySize=128m", "-XX:+UseSerialGC",
     "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
 )
 
@@ -74,6 +81,21 @@ def remoting_request(addr: str, code: int, ext_fields: dict | None = None, body:
     (mark,) = struct.unpack(">I", data[:4])
     hlen = mark & 0xFFFFFF
     return json.loads(data[4:4 + hlen]), data[4 + hlen:]
+
+
+def grpc_query_route(endpoint: str, topic: str, timeout: float = 3.0) -> tuple[int, int]:
+    """One gRPC QueryRoute (RocketMQ 5 protocol) to ``endpoint``: (status code, message queues)."""
+    import grpc
+
+    from ferrymq.grpc.protocol import pb, rpc, spb
+
+    host, _, port = endpoint.rpartition(":")
+    request = spb.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=pb.Endpoints(
+        scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=int(port))]))
+    metadata = (("x-mq-client-id", "ferrymq-probe@1"), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))
+    with grpc.insecure_channel(endpoint) as channel:
+        response = rpc.MessagingServiceStub(channel).QueryRoute(request, metadata=metadata, timeout=timeout)
+    return response.status.code, len(response.message_queues)
 
 
 def namesrv_cluster_info(namesrv: str, timeout: float = 3.0) -> str:
@@ -115,15 +137,20 @@ class ApacheRocketMQ:
     broker_name: str = "ferry-compat-broker-a"
     broker_conf: dict[str, str] = field(default_factory=dict)  # extra/overriding broker.conf keys
     broker_version: str = ROCKETMQ_VERSION
+    proxy_version: str | None = None  # PROXY_VERSION: Apache's gRPC proxy (cluster mode) in front
+    proxy_conf: dict = field(default_factory=dict)  # extra/overriding rmq-proxy.json keys
     plain_acl: str | None = None  # written to $ROCKETMQ_HOME/conf/plain_acl.yml (with aclEnable=true)
     namesrv_jvm_opts: Sequence[str] = NAMESRV_JVM_OPTS
     broker_jvm_opts: Sequence[str] = BROKER_JVM_OPTS
+    proxy_jvm_opts: Sequence[str] = PROXY_JVM_OPTS
     startup_timeout: float = 60.0
     workdir: Path | None = None
     keep_workdir: bool = False
 
     namesrv_port: int = 0
     broker_port: int = 0
+    proxy_grpc_port: int = 0
+    proxy_remoting_port: int = 0
     timings: dict[str, float] = field(default_factory=dict)  # seconds: namesrv, broker, total
     _procs: list[_Proc] = field(default_factory=list, repr=False)
     _own_workdir: bool = field(default=False, repr=False)
@@ -141,6 +168,12 @@ class ApacheRocketMQ:
     @property
     def broker_addr(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
+
+    @property
+    def grpc_endpoint(self) -> str:
+        """The proxy's gRPC endpoint (RocketMQ 5 clients); only with ``proxy_version``."""
+        assert self.proxy_version, "no proxy: ApacheRocketMQ(proxy_version=PROXY_VERSION)"
+        return f"127.0.0.1:{self.proxy_grpc_port}"
 
     @property
     def broker_vip_addr(self) -> str:
@@ -167,14 +200,15 @@ class ApacheRocketMQ:
         java = _require_tool("java")
         cp = str(ensure_rocketmq_jars() / "*")
         broker_cp = str(ensure_rocketmq_jars(self.broker_version) / "*")
+        proxy_cp = str(ensure_rocketmq_jars(self.proxy_version) / "*") if self.proxy_version else None
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="ferrymq-apache-rocketmq-"))
             self._own_workdir = True
         atexit.register(self.stop)
-        fixed_ports = bool(self.namesrv_port or self.broker_port)
+        fixed_ports = bool(self.namesrv_port or self.broker_port or self.proxy_grpc_port)
         for attempt in range(1, 4):
             try:
-                self._launch(java, cp, broker_cp)
+                self._launch(java, cp, broker_cp, proxy_cp)
                 break
             except CompatError as e:
                 # a free port can be taken between our probe and the JVM's bind: pick again
@@ -184,7 +218,7 @@ class ApacheRocketMQ:
                     self.stop()
                     raise
                 self._kill(graceful=False)
-                self.namesrv_port = self.broker_port = 0
+                self.namesrv_port = self.broker_port = self.proxy_grpc_port = self.proxy_remoting_port = 0
             except BaseException:
                 self.dump_logs()
                 self.stop()
@@ -192,7 +226,7 @@ class ApacheRocketMQ:
         self.timings["total"] = time.monotonic() - t0
         return self
 
-    def _launch(self, java: str, cp: str, broker_cp: str) -> None:
+    def _launch(self, java: str, cp: str, broker_cp: str, proxy_cp: str | None = None) -> None:
         assert self.workdir is not None
         wd = self.workdir
         for sub in ("store", "logs", "namesrv"):
@@ -257,6 +291,44 @@ class ApacheRocketMQ:
         broker = self._spawn("broker", [java, *self.broker_jvm_opts, *common, "-cp", broker_cp,
                                          BROKER_MAIN, "-c", str(broker_conf)])
         self._wait(broker, self._broker_registered, "broker registration with the name server")
+        if proxy_cp:
+            self._launch_proxy(java, proxy_cp, common, home)
+
+    def _launch_proxy(self, java: str, proxy_cp: str, common: list[str], home: Path) -> None:
+        """Apache's proxy in cluster mode: gRPC for RocketMQ 5 clients, the broker behind it found
+        through the name server; ready when it answers a QueryRoute for the cluster's topic."""
+        assert self.workdir is not None
+        taken = {self.namesrv_port, self.broker_port, self.broker_port - 2, self.broker_port + 1}
+        self.proxy_grpc_port = self.proxy_grpc_port or free_port(exclude=taken)
+        self.proxy_remoting_port = self.proxy_remoting_port or free_port(exclude=taken | {self.proxy_grpc_port})
+        conf = {
+            "rocketMQClusterName": self.cluster_name,
+            "namesrvAddr": self.namesrv_addr,
+            "proxyMode": "cluster",
+            "grpcServerPort": self.proxy_grpc_port,
+            "remotingListenPort": self.proxy_remoting_port,
+            "localServeAddr": "127.0.0.1",
+            # the broker's timerMaxDelaySec (3 days), not the proxy's own 1-day default
+            "maxDelayTimeMills": 3 * 24 * 3600 * 1000,
+            # topics are created without a message.type attribute (NORMAL): FIFO, delay and
+            # transactional sends to them would be refused; FerryMQ has no such check
+            "enableTopicMessageTypeCheck": False,
+        }
+        conf.update(self.proxy_conf)
+        conf_path = self.workdir / "rmq-proxy.json"
+        conf_path.write_text(json.dumps(conf, indent=2))
+        proxy = self._spawn("proxy", [java, *self.proxy_jvm_opts, *common, f"-DRMQ_PROXY_HOME={home}",
+                                       "-cp", proxy_cp, PROXY_MAIN, "-pm", "cluster", "-pc", str(conf_path)])
+        self._wait(proxy, self._proxy_routes, "gRPC QueryRoute answered by the proxy")
+
+    def _proxy_routes(self) -> bool:
+        try:
+            code, queues = grpc_query_route(self.grpc_endpoint, self.cluster_name, timeout=1.0)
+        except Exception as e:  # grpc.RpcError: not listening yet
+            raise CompatError(str(e)) from e
+        from ferrymq.grpc.protocol import Code
+
+        return code == Code.OK and queues > 0
 
     def _spawn(self, name: str, cmd: list[str]) -> _Proc:
         assert self.workdir is not None
@@ -337,7 +409,8 @@ class ApacheRocketMQ:
         parts = []
         # 5.x's broker logs by its own logback file, under ${user.home}/logs/rocketmqlogs
         for path in [*(p.stdout_path for p in self._procs), self.log_dir / "namesrv.log",
-                     self.log_dir / "broker.log", self.log_dir / "rocketmqlogs" / "broker.log"]:
+                     self.log_dir / "broker.log", self.log_dir / "rocketmqlogs" / "broker.log",
+                     self.log_dir / "rocketmqlogs" / "proxy.log"]:
             if path.is_file():
                 parts.append(f"--- {path} (last {lines} lines) ---\n{_tail(path, lines)}")
         return "\n".join(parts)

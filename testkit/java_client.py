@@ -12,6 +12,8 @@ Everything downloaded or built lives under ``<repo>/.cache/`` (git-ignored):
 * ``.cache/rocketmq-5.3.1/lib/*.jar`` and ``.cache/compat-java53/classes``: the same for 5.3.1
 * ``.cache/rocketmq-5.3.2/lib/*.jar``: 5.3.2 (``ROCKETMQ532_VERSION``, the first broker with
   RECALL_MESSAGE), resolved from the same ``tests/compat/java53`` project
+* ``.cache/rocketmq-5.2.0/lib/*.jar``: Apache's gRPC proxy 5.2.0 (``PROXY_VERSION``,
+  ``tests/compat/proxy52``) and its dependencies; :mod:`testkit.apache` runs it
 
 * :func:`ensure_rocketmq_jars` / :func:`ensure_compat_classes` / :func:`java_classpath`
 * :func:`run_java_client` runs ``ferrymq.compat.ProduceConsume`` and returns its JSON events;
@@ -48,6 +50,7 @@ __all__ = [
     "ROCKETMQ_VERSION",
     "ROCKETMQ5_VERSION",
     "ROCKETMQ532_VERSION",
+    "PROXY_VERSION",
     "CompatUnavailable",
     "CompatError",
     "JavaClientError",
@@ -67,6 +70,9 @@ ROCKETMQ5_VERSION = "5.3.1"  # in tests/compat/java53/pom.xml
 # 5.3.2's broker (the first with RECALL_MESSAGE): the same Maven project, its version passed to
 # Maven (-Drocketmq.version); jars in .cache/rocketmq-5.3.2/lib
 ROCKETMQ532_VERSION = "5.3.2"
+# Apache's gRPC proxy (rocketmq-proxy, and its broker) from tests/compat/proxy52/pom.xml: 5.3.x's
+# proxy is not served by every Maven mirror, 5.2.0's is; jars in .cache/rocketmq-5.2.0/lib
+PROXY_VERSION = "5.2.0"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = REPO_ROOT / ".cache"
@@ -100,6 +106,9 @@ _TOOLCHAINS = {
     ROCKETMQ532_VERSION: _Toolchain(ROCKETMQ532_VERSION, REPO_ROOT / "tests" / "compat" / "java53",
                                     CACHE_DIR / "compat-java532" / "classes",
                                     REPO_ROOT / "tests" / "compat" / "java532"),
+    # jars only (no programs of ours): the proxy runs from them, see testkit/apache.py
+    PROXY_VERSION: _Toolchain(PROXY_VERSION, REPO_ROOT / "tests" / "compat" / "proxy52",
+                              CACHE_DIR / "compat-proxy52" / "classes"),
 }
 
 

@@ -9,11 +9,17 @@
 * ``apache_rocketmq5`` (module) Apache's 5.3.1 broker under the 4.9.7 name server
 * ``rocketmq532_jars`` (session) the same for 5.3.2, with ``tests/compat/java532``'s programs
 * ``apache_rocketmq532`` (module) Apache's 5.3.2 broker (the first with RECALL_MESSAGE) the same way
+* ``rocketmq_proxy_jars`` (session) Apache's gRPC proxy 5.2.0 (``tests/compat/proxy52``): 5.3.x's is
+                      not on every Maven mirror
+* ``apache_proxy``    (module) Apache's 5.3.1 broker under the 4.9.7 name server with the 5.2.0 proxy
+                      in cluster mode in front: ``.grpc_endpoint`` for RocketMQ 5 clients; a test
+                      module's ``APACHE_BROKER_CONF`` / ``APACHE_PROXY_CONF`` dicts add broker.conf /
+                      rmq-proxy.json keys
 * ``java_client``     (session) a ``testkit.java_client.JavaClient``: ``.produce_consume()``,
                       ``.produce()``, ``.consume()``, ``.run(args)``, ``.mqadmin()``
 
-A failing test that used ``apache_rocketmq`` gets the name server's and broker's log tails in
-its report.
+A failing test that used an Apache fixture (or a ``(server, endpoint)`` pair holding one) gets the
+name server's, broker's and proxy's log tails in its report.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ import pytest
 from tests.support import missing_prerequisite
 
 from testkit.apache import ApacheRocketMQ
-from testkit.java_client import (ROCKETMQ5_VERSION, ROCKETMQ532_VERSION, CompatUnavailable, ensure_compat_classes, ensure_rocketmq_jars,
-                                 JavaClient)
+from testkit.java_client import (PROXY_VERSION, ROCKETMQ5_VERSION, ROCKETMQ532_VERSION, CompatUnavailable,
+                                 ensure_compat_classes, ensure_rocketmq_jars, JavaClient)
 
 
 @pytest.fixture(scope="session")
@@ -62,9 +68,9 @@ def _toolchain_or_skip(version: str) -> Path:
     return lib
 
 
-def _apache_broker(version: str) -> Iterator[ApacheRocketMQ]:
+def _apache_broker(version: str, **options) -> Iterator[ApacheRocketMQ]:
     """Apache's ``version`` broker under a 4.9.7 name server, stopped when the fixture ends."""
-    mq = ApacheRocketMQ(broker_version=version)
+    mq = ApacheRocketMQ(broker_version=version, **options)
     mq.start()
     try:
         yield mq
@@ -100,6 +106,24 @@ def apache_rocketmq532(rocketmq532_jars: Path) -> Iterator[ApacheRocketMQ]:
 
 
 @pytest.fixture(scope="session")
+def rocketmq_proxy_jars(rocketmq5_jars: Path) -> Path:
+    """Apache's gRPC proxy 5.2.0 and its dependencies (the 5.3.1 broker behind it has its own)."""
+    try:
+        return ensure_rocketmq_jars(PROXY_VERSION)
+    except CompatUnavailable as e:
+        missing_prerequisite(f"compat: Maven Central unreachable: {e.reason}")
+
+
+@pytest.fixture(scope="module")
+def apache_proxy(request, rocketmq_proxy_jars: Path) -> Iterator[ApacheRocketMQ]:
+    """Apache's 5.3.1 broker with Apache's 5.2.0 proxy (cluster mode) in front, for one test module:
+    the gRPC peer of ``ferrymq standalone --grpcListenPort``."""
+    yield from _apache_broker(ROCKETMQ5_VERSION, proxy_version=PROXY_VERSION,
+                              broker_conf=getattr(request.module, "APACHE_BROKER_CONF", {}),
+                              proxy_conf=getattr(request.module, "APACHE_PROXY_CONF", {}))
+
+
+@pytest.fixture(scope="session")
 def java_client(rocketmq_jars: Path) -> JavaClient:
     """The official Java client as a scriptable peer (``ferrymq.compat.ProduceConsume``)."""
     return JavaClient()
@@ -123,8 +147,12 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.failed:
-        for mq in getattr(item, "funcargs", {}).values():
-            if not isinstance(mq, ApacheRocketMQ):
+        for arg in getattr(item, "funcargs", {}).values():
+            # a fixture's value, or one of a (server, endpoint) pair's
+            for mq in arg if isinstance(arg, tuple) else (arg,):
+                if isinstance(mq, ApacheRocketMQ):
+                    break
+            else:
                 continue
             state = "running" if mq.alive() else "NOT RUNNING"
             report.sections.append(

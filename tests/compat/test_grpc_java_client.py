@@ -2,7 +2,10 @@
 unchanged, against ``ferrymq standalone`` with its gRPC endpoint: Producer (normal, FIFO with
 message groups, delay), SimpleConsumer and PushConsumer; acks stop redelivery, an unacked
 message comes back after its invisible duration (the broker's trace records show both
-deliveries); 4.x remoting and 5.x gRPC clients on one topic see the same messages."""
+deliveries); 4.x remoting and 5.x gRPC clients on one topic see the same messages.
+
+Each behaviour that Apache has runs against both peers: FerryMQ, and Apache's 5.3.1 broker behind
+Apache's 5.2.0 gRPC proxy in cluster mode (the ``apache_proxy`` fixture; marked slow)."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from ferrymq.common.message import Message
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.common.recall_handle import RecallHandle
 
+from testkit.apache import ApacheRocketMQ
 from testkit.grpc_clients import (ensure_java5_classes, grpc_standalone, run_grpc_java, running_grpc_standalone,
                                   unique_names)
 from tests.support import require
@@ -25,16 +29,51 @@ from testkit.wait import wait_until
 
 pytestmark = pytest.mark.compat
 
+PEERS = ["ferrymq", pytest.param("apache", marks=pytest.mark.slow)]
+# the Apache peer (one per module, for `broker` and `tx_broker` alike): transaction checks every
+# second for half messages older than a second, as tx_broker's FerryMQ
+APACHE_BROKER_CONF = {"transactionCheckInterval": "1000", "transactionTimeOut": "1000"}
+# Apache's proxy refuses a receive's invisible duration under 10 s (ILLEGAL_INVISIBLE_TIME);
+# FerryMQ has no minimum. Lowered so the redelivery test waits 2 s on both peers.
+# The proxy registers a transactional producer group with the broker on its heartbeat only (every
+# 20 s by default): with checks every second the broker would give the half messages up (after
+# transactionCheckMax checks) before it can reach the producer. Every second too.
+APACHE_PROXY_CONF = {"minInvisibleTimeMillsForRecv": 1000, "transactionHeartbeatPeriodSecond": 1}
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
+
+def peer(request, ferrymq_started):
+    """(server, gRPC endpoint) of the peer ``request.param`` names."""
     require(ensure_java5_classes)
+    if request.param == "apache":
+        mq = request.getfixturevalue("apache_proxy")
+        yield mq, mq.grpc_endpoint
+    else:
+        with ferrymq_started() as started:
+            yield started
+
+
+@pytest.fixture(scope="module", params=PEERS)
+def broker(request, tmp_path_factory):
     # with the trace topic: the broker writes trace records for the clients' gRPC traffic
-    with running_grpc_standalone(tmp_path_factory.mktemp("grpc-java") / "store", "traceTopicEnable=true") as started:
-        yield started
+    yield from peer(request, lambda: running_grpc_standalone(tmp_path_factory.mktemp("grpc-java") / "store",
+                                                             "traceTopicEnable=true"))
 
 
-names = unique_names
+def is_apache(server) -> bool:
+    return isinstance(server, ApacheRocketMQ)
+
+
+def names(prefix: str, server=None, **topic_options) -> tuple[str, str]:
+    """A topic and group of this test's own; the topic created when ``server`` is given (Apache's
+    proxy does not create topics for gRPC clients, FerryMQ does: both get it created)."""
+    topic, group = unique_names(prefix)
+    if server is not None:
+        async def create() -> None:
+            async with AdminClient(namesrv_addr=server.namesrv_addr) as admin:
+                await admin.create_topic(topic, **topic_options)
+
+        asyncio.run(create())
+    return topic, group
 
 
 def received(events) -> list[dict]:
@@ -43,8 +82,8 @@ def received(events) -> list[dict]:
 
 @pytest.mark.slow
 def test_producer_and_simple_consumer_every_message_once(broker):
-    _, endpoint = broker
-    topic, group = names("J5Simple")
+    server, endpoint = broker
+    topic, group = names("J5Simple", server)
     sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=30)
     ids = {e["key"]: e["id"] for e in sent.of("sent")}
     assert len(ids) == 30
@@ -63,7 +102,7 @@ def test_producer_and_simple_consumer_every_message_once(broker):
 @pytest.mark.slow
 def test_fifo_messages_arrive_in_order_within_their_message_group(broker):
     server, endpoint = broker
-    topic, group = names("J5Fifo")
+    topic, group = names("J5Fifo", server)
 
     async def fifo_group() -> None:
         async with AdminClient(namesrv_addr=server.namesrv_addr) as admin:
@@ -81,10 +120,11 @@ def test_fifo_messages_arrive_in_order_within_their_message_group(broker):
         assert seqs == sorted(seqs) and len(seqs) == 8, f"message group {g} out of order: {seqs}"
 
 
-def lateness(endpoint: str, prefix: str, count: int, delay_ms: int) -> dict[str, int]:
+def lateness(broker, prefix: str, count: int, delay_ms: int) -> dict[str, int]:
     """Send ``count`` messages due ``delay_ms`` ahead and receive them: ms late per key
     (negative: early)."""
-    topic, group = names(prefix)
+    server, endpoint = broker
+    topic, group = names(prefix, server)
     sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=count, kind="delay", delayMs=delay_ms)
     due = {e["key"]: e["due"] for e in sent.of("sent")}  # the delivery timestamp the message carried
     got = run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=count, timeoutMs=40000)
@@ -93,20 +133,20 @@ def lateness(endpoint: str, prefix: str, count: int, delay_ms: int) -> dict[str,
 
 
 def test_delay_message_is_not_delivered_before_its_delivery_time(broker):
-    for key, late in lateness(broker[1], "J5Delay", 3, 3000).items():
+    for key, late in lateness(broker, "J5Delay", 3, 3000).items():
         assert late >= 0, f"{key} delivered before its delivery time"
 
 
 def test_delivery_time_between_delay_levels_is_kept_to_the_second(broker):
     """11 s ahead is no 4.x delay level (10 s, then 30 s): the message is timed, not rounded up."""
-    for key, late in lateness(broker[1], "J5Timer", 2, 11000).items():
+    for key, late in lateness(broker, "J5Timer", 2, 11000).items():
         assert late >= 0, f"{key} delivered {-late} ms before its delivery time"
         assert late < 9000, f"{key} delivered {late} ms late: rounded up to the 30 s level?"
 
 
 def test_delivery_time_beyond_the_timer_max_delay_is_refused(broker):
-    _, endpoint = broker
-    topic, _ = names("J5TimerFar")
+    server, endpoint = broker
+    topic, _ = names("J5TimerFar", server)
     four_days = 4 * 24 * 3600 * 1000  # timerMaxDelaySec is 3 days
     sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=1, kind="delay", delayMs=four_days,
                          check=False)
@@ -118,7 +158,7 @@ def test_delivery_time_beyond_the_timer_max_delay_is_refused(broker):
 
 def test_unacked_message_comes_back_after_its_invisible_duration(broker):
     server, endpoint = broker
-    topic, group = names("J5Invisible")
+    topic, group = names("J5Invisible", server)
     run_grpc_java("produce", endpoints=endpoint, topic=topic, count=1)
     first = received(run_grpc_java("simple", endpoints=endpoint, topic=topic, group=group, expect=1,
                                    invisibleMs=2000, ack="false", timeoutMs=30000))
@@ -129,6 +169,8 @@ def test_unacked_message_comes_back_after_its_invisible_duration(broker):
     assert second[0]["id"] == first[0]["id"] and second[0]["attempt"] == 2
     # "at" is when the client had it: the invisible time started a little earlier, at the broker
     assert second[0]["at"] >= first[0]["at"] + 2000 - 250, "visible again before its invisible duration ended"
+    if is_apache(server):
+        return  # the trace records below are FerryMQ's broker's own (Apache's come from clients)
 
     # the broker's trace records: the publish, both deliveries, the second one acknowledged
     async def trace() -> list:
@@ -150,8 +192,8 @@ def test_unacked_message_comes_back_after_its_invisible_duration(broker):
 
 @pytest.mark.slow
 def test_push_consumer_receives_every_message_and_acks_stop_redelivery(broker):
-    _, endpoint = broker
-    topic, group = names("J5Push")
+    server, endpoint = broker
+    topic, group = names("J5Push", server)
     sent = run_grpc_java("produce", endpoints=endpoint, topic=topic, count=20)
     got = run_grpc_java("push", endpoints=endpoint, topic=topic, group=group, expect=20, timeoutMs=40000,
                         lingerMs=3000, timeout=150)
@@ -162,7 +204,7 @@ def test_push_consumer_receives_every_message_and_acks_stop_redelivery(broker):
 
 def test_remoting_producer_and_grpc_consumer_see_the_same_messages(broker):
     server, endpoint = broker
-    topic, group = names("J5Mixed")
+    topic, group = names("J5Mixed", server)
 
     async def produce_4x() -> dict[str, str]:
         out = {}
@@ -226,24 +268,25 @@ def test_tls_by_default_and_acl_credentials(acl_broker):
     assert refused.returncode != 0 and refused.of("sent") == []
 
 
-@pytest.fixture(scope="module")
-def tx_broker(tmp_path_factory):
-    require(ensure_java5_classes)
+TX_PEERS = ["ferrymq", pytest.param("apache", marks=[pytest.mark.slow, pytest.mark.xfail(strict=True, reason=(
+    "Apache's 5.3.1 broker behind the 5.2.0 proxy never gets the check-back to the client: its checks log "
+    "'Check transaction failed, channel is null' for the producer group, and after transactionCheckMax the "
+    "half messages go to TRANS_CHECK_MAX_TIME_TOPIC; the same behind a 5.2.0 broker (the proxy-to-broker "
+    "producer registration, not FerryMQ; not yet explained)"))])]
+
+
+@pytest.fixture(scope="module", params=TX_PEERS)
+def tx_broker(request, tmp_path_factory):
     # transaction checks every second, for half messages older than a second
-    server, endpoint = grpc_standalone(tmp_path_factory.mktemp("grpc-java-tx") / "store",
-                                       "transactionCheckInterval=1000", "transactionTimeOut=1000")
-    try:
-        yield server, endpoint
-    finally:
-        code = server.stop()
-        assert code == 0, f"standalone did not shut down cleanly ({code}):\n{server.log()}"
+    yield from peer(request, lambda: running_grpc_standalone(tmp_path_factory.mktemp("grpc-java-tx") / "store",
+                                                             "transactionCheckInterval=1000", "transactionTimeOut=1000"))
 
 
 def test_transactions_commit_rollback_and_check_back_over_telemetry(tx_broker):
     """Committed and rolled back at once, or left open and decided by the producer's
     TransactionChecker when the broker asks over the Telemetry stream."""
-    _, endpoint = tx_broker
-    topic, group = names("J5Tx")
+    server, endpoint = tx_broker
+    topic, group = names("J5Tx", server)
     run = run_grpc_java("tx", endpoints=endpoint, topic=topic, lingerMs=30000)
     assert {e["key"]: e["resolution"] for e in run.of("checked")} == {"check-commit": "COMMIT",
                                                                      "check-rollback": "ROLLBACK"}
@@ -258,6 +301,8 @@ def test_java_producer_recalls_its_delay_message_by_the_receipts_handle(broker):
     later timer on the same queue fires; a malformed handle fails as Apache's proxy fails it
     (INTERNAL_SERVER_ERROR: the client's InternalErrorException)."""
     server, endpoint = broker
+    if is_apache(server):
+        pytest.skip("Apache's proxy 5.2.0 has no RecallMessage RPC (5.3.2's proxy is the first)")
     topic, group = names("J5Recall")
     DELAY_MS = 12_000  # noqa: N806 (the recall must come before it fires: a JVM starts meanwhile)
 
