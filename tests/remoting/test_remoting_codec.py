@@ -350,8 +350,9 @@ def test_codes() -> None:
         320, 322, 329,
     )  # fmt: skip
     # every code of docs/wire-format.md#request-codes, RocketMQ 5's POP, timer and lite pull codes, 5.3.2's
-    # RECALL_MESSAGE
-    assert len(RequestCode) == 103 and RequestCode.RECALL_MESSAGE == 370 and RequestCode.LITE_PULL_MESSAGE == 361
+    # RECALL_MESSAGE, 5.x's GET_ALL_MESSAGE_REQUEST_MODE
+    assert len(RequestCode) == 104 and RequestCode.RECALL_MESSAGE == 370 and RequestCode.LITE_PULL_MESSAGE == 361
+    assert RequestCode.GET_ALL_MESSAGE_REQUEST_MODE == 402
     assert (RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME) == (
         200050, 200051, 200053,
     )  # fmt: skip
