@@ -110,13 +110,9 @@ class TimerLog:
         self._fds = {}
         self._latest_slot = {}
 
-    def sync(self) -> None:
-        """fdatasync every segment written since the last sync."""
-        for fd in self.unsynced_fds():
-            fdatasync(fd)
-
     def sync_all(self) -> None:
-        """fdatasync every open segment (a sync that may race a concurrent ``unsynced_fds`` taker)."""
+        """fdatasync every open segment, not only those ``unsynced_fds`` would name: a full sync
+        under the store's lock may run while a sync outside it still holds that list."""
         self._filled = []
         for fd in self._fds.values():
             fdatasync(fd)
