@@ -55,7 +55,7 @@ from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.broker.transactions import TransactionService
 from ferrymq.common.address_lookup import changed_namesrv_addr
 from ferrymq.common.config_loader import ConfigError
-from ferrymq.common.tasks import TaskSet
+from ferrymq.common.tasks import TaskSet, within
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
@@ -407,7 +407,7 @@ class Broker:
             wait = period if ok else retry
             retry = 0.5 if ok else min(retry * 2, period)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._register_wanted.wait(), wait)
+                await within(self._register_wanted.wait(), wait)
 
     async def _fetch_namesrv_addr(self) -> None:
         """The name servers from the address service; a new list is registered with at once."""

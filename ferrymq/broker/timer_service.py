@@ -21,6 +21,7 @@ from ferrymq.broker.schedule import copy_to_real_destination
 from ferrymq.broker.timer_send import TIMER_PROPS
 from ferrymq.common.message import MessageExt, Prop, decode_record
 from ferrymq.common.protocol import TIMER_TOPIC
+from ferrymq.common.tasks import within
 from ferrymq.store.timer_log import RECALL_MARKER, TimerRecord
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class TimerService:
             self._sleeps_until = due
             wait = None if due is None else max(0.0, (due - now_ms()) / 1000)
             try:
-                await asyncio.wait_for(self._arrived.wait(), wait)
+                await within(self._arrived.wait(), wait)
             except asyncio.TimeoutError:
                 pass
 

@@ -15,6 +15,7 @@ from ferrymq.cli import controller_options
 from ferrymq.common import gc_tuning
 from ferrymq.common.config_loader import apply_settings
 from ferrymq.common.http_endpoints import HttpEndpoints
+from ferrymq.common.tasks import within
 from ferrymq.controller.controller import ControllerConfig
 from ferrymq.grpc.wiring import broker_grpc
 from ferrymq.namesrv.address_server import ADDRESS_ROUTE, NamesrvAddressBook, NamesrvAddressServer
@@ -124,7 +125,7 @@ async def run_standalone(args: argparse.Namespace) -> int:
     http = await start_http(args, namesrv, broker)
     try:
         await broker.start()
-        await until(stop, asyncio.wait_for(broker.registered.wait(), 10))
+        await until(stop, within(broker.registered.wait(), 10))
         gc_tuning.settle()
         print(f"FerryMQ standalone is ready: name server {namesrv.address}, broker {broker.address}, "
               f"data in {broker.store_config.store_path_root_dir}", flush=True)

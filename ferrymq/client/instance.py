@@ -16,7 +16,7 @@ from ferrymq.acl.signature import sign_request
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import BrokerUnreachableError, MQBrokerError, MQClientError, NoRouteError
 from ferrymq.common.address_lookup import changed_namesrv_addr
-from ferrymq.common.tasks import TaskSet
+from ferrymq.common.tasks import TaskSet, within
 from ferrymq.common.protocol import (
     DEFAULT_TOPIC,
     ConsumerData,
@@ -176,7 +176,7 @@ class ClientInstance:
     async def route_read(self, timeout: float) -> bool:
         """Wait until some route is read from a name server (by anyone), at most ``timeout`` s."""
         try:
-            await asyncio.wait_for(self._route_read.wait(), max(0.0, timeout))
+            await within(self._route_read.wait(), max(0.0, timeout))
         except asyncio.TimeoutError:
             return False
         return True

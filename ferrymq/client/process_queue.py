@@ -15,6 +15,7 @@ import contextlib
 import time
 
 from ferrymq.common.message import MessageExt
+from ferrymq.common.tasks import within
 
 LOCK_MAX_LIVE = 30.0  # rocketmq.client.rebalance.lockMaxLiveTime: trust a lock this long after renewal
 PULL_MAX_IDLE = 120.0  # a queue not pulled for this long is dropped and re-created by the rebalance
@@ -76,7 +77,7 @@ class ProcessQueue:
         dropped; at the latest after ``timeout`` s. Call it right after finding the queue full."""
         self._room.clear()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._room.wait(), timeout)
+            await within(self._room.wait(), timeout)
 
     def _remove_one(self, offset: int) -> MessageExt | None:
         m = self._msgs.pop(offset, None)

@@ -35,6 +35,7 @@ from ferrymq.common.message import Message, MessageExt, Prop, encode_batch_body,
 from ferrymq.common.message_id import new_uniq_key
 from ferrymq.common.protocol import DEFAULT_TOPIC, MessageQueue, TopicRouteData
 from ferrymq.common.recall_handle import INVALID_HANDLE, RecallHandle
+from ferrymq.common.tasks import within
 from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -166,7 +167,7 @@ class Producer:
             await self._publish_route(msg.topic)
             await self._known_to_every_broker()
             await self.send(msg, timeout=max(0.001, deadline - time.monotonic()))
-            return await asyncio.wait_for(reply, max(0.001, deadline - time.monotonic()))
+            return await within(reply, max(0.001, deadline - time.monotonic()))
         except asyncio.TimeoutError:
             raise MQClientError(f"no reply to the request to {msg.topic} within {timeout:g} s") from None
         finally:
@@ -391,7 +392,7 @@ class Producer:
         if await self.instance.route_read(min(delay, deadline - time.monotonic())):
             return
         with contextlib.suppress(MQClientError, RemotingError, asyncio.TimeoutError):
-            route = await asyncio.wait_for(self.instance.refresh_route(topic), max(0.0, deadline - time.monotonic()))
+            route = await within(self.instance.refresh_route(topic), max(0.0, deadline - time.monotonic()))
             if route is None or not route.publish_queues(topic):
-                await asyncio.wait_for(self.instance.refresh_route(DEFAULT_TOPIC),
+                await within(self.instance.refresh_route(DEFAULT_TOPIC),
                                        max(0.0, deadline - time.monotonic()))

@@ -4,16 +4,31 @@
 ``TaskSet`` owns the tasks an object starts: it keeps a strong reference to each (the event
 loop keeps only weak ones), logs a task that dies of an exception once, and cancels and
 awaits all of them on ``close()``. ``run_every`` is the one periodic loop: a failing round is
-logged once per failure streak and the next round still runs.
+logged once per failure streak and the next round still runs. ``within`` bounds an await in
+time, as ``asyncio.wait_for`` does, without losing a cancellation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable, Coroutine
+from typing import Awaitable, Callable, Coroutine, TypeVar
 
-__all__ = ["InFlight", "TaskSet", "run_every"]
+__all__ = ["InFlight", "TaskSet", "run_every", "within"]
+
+T = TypeVar("T")
+
+
+async def within(aw: Awaitable[T], seconds: float | None) -> T:
+    """``await aw``, raising ``TimeoutError`` after ``seconds`` (None: no limit).
+
+    Used instead of ``asyncio.wait_for``: on Python 3.11, a task cancelled while the awaitable it
+    waits for has just completed gets the result and loses the cancellation. A loop that reads a
+    busy socket (a slave replicating a stream of records) then cannot be stopped, and whoever
+    awaits its end (a slave being promoted) waits for ever. ``asyncio.timeout`` keeps it.
+    """
+    async with asyncio.timeout(seconds):
+        return await aw
 
 
 class InFlight:
@@ -40,7 +55,7 @@ class InFlight:
     async def wait_idle(self, timeout: float) -> bool:
         """Wait until no call is in progress, at most ``timeout`` s; False if some still is."""
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            await within(self._idle.wait(), timeout)
         except asyncio.TimeoutError:
             return False
         return True

@@ -427,9 +427,9 @@ class Controller:
             chosen = elect(group, now, timeout, silent_since, self.config.enable_elect_unclean_master)
             if chosen is None:
                 if not group.no_candidate_logged:
-                    log.error("broker group %s: master %d silent for %.0f s and no slave holds offset %d (what it "
-                              "acknowledged); no failover", group.name, cur.master_id, now - silent_since,
-                              group.must_reach)
+                    log.error("broker group %s: master %d silent for %.0f s and no in-sync slave heard from since "
+                              "holds offset %d (what it acknowledged); no failover", group.name, cur.master_id,
+                              now - silent_since, group.must_reach)
                     group.no_candidate_logged = True
                 continue
             group.pending = Pending(chosen.broker_id, cur.epoch + 1, now)

@@ -15,6 +15,7 @@ from typing import Callable
 
 import grpc
 
+from ferrymq.common.tasks import within
 from ferrymq.grpc.certificates import load_or_make
 from ferrymq.grpc.clients import GrpcClients
 from ferrymq.grpc.protocol import rpc
@@ -86,7 +87,7 @@ class GrpcEndpoint:
 
     async def wait_announced(self, timeout: float) -> bool:
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._announced.wait(), timeout)
+            await within(self._announced.wait(), timeout)
         return self._announced.is_set()
 
     async def _announce_loop(self) -> None:
@@ -121,4 +122,4 @@ class GrpcEndpoint:
         if self.service.trace is not None:  # after the calls: what they reported is written first
             await self.service.trace.stop()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.directory.withdraw(), 3.0)
+                await within(self.directory.withdraw(), 3.0)

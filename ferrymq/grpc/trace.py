@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from ferrymq.common.message import Prop, encode_properties
+from ferrymq.common.tasks import within
 from ferrymq.common.trace_data import (CONSUME_RETURN_TYPES, END_TRANSACTION, RECORDED_BY_BROKER, RECORDED_BY_PROPERTY,
                                        SUB_AFTER, SUB_BEFORE, TraceEvent, encode_trace_data)
 from ferrymq.remoting.codes import RequestCode, ResponseCode
@@ -137,7 +138,7 @@ class GrpcTrace:
         if task is None:
             return
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._queue.join(), timeout)
+            await within(self._queue.join(), timeout)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -185,7 +185,8 @@ class LeaseElector:
         finally:
             if self.release_on_cancel and self._lease is not None:
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._release(), self.renew_deadline)
+                    async with asyncio.timeout(self.renew_deadline):
+                        await self._release()
 
     def step_down(self) -> None:
         """Stop leading now (``on_stopped_leading`` runs before this returns) and release the
@@ -216,7 +217,8 @@ class LeaseElector:
         """Renew until the deadline passes, another holder shows up, or step_down()."""
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._step_down.wait(), self.retry_period)
+                async with asyncio.timeout(self.retry_period):  # not wait_for: see ferrymq.common.tasks.within
+                    await self._step_down.wait()
             if self._step_down.is_set():
                 return
             while True:
@@ -227,7 +229,8 @@ class LeaseElector:
                     self._lease = None  # not ours to release any more
                     return
                 try:
-                    renewed = await asyncio.wait_for(self._attempt(remaining), remaining)
+                    async with asyncio.timeout(remaining):
+                        renewed = await self._attempt(remaining)
                 except asyncio.TimeoutError:
                     renewed = False
                 if self._step_down.is_set():

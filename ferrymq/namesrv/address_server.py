@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ferrymq.common.tasks import TaskSet
+from ferrymq.common.tasks import TaskSet, within
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class NamesrvAddressServer:
 async def _accepts(address: str) -> bool:
     host, _, port = address.rpartition(":")
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), PROBE_TIMEOUT)
+        _, writer = await within(asyncio.open_connection(host, int(port)), PROBE_TIMEOUT)
     except (OSError, ValueError, asyncio.TimeoutError):
         return False
     writer.close()

@@ -9,6 +9,7 @@ import time
 from functools import partial
 from typing import Callable
 
+from ferrymq.common.tasks import within
 from ferrymq.remoting.codes import DEFAULT_MAX_FRAME, SerializeType
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import (
@@ -165,7 +166,7 @@ class RemotingClient:
     async def _connect(self, address: str) -> Connection:
         host, port = parse_address(address)
         try:
-            connection = await asyncio.wait_for(
+            connection = await within(
                 open_connection(host, port, self._request_handler, ssl=self._tls,
                                 server_hostname=host if self._tls else None, max_frame=self._max_frame,
                                 **self._permits),

@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any, AsyncIterator, Awaitable, Callable, Collection, Coroutine, Protocol, cast
 
 from ferrymq.common.eager import Resumption, start_eagerly
+from ferrymq.common.tasks import within
 from ferrymq.remoting.codes import DEFAULT_MAX_FRAME, FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from ferrymq.remoting.command import FrameDecoder, RemotingCommand, encode_frame
 from ferrymq.remoting.errors import (
@@ -514,7 +515,7 @@ class Connection(asyncio.Protocol):
         if self._transport is None:
             return
         try:
-            await asyncio.wait_for(self._lost.wait(), _CLOSE_GRACE)
+            await within(self._lost.wait(), _CLOSE_GRACE)
         except TimeoutError:
             log.debug("%s did not take its pending data in time; aborting", self._peer)
             self._transport.abort()

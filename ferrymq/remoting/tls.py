@@ -19,6 +19,7 @@ import ssl
 from dataclasses import dataclass
 
 from ferrymq.common.config_loader import ConfigError
+from ferrymq.common.tasks import within
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ async def first_byte(sock: socket.socket, timeout: float) -> int | None:
     fd = sock.fileno()
     loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
     try:
-        await asyncio.wait_for(ready, timeout)
+        await within(ready, timeout)
     except TimeoutError:
         return None
     finally:

@@ -3,7 +3,9 @@
 import asyncio
 import logging
 
-from ferrymq.common.tasks import InFlight, TaskSet, run_every
+import pytest
+
+from ferrymq.common.tasks import InFlight, TaskSet, run_every, within
 
 
 async def test_close_cancels_and_awaits_every_task():
@@ -111,3 +113,31 @@ async def test_close_with_a_timeout_names_the_task_that_would_not_stop(caplog):
     assert "owner: task stubborn did not stop within 0.05 s" in caplog.text
     finish.set()
     await task
+
+
+async def test_within_keeps_a_cancellation_that_arrives_with_the_result():
+    """A task stopped just as the read it waits for completes must stop (asyncio.wait_for on
+    Python 3.11 hands it the result and drops the cancellation: a slave replicating a busy stream
+    then never stops, and its promotion hangs)."""
+    data = asyncio.get_running_loop().create_future()
+    reads = []
+
+    async def reader():
+        for _ in range(3):  # a loop that would go on reading
+            reads.append(await within(data, 5))
+
+    task = asyncio.create_task(reader())
+    await asyncio.sleep(0)
+    data.set_result(b"record")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await within(task, 5)
+    assert reads == []
+
+
+async def test_within_times_out_and_cancels_what_it_waited_for():
+    never = asyncio.get_running_loop().create_future()
+    with pytest.raises(TimeoutError):
+        await within(never, 0.05)
+    assert never.cancelled()
+    assert await within(asyncio.sleep(0, "done"), None) == "done"

@@ -52,6 +52,7 @@ from ferrymq.common.controller_protocol import (
     NONE,
     SLAVE,
 )
+from ferrymq.common.tasks import within
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -337,7 +338,7 @@ class FailoverAgent:
             lease_ends = self._check_isolation(time.monotonic())
             timeout = None if lease_ends is None else max(0.0, lease_ends - time.monotonic())
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._recheck.wait(), timeout)
+                await within(self._recheck.wait(), timeout)
 
     def _check_isolation(self, now: float) -> float | None:
         """Fence or lift the fence as ``_cut_off`` says now; returns when the lease runs out if

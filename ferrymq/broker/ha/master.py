@@ -44,7 +44,7 @@ from ferrymq.broker.ha.frames import (
     encode_transfer,
     is_hello,
 )
-from ferrymq.common.tasks import TaskSet
+from ferrymq.common.tasks import TaskSet, within
 from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.results import AppendResult, PutStatus
 
@@ -324,9 +324,9 @@ class HAMaster:
         housekeeping = self.settings.housekeeping_interval_ms / 1000
         while True:
             try:
-                data = await asyncio.wait_for(reader.readexactly(OFFSET_REPORT.size), housekeeping)
+                data = await within(reader.readexactly(OFFSET_REPORT.size), housekeeping)
                 if not first_report.done() and state.identity is None and is_hello(data):
-                    hello = decode_hello_rest(await asyncio.wait_for(
+                    hello = decode_hello_rest(await within(
                         reader.readexactly(HELLO.size - OFFSET_REPORT.size), housekeeping))
                     state.identity, state.epoch = hello.identity, hello.epoch
                     log.info("slave %s is broker %d (epoch %d)", state.address, hello.identity, hello.epoch)
@@ -398,7 +398,7 @@ class HAMaster:
                 last_write = time.monotonic()
                 continue
             try:
-                await asyncio.wait_for(wake.wait(), heartbeat - idle)
+                await within(wake.wait(), heartbeat - idle)
             except asyncio.TimeoutError:
                 pass
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ferrymq.broker.ha.frames import TRANSFER_HEADER, HAFrameError, decode_transfer_header, encode_offset_report
+from ferrymq.common.tasks import within
 from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.replica import ReplicaAppender, ReplicaDataError
 
@@ -91,7 +92,7 @@ class HASlave:
             if self._address_changed.is_set():
                 continue
             try:
-                await asyncio.wait_for(self._address_changed.wait(), retry)
+                await within(self._address_changed.wait(), retry)
             except asyncio.TimeoutError:
                 pass
             retry = min(retry * 2, _RETRY_MAX_S)
@@ -100,7 +101,7 @@ class HASlave:
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise OSError(f"bad master HA address {address!r} (host:port expected)")
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), _CONNECT_TIMEOUT_S)
+        reader, writer = await within(asyncio.open_connection(host, int(port)), _CONNECT_TIMEOUT_S)
         reporter = None
         try:
             start = await self.store.reset_replica(self.appender)
@@ -138,8 +139,8 @@ class HASlave:
         while True:
             try:
                 header = decode_transfer_header(
-                    await asyncio.wait_for(reader.readexactly(TRANSFER_HEADER.size), housekeeping), MAX_TRANSFER_BODY)
-                body = await asyncio.wait_for(reader.readexactly(header.size), housekeeping) if header.size else b""
+                    await within(reader.readexactly(TRANSFER_HEADER.size), housekeeping), MAX_TRANSFER_BODY)
+                body = await within(reader.readexactly(header.size), housekeeping) if header.size else b""
             except asyncio.TimeoutError:
                 raise TimeoutError(f"nothing from the master for {housekeeping:g} s (haHousekeepingInterval)") from None
             self.master_offset = header.offset + header.size
