@@ -5,7 +5,8 @@
 #   2. the kind node image (e2e/kind/build-node-image.sh: no registry needed) and FerryMQ's
 #      images (e2e/images/build-images.sh, tag "e2e");
 #   3. the docker network ferrymq-kind with an explicit subnet, and kind cluster "ferrymq-e2e"
-#      (control plane + 3 workers; a cluster of that name left by an earlier run is deleted first);
+#      (control plane + 3 workers; a cluster of that name left by an earlier run is deleted first),
+#      each worker with a small volume file system of its own (small_volumes, loop-mounted here);
 #   4. `kind load` of the images, `helm upgrade --install` of charts/ferrymq-operator (its CRDs
 #      too: templates of the release, crds.install);
 #   5. pytest e2e/kind/test_kind_e2e.py (marker kind): the scenarios, in the cluster, against its
@@ -59,6 +60,33 @@ network() {
   fi
 }
 
+VOLUMES=/var/lib/ferrymq-kind/volumes  # kind-config.yaml names these paths
+
+drop_small_volumes() {  # unmount and remove what this or an earlier run made
+  local n dir img
+  for n in 1 2 3; do
+    dir="$VOLUMES/worker$n" img="$VOLUMES/worker$n.img"
+    if mountpoint -q "$dir" 2>/dev/null; then umount "$dir" 2>/dev/null || umount -l "$dir"; fi
+    [ ! -e "$img" ] || losetup -j "$img" | cut -d: -f1 | xargs -r -n1 losetup -d 2>/dev/null || true
+    rm -f "$img"
+  done
+}
+
+small_volumes() {
+  # Each worker's own small file system for volumes of the StorageClass ferrymq-small (the fault
+  # suite's Broker): its fill-disk fault fills one node's volume to the last block, not this
+  # machine's disk. Sparse 2 GiB ext4 loop file systems, no reserved blocks.
+  local n dir img
+  drop_small_volumes
+  for n in 1 2 3; do
+    dir="$VOLUMES/worker$n" img="$VOLUMES/worker$n.img"
+    mkdir -p "$dir"
+    truncate -s 2G "$img"
+    mkfs.ext4 -q -F -m 0 "$img"
+    mount -o loop "$img" "$dir" || { echo "e2e-kind: cannot loop-mount $img (root and a loop device needed)" >&2; return 1; }
+  done
+}
+
 create_cluster() {
   if kind get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
     echo "e2e-kind: deleting cluster $CLUSTER left by an earlier run" >&2
@@ -67,6 +95,7 @@ create_cluster() {
   # A node container of that name without a cluster (an interrupted create) would make kind fail.
   docker ps -aq --filter "label=io.x-k8s.kind.cluster=$CLUSTER" | xargs -r docker rm -f >/dev/null
   network
+  small_volumes
   KIND_EXPERIMENTAL_DOCKER_NETWORK="$NETWORK" kind create cluster --name "$CLUSTER" --image "$NODE_IMAGE" \
     --config "$HERE/kind-config.yaml" --kubeconfig "$KUBECONFIG" --wait 300s --retain
 }
@@ -116,6 +145,7 @@ on_exit() {
   if [ "$rc" -ne 0 ] && [ -n "${KUBECONFIG:-}" ]; then echo "e2e-kind: FAILED (exit $rc)" >&2; diagnostics; fi
   if [ "${FERRYMQ_KIND_KEEP:-0}" != "1" ] && command -v kind >/dev/null 2>&1; then
     kind delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+    drop_small_volumes
   fi
   if [ ${#TIMINGS[@]} -gt 0 ]; then
     { echo "e2e-kind timings ($(date -u +%FT%TZ), exit $rc):"; printf '  %s\n' "${TIMINGS[@]}"; } | tee -a "$REPO/.cache/e2e-timings.log" >&2

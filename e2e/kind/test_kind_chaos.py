@@ -33,6 +33,10 @@ current master runs (asked of the name server, then the pod's spec.nodeName):
 * ``drain-node``: `kubectl drain` of the master's node (evictions within the group's
   PodDisruptionBudget), uncordoned after a hold; the master's pod waits Pending meanwhile (its
   volume is on that node);
+* ``fill-disk``: the master's volume (a 2 GiB file system of the node's own, StorageClass
+  ferrymq-small: run.sh, kind-config.yaml) filled to the last block by a ballast file, removed
+  after a hold: the master refuses sends meanwhile (disk full), loses nothing acknowledged, and
+  takes sends again;
 * ``roll-image``: the Broker's `spec.image` switched between the broker image and a second tag of
   it (tagged in every node's containerd, so the pods really get a new image reference): the
   operator rolls the group (slave first, then the master) under the workload.
@@ -85,7 +89,9 @@ TOPIC = "chaos-orders"
 GROUP = f"{BROKER}-broker-0"  # the broker group (brokerName) of pod index 0
 FAILOVER_TIMEOUT = 5  # s: failoverTimeoutSeconds
 KINDS = ("kill-deciders", "pause-node", "disconnect-node", "kill-node", "kill-broker", "delete-pod",
-         "partition-replication", "drain-node", "roll-image")
+         "partition-replication", "drain-node", "fill-disk", "roll-image")
+SMALL_VOLUMES = "/var/ferrymq-small-volumes"  # in each worker: its own file system (kind-config.yaml)
+BALLAST = f"{SMALL_VOLUMES}/chaos-ballast"
 ROLL_IMAGE = f"{BROKER_IMAGE}-roll"  # the same image under a second tag (roll-image)
 FAULTS = int(os.environ.get("FERRYMQ_KIND_CHAOS_FAULTS", str(len(KINDS))))
 # e.g. "disconnect-node,kill-node": only those kinds (in turn when FAULTS <= their number, else drawn)
@@ -330,6 +336,16 @@ def _drop_between(node: str, a: str, b: str, add: bool) -> None:
             docker("exec", node, "iptables", "-D", "FORWARD", *match, check=False)
 
 
+def _fill_volume(node: str) -> str:
+    """Fill the node's volume file system to the last block with the ballast file; what it took."""
+    df = f"df -B1 --output=avail {SMALL_VOLUMES} | tail -1"
+    script = (f"avail=$({df}); fallocate -l $avail {BALLAST} || true; "
+              f"dd if=/dev/zero of={BALLAST}.tail bs=4k 2>/dev/null || true; echo $avail $({df})")
+    before, after = docker("exec", node, "sh", "-c", script).stdout.split()
+    assert int(after) < 1 << 20, f"{SMALL_VOLUMES} on {node} still has {after} bytes free after the ballast"
+    return f"ballast of {int(before) >> 20} MiB; {after} bytes left"
+
+
 def broker_images(ns: str) -> list[tuple[str, bool]]:
     """(image, ready) of every broker container of the Broker's pods."""
     return [(c["image"], pod_ready(p)) for p in items("pods", ns, f"app.kubernetes.io/instance={BROKER}")
@@ -417,6 +433,10 @@ def inject(kind: str, ns: str, master_pod: str, rng: random.Random) -> Injection
             inj.notes.append(f"drain: {drained.stderr.strip().splitlines()[-1:]}")
         time.sleep(max(0.0, inj.injected + 30 + rng.uniform(0, 20) - time.time()))
         kubectl("uncordon", node)
+    elif kind == "fill-disk":
+        inj.notes.append(_fill_volume(node))
+        time.sleep(FAILOVER_TIMEOUT + 15 + rng.uniform(0, 15))
+        docker("exec", node, "rm", "-f", BALLAST, f"{BALLAST}.tail")
     elif kind == "roll-image":
         current = ((get("broker", BROKER, ns) or {}).get("spec") or {}).get("image") or BROKER_IMAGE
         inj.image = ROLL_IMAGE if current != ROLL_IMAGE else BROKER_IMAGE
@@ -494,7 +514,8 @@ def test_node_faults_lose_no_acknowledged_message(ns):
                      if "node-role.kubernetes.io/control-plane" not in n["metadata"].get("labels", {}))
     assert len(workers) >= 3, f"the chaos suite needs 3 workers (kind-config.yaml), has {workers}"
     apply(ns, {"apiVersion": API, "kind": "Broker", "metadata": {"name": BROKER},
-               "spec": {"replicas": 1, "imagePullPolicy": "Never", "storage": {"size": "1Gi", "deleteClaim": True},
+               "spec": {"replicas": 1, "imagePullPolicy": "Never", "storage": {"size": "1Gi", "deleteClaim": True,
+                                                                     "storageClassName": "ferrymq-small"},
                         "nameServer": {"replicas": 2},
                         "replication": {"slavesPerGroup": 1, "mode": "Sync", "failover": True,
                                         "failoverTimeoutSeconds": FAILOVER_TIMEOUT, "spreadAcrossNodes": "Required"}}})
