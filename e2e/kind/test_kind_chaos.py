@@ -339,7 +339,7 @@ def _drop_between(node: str, a: str, b: str, add: bool) -> None:
 def _fill_volume(node: str) -> str:
     """Fill the node's volume file system to the last block with the ballast file; what it took."""
     df = f"df -B1 --output=avail {SMALL_VOLUMES} | tail -1"
-    script = (f"avail=$({df}); fallocate -l $avail {BALLAST} || true; "
+    script = (f"avail=$({df}); fallocate -l $((avail - 1048576)) {BALLAST} || true; "
               f"dd if=/dev/zero of={BALLAST}.tail bs=4k 2>/dev/null || true; echo $avail $({df})")
     before, after = docker("exec", node, "sh", "-c", script).stdout.split()
     assert int(after) < 1 << 20, f"{SMALL_VOLUMES} on {node} still has {after} bytes free after the ballast"
