@@ -337,6 +337,8 @@ class Broker:
         if self.stopping:
             return
         self.stopping = True
+        if self.replication.failover is not None:
+            await self.replication.failover.hand_over()  # a master with an in-sync slave: promoted now
         self.pull_waiters.close()
         self.pop.release_held()
         await self._unregister_from_namesrvs()

@@ -23,6 +23,12 @@ CONTROLLER_ALTER_IN_SYNC (the master only): brokerName, brokerId (its identity),
   in is waited for from before the request, so this bounds what the master acknowledged alone). SUCCESS with the new inSyncEpoch once recorded;
   anything else: the set is unchanged (a stale epoch, a broker that is not master).
 
+CONTROLLER_HAND_OVER (the master, as it shuts down: a controlled shutdown): brokerName, brokerId,
+  epoch, confirmedOffset (what its in-sync slaves hold: it took no send since it fenced itself).
+  SUCCESS with ext fields successorId and epoch: that in-sync slave is offered the new epoch at
+  its next heartbeat, without waiting for the master to fall silent; anything else: no hand-over
+  (the controller elects once the master has been silent for the failover timeout).
+
 A controller replica that does not lead (several replicas behind Lease election) answers every
 request with CONTROLLER_NOT_LEADER and ext field leaderAddr (the leader's address when it knows
 it, else empty): brokers try that address, then the others they were given.
@@ -37,6 +43,7 @@ CONTROLLER_HEARTBEAT = 9001
 CONTROLLER_PROMOTED = 9002
 CONTROLLER_GET_STATE = 9003
 CONTROLLER_ALTER_IN_SYNC = 9004
+CONTROLLER_HAND_OVER = 9005
 
 CONTROLLER_NOT_LEADER = 9010  # response code: this replica does not lead; see leaderAddr
 

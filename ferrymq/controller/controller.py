@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ferrymq.common.controller_protocol import (
     CONTROLLER_ALTER_IN_SYNC,
     CONTROLLER_GET_STATE,
+    CONTROLLER_HAND_OVER,
     CONTROLLER_HEARTBEAT,
     CONTROLLER_NOT_LEADER,
     CONTROLLER_PROMOTED,
@@ -38,6 +39,7 @@ from ferrymq.controller.state import (
     alter_in_sync,
     elect,
     first_master,
+    hand_over,
     heartbeat_answer,
 )
 from ferrymq.remoting.codes import ResponseCode
@@ -45,9 +47,11 @@ from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.headers import (
     AlterInSyncHeader,
+    ControllerHandOverHeader,
     ControllerHeartbeatHeader,
     ControllerHeartbeatResponseHeader,
     ControllerPromotedHeader,
+    HandOverResponseHeader,
     InSyncEpochResponseHeader,
     NotLeaderResponseHeader,
 )
@@ -101,6 +105,7 @@ class Controller:
         self.server.register(CONTROLLER_PROMOTED, self.promoted)
         self.server.register(CONTROLLER_GET_STATE, self.get_state)
         self.server.register(CONTROLLER_ALTER_IN_SYNC, self.alter_in_sync)
+        self.server.register(CONTROLLER_HAND_OVER, self.hand_over)
         # Persistence (state_store.py) and leadership. Without an elector this is the only
         # controller and leads from start() on. With one (several replicas, the state in a
         # ConfigMap) it answers brokers only while it holds the Lease and has read the state
@@ -382,6 +387,28 @@ class Controller:
         log.warning("broker group %s: in-sync set %s with master %d (was %s), version %d", name, sorted(members),
                     broker_id, before, in_sync_epoch)
         return _in_sync_epoch_answer(req, in_sync_epoch)
+
+    async def hand_over(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        header = ControllerHandOverHeader.read(req)
+        name, broker_id = header.broker_name, header.broker_id
+        async with self._lock:
+            group = self.groups.get(name)
+            if group is None:
+                return req.response(ResponseCode.SYSTEM_ERROR, remark=f"no broker group {name}")
+            before = group.decisions()
+            chosen, refusal = hand_over(group, broker_id, header.epoch, header.confirmed_offset, time.monotonic(),
+                                        self.timeout_s)
+            if chosen is None:
+                return req.response(ResponseCode.SYSTEM_ERROR, remark=refusal)
+            refusal = await self._save_or_undo(group, before)  # mustReach
+            if refusal is not None:
+                return req.response(ResponseCode.SYSTEM_ERROR, remark=refusal)
+            epoch = group.pending.epoch
+        log.warning("broker group %s: master %d hands over as it shuts down (its in-sync slaves hold offset %d); "
+                    "promoting broker %d (%s) to epoch %d", name, broker_id, header.confirmed_offset,
+                    chosen.broker_id, chosen.addr, epoch)
+        return req.response(ext_fields=HandOverResponseHeader(successor_id=chosen.broker_id, epoch=epoch)
+                            .to_ext_fields())
 
     async def get_state(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
         # Under the lock: a change is shown only once _save made it durable, never while it is

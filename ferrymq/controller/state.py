@@ -182,6 +182,29 @@ def elect(group: Group, now: float, timeout_s: float, silent_since: float, uncle
     return max(pool, key=lambda b: (b.max_offset, -b.broker_id))
 
 
+def hand_over(group: Group, broker_id: int, epoch: int, confirmed: int, now: float,
+              timeout_s: float) -> tuple[BrokerSeen | None, str | None]:
+    """The master of ``epoch`` shuts down (a controlled shutdown) after fencing itself at
+    ``confirmed``, which its in-sync slaves hold: the successor offered the next epoch now, or
+    why not. A live member of the in-sync set following the current epoch, the one with the most
+    data. Its offset as last reported may lag by a heartbeat; it reports the final one when it
+    takes up the epoch, and a successor short of ``confirmed`` is refused then (``promoted``)."""
+    cur = group.current
+    if cur is None or cur.master_id != broker_id or cur.epoch != epoch:
+        return None, f"broker {broker_id} is not the master of epoch {epoch}"
+    if group.pending is not None:
+        return None, f"an election (epoch {group.pending.epoch}) is under way"
+    live = [b for b in group.brokers.values()
+            if b.broker_id in group.in_sync and b.acting == SLAVE and b.epoch == cur.epoch
+            and now - b.seen_at < timeout_s]
+    if not live:
+        return None, f"no in-sync slave heard from within {timeout_s:g} s"
+    chosen = max(live, key=lambda b: (b.max_offset, -b.broker_id))
+    group.must_reach = max(group.must_reach, confirmed)
+    group.pending = Pending(chosen.broker_id, cur.epoch + 1, now)
+    return chosen, None
+
+
 def alter_in_sync(group: Group, broker_id: int, epoch: int, in_sync_epoch: int, members: frozenset[int]) -> str | None:
     """Commit the in-sync set the master proposes, or say why not: only the current master of
     the current epoch, from the version it last saw (so a stale or cut-off master changes

@@ -764,6 +764,44 @@ def test_sends_while_the_only_master_is_replaced_wait_for_the_new_route_and_succ
     assert {decode_offset_msg_id(r.offset_msg_id)[1] for r in results} == {int(p.addr("slave").rsplit(":", 1)[1])}
 
 
+def test_a_master_shut_down_hands_over_to_its_in_sync_slave_at_once(group):
+    """A controlled shutdown (SIGTERM, as a rolling upgrade sends): the master stops taking
+    sends, waits until its in-sync slave holds everything, and the controller promotes that
+    slave at once instead of a failover timeout after the master fell silent (60 s here: only a
+    hand-over promotes it within the 30 s waited). Sends made meanwhile wait for the new route
+    and succeed; every acknowledged message is on the new master; the old one, restarted,
+    follows it without truncating anything."""
+    p = group(["syncFlushTimeout=2000"], failover_timeout=60_000)
+    p.start_master()
+    p.start_slave()
+
+    async def scenario():
+        async with producer_once_in_sync(p, send_timeout=30, retry_times=2) as producer:
+            acked = await send_all(producer, 200, "before")
+            stopping = asyncio.ensure_future(asyncio.to_thread(p.processes["master"].stop))
+            during = [asyncio.create_task(producer.send(Message(TOPIC, f"during-{i}-".encode()))) for i in range(20)]
+            await wait_until(lambda: master_of_epoch(p, 2, 1), 30, "broker 1 master of epoch 2 (a hand-over)")
+            code = await stopping
+            during = await asyncio.gather(*during, return_exceptions=True)
+            await asyncio.to_thread(p.start_master)
+            await wait_until(lambda: acting(p, 0, "SLAVE", 2), 30, "the old master following broker 1")
+            await wait_until(lambda: in_sync(p, 0), 30, "the old master in the new master's in-sync set")
+            after = await send_all(producer, 50, "after")
+            on_master = await bodies_on_master(p.namesrv)
+        return acked, during, after, code, on_master
+
+    acked, during, after, code, on_master = asyncio.run(scenario())
+    assert code == 0
+    assert "hands over as it shuts down" in p.processes["controller"].log()
+    failed = [r for r in during if isinstance(r, BaseException)]
+    assert not failed, failed
+    assert {r.status for r in acked + after} == {SendStatus.SEND_OK}
+    for prefix, results in (("before", acked), ("during", during), ("after", after)):
+        for i, _ in enumerate(results):
+            assert any(b.startswith(f"{prefix}-{i}-".encode()) for b in on_master), f"{prefix}-{i} lost"
+    assert "CommitLog truncated" not in p.processes["master"].log()
+
+
 def test_a_restarted_broker_finds_by_key_or_id_only_what_its_in_sync_slave_held(group):
     """The master stores a message its frozen in-sync slave never gets (FLUSH_SLAVE_TIMEOUT): it
     lies past the confirm offset, which the checkpoint keeps. Killed and restarted with the

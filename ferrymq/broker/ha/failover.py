@@ -46,6 +46,7 @@ from ferrymq.broker.ha.epochs import EpochFile
 from ferrymq.broker.ha.master import HAMaster
 from ferrymq.common.controller_protocol import (
     CONTROLLER_ALTER_IN_SYNC,
+    CONTROLLER_HAND_OVER,
     CONTROLLER_HEARTBEAT,
     CONTROLLER_PROMOTED,
     MASTER,
@@ -59,18 +60,23 @@ from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
 from ferrymq.remoting.headers import (
     AlterInSyncHeader,
+    ControllerHandOverHeader,
     ControllerHeartbeatHeader,
     ControllerHeartbeatResponseHeader,
     ControllerPromotedHeader,
+    HandOverResponseHeader,
     InSyncEpochResponseHeader,
 )
 from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.results import PutStatus
 
 log = logging.getLogger(__name__)
 
 FENCED_REFUSAL = ("the broker lost the controller for longer than the failover timeout and has no in-sync slave: it "
                   "may not be master any more, so it takes no sends until the controller or a slave is back")
 DEMOTED_REFUSAL = "another broker is master of this group now (the controller said so): sends go there"
+HANDING_OVER_REFUSAL = ("the broker is shutting down and hands its group over to an in-sync slave: sends go to the "
+                        "new master")
 
 
 class Roles(Protocol):
@@ -194,6 +200,39 @@ class FailoverAgent:
             self.replication.fence(DEMOTED_REFUSAL)
             log.warning("the controller is making another broker master (epoch after %d): taking no sends", epoch)
             self._drop_clients()
+
+    async def hand_over(self) -> bool:
+        """A controlled shutdown, as Kafka's and CloudNativePG's switchover: a master about to
+        stop, with an in-sync slave, takes no more sends, waits (syncFlushTimeout at most) until
+        its in-sync slaves hold everything it stored, and asks the controller to promote one of
+        them now instead of a failover timeout after it fell silent. False when it did not hand
+        over (no in-sync slave, fenced already, the controller unreachable or refusing): then the
+        controller elects once this broker has been silent for the failover timeout."""
+        master = self.replication.master
+        if self.acting != MASTER or self._fenced or self._isolated or master is None or not master.in_sync:
+            return False
+        self._fenced = True
+        self.replication.fence(HANDING_OVER_REFUSAL)
+        end = self.store.max_phy_offset
+        held = await master.held_up_to(end) is PutStatus.PUT_OK
+        confirmed = end if held else self.replication.confirmed_offset()
+        request = ControllerHandOverHeader(broker_name=self.config.broker_name, broker_id=self.identity,
+                                           epoch=self.epoch, confirmed_offset=confirmed).request(CONTROLLER_HAND_OVER)
+        try:
+            answer = await self._invoke(request, max(self.interval_s * 2, 1.0))
+        except (RemotingError, OSError, asyncio.TimeoutError) as exc:
+            log.warning("handing %s over failed: %s (the controller elects once this broker is silent)",
+                        self.config.broker_name, exc)
+            return False
+        if answer.code != ResponseCode.SUCCESS:
+            log.warning("the controller refused the hand-over of %s: %s (it elects once this broker is silent)",
+                        self.config.broker_name, answer.remark)
+            return False
+        successor = HandOverResponseHeader.read(answer)
+        log.warning("shutting down: %s handed over at CommitLog offset %d%s; the controller promotes broker %d "
+                    "to epoch %d", self.config.broker_name, confirmed, "" if held else " (what the slaves acknowledged)",
+                    successor.successor_id, successor.epoch)
+        return True
 
     def _in_sync_epoch(self) -> int:
         master = self.replication.master

@@ -156,9 +156,13 @@ class HAMaster:
     def replication_wait(self, result: AppendResult) -> asyncio.Future[PutStatus]:
         """A future of PUT_OK once a slave (controller mode: every in-sync member) has the put,
         FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, or SLAVE_NOT_AVAILABLE at once."""
+        return self.held_up_to(result.wrote_offset + result.wrote_bytes)
+
+    def held_up_to(self, end: int) -> asyncio.Future[PutStatus]:
+        """``replication_wait`` for the CommitLog up to ``end`` (a master handing over waits
+        until its in-sync slaves hold everything it stored)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PutStatus] = loop.create_future()
-        end = result.wrote_offset + result.wrote_bytes
         if self.in_sync is not None and not self.waited_for:  # the master is the whole set
             future.set_result(PutStatus.PUT_OK)
             self.acknowledged_end = max(self.acknowledged_end, end)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ferrymq.common.controller_protocol import (
     CONTROLLER_ALTER_IN_SYNC,
     CONTROLLER_GET_STATE,
+    CONTROLLER_HAND_OVER,
     CONTROLLER_HEARTBEAT,
     CONTROLLER_PROMOTED,
 )
@@ -36,9 +37,11 @@ from ferrymq.remoting.headers.consumer import (
 )
 from ferrymq.remoting.headers.controller import (
     AlterInSyncHeader,
+    ControllerHandOverHeader,
     ControllerHeartbeatHeader,
     ControllerHeartbeatResponseHeader,
     ControllerPromotedHeader,
+    HandOverResponseHeader,
     InSyncEpochResponseHeader,
     NotLeaderResponseHeader,
 )
@@ -118,7 +121,7 @@ REQUEST_HEADERS: dict[int, type] = {
     R.PUT_KV_CONFIG: PutKVConfigHeader, R.GET_KV_CONFIG: KVConfigHeader, R.DELETE_KV_CONFIG: KVConfigHeader,
     R.GET_KVLIST_BY_NAMESPACE: KVListHeader,
     CONTROLLER_HEARTBEAT: ControllerHeartbeatHeader, CONTROLLER_PROMOTED: ControllerPromotedHeader,
-    CONTROLLER_ALTER_IN_SYNC: AlterInSyncHeader,
+    CONTROLLER_ALTER_IN_SYNC: AlterInSyncHeader, CONTROLLER_HAND_OVER: ControllerHandOverHeader,
 }  # fmt: skip
 
 # Requests that carry no header fields (a body, or nothing at all).
@@ -147,7 +150,7 @@ RESPONSE_HEADERS: dict[int, type[Header]] = {
     R.REGISTER_BROKER: RegisterBrokerResponseHeader, R.QUERY_DATA_VERSION: QueryDataVersionResponseHeader,
     R.GET_KV_CONFIG: KVConfigResponseHeader,
     CONTROLLER_HEARTBEAT: ControllerHeartbeatResponseHeader, CONTROLLER_PROMOTED: InSyncEpochResponseHeader,
-    CONTROLLER_ALTER_IN_SYNC: InSyncEpochResponseHeader,
+    CONTROLLER_ALTER_IN_SYNC: InSyncEpochResponseHeader, CONTROLLER_HAND_OVER: HandOverResponseHeader,
 }  # fmt: skip
 
 # Headers outside the code tables: what any signed request carries, and the answer any request

@@ -64,6 +64,24 @@ class AlterInSyncHeader(Header):
 
 
 @header
+class ControllerHandOverHeader(Header):
+    """CONTROLLER_HAND_OVER: a master shutting down asks for a successor now."""
+
+    broker_name: str = wire("brokerName", required=True)
+    broker_id: int = wire("brokerId", LONG, required=True)
+    epoch: int = wire("epoch", LONG, required=True)
+    confirmed_offset: int = wire("confirmedOffset", LONG, 0)
+
+
+@header
+class HandOverResponseHeader(Header):
+    """CONTROLLER_HAND_OVER's answer: the slave offered the new epoch."""
+
+    successor_id: int = wire("successorId", LONG, -1)
+    epoch: int = wire("epoch", LONG, 0)
+
+
+@header
 class InSyncEpochResponseHeader(Header):
     """CONTROLLER_PROMOTED's and CONTROLLER_ALTER_IN_SYNC's answer."""
 
