@@ -65,7 +65,7 @@ k8s-test: $(STAMP)
 	@FERRYMQ_K8S_TESTS=1 $(PY) -m pytest -q -ra tests/operator tests/k8s
 
 ## e2e-kind: the user story on a real kind cluster built offline here (Docker engine, node image,
-## images, cluster of 1 control plane + 3 workers, helm install, scenarios, then one fault of each kind (9)
+## images, cluster of 1 control plane + 3 workers, helm install, scenarios, then one fault of each kind (10)
 ## (e2e/kind/test_kind_chaos.py); caches under ~/.cache/ferrymq-k8s, see docs/contributing.md#testing-the-operator)
 e2e-kind: $(STAMP)
 	@bash e2e/kind/run.sh
