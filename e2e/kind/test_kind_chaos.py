@@ -79,7 +79,7 @@ import pytest
 
 from e2e.chaos.attribution import attribute, spans
 from e2e.chaos.checker import check, report, table
-from e2e.chaos.history import History, parse_lines
+from e2e.chaos.history import History, Send, parse_lines
 from e2e.chaos.workload import CONSUMER_MAIN, PRODUCER_MAIN, consumer_args, drained, producer_args
 from e2e.kind import java_pod
 from e2e.kind.kube import (API, BROKER_IMAGE, SPARK_IMAGE, apply, condition, get, items, kubectl, pod_ready,
@@ -258,7 +258,7 @@ class Workload:
         poll_until(f"reading pass {name}", attempt, 600, interval=5)
         return parse_lines([json.dumps(x) for x in out], name)
 
-    def drain(self, sends: list) -> bool:
+    def drain(self, sends: list[Send]) -> bool:
         """Once the producer stopped: the push consumer read every acknowledged key (True), or
         nothing new for 30 s, or 180 s passed (False)."""
         return drained(lambda: History(sends=sends, reads=self.pushed().reads), timeout=180, quiet=30, interval=3)
