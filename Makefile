@@ -73,8 +73,9 @@ e2e-kind: $(STAMP)
 ## chaos-kind: node faults on the kind cluster for longer (e2e/kind/test_kind_chaos.py alone, without the
 ## scenarios): CHAOS_KIND_FAULTS random faults (the master's node paused, killed, cut off or drained, its
 ## broker killed or its pod deleted, master and slave cut from each other, the controllers and operator
-## deleted for 2 min, a broker image rolled) from CHAOS_KIND_SEED, results in
-## bench/results/chaos-kind-<date>.json (docs/chaos.md), about 2-3 min a fault
+## deleted for 2 min, a broker image rolled) from CHAOS_KIND_SEED under the RocketMQ 4.9.7 Java client's
+## producer and push consumer, results in bench/results/chaos-kind-<date>.json (docs/chaos.md), about
+## 2-3 min a fault
 CHAOS_KIND_FAULTS ?= 30
 CHAOS_KIND_SEED   ?= 1
 .PHONY: chaos-kind

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from testkit.java_client import (_JDK17_OPENS, PROXY_VERSION, ROCKETMQ_VERSION, CompatError, _pdeathsig,
-                                 _require_tool, _write_rocketmq_home, ensure_rocketmq_jars)
+                                 _require_tool, ensure_rocketmq_jars, write_rocketmq_home)
 from testkit.ports import free_port
 
 __all__ = ["PROXY_VERSION", "ApacheRocketMQ", "grpc_query_route", "namesrv_cluster_info", "remoting_request"]
@@ -231,7 +231,7 @@ class ApacheRocketMQ:
         wd = self.workdir
         for sub in ("store", "logs", "namesrv"):
             shutil.rmtree(wd / sub, ignore_errors=True)
-        home = _write_rocketmq_home(wd / "home", wd / "logs")
+        home = write_rocketmq_home(wd / "home", wd / "logs")
         if self.plain_acl is not None:
             (home / "conf" / "plain_acl.yml").write_text(self.plain_acl)
         (wd / "store").mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Callable, Iterable, Sequence
 from xml.sax.saxutils import escape as _xml_escape
 
@@ -63,6 +63,8 @@ __all__ = [
     "run_java_client",
     "run_mqadmin",
     "session_dir",
+    "write_rocketmq_home",
+    "client_jvm_args",
 ]
 
 ROCKETMQ_VERSION = "4.9.7"
@@ -365,16 +367,18 @@ _LOGBACK_TEMPLATE = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-def _write_rocketmq_home(home: Path, log_dir: Path, level: str = "INFO") -> Path:
+def write_rocketmq_home(home: Path, log_dir: Path, level: str = "INFO", *, create_log_dir: bool = True) -> Path:
     """A ROCKETMQ_HOME whose conf/ holds the logback files 4.9.7 loads by fixed name.
 
     NamesrvStartup reads ``$ROCKETMQ_HOME/conf/logback_namesrv.xml``, BrokerStartup
     ``conf/logback_broker.xml`` and MQAdminStartup ``conf/logback_tools.xml``; the client itself
-    logs with its own inner logger to ``-Drocketmq.client.logRoot``.
+    logs with its own inner logger to ``-Drocketmq.client.logRoot``. ``create_log_dir=False``:
+    ``log_dir`` is a path where the programs will run (a pod's), made by the loggers themselves.
     """
     conf = home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    if create_log_dir:
+        log_dir.mkdir(parents=True, exist_ok=True)
     for name, log in (
         ("logback_namesrv.xml", "namesrv.log"),
         ("logback_broker.xml", "broker.log"),
@@ -398,14 +402,17 @@ def session_dir() -> Path:
     with _session_lock:
         if _session_dir is None:
             d = Path(tempfile.mkdtemp(prefix="ferrymq-compat-"))
-            _write_rocketmq_home(d / "home", d / "logs")
+            write_rocketmq_home(d / "home", d / "logs")
             if os.environ.get("FERRYMQ_COMPAT_KEEP") != "1":
                 atexit.register(shutil.rmtree, d, True)
             _session_dir = d
         return _session_dir
 
 
-def _client_jvm_args(home: Path, log_dir: Path, debug: bool = False) -> list[str]:
+def client_jvm_args(home: PurePath, log_dir: PurePath, debug: bool = False) -> list[str]:
+    """The JVM flags of a client program: small heap, JDK 17 opens, its logs under ``log_dir``
+    and ``home`` (written by :func:`write_rocketmq_home`) as ROCKETMQ_HOME; ``home`` and
+    ``log_dir`` may name paths of another machine (e.g. a pod's)."""
     return [
         *CLIENT_JVM_OPTS,
         *_JDK17_OPENS,
@@ -439,7 +446,7 @@ def java_client_command(args: Sequence[str], *, main: str = PRODUCE_CONSUME_MAIN
     """The full ``java ...`` command line :func:`run_java_client` would run."""
     d = session_dir()
     return [
-        _require_tool("java"), *_client_jvm_args(d / "home", d / "logs", debug), *jvm_args,
+        _require_tool("java"), *client_jvm_args(d / "home", d / "logs", debug), *jvm_args,
         "-cp", java_classpath(version), main, *map(str, args),
     ]
 
@@ -548,7 +555,7 @@ def run_mqadmin(namesrv: str, *args: str, timeout: float = 60, check: bool = Tru
     jvm_args: list[str] = []
     if credentials is not None:
         home = Path(tempfile.mkdtemp(prefix="mqadmin-home-", dir=session_dir()))
-        _write_rocketmq_home(home, session_dir() / "logs")
+        write_rocketmq_home(home, session_dir() / "logs")
         (home / "conf" / "tools.yml").write_text(f"accessKey: {credentials[0]}\nsecretKey: {credentials[1]}\n")
         jvm_args.append(f"-Drocketmq.home.dir={home}")
     cmd = java_client_command([sub, "-n", namesrv, *rest], main=MQADMIN_MAIN, jvm_args=jvm_args)

@@ -21,12 +21,13 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from testkit.java_client import _pdeathsig, java_client_command
 
 if TYPE_CHECKING:
     from e2e.chaos.checker import Result
+    from e2e.chaos.history import History
 
 PRODUCER_MAIN = "ferrymq.chaos.ChaosProducer"
 CONSUMER_MAIN = "ferrymq.chaos.ChaosConsumer"
@@ -90,50 +91,69 @@ class JavaWorkload:
         return bool(self.events("ready")) or self.history.exists() and self.history.stat().st_size > 0
 
 
-def start_producer(namesrv: str, topic: str, history: Path, *, rate: float = 50, threads: int = 2,
-                   duration_s: float = 3600, key_prefix: str | None = None, send_timeout_ms: int = 3000,
-                   body_size: int = 128, retries: int = 0, group: str = "chaos_producer",
-                   instance: str | None = None, poll_namesrv_ms: int = 1000) -> JavaWorkload:
-    history = Path(history)
-    args = ["--namesrv", namesrv, "--topic", topic, "--out", str(history), "--rate", str(rate),
+def producer_args(namesrv: str, topic: str, out: str, *, rate: float = 50, threads: int = 2,
+                  duration_s: float = 3600, key_prefix: str | None = None, send_timeout_ms: int = 3000,
+                  body_size: int = 128, retries: int = 0, group: str = "chaos_producer",
+                  instance: str | None = None, poll_namesrv_ms: int = 1000) -> list[str]:
+    """ChaosProducer's arguments (``out``: its history file, or ``-`` for stdout)."""
+    args = ["--namesrv", namesrv, "--topic", topic, "--out", out, "--rate", str(rate),
             "--threads", str(threads), "--duration-ms", str(int(duration_s * 1000)),
             "--send-timeout-ms", str(send_timeout_ms), "--body-size", str(body_size), "--retries", str(retries),
             "--group", group, "--poll-namesrv-ms", str(poll_namesrv_ms),
             "--instance", instance or f"producer-{os.getpid()}-{time.monotonic_ns() % 10**6}"]
-    if key_prefix:
-        args += ["--key-prefix", key_prefix]
-    return JavaWorkload(PRODUCER_MAIN, args, history, history.with_suffix(".log")).start()
+    return args + (["--key-prefix", key_prefix] if key_prefix else [])
 
 
-def start_consumer(namesrv: str, topic: str, group: str, history: Path, *, idle_s: float = 0,
-                   max_s: float = 3600, threads: int = 1, instance: str | None = None,
-                   poll_namesrv_ms: int = 1000) -> JavaWorkload:
-    history = Path(history)
-    args = ["--namesrv", namesrv, "--topic", topic, "--group", group, "--out", str(history),
+def consumer_args(namesrv: str, topic: str, group: str, out: str, *, idle_s: float = 0, max_s: float = 3600,
+                  threads: int = 1, instance: str | None = None, poll_namesrv_ms: int = 1000) -> list[str]:
+    """ChaosConsumer's arguments (``out``: its history file, or ``-`` for stdout)."""
+    return ["--namesrv", namesrv, "--topic", topic, "--group", group, "--out", out,
             "--idle-ms", str(int(idle_s * 1000)), "--max-ms", str(int(max_s * 1000)), "--threads", str(threads),
             "--poll-namesrv-ms", str(poll_namesrv_ms),
             "--instance", instance or f"consumer-{os.getpid()}-{time.monotonic_ns() % 10**6}"]
-    return JavaWorkload(CONSUMER_MAIN, args, history, history.with_suffix(".log")).start()
+
+
+def start_producer(namesrv: str, topic: str, history: Path, **options) -> JavaWorkload:
+    """ChaosProducer as a local process (``options``: those of :func:`producer_args`)."""
+    history = Path(history)
+    return JavaWorkload(PRODUCER_MAIN, producer_args(namesrv, topic, str(history), **options), history,
+                        history.with_suffix(".log")).start()
+
+
+def start_consumer(namesrv: str, topic: str, group: str, history: Path, **options) -> JavaWorkload:
+    """ChaosConsumer as a local process (``options``: those of :func:`consumer_args`)."""
+    history = Path(history)
+    return JavaWorkload(CONSUMER_MAIN, consumer_args(namesrv, topic, group, str(history), **options), history,
+                        history.with_suffix(".log")).start()
 
 
 def drain(producer: JavaWorkload, consumer: JavaWorkload, timeout: float = 90, quiet: float = 20) -> bool:
     """Once the producer stopped: wait until the consumer read every acknowledged key (True), or
     read nothing new for ``quiet`` s (what is missing is not coming: a loss), or ``timeout`` s."""
-    from e2e.chaos.checker import check
     from e2e.chaos.history import load
 
+    return drained(lambda: load(producer.history, consumer.history), timeout, quiet)
+
+
+def drained(history: Callable[[], "History"], timeout: float = 90, quiet: float = 20,
+            interval: float = 0.5) -> bool:
+    """Wait until ``history()`` (the producers' sends and one consumer's reads, read again at each
+    look) has every acknowledged key read (True), or its reads stopped growing for ``quiet`` s,
+    or ``timeout`` s passed (False)."""
+    from e2e.chaos.checker import check
+
     deadline = time.monotonic() + timeout
-    size, changed = -1, time.monotonic()
+    reads, changed = -1, time.monotonic()
     while time.monotonic() < deadline:
-        r = check(load(producer.history, consumer.history))
+        h = history()
+        r = check(h)
         if not (r.lost or r.unseen):
             return True
-        now_size = consumer.history.stat().st_size if consumer.history.exists() else 0
-        if now_size != size:
-            size, changed = now_size, time.monotonic()
+        if len(h.reads) != reads:
+            reads, changed = len(h.reads), time.monotonic()
         elif time.monotonic() - changed > quiet:
             return False
-        time.sleep(0.5)  # polling the consumer's file
+        time.sleep(interval)  # polling the consumer's output
     return False
 
 

@@ -77,9 +77,11 @@ def toolbox(ns: str, name: str = "toolbox") -> str:
     return name
 
 
-def run_python(ns: str, code: str, *args: str, pod: str = "toolbox", timeout: float = 600) -> list[dict]:
-    """Run ``code`` with the pod's Python (FerryMQ's venv); return the JSON lines it printed."""
-    p = kubectl("exec", "-i", "-n", ns, pod, "--", "python", "-", *args,
+def run_python(ns: str, code: str, *args: str, pod: str = "toolbox", container: str | None = None,
+               timeout: float = 600) -> list[dict]:
+    """Run ``code`` with the pod's Python (FerryMQ's venv; ``container``: of a pod with several);
+    return the JSON lines it printed."""
+    p = kubectl("exec", "-i", "-n", ns, pod, *(["-c", container] if container else []), "--", "python", "-", *args,
                 input=textwrap.dedent(code), check=False, timeout=timeout)
     if p.returncode != 0:
         raise AssertionError(f"in-cluster client failed (exit {p.returncode}):\n{p.stderr[-3000:]}")

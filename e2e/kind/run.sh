@@ -16,7 +16,8 @@
 #      pause / kill / network disconnect of the master's node, the deciders' pods deleted) under a
 #      replicated Broker with failover, in the same cluster. FERRYMQ_KIND_CHAOS_FAULTS (default 4:
 #      one of each kind) sets how many; `make chaos-kind` runs 30 random ones and writes
-#      bench/results/chaos-kind-<date>.json.
+#      bench/results/chaos-kind-<date>.json. Its workload is the official RocketMQ 4.9.7 Java client
+#      (jars from Maven Central into .cache/, run with the Spark image's JRE on the control-plane node).
 # FERRYMQ_KIND_SUITES (default "e2e chaos") chooses which of 5 and 6 run ("chaos": only the faults).
 # On failure: `kind export logs`, the operator's and brokers' logs and an object dump under
 # .cache/e2e-logs/. The cluster is deleted at the end unless FERRYMQ_KIND_KEEP=1.
@@ -101,10 +102,14 @@ create_cluster() {
 }
 
 install_chart() {
-  # The Spark image (1.3 GB, into every node) only for the scenarios: the node faults need none.
+  # The Spark image (1.3 GB) into every node for the scenarios; the node faults' Java workload
+  # (its JRE) needs it on the control-plane node only, where its pod runs.
   local images=("ferrymq/operator:$TAG" "ferrymq/broker:$TAG")
   [[ "$SUITES" != *" e2e "* ]] || images+=("ferrymq/spark:$TAG")
   kind load docker-image --name "$CLUSTER" "${images[@]}"
+  if [[ "$SUITES" == *" chaos "* && "$SUITES" != *" e2e "* ]]; then
+    kind load docker-image --name "$CLUSTER" --nodes "$CLUSTER-control-plane" "ferrymq/spark:$TAG"
+  fi
   helm upgrade --install ferrymq "$REPO/charts/ferrymq-operator" -n ferrymq-system --create-namespace \
     --set image.tag="$TAG" --set image.pullPolicy=Never --set brokerImage.tag="$TAG" \
     --set resyncSeconds=10 --set brokerResyncSeconds=3 --wait --timeout 300s
@@ -162,6 +167,12 @@ main() {
   export PATH="$K8S_BIN:$TOOLS_BIN:$PATH"
   export KUBECONFIG="$REPO/.cache/kind-$CLUSTER.kubeconfig"
   phase "FerryMQ images" env FERRYMQ_IMAGE_TAG="$TAG" bash "$REPO/e2e/images/build-images.sh"
+  # The node faults' workload: the RocketMQ 4.9.7 Java client's jars (Maven Central, cached under
+  # .cache/) and our programs compiled, copied into its pod by the suite (e2e/kind/java_pod.py).
+  if [[ "$SUITES" == *" chaos "* ]]; then
+    phase "Java client 4.9.7" env PYTHONPATH="$REPO" "$PY" -c \
+      'from testkit.java_client import ensure_compat_classes; ensure_compat_classes()'
+  fi
   phase "kind create cluster" create_cluster
   phase "load images, helm install" install_chart
   # A failed scenario does not skip the node faults (they use their own namespace and Broker);

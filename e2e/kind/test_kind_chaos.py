@@ -6,11 +6,20 @@ replicated Broker with failover (`slavesPerGroup: 1, mode: Sync, failover: true`
 `spreadAcrossNodes: Required`: master and slave on different workers) and a continuous workload
 in a pod pinned to the control-plane node, which no fault touches:
 
-* a producer (FerryMQ's Python client, one synchronous sender, no client retries, a unique key
-  per message) writing one JSON line per attempt in the history format of e2e/chaos/history.py
-  (t0, t1, status SEND_OK or FAILED, msgId, broker/queue/offset) to its log;
-* after each fault, and at the end, a reading pass (a pull consumer from every queue's minimum to
-  its maximum offset) whose lines are "recv" records of the same format.
+* a producer: the official RocketMQ 4.9.7 Java client (ChaosProducer of tests/compat/java, a
+  DefaultMQProducer: one synchronous sender at RATE a second, no client retries, 3 s send
+  timeout, a unique key per message) writing one JSON line per attempt in the history format of
+  e2e/chaos/history.py (t0, t1, status SEND_OK or FAILED, msgId, broker/queue/offset) to its
+  container's log;
+* a push consumer running throughout: the 4.9.7 DefaultMQPushConsumer (ChaosConsumer, one
+  consuming thread) writing one "recv" line per message handed to its listener to its log;
+* after each fault, and at the end, a reading pass (FerryMQ's Python pull consumer from every
+  queue's minimum to its maximum offset) whose lines are "recv" records of the same format.
+
+The Java programs run with the JRE of FerryMQ's Spark image (loaded into the control-plane node
+by run.sh); their jars and classes (testkit/java_client.py: Maven Central into .cache/, javac)
+are copied into the pod's emptyDir by e2e/kind/java_pod.py. The reading passes run in a third
+container of the pod, of the broker image.
 
 Faults, each aimed at the node (a docker container, e.g. ferrymq-e2e-worker2) where the group's
 current master runs (asked of the name server, then the pod's spec.nodeName):
@@ -45,7 +54,11 @@ After each fault the group must heal (node Ready, Broker Ready with its slave, b
 name server's table, the slave back in the controller's in-sync set, sends acknowledged again)
 and every message acknowledged before the reading pass began must be read by it. At the end the
 whole history goes through e2e/chaos/checker.py once (lost, unseen, inconsistent, misplaced,
-corrupt, nonmonotonic must be none) and is attributed per fault (e2e/chaos/attribution.py).
+corrupt, nonmonotonic must be none) and is attributed per fault (e2e/chaos/attribution.py). Once
+the producer stopped, the push consumer is given time to read every acknowledged message
+(e2e/chaos/workload.py drained) and its reads go through the checker too, against the same sends:
+every acknowledged message received at least once (duplicates counted and allowed), offsets in
+order within each of its sessions of a queue.
 Per fault the write outage is printed: from the injection to the first SEND_OK after the last
 failed send of that fault (acceptance for a killed master node: p50 <= 20 s, max <= 45 s;
 printed, not asserted, as are all times on this 2-core machine).
@@ -70,9 +83,11 @@ import pytest
 
 from e2e.chaos.attribution import attribute, spans
 from e2e.chaos.checker import check, report, table
-from e2e.chaos.history import History, parse_lines
-from e2e.kind.kube import (API, BROKER_IMAGE, apply, condition, get, items, kubectl, pod_ready, run_python,
-                           unique_name)
+from e2e.chaos.history import History, Send, parse_lines
+from e2e.chaos.workload import CONSUMER_MAIN, PRODUCER_MAIN, consumer_args, drained, producer_args
+from e2e.kind import java_pod
+from e2e.kind.kube import (API, BROKER_IMAGE, SPARK_IMAGE, apply, condition, get, items, kubectl, pod_ready,
+                           run_python, unique_name)
 from testkit.wait import poll_until
 
 if os.environ.get("FERRYMQ_KIND_TESTS") != "1":
@@ -104,47 +119,6 @@ HEAL_DEADLINE = 420  # s: a restarted node boots systemd, containerd, the kubele
 OPERATOR_NS = "ferrymq-system"
 OPERATOR_SELECTOR = "app.kubernetes.io/name=ferrymq-operator"
 
-PRODUCER = r"""
-import asyncio, hashlib, json, os, sys, time
-from ferrymq.client.config import ClientConfig
-from ferrymq.client.producer import Producer
-from ferrymq.common.message import Message
-
-namesrv, topic, rate, stop = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-
-def ms():
-    return int(time.time() * 1000)
-
-async def main():
-    config = ClientConfig(namesrv_addr=namesrv)
-    config.poll_name_server_interval = 1.0  # the stock 30 s would add up to 30 s to every failover
-    async with Producer("chaos-producer", config=config, send_timeout=3.0, retry_times=0) as p:
-        i, period, due = 0, 1.0 / rate, time.monotonic()
-        while not os.path.exists(stop):
-            key = f"chaos-{i}"
-            body = f"{key}:{'x' * 64}".encode()
-            msg = Message(topic, body)
-            msg.keys = key
-            rec = {"op": "send", "key": key, "digest": hashlib.sha256(body).hexdigest()[:16], "t0": ms(),
-                   "producer": "p-1"}
-            try:
-                r = await asyncio.wait_for(p.send(msg), 10)
-                rec.update(t1=ms(), status=r.status.name, msgId=r.msg_id, broker=r.message_queue.broker_name,
-                           queue=r.message_queue.queue_id, offset=r.queue_offset, error=None, code=None)
-            except Exception as e:
-                text = (str(e) or type(e).__name__).splitlines()[0][:300]
-                rec.update(t1=ms(), status="FAILED", msgId=None, broker=None, queue=None, offset=None,
-                           error=f"{type(e).__name__}: {text}", code=getattr(e, "code", None))
-            print(json.dumps(rec), flush=True)
-            i += 1
-            due = max(due + period, time.monotonic())  # after a stall, no burst to catch up
-            await asyncio.sleep(max(0.0, due - time.monotonic()))
-    print(json.dumps({"op": "meta", "stopped": ms(), "attempts": i}), flush=True)
-
-asyncio.run(main())
-time.sleep(86400)  # stay up: the reading passes run in this pod
-"""
-
 READ_PASS = """
     import asyncio, hashlib, json, sys, time
     from ferrymq.client.pull_consumer import PullConsumer
@@ -158,7 +132,7 @@ READ_PASS = """
                 while offset < end:
                     r = await c.pull(mq, offset, max_nums=32)
                     for m in r.messages:
-                        print(json.dumps({"op": "recv", "key": m.body.decode().split(":", 1)[0],
+                        print(json.dumps({"op": "recv", "key": m.keys[0],
                                           "digest": hashlib.sha256(m.body).hexdigest()[:16],
                                           "broker": mq.broker_name, "queue": mq.queue_id, "offset": m.queue_offset,
                                           "t": int(time.time() * 1000), "consumer": name,
@@ -219,28 +193,58 @@ class Injection:
 
 
 class Workload:
-    """The producer pod (pinned to the control plane) and the reading passes run in it."""
+    """The workload pod, pinned to the control plane: the official Java client's producer and push
+    consumer (containers of the Spark image, e2e/kind/java_pod.py), each with its history on
+    stdout (progress and the JVM's messages on stderr), and a container of the broker image for
+    the Python reading passes and the name server's table."""
+
+    TOOLS = "tools"
 
     def __init__(self, ns: str) -> None:
-        self.ns, self.pod, self.stop_file = ns, "chaos-workload", "/tmp/stop"
+        self.ns, self.pod = ns, "chaos-workload"
         self.nsrv = f"{BROKER}-namesrv.{ns}.svc:9876"
+        # As FerryMQ's Python producer was: one sender, no client retries, 3 s send timeout, a
+        # unique key per message, routes asked of the name server every second.
+        producer = producer_args(self.nsrv, TOPIC, "-", rate=RATE, threads=1, duration_s=86400, key_prefix="chaos",
+                                 send_timeout_ms=3000, retries=0, body_size=80, group="chaos-producer",
+                                 instance="p-1", poll_namesrv_ms=1000)
+        consumer = consumer_args(self.nsrv, TOPIC, "chaos-consumer", "-", max_s=86400, threads=1, instance="c-1",
+                                 poll_namesrv_ms=1000)
+        tools = {"name": self.TOOLS, "image": BROKER_IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "infinity"],
+                 "volumeMounts": [{"name": java_pod.VOLUME["name"], "mountPath": str(java_pod.ROOT)}]}
         apply(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": self.pod, "labels": {"app": "chaos-workload"}},
                    "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
                             "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
                             "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
                                              "effect": "NoSchedule"}],
-                            "containers": [{"name": "workload", "image": BROKER_IMAGE, "imagePullPolicy": "Never",
-                                            "command": ["python", "-c", PRODUCER, self.nsrv, TOPIC, str(RATE),
-                                                        self.stop_file]}]}})
+                            "volumes": [java_pod.VOLUME],
+                            "containers": [tools,
+                                           java_pod.container("producer", SPARK_IMAGE, PRODUCER_MAIN, producer),
+                                           java_pod.container("consumer", SPARK_IMAGE, CONSUMER_MAIN, consumer)]}})
         poll_until("the workload pod running", lambda: (get("pod", self.pod, ns) or {}).get("status", {})
                    .get("phase") == "Running", 180, interval=2)
+        java_pod.copy_into(ns, self.pod, self.TOOLS)
+
+    def _log(self, container: str) -> History:
+        """A Java container's history: its log's JSON lines (a cut last line is counted as skipped)."""
+        p = kubectl("logs", "-n", self.ns, self.pod, "-c", container, "--tail=-1", timeout=120)
+        return parse_lines([line for line in p.stdout.splitlines() if line.startswith("{")], container)
 
     def history(self) -> History:
-        p = kubectl("logs", "-n", self.ns, self.pod, "--tail=-1", timeout=120)
-        return parse_lines(p.stdout.splitlines(), "p-1")
+        """The producer's: one line per send attempt."""
+        return self._log("producer")
 
-    def running(self) -> bool:
-        return (get("pod", self.pod, self.ns) or {}).get("status", {}).get("phase") == "Running"
+    def pushed(self) -> History:
+        """The push consumer's: one line per message its listener was handed."""
+        return self._log("consumer")
+
+    def require_running(self) -> None:
+        """Both Java programs still running (they stop only when told to)."""
+        statuses = (get("pod", self.pod, self.ns) or {}).get("status", {}).get("containerStatuses") or []
+        for c in statuses:
+            if c["name"] != self.TOOLS and "running" not in (c.get("state") or {}):
+                tail = kubectl("logs", "-n", self.ns, self.pod, "-c", c["name"], "--tail=40", check=False).stdout
+                raise AssertionError(f"the Java {c['name']} is not running: {json.dumps(c.get('state'))}\n{tail}")
 
     def acks_after(self, t: float) -> int:
         return sum(1 for s in self.history().sends if s.acked and s.t0 >= t)
@@ -251,7 +255,8 @@ class Workload:
 
         def attempt() -> bool:
             try:
-                out[:] = run_python(self.ns, READ_PASS, self.nsrv, TOPIC, name, pod=self.pod, timeout=300)
+                out[:] = run_python(self.ns, READ_PASS, self.nsrv, TOPIC, name, pod=self.pod, container=self.TOOLS,
+                                    timeout=300)
                 return True
             except (AssertionError, subprocess.TimeoutExpired) as e:
                 say(f"reading pass {name} failed, again: {str(e)[-300:]}")
@@ -259,16 +264,24 @@ class Workload:
         poll_until(f"reading pass {name}", attempt, 600, interval=5)
         return parse_lines([json.dumps(x) for x in out], name)
 
-    def stop(self) -> None:
-        kubectl("exec", "-n", self.ns, self.pod, "--", "touch", self.stop_file)
-        poll_until("the producer stopped", lambda: any("stopped" in m for m in self.history().meta), 120, interval=2)
+    def drain(self, sends: list[Send]) -> bool:
+        """Once the producer stopped: the push consumer read every acknowledged key (True), or
+        nothing new for 30 s, or 180 s passed (False)."""
+        return drained(lambda: History(sends=sends, reads=self.pushed().reads), timeout=180, quiet=30, interval=3)
+
+    def stop(self, container: str) -> None:
+        """SIGTERM to a Java program (its container's first process): a producer finishes the send
+        in flight; either writes its final meta line (with "end") and exits."""
+        kubectl("exec", "-n", self.ns, self.pod, "-c", container, "--", "sh", "-c", "kill -TERM 1")
+        poll_until(f"the {container} stopped", lambda: any("end" in m for m in self._log(container).meta), 120,
+                   interval=2)
 
 
 def group_pods(ns: str) -> dict[int, str]:
     """brokerId -> pod name of the group's brokers in the name server's table."""
     try:
         (addrs,) = run_python(ns, GROUP_ADDRS, f"{BROKER}-namesrv.{ns}.svc:9876", GROUP, pod="chaos-workload",
-                              timeout=60)
+                              container=Workload.TOOLS, timeout=60)
     except (AssertionError, ValueError, subprocess.TimeoutExpired):
         return {}
     return {int(k): v.split(".", 1)[0] for k, v in addrs.items()}
@@ -543,6 +556,7 @@ def test_node_faults_lose_no_acknowledged_message(ns):
         injections.append(inj)
         say(f"{n}/{len(plan)} {kind} master {master} on {inj.node or '-'} held {inj.held:.1f} s {' '.join(inj.notes)}")
         heal(inj, ns, workload)
+        workload.require_running()
         pass_start = time.time()
         sends = workload.history().sends
         read = workload.read_pass(f"pass-{n}")
@@ -550,12 +564,13 @@ def test_node_faults_lose_no_acknowledged_message(ns):
         missing = acked - {r.key for r in read.reads}
         inj.pass_missing, inj.pass_keys = len(missing), len(acked)
         out = outage(inj, workload.history(), time.time())
+        pushed = len(acked & {r.key for r in workload.pushed().reads})
         say(f"{n}/{len(plan)} {kind}: " + (f"NOT HEALED: {inj.not_healed}" if inj.not_healed else
                                            f"healed in {inj.time_to_ready:.1f} s") +
             f", write outage {'-' if out is None else f'{out:.1f} s'}, {len(missing)} of {len(acked)} acknowledged "
-            f"not read{': ' + ', '.join(sorted(missing)[:10]) if missing else ''}")
+            f"not read{': ' + ', '.join(sorted(missing)[:10]) if missing else ''} (the push consumer has {pushed})")
 
-    workload.stop()
+    workload.stop("producer")
     history = workload.history()
     final = workload.read_pass("final")
     run_end = time.time()
@@ -563,11 +578,23 @@ def test_node_faults_lose_no_acknowledged_message(ns):
     overall = check(whole, fault=f"kind node faults ({len(plan)})")
     span_list = spans([(i.kind, i.injected, i.time_to_ready) for i in injections], run_start, run_end)
     per_fault = attribute(overall, whole, span_list)
+    # The push consumer, running throughout, held to the same: every acknowledged message
+    # received at least once (duplicates and redeliveries counted, allowed), offsets in order
+    # within each of its sessions of a queue.
+    push_drained = workload.drain(history.sends)
+    workload.stop("consumer")
+    pushed = workload.pushed()
+    push = check(History(sends=history.sends, reads=pushed.reads, skipped_lines=pushed.skipped_lines),
+                 fault="push consumer (Java 4.9.7)")
 
     print()
     print(table(per_fault))
     print()
     print(report(overall))
+    print()
+    print(report(push))
+    if not push_drained:
+        print("  the push consumer stopped reading before every acknowledged message was read")
     print()
     outages: dict[str, list[float]] = {}
     lines = []
@@ -596,8 +623,11 @@ def test_node_faults_lose_no_acknowledged_message(ns):
             "broker": {"slavesPerGroup": 1, "mode": "Sync", "failoverTimeoutSeconds": FAILOVER_TIMEOUT,
                        "spreadAcrossNodes": "Required", "nameServers": 2},
             "workload": {"rate": RATE, "senders": 1, "send_timeout_s": 3, "retries": 0,
-                         "client": "ferrymq Python client in a pod on the control-plane node"},
-            "seed": SEED, "faults": lines, "whole_run": overall.summary(),
+                         "client": "the official RocketMQ 4.9.7 Java client (ChaosProducer: DefaultMQProducer, "
+                                   "synchronous sends) in a pod on the control-plane node",
+                         "consumers": "the 4.9.7 DefaultMQPushConsumer (ChaosConsumer) running throughout; FerryMQ's "
+                                      "Python pull consumer reading every queue after each fault and at the end"},
+            "seed": SEED, "faults": lines, "whole_run": overall.summary(), "push_consumer": push.summary(),
             "outage_s": {k: {"p50": round(statistics.median(v), 1), "max": round(max(v), 1), "n": len(v)}
                          for k, v in outages.items()},
         })
@@ -609,4 +639,5 @@ def test_node_faults_lose_no_acknowledged_message(ns):
     problems += [f"fault {i + 1} kill-deciders: {x['failed_sends']} sends failed with the deciders down"
                  for i, x in enumerate(lines) if x["kind"] == "kill-deciders" and x["failed_sends"]]
     problems += overall.problems()
+    problems += [f"push consumer: {p}" for p in push.problems()]
     assert not problems, "\n".join(problems)
