@@ -802,6 +802,34 @@ def test_a_master_shut_down_hands_over_to_its_in_sync_slave_at_once(group):
     assert "CommitLog truncated" not in p.processes["master"].log()
 
 
+def test_a_slave_shut_down_leaves_the_in_sync_set_at_once(group):
+    """A controlled shutdown of the slave (SIGTERM, as a rolling upgrade restarts it first): it
+    tells the master it is leaving, the master has the controller take it out of the in-sync
+    set and acknowledges alone meanwhile, instead of holding every SYNC send for the slave until
+    haMaxTimeSlaveNotCatchup (60 s here) or syncFlushTimeout (30 s) ends it. Restarted, the slave
+    catches up and is taken back in; nothing acknowledged is lost."""
+    p = group(["syncFlushTimeout=30000", "haMaxTimeSlaveNotCatchup=60000"])
+    p.start_master()
+    p.start_slave()
+
+    async def scenario():
+        async with producer_once_in_sync(p, send_timeout=40, retry_times=0) as producer:
+            acked = await send_all(producer, 100, "before")
+            assert p.processes["slave"].stop() == 0
+            await wait_until(lambda: in_sync(p), 20, "the in-sync set without the stopped slave")
+            alone = await asyncio.wait_for(send_all(producer, 50, "alone"), 20)
+            await asyncio.to_thread(p.start_slave)
+            await wait_until(lambda: in_sync(p, 1), 30, "the restarted slave back in the in-sync set")
+            after = await send_all(producer, 50, "after")
+            on_master = await bodies_on_master(p.namesrv)
+        return acked + alone + after, on_master
+
+    results, on_master = asyncio.run(scenario())
+    assert {r.status for r in results} == {SendStatus.SEND_OK}
+    assert "is shutting down: proposing the in-sync set without it" in p.processes["master"].log()
+    assert len(on_master) >= len(results)
+
+
 def test_a_restarted_broker_finds_by_key_or_id_only_what_its_in_sync_slave_held(group):
     """The master stores a message its frozen in-sync slave never gets (FLUSH_SLAVE_TIMEOUT): it
     lies past the confirm offset, which the checkpoint keeps. Killed and restarted with the

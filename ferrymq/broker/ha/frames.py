@@ -10,6 +10,9 @@ FerryMQ's controller mode adds one frame of its own, sent once by the slave befo
 offset report, so the master knows which member of its in-sync set the connection is: a hello
 of three big-endian longs, ``HELLO_MAGIC``, the slave's broker identity and the last epoch in
 its epoch file. No 4.x slave sends it: the magic read as an offset would be 4.6 exabytes.
+A slave that said hello and shuts down gracefully sends a goodbye before it closes the
+connection, ``GOODBYE_MAGIC`` as one long: the master drops it from the in-sync set it
+proposes at once rather than after haMaxTimeSlaveNotCatchup (a controlled shutdown).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ TRANSFER_HEADER = struct.Struct(">qi")
 
 HELLO = struct.Struct(">qqq")
 HELLO_MAGIC = 0x4652_5259_4841_3031  # b"FRRYHA01": read as an offset, beyond any CommitLog
+GOODBYE_MAGIC = 0x4652_5259_4259_4531  # b"FRRYBYE1"
+GOODBYE = OFFSET_REPORT.pack(GOODBYE_MAGIC)
 
 TRANSFER_BATCH_SIZE = 32 * 1024  # haTransferBatchSize: body bytes per transfer at most
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ferrymq.broker.ha.frames import (
+    GOODBYE,
     HELLO,
     OFFSET_REPORT,
     HAFrameError,
@@ -75,6 +76,7 @@ class SlaveState:
     # once the slave acknowledges that much it held, then, everything the master had.
     probe: tuple[int, float] | None = None
     caught_up_at: float = 0.0  # monotonic time the slave last held everything the master had
+    leaving: bool = False  # controller mode: it said goodbye (shutting down)
 
     def probe_from(self, end: int, now: float) -> None:
         if self.probe is None:
@@ -272,11 +274,11 @@ class HAMaster:
         that held everything the master had within the last ``max_not_catchup_s``
         (haMaxTimeSlaveNotCatchup), connected now or not (a member away keeps its place that
         long, so a restart of either side does not shrink the set at once)."""
-        for s in self.slaves:
-            if self._counts(s):
-                self._member_caught_up[s.identity] = max(s.caught_up_at, self._member_caught_up.get(s.identity, 0.0))
+        staying = [s for s in self.slaves if self._counts(s) and not s.leaving]
+        for s in staying:
+            self._member_caught_up[s.identity] = max(s.caught_up_at, self._member_caught_up.get(s.identity, 0.0))
         current = self.in_sync or frozenset()
-        connected = {s.identity for s in self.slaves if self._counts(s)}
+        connected = {s.identity for s in staying}
         return frozenset(m for m, at in self._member_caught_up.items()
                          if now - at <= max_not_catchup_s and (m in current or m in connected))
 
@@ -334,6 +336,13 @@ class HAMaster:
                         reader.readexactly(HELLO.size - OFFSET_REPORT.size), housekeeping))
                     state.identity, state.epoch = hello.identity, hello.epoch
                     log.info("slave %s is broker %d (epoch %d)", state.address, hello.identity, hello.epoch)
+                    self._membership_changed()
+                    continue
+                if data == GOODBYE and state.identity is not None:
+                    state.leaving = True
+                    self._member_caught_up.pop(state.identity, None)
+                    log.info("slave %s (broker %d) is shutting down: proposing the in-sync set without it",
+                             state.address, state.identity)
                     self._membership_changed()
                     continue
             except asyncio.TimeoutError:

@@ -133,6 +133,8 @@ class Replication:
                                 "timer-checkpoint-sync", quiet=(RemotingError, OSError))
 
     async def stop(self) -> None:
+        if self.slave is not None and self.failover is not None:
+            await self.slave.say_goodbye()  # a graceful stop: the master need not wait for this slave
         await self._tasks.close()
         await self.stop_slave()
         if self.master is not None:

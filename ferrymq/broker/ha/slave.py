@@ -12,12 +12,19 @@ connection. A lost connection is retried after a short pause (doubling up to 5 s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ferrymq.broker.ha.frames import TRANSFER_HEADER, HAFrameError, decode_transfer_header, encode_offset_report
+from ferrymq.broker.ha.frames import (
+    GOODBYE,
+    TRANSFER_HEADER,
+    HAFrameError,
+    decode_transfer_header,
+    encode_offset_report,
+)
 from ferrymq.common.tasks import within
 from ferrymq.store.async_store import AsyncMessageStore
 from ferrymq.store.replica import ReplicaAppender, ReplicaDataError
@@ -49,6 +56,7 @@ class HASlave:
         self.master_address = master_address or None
         self._address_changed = asyncio.Event()
         self.connected = False
+        self._writer: asyncio.StreamWriter | None = None  # the connection to the master, while there is one
         self.confirmed_offset = 0  # the CommitLog's end as last reported to the master
         self.master_offset = 0  # the master's offset as its last transfer showed it
 
@@ -111,9 +119,11 @@ class HASlave:
                 writer.write(self._hello())
             self._report(writer, start)
             await writer.drain()
+            self._writer = writer
             reporter = asyncio.create_task(self._report_periodically(writer))
             await self._receive(reader, writer, address)
         finally:
+            self._writer = None
             if reporter is not None:
                 reporter.cancel()
                 await asyncio.gather(reporter, return_exceptions=True)
@@ -122,6 +132,16 @@ class HASlave:
                 await writer.wait_closed()
             except OSError:
                 pass
+
+    async def say_goodbye(self) -> None:
+        """Controller mode, a graceful shutdown: tell the master this slave is leaving, so that it
+        stops waiting for it (frames.GOODBYE). Nothing when not connected or not named by a hello."""
+        writer = self._writer
+        if writer is None or self._hello is None:
+            return
+        with contextlib.suppress(OSError, TimeoutError):
+            writer.write(GOODBYE)
+            await within(writer.drain(), 1.0)
 
     def _report(self, writer: asyncio.StreamWriter, offset: int) -> None:
         writer.write(encode_offset_report(offset))
