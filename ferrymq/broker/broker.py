@@ -284,11 +284,14 @@ class Broker:
         """A fenced master closes every client connection at once (no graceful drain): a
         producer holding one must not be answered by a broker that may not be master any more;
         it reconnects through the route to whichever broker is."""
-        servers = [self.server] + ([self.vip_server] if self.vip_server is not None else [])
-        connections = [c for server in servers for c in server.connections]
+        connections = self._client_connections()
         log.warning("fenced: closing %d client connection(s)", len(connections))
         for connection in connections:
             self._tasks.spawn(connection.close(), "fence-close")
+
+    def _client_connections(self) -> list:
+        servers = [self.server] + ([self.vip_server] if self.vip_server is not None else [])
+        return [c for server in servers for c in server.connections]
 
     def _take_up_mastership(self) -> None:
         """Controller mode, this broker just became master: a topic whose config the slave had not
@@ -337,8 +340,11 @@ class Broker:
         if self.stopping:
             return
         self.stopping = True
-        if self.replication.failover is not None:
-            await self.replication.failover.hand_over()  # a master with an in-sync slave: promoted now
+        if self.replication.failover is not None and await self.replication.failover.hand_over():
+            # A master with an in-sync slave handed over: the sends that made it in are answered;
+            # later ones would wait on a broker that is stopping. Clients whose connection is gone
+            # look the route up again and find the new master.
+            await asyncio.gather(*(c.close() for c in self._client_connections()), return_exceptions=True)
         self.pull_waiters.close()
         self.pop.release_held()
         await self._unregister_from_namesrvs()
