@@ -101,7 +101,7 @@ def test_a_broker_tuned_for_bulk_reads_answers_each_chunk_in_one_pull(broker_pro
             ids, answered = read_in_process(namesrv, "SparkBulk", monkeypatch)
             assert sorted(ids) == sorted(s.msg_id for s in sent)  # every message once, either way
             if process is tuned:  # 1024 offsets per chunk, each chunk in one round trip
-                assert answered == [1024, 1024, 952]
+                assert sorted(answered) == [952, 1024, 1024]  # chunks may finish in any order
             else:  # RocketMQ's cap, 32 per pull: the chunks pull again for the rest
                 assert len(answered) == 94 and max(answered) == 32
     finally:
