@@ -174,8 +174,7 @@ def elect(group: Group, now: float, timeout_s: float, silent_since: float, uncle
     live = [b for b in group.brokers.values()
             if b.broker_id != cur.master_id and now - b.seen_at < timeout_s and b.seen_at > silent_since
             and b.acting == SLAVE]
-    clean = [b for b in live
-             if b.broker_id in group.in_sync and b.epoch == cur.epoch and b.max_offset >= group.must_reach]
+    clean = [b for b in _in_sync_of_this_epoch(group, live) if b.max_offset >= group.must_reach]
     pool = clean or (live if unclean else [])
     if not pool:
         return None
@@ -194,15 +193,19 @@ def hand_over(group: Group, broker_id: int, epoch: int, confirmed: int, now: flo
         return None, f"broker {broker_id} is not the master of epoch {epoch}"
     if group.pending is not None:
         return None, f"an election (epoch {group.pending.epoch}) is under way"
-    live = [b for b in group.brokers.values()
-            if b.broker_id in group.in_sync and b.acting == SLAVE and b.epoch == cur.epoch
-            and now - b.seen_at < timeout_s]
+    live = _in_sync_of_this_epoch(group, [b for b in group.brokers.values()
+                                          if b.acting == SLAVE and now - b.seen_at < timeout_s])
     if not live:
         return None, f"no in-sync slave heard from within {timeout_s:g} s"
     chosen = max(live, key=lambda b: (b.max_offset, -b.broker_id))
     group.must_reach = max(group.must_reach, confirmed)
     group.pending = Pending(chosen.broker_id, cur.epoch + 1, now)
     return chosen, None
+
+
+def _in_sync_of_this_epoch(group: Group, brokers: list[BrokerSeen]) -> list[BrokerSeen]:
+    """Those of ``brokers`` in the in-sync set and following the current epoch: who may succeed."""
+    return [b for b in brokers if b.broker_id in group.in_sync and b.epoch == group.current.epoch]
 
 
 def alter_in_sync(group: Group, broker_id: int, epoch: int, in_sync_epoch: int, members: frozenset[int]) -> str | None:
