@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ferrymq.store.async_store import AsyncMessageStore  # noqa: E402
+from ferrymq.store.asyncio_store import AsyncMessageStore  # noqa: E402
 from ferrymq.client.admin import AdminClient  # noqa: E402
 from ferrymq.client.producer import Producer, SendStatus  # noqa: E402
 from ferrymq.common.message import Message, MessageExt  # noqa: E402

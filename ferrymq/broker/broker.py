@@ -63,7 +63,7 @@ from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
 from ferrymq.remoting.headers import RegisterBrokerHeader, UnregisterBrokerHeader
 from ferrymq.remoting.server import RemotingServer
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
 from ferrymq.store.message_store import MessageStore
 

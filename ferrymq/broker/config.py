@@ -115,7 +115,7 @@ class BrokerConfig:
     send_thread_pool_queue_capacity: int = 10_000
     # FerryMQ's own: appends run on the event loop (a page-cache copy costs less than a thread
     # hand-off) until one takes longer than slow_append_mills; then, for a while, in the store's
-    # writer thread so a slow disk does not stall pulls and heartbeats (store/async_store.py).
+    # writer thread so a slow disk does not stall pulls and heartbeats (store/asyncio_store.py).
     append_on_event_loop: bool = True
     slow_append_mills: int = 100
     # Replication (RocketMQ 4.x HA, broker/ha/): brokerId 0 is the master, > 0 a slave of the

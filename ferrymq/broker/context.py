@@ -19,7 +19,7 @@ from ferrymq.broker.long_polling import PullWaiters
 from ferrymq.broker.stats import BrokerStats
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
 
 Spawn = Callable[[Coroutine, str], asyncio.Task]  # start a background task the broker owns

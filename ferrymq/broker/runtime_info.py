@@ -13,7 +13,7 @@ from ferrymq import __version__
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.broker.context import BrokerContext
 from ferrymq.remoting.codes import CURRENT_VERSION
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 
 
 async def runtime_info(ctx: BrokerContext, replication: dict | None = None) -> dict[str, str]:

@@ -22,7 +22,7 @@ from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.headers import PullMessageResponseHeader
 from ferrymq.remoting.request_headers import PullMessageHeader, PullSysFlag
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 
 PullHandler = Callable[[RemotingCommand, Any], Awaitable[RemotingCommand]]
 PULL_BATCH = 32  # a PullMessage without batch_size

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ferrymq.grpc.endpoint import GrpcEndpoint
     from ferrymq.grpc.pulling import PullOffsets
     from ferrymq.remoting.client import RemotingClient
-    from ferrymq.store.async_store import AsyncMessageStore
+    from ferrymq.store.asyncio_store import AsyncMessageStore
     from ferrymq.store.config import StoreConfig
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ class DispatchRounds(Protocol):
     """Told when a connection starts and ends dispatching the requests of one read, when it
     holds more than one. Eager requests may park meanwhile (common/eager.py); the connection
     resumes them right after ``close_round``, before the read's answers leave. The broker's
-    store writes the sends of a read together so (store/async_store.py)."""
+    store writes the sends of a read together so (store/asyncio_store.py)."""
 
     def open_round(self) -> None: ...
 

@@ -1,7 +1,7 @@
 """FerryMQ's storage engine: CommitLog, ConsumeQueues and the MessageStore facade.
 
 Synchronous and thread-safe; knows nothing about the network. Its asyncio face, what the
-broker's event loop uses, is ``async_store.AsyncMessageStore`` (threads in ``loop_bridge``).
+broker's event loop uses, is ``asyncio_store.AsyncMessageStore`` (threads in ``loop_bridge``).
 """
 
 from ferrymq.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig

@@ -1,4 +1,4 @@
-"""The threads behind the store's asyncio face (store/async_store.py) and the loop they answer.
+"""The threads behind the store's asyncio face (store/asyncio_store.py) and the loop they answer.
 
 - ``WriterThread``: the store's one writer; runs queued calls in order, all that queued up per
   wake-up, and tells admission control how far behind it is (``WriteBacklog``).

@@ -292,8 +292,8 @@ async def test_pulls_of_recent_data_read_on_the_loop_older_ones_in_the_read_pool
     """A pull from one of a queue's newest entries reads on the event loop (no thread hop);
     one further behind, or whose records left the in-memory window, goes to the read pool.
     All answer the same records."""
-    import ferrymq.store.async_store as async_store
-    monkeypatch.setattr(async_store, "RECENT_QUEUE_ENTRIES", 10)
+    import ferrymq.store.asyncio_store as asyncio_store
+    monkeypatch.setattr(asyncio_store, "RECENT_QUEUE_ENTRIES", 10)
     mq = MessageQueue("Recent", "broker-a", 0)
     store = cluster.broker.store
     async with Producer("p", namesrv_addr=cluster.namesrv_addr) as producer, \

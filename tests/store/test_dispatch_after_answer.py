@@ -12,8 +12,8 @@ import pytest
 
 from ferrymq.common.message import MessageExt, decode_records
 from ferrymq.store import MessageStore, PutStatus, StoreConfig
-from ferrymq.store import async_store as async_store_module
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store import asyncio_store as asyncio_store_module
+from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.consume_queue import ConsumeQueue
 
 STORE_HOST = ("127.0.0.1", 10911)
@@ -25,12 +25,18 @@ def message(body: bytes, key: str = "", queue_id: int = 0) -> MessageExt:
                       born_timestamp=1_700_000_000_000, born_host=("192.168.1.10", 50000))
 
 
-async def open_store(path, **config) -> AsyncMessageStore:
-    store = AsyncMessageStore(MessageStore(StoreConfig(str(path), **config), store_host=STORE_HOST))
+async def open_stores(path, **config) -> tuple[MessageStore, AsyncMessageStore]:
+    """The store (what a test looks at underneath) and its asyncio face (what the broker uses)."""
+    inner = MessageStore(StoreConfig(str(path), **config), store_host=STORE_HOST)
+    store = AsyncMessageStore(inner)
     await store.load(STORE_HOST)
     assert (await store.put_message(message(b"first"))).status is PutStatus.PUT_OK  # queue 0 made (writer thread)
     await asyncio.sleep(0)
-    return store
+    return inner, store
+
+
+async def open_store(path, **config) -> AsyncMessageStore:
+    return (await open_stores(path, **config))[1]
 
 
 async def bodies(store: AsyncMessageStore, queue_id: int = 0) -> list[bytes]:
@@ -54,12 +60,12 @@ async def test_the_answer_comes_first_and_the_message_is_consumable_before_the_l
 
 
 async def test_a_held_pull_is_woken_only_once_the_message_can_be_read(tmp_path):
-    store = await open_store(tmp_path / "store")
+    inner, store = await open_stores(tmp_path / "store")
     seen: list[tuple[int, list[bytes]]] = []
 
     def on_arrival(topic: str, queue_id: int, max_offset: int, msgs) -> None:
         # What a woken pull does at once: read from the announced offset range.
-        got = store.sync_store.get_messages("g", topic, queue_id, max_offset - len(msgs), 32)
+        got = inner.get_messages("g", topic, queue_id, max_offset - len(msgs), 32)
         seen.append((max_offset, [m.body for m in decode_records(b"".join(got.records))]))
 
     store.arrival_listeners.append(on_arrival)
@@ -73,14 +79,14 @@ async def test_a_held_pull_is_woken_only_once_the_message_can_be_read(tmp_path):
 
 
 async def test_a_put_in_the_writer_thread_writes_the_entries_deferred_before_it_first(tmp_path):
-    store = await open_store(tmp_path / "store")
+    inner, store = await open_stores(tmp_path / "store")
     try:
         # A put made on the loop whose dispatch has not run yet when the writer thread puts the next.
-        on_loop = store.sync_store.put_group([message(b"on the loop")], defer_dispatch=True)[0]
+        on_loop = inner.put_group([message(b"on the loop")], defer_dispatch=True)[0]
         store._offloaded_until = float("inf")  # a slow append sent the next ones to the writer thread
         in_thread = await store.put_message(message(b"in the thread"))
         assert (on_loop.queue_offset, in_thread.queue_offset) == (1, 2)
-        assert store.sync_store.dispatch_backlog == 0
+        assert inner.dispatch_backlog == 0
         assert await bodies(store) == [b"first", b"on the loop", b"in the thread"]
     finally:
         store._offloaded_until = 0.0
@@ -89,7 +95,7 @@ async def test_a_put_in_the_writer_thread_writes_the_entries_deferred_before_it_
 
 async def test_a_failed_dispatch_keeps_what_was_acknowledged_and_delivers_it_once_the_disk_has_room(
         tmp_path, monkeypatch):
-    monkeypatch.setattr(async_store_module, "DISPATCH_RETRY_SECONDS", 0.05)
+    monkeypatch.setattr(asyncio_store_module, "DISPATCH_RETRY_SECONDS", 0.05)
     store = await open_store(tmp_path / "store")
     arrivals: list[int] = []
     store.arrival_listeners.append(lambda topic, queue_id, max_offset, msgs: arrivals.append(max_offset))
@@ -129,14 +135,14 @@ async def test_a_failed_dispatch_keeps_what_was_acknowledged_and_delivers_it_onc
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 async def test_a_shutdown_right_after_a_put_keeps_its_entries(tmp_path, flush):
-    store = await open_store(tmp_path / "store", flush_disk_type=flush)
-    last = store.sync_store.put_group([message(b"not yet dispatched", key="kx")], defer_dispatch=True)[0]
-    assert last.status is PutStatus.PUT_OK and store.sync_store.dispatch_backlog == 1
+    inner, store = await open_stores(tmp_path / "store", flush_disk_type=flush)
+    last = inner.put_group([message(b"not yet dispatched", key="kx")], defer_dispatch=True)[0]
+    assert last.status is PutStatus.PUT_OK and inner.dispatch_backlog == 1
     await store.shutdown()
-    again = await open_store(tmp_path / "store", flush_disk_type=flush)
+    inner_again, again = await open_stores(tmp_path / "store", flush_disk_type=flush)
     try:
         assert (await bodies(again))[:2] == [b"first", b"not yet dispatched"]
-        assert again.sync_store.last_exit_clean
-        assert again.sync_store.last_recovery.records_checked == 0  # written at shutdown, nothing left to redo
+        assert inner_again.last_exit_clean
+        assert inner_again.last_recovery.records_checked == 0  # written at shutdown, nothing left to redo
     finally:
         await again.shutdown()

@@ -1,4 +1,4 @@
-"""The sends of one read from a connection are written together (store/async_store.py's
+"""The sends of one read from a connection are written together (store/asyncio_store.py's
 dispatch rounds): each still gets its own answer, in order, with the offsets it would get
 alone, and a send that cannot join the round never overtakes one that did."""
 
@@ -18,7 +18,7 @@ from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import FrameDecoder, RemotingCommand, encode_frame
 from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store import MessageStore, PutStatus, StoreConfig
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 from tests.support import InProcessCluster
 
 pytestmark = pytest.mark.integration
@@ -108,7 +108,8 @@ async def test_parked_puts_are_written_before_a_later_put_leaves_for_the_writer_
     def msg(queue_id: int, body: bytes) -> MessageExt:
         return MessageExt("Order", body, queue_id=queue_id, born_timestamp=1, born_host=("10.0.0.1", 1))
 
-    store = AsyncMessageStore(MessageStore(StoreConfig(str(tmp_path / "store")), store_host=("127.0.0.1", 10911)))
+    inner = MessageStore(StoreConfig(str(tmp_path / "store")), store_host=("127.0.0.1", 10911))
+    store = AsyncMessageStore(inner)
     await store.load(("127.0.0.1", 10911))
     try:
         assert (await store.put_message(msg(0, b"first"))).status is PutStatus.PUT_OK  # queue 0 exists, 1 not
@@ -123,7 +124,7 @@ async def test_parked_puts_are_written_before_a_later_put_leaves_for_the_writer_
         with pytest.raises(StopIteration) as parked_put:
             parked[0].send(None)
         assert parked_put.value.value.queue_offset == 1
-        got = store.sync_store.get_messages("g", "Order", 0, 0, 10)
+        got = inner.get_messages("g", "Order", 0, 0, 10)
         assert [m.body for m in decode_records(b"".join(got.records))] == [b"first", b"a", b"b"]
     finally:
         await store.shutdown()

@@ -13,7 +13,7 @@ import pytest
 from ferrymq.common.message import MessageExt
 from ferrymq.store import MessageStore, PutStatus, StoreConfig
 from ferrymq.store import mapped_file
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 
 
 def message(i: int) -> MessageExt:
@@ -25,10 +25,10 @@ async def sync_flush_store(tmp_path, sync_flush_timeout_ms: int) -> tuple[Messag
     """A SYNC_FLUSH store on the running loop with queue 0 of FlushWait created (message 0)."""
     store = MessageStore(StoreConfig(str(tmp_path / "store"), flush_disk_type="SYNC_FLUSH",
                                      sync_flush_timeout=sync_flush_timeout_ms), store_host=("127.0.0.1", 10911))
-    async_store = AsyncMessageStore(store)
-    await async_store.load(("127.0.0.1", 10911))
-    assert (await async_store.put_message(message(0))).status is PutStatus.PUT_OK  # creates the queue
-    return store, async_store
+    facade = AsyncMessageStore(store)
+    await facade.load(("127.0.0.1", 10911))
+    assert (await facade.put_message(message(0))).status is PutStatus.PUT_OK  # creates the queue
+    return store, facade
 
 
 @pytest.fixture
@@ -47,12 +47,12 @@ def slow_disk(monkeypatch):
 
 
 async def test_sends_time_out_while_the_disk_stalls_and_are_acknowledged_again_after(tmp_path, slow_disk):
-    store, async_store = await sync_flush_store(tmp_path, 150)
+    store, facade = await sync_flush_store(tmp_path, 150)
     try:
 
         slow_disk.set()
         started = time.monotonic()
-        stalled = await asyncio.gather(*(async_store.put_message(message(i)) for i in range(1, 9)))
+        stalled = await asyncio.gather(*(facade.put_message(message(i)) for i in range(1, 9)))
         waited = time.monotonic() - started
         assert [r.status for r in stalled] == [PutStatus.FLUSH_DISK_TIMEOUT] * 8
         assert all("syncFlushTimeout 150 ms" in r.remark for r in stalled)
@@ -61,13 +61,13 @@ async def test_sends_time_out_while_the_disk_stalls_and_are_acknowledged_again_a
 
         slow_disk.clear()
         await asyncio.sleep(0.7)  # the stalled fsync ends
-        again = await asyncio.gather(*(async_store.put_message(message(i)) for i in range(9, 17)))
+        again = await asyncio.gather(*(facade.put_message(message(i)) for i in range(9, 17)))
         assert [r.status for r in again] == [PutStatus.PUT_OK] * 8
         assert store.commit_log.flushed_offset >= again[-1].wrote_offset + again[-1].wrote_bytes
-        got = await async_store.get_messages("g", "FlushWait", 0, 0, 32)
+        got = await facade.get_messages("g", "FlushWait", 0, 0, 32)
         assert got.message_count == 17
     finally:
-        await async_store.shutdown()
+        await facade.shutdown()
 
 
 async def test_a_failed_fsync_fails_the_sends_it_was_for_and_the_next_fsync_answers_the_rest(tmp_path, monkeypatch):
@@ -86,15 +86,15 @@ async def test_a_failed_fsync_fails_the_sends_it_was_for_and_the_next_fsync_answ
             raise OSError(5, "Input/output error")
         real(fd)
 
-    store, async_store = await sync_flush_store(tmp_path, 5000)
+    store, facade = await sync_flush_store(tmp_path, 5000)
     try:
         stats = store.group_commit.stats
         acks_before = stats.acks
         monkeypatch.setattr(mapped_file, "fdatasync", fdatasync)
         failing.set()
-        first = asyncio.ensure_future(async_store.put_message(message(1)))  # asks for the fsync that fails
+        first = asyncio.ensure_future(facade.put_message(message(1)))  # asks for the fsync that fails
         await asyncio.sleep(0.05)
-        later = [asyncio.ensure_future(async_store.put_message(message(i))) for i in range(2, 12)]
+        later = [asyncio.ensure_future(facade.put_message(message(i))) for i in range(2, 12)]
         results = await asyncio.gather(first, *later)
         assert results[0].status is PutStatus.FLUSH_DISK_TIMEOUT
         assert results[0].remark == "the fsync of the CommitLog failed"
@@ -103,4 +103,4 @@ async def test_a_failed_fsync_fails_the_sends_it_was_for_and_the_next_fsync_answ
         assert store.commit_log.flushed_offset >= results[-1].wrote_offset + results[-1].wrote_bytes
         assert len(fsyncs) <= 4  # the ten that queued behind the failed fsync shared the next one
     finally:
-        await async_store.shutdown()
+        await facade.shutdown()

@@ -67,7 +67,7 @@ from ferrymq.remoting.headers import (
     HandOverResponseHeader,
     InSyncEpochResponseHeader,
 )
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.results import PutStatus
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import time
 from typing import Callable
 
 from ferrymq.broker.ha.replication import Replication
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 
 Clock = Callable[[], float]
 

@@ -46,7 +46,7 @@ from ferrymq.broker.ha.frames import (
     is_hello,
 )
 from ferrymq.common.tasks import TaskSet, within
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.results import AppendResult, PutStatus
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
 from ferrymq.remoting.headers import RegisterBrokerResponseHeader
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
 from ferrymq.store.results import PutStatus
 

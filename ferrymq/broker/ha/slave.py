@@ -26,7 +26,7 @@ from ferrymq.broker.ha.frames import (
     encode_offset_report,
 )
 from ferrymq.common.tasks import within
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.replica import ReplicaAppender, ReplicaDataError
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from ferrymq.remoting.headers import (
     QueueHeader,
     UpdateConsumerOffsetHeader,
 )
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 
 class OffsetProcessors:
     def __init__(self, store: AsyncMessageStore, offsets: ConsumerOffsetManager) -> None:

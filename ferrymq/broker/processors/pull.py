@@ -141,7 +141,7 @@ class PullProcessor:
             arrived_at = await ctx.pull_waiters.wait(topic, queue_id, offset, min(remaining, HOLD_RECHECK_SECONDS),
                                                      None if wanted.passes_all else wanted.wants)
             # Woken by an arrival, this reads what was appended a moment ago: the store reads
-            # such recent data on the loop, not through the read pool (store/async_store.py).
+            # such recent data on the loop, not through the read pool (store/asyncio_store.py).
             result = await ctx.store.get_messages(group, topic, queue_id, offset, max_nums, wanted.tags,
                                                   wanted.record())
             if result.status is not GetStatus.OFFSET_OVERFLOW_ONE:

@@ -19,7 +19,7 @@ from ferrymq.remoting.headers import (
     StoreTimeResponseHeader,
     ViewMessageHeader,
 )
-from ferrymq.store.async_store import AsyncMessageStore
+from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.config import StoreConfig
 
 
