@@ -1,6 +1,6 @@
-"""The tests' own helpers: an in-process cluster, throw-away certificates, the CI rule for a
-missing prerequisite. The helpers benchmarks use too (ports, waits, FerryMQ processes) are in
-``testkit``."""
+"""The tests' own helpers: an in-process cluster, the CI rule for a missing prerequisite. The
+helpers benchmarks and e2e use too (ports, waits, FerryMQ processes, failover groups, throw-away
+certificates) are in ``testkit``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ferrymq.grpc.wiring import broker_grpc
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 from ferrymq.store.config import StoreConfig
 
-__all__ = ["InProcessCluster", "make_test_certificates", "missing_prerequisite", "require"]
+__all__ = ["InProcessCluster", "missing_prerequisite", "require"]
 
 
 def missing_prerequisite(what: str) -> None:
@@ -82,47 +82,3 @@ class InProcessCluster:
             await self.broker.stop()
         if self.namesrv:
             await self.namesrv.stop()
-
-
-def make_test_certificates(directory: Path) -> dict[str, str]:
-    """A throw-away CA, a server certificate for 127.0.0.1/localhost and a client
-    certificate, all signed by the CA; PEM file paths by name (ca, server_cert,
-    server_key, client_cert, client_key)."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def issue(name: str, issuer_name, issuer_key, *, ca: bool = False, sans=None):
-        key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer_name or subject)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        cert = builder.sign(issuer_key or key, hashes.SHA256())
-        return cert, key
-
-    def write(name: str, cert, key) -> None:
-        (directory / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (directory / f"{name}.key").write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-
-    ca_cert, ca_key = issue("FerryMQ test CA", None, None, ca=True)
-    server_cert, server_key = issue("127.0.0.1", ca_cert.subject, ca_key, sans=[
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")])
-    client_cert, client_key = issue("ferrymq-test-client", ca_cert.subject, ca_key)
-    write("ca", ca_cert, ca_key)
-    write("server", server_cert, server_key)
-    write("client", client_cert, client_key)
-    return {"ca": str(directory / "ca.crt"), "server_cert": str(directory / "server.crt"),
-            "server_key": str(directory / "server.key"), "client_cert": str(directory / "client.crt"),
-            "client_key": str(directory / "client.key")}

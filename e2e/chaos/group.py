@@ -1,6 +1,6 @@
 """One replicated broker group as local processes, for fault injection: a name server, a
 ``ferrymq controller`` and two brokers in controller mode on 127.0.0.1 (free ports, data under
-one work directory), built on the failover tests' :class:`~tests.failover_support.FailoverPair`.
+one work directory), built on the failover tests' :class:`~testkit.failover.FailoverPair`.
 
 The processes are named ``namesrv``, ``controller``, ``master`` (brokerId 0) and ``slave``
 (brokerId 1); after a failover the broker names only say which process is which:
@@ -16,7 +16,7 @@ import os
 import signal
 from pathlib import Path
 
-from tests.failover_support import FailoverPair, controller_state, create_topic  # noqa: F401 (create_topic re-exported)
+from testkit.failover import FailoverPair, controller_state, create_topic  # noqa: F401 (create_topic re-exported)
 
 BROKERS = ("master", "slave")
 BROKER_IDS = {"master": 0, "slave": 1}

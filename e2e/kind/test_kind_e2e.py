@@ -27,7 +27,7 @@ from e2e.kind.kube import (
     toolbox, unique_name, wait_status,
 )
 from testkit.wait import poll_until
-from tests.support import make_test_certificates
+from testkit.certificates import make_test_certificates
 
 if os.environ.get("FERRYMQ_KIND_TESTS") != "1":
     if os.environ.get("CI") == "true":

@@ -195,7 +195,7 @@ async def test_cli_signs_with_an_account_and_speaks_tls(tmp_path):
     import sys
     from pathlib import Path
 
-    from tests.support import make_test_certificates
+    from testkit.certificates import make_test_certificates
 
     certs = make_test_certificates(tmp_path / "certs")
     acl_file = tmp_path / "plain_acl.yml"

@@ -20,7 +20,7 @@ from e2e.chaos.history import load
 from e2e.chaos.results import write_results
 from e2e.chaos.workload import drain
 from testkit.java_client import CompatUnavailable, ensure_compat_classes
-from tests.failover_support import FailoverPair, controller_state
+from testkit.failover import FailoverPair, controller_state
 from testkit.wait import poll_until
 from tests.support import missing_prerequisite
 

@@ -9,7 +9,7 @@ import pytest
 
 from testkit.processes import StandaloneProcess
 
-from tests.support import make_test_certificates
+from testkit.certificates import make_test_certificates
 
 from testkit.java_client import JavaClient, run_java_client
 

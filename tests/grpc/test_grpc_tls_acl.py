@@ -13,7 +13,8 @@ import pytest
 
 from ferrymq.grpc.messages import to_duration
 from ferrymq.grpc.protocol import Code, pb, rpc, spb
-from tests.support import InProcessCluster, make_test_certificates
+from testkit.certificates import make_test_certificates
+from tests.support import InProcessCluster
 
 pytestmark = pytest.mark.integration
 

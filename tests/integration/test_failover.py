@@ -46,7 +46,7 @@ from ferrymq.remoting.errors import RemotingError
 from ferrymq.remoting.headers import QueryMessageHeader, ViewMessageHeader
 from ferrymq.store.checkpoint import read_checkpoint
 from tests.consumer_support import read_all
-from tests.failover_support import CLUSTER, GROUP, FailoverPair, FailoverTrio, controller_state, create_topic
+from testkit.failover import CLUSTER, GROUP, FailoverPair, FailoverTrio, controller_state, create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import SEGMENT
 from tests.replication_support import AckedLoad, assert_acked_on_both, commit_log_range

@@ -38,7 +38,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.consumer_support import Recorder
-from tests.failover_support import create_topic
+from testkit.failover import create_topic
 from tests.integration.store_checks import check_consume_queues_agree, offline_store
 from testkit.processes import BrokerPair, SEGMENT
 from tests.replication_support import (AckedLoad, assert_acked_on_both, commit_log_range,

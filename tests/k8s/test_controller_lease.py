@@ -31,7 +31,7 @@ from ferrymq.kube import CONFIG_MAPS, LEASES, Conflict, KubeApiError, KubeClient
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from tests.failover_support import FailoverPair, controller_state, create_topic
+from testkit.failover import FailoverPair, controller_state, create_topic
 from testkit.ports import free_port
 from testkit.processes import FerryProcess
 from testkit.wait import wait_until

@@ -18,7 +18,7 @@ import pytest
 from ferrymq.client.admin import AdminClient
 from ferrymq.client.producer import Producer
 from ferrymq.common.message import Message
-from tests.failover_support import FailoverPair, controller_state
+from testkit.failover import FailoverPair, controller_state
 from tests.k8s.test_operator import API, condition, wait_status
 from tests.k8s.test_replication import broker_pods, ready
 from testkit.wait import poll_until

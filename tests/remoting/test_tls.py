@@ -18,7 +18,8 @@ from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
 from ferrymq.remoting.server import RemotingServer
 from ferrymq.remoting.tls import ClientTls, ServerTls
-from tests.support import InProcessCluster, make_test_certificates
+from testkit.certificates import make_test_certificates
+from tests.support import InProcessCluster
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Shared by the failover tests: a broker group of two FerryMQ broker processes under the
+"""For the failover tests and the local chaos suite: a broker group of two FerryMQ broker processes under the
 controller (enableControllerMode), beside a name server and a ``ferrymq controller`` process.
 
 Broker "master" has brokerId 0 (the controller's first master), "slave" brokerId 1; after a
@@ -18,9 +18,8 @@ from ferrymq.common.controller_protocol import CONTROLLER_GET_STATE
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
-from testkit.processes import BrokerPair
+from testkit.processes import BrokerPair, FerryProcess
 from testkit.ports import free_port
-from testkit.processes import FerryProcess
 from testkit.wait import wait_until
 
 GROUP = "ha-broker"  # BrokerPair's brokerName
