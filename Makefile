@@ -27,7 +27,7 @@ TEST_WORKERS ?= 3
 test: $(STAMP) chromium
 	@$(PY) -m pytest -q -ra --durations=25 --ignore=tests/k8s -m "not slow" $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
-## test-slow: the single tests of 25 s or more (kill -9 with failover, the controller down for
+## test-slow: the single tests of 25 s or more (kill -9 with failover or under SYNC_FLUSH load, the controller down for
 ## long, a promoted slave firing timers, a consumer moving to the slave, the gRPC Java client's
 ## push/FIFO/simple consumers, the Node.js client, 100 000 messages read by Spark, a Spark job
 ## crashing between write and commit, the short fuzzing run, the chaos tests of tests/chaos with

@@ -106,6 +106,7 @@ async def create_topic(proc) -> None:
         await admin.create_topic(TOPIC, read_queues=QUEUES, write_queues=QUEUES, broker_addr=proc.broker_addr)
 
 
+@pytest.mark.slow  # 30-40 s: the suite keeps tests of 25 s or more for make test-slow
 async def test_sync_flush_survives_kill_9_under_load(standalone_process, tmp_path):
     rng = random.Random(SEED)
     settings = ["flushDiskType=SYNC_FLUSH", *STORE_SETTINGS]
