@@ -11,6 +11,14 @@ END_TRANSACTION naming the half message (its CommitLog offset and half-queue off
 - either way an *op* record (``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag ``d``, body the
   half message's queue offset) marks the half message as decided.
 
+A half message is committed at most once (Apache commits it again on a second END_TRANSACTION
+COMMIT, e.g. a check answer racing the producer's own commit, or a retried one): before storing
+the commit record, the broker looks for one with the half message's UNIQ_KEY in the index
+(``topic#UNIQ_KEY``, where the commit record is stored: its topic, or the timer or schedule
+topic it waits in) and answers SUCCESS without storing another; two commits of one message in
+flight at once share one put. Without the index (``messageIndexEnable=false``) a second commit
+is stored again, as in Apache.
+
 Half messages left undecided are checked back: every ``transactionCheckInterval`` the
 checker walks the half queue from its saved offset. A decided message is passed; one
 younger than ``transactionTimeOut`` (or its own CHECK_IMMUNITY_TIME_IN_SECONDS) stops the
@@ -50,6 +58,7 @@ CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # the walk positions, as RocketMQ names its consumer group
 REMOVE_TAG = "d"
 BATCH = 32
+COMMIT_LOOKUP_MARGIN_MS = 86_400_000
 
 
 def is_transactional(msg: MessageExt) -> bool:
@@ -86,6 +95,7 @@ class TransactionService:
         self.delay_levels = delay_levels
         self.checks_sent = 0
         self.discarded = 0
+        self._committing: dict[str, asyncio.Future[tuple[int, str | None]]] = {}  # UNIQ_KEY -> the put
 
     def ensure_topics(self) -> None:
         for topic in (HALF_TOPIC, OP_TOPIC):
@@ -105,13 +115,9 @@ class TransactionService:
         if half is None:
             return ResponseCode.SYSTEM_ERROR, error
         if kind == SysFlag.TRANSACTION_COMMIT_TYPE:
-            committed, refusal = self._committed(half)
-            if refusal is not None:  # Apache: the commit's put fails, the half waits for the check-back
-                return refusal.code, refusal.remark
-            result = await self.ctx.store.put_message(committed)
-            if not result.ok:
-                return ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {result.remark or result.status.name}"
-            self.ctx.stats.record_put(half.properties.get(Prop.REAL_TOPIC, ""), 1, result.wrote_bytes)
+            code, remark = await self._commit_once(half)
+            if code != ResponseCode.SUCCESS:
+                return code, remark
         if not await self._mark_decided(half.queue_offset):
             return ResponseCode.SYSTEM_ERROR, "recording the transaction's outcome failed"
         return ResponseCode.SUCCESS, None
@@ -129,6 +135,58 @@ class TransactionService:
         if half.queue_offset != request.tran_state_table_offset:
             return None, "The transaction state table offset wrong"
         return half, None
+
+    async def _commit_once(self, half: MessageExt) -> tuple[int, str | None]:
+        """Store the commit record of ``half`` unless one is stored already or being stored."""
+        key = half.properties.get(Prop.UNIQ_KEY) or f"@{half.commit_log_offset}"
+        pending = self._committing.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        pending = self._committing[key] = asyncio.get_running_loop().create_future()
+        try:
+            outcome = await self._commit(half)
+            pending.set_result(outcome)
+            return outcome
+        except BaseException as e:
+            pending.set_exception(e)
+            pending.exception()  # retrieved: a waiter sees it, none is not an error
+            raise
+        finally:
+            del self._committing[key]
+
+    async def _commit(self, half: MessageExt) -> tuple[int, str | None]:
+        committed, refusal = self._committed(half)
+        if refusal is not None:  # Apache: the commit's put fails, the half waits for the check-back
+            return refusal.code, refusal.remark
+        if await self._stored_before(committed):
+            log.info("transaction %s of %s committed again: delivered once, not stored twice",
+                     committed.properties.get(Prop.UNIQ_KEY), half.properties.get(Prop.PGROUP))
+            return ResponseCode.SUCCESS, None
+        result = await self.ctx.store.put_message(committed)
+        if not result.ok:
+            return ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {result.remark or result.status.name}"
+        self.ctx.stats.record_put(half.properties.get(Prop.REAL_TOPIC, ""), 1, result.wrote_bytes)
+        return ResponseCode.SUCCESS, None
+
+    async def _stored_before(self, committed: MessageExt) -> bool:
+        """A commit record of the same message (its UNIQ_KEY, under the topic it is stored in)
+        is in the index."""
+        uniq = committed.properties.get(Prop.UNIQ_KEY)
+        if not uniq:
+            return False
+        # From a day before the producer made it (its clock may be off), to now and a minute.
+        begin = max(0, committed.born_timestamp - COMMIT_LOOKUP_MARGIN_MS)
+        found = await self.ctx.store.query_message(committed.topic, uniq, 32, begin,
+                                                   int(time.time() * 1000) + 60_000)
+        for record in found.records:
+            try:
+                m = decode_record(record)[0]
+            except ValueError:
+                continue
+            if (m.properties.get(Prop.UNIQ_KEY) == uniq
+                    and m.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_COMMIT_TYPE):
+                return True
+        return False
 
     def _committed(self, half: MessageExt) -> tuple[MessageExt, TimerRefusal | None]:
         """The commit record of ``half``: a timer or a delay level it asked for counts from now."""

@@ -13,6 +13,13 @@ and the check listener answers from the application's own records.
 
     async with TransactionProducer("orders-tx", check_listener=check, namesrv_addr=...) as p:
         result = await p.send_in_transaction(Message("Orders", b"..."), execute, arg=order)
+
+When the decision is made elsewhere (another process, later: a Spark sink commits the half
+messages its tasks stored once the whole batch is written), the two halves of a transaction are
+separate calls: :meth:`TransactionProducer.prepare` stores a half message and returns a
+:class:`HalfMessage` (plain data, picklable), and :meth:`TransactionProducer.end` of any producer
+of the same group decides it. FerryMQ commits a half message at most once, so ending one twice
+(a retry, a check answer racing the decision) delivers it once.
 """
 
 from __future__ import annotations
@@ -23,12 +30,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Union
 
-from ferrymq.client.errors import MQClientError
+from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.listener import call_user_code
 from ferrymq.client.producer import Producer, SendResult, SendStatus
 from ferrymq.common.message import Message, MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.message_id import decode_offset_msg_id
-from ferrymq.remoting.codes import RequestCode
+from ferrymq.common.protocol import MessageQueue
+from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader
@@ -53,6 +61,22 @@ class TransactionSendResult:
     local_state: LocalTransactionState
 
 
+@dataclass(frozen=True)
+class HalfMessage:
+    """A stored half message, as END_TRANSACTION names it."""
+
+    broker_name: str
+    topic: str
+    queue_offset: int  # in the half queue (the transaction state table offset)
+    commit_log_offset: int
+    msg_id: str  # the client's unique id, also the transaction id
+
+    @classmethod
+    def of(cls, sent: SendResult, topic: str) -> "HalfMessage":
+        return cls(broker_name=sent.message_queue.broker_name, topic=topic, queue_offset=sent.queue_offset,
+                   commit_log_offset=decode_offset_msg_id(sent.offset_msg_id.split(",")[0])[2], msg_id=sent.msg_id)
+
+
 class TransactionProducer(Producer):
     def __init__(self, group: str, *, check_listener: Check, **kwargs) -> None:
         super().__init__(group, **kwargs)
@@ -70,23 +94,48 @@ class TransactionProducer(Producer):
         """Store ``msg`` as a half message, run ``execute(msg, arg)``, then commit or roll back
         as it says. An exception in ``execute`` leaves the transaction UNKNOW (checked back
         later); a failed send raises and ``execute`` does not run."""
+        sent = await self._send_half(msg, None, timeout)
+        if sent.status != SendStatus.SEND_OK:
+            state = LocalTransactionState.ROLLBACK_MESSAGE  # not safely stored: never deliver it
+        else:
+            state = await self._decide(execute, msg, arg)
+        half = HalfMessage.of(sent, msg.topic)
+        await self._end(await self.instance.find_broker_addr(half.broker_name, half.topic), state,
+                        queue_offset=half.queue_offset, commit_log_offset=half.commit_log_offset,
+                        msg_id=half.msg_id, transaction_id=half.msg_id, from_check=False)
+        return TransactionSendResult(sent, state)
+
+    async def prepare(self, msg: Message, *, queue: MessageQueue | None = None,
+                      timeout: float | None = None) -> HalfMessage:
+        """Store ``msg`` as a half message and leave it undecided (for :meth:`end`, here or in
+        another producer of the group). ``queue``: where the committed message goes (by default
+        the producer picks one, as a send does). Raises MQClientError unless it was stored
+        safely (SEND_OK)."""
+        sent = await self._send_half(msg, queue, timeout)
+        if sent.status != SendStatus.SEND_OK:
+            raise MQClientError(f"half message not stored safely: {sent.status.name}")
+        return HalfMessage.of(sent, msg.topic)
+
+    async def end(self, half: HalfMessage, state: LocalTransactionState) -> None:
+        """Commit or roll back ``half``, waiting for the broker's answer (a failure raises
+        MQBrokerError / MQClientError: ending it again is safe)."""
+        addr = await self.instance.find_broker_addr(half.broker_name, half.topic)
+        header = self._end_header(state, queue_offset=half.queue_offset, commit_log_offset=half.commit_log_offset,
+                                  msg_id=half.msg_id, transaction_id=half.msg_id, from_check=False)
+        response = await self.instance.invoke_broker(addr, RemotingCommand.request(
+            RequestCode.END_TRANSACTION, header.to_ext_fields(), serialize_type=self.config.serialize_type))
+        if response.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(response.code, response.remark)
+
+    async def _send_half(self, msg: Message, queue: MessageQueue | None, timeout: float | None) -> SendResult:
         if msg.delay_level:
             raise MQClientError("a transactional message cannot be delayed")
         msg.properties[Prop.TRAN_MSG] = "true"
         msg.properties[Prop.PGROUP] = self.group
         self._prepare(msg)
-        sent = await self._send_with_retry(
-            msg.topic, None, lambda mq: self._single_request(msg, mq, SysFlag.TRANSACTION_PREPARED_TYPE), timeout,
+        return await self._send_with_retry(
+            msg.topic, queue, lambda mq: self._single_request(msg, mq, SysFlag.TRANSACTION_PREPARED_TYPE), timeout,
             msg.properties[Prop.UNIQ_KEY])
-        if sent.status != SendStatus.SEND_OK:
-            state = LocalTransactionState.ROLLBACK_MESSAGE  # not safely stored: never deliver it
-        else:
-            state = await self._decide(execute, msg, arg)
-        await self._end(await self.instance.find_broker_addr(sent.message_queue.broker_name, msg.topic),
-                        state, queue_offset=sent.queue_offset,
-                        commit_log_offset=decode_offset_msg_id(sent.offset_msg_id.split(",")[0])[2],
-                        msg_id=sent.msg_id, transaction_id=sent.msg_id, from_check=False)
-        return TransactionSendResult(sent, state)
 
     async def _on_check(self, request: RemotingCommand, conn: Connection) -> None:
         """CHECK_TRANSACTION_STATE (oneway): ask the check listener, answer with END_TRANSACTION."""
@@ -121,11 +170,17 @@ class TransactionProducer(Producer):
             return LocalTransactionState.UNKNOW
         return state
 
-    async def _end(self, addr: str, state: LocalTransactionState, *, queue_offset: int, commit_log_offset: int,
-                   msg_id: str, transaction_id: str, from_check: bool) -> None:
-        header = EndTransactionHeader(
+    def _end_header(self, state: LocalTransactionState, *, queue_offset: int, commit_log_offset: int,
+                    msg_id: str, transaction_id: str, from_check: bool) -> EndTransactionHeader:
+        return EndTransactionHeader(
             producer_group=self.group, tran_state_table_offset=queue_offset, commit_log_offset=commit_log_offset,
             commit_or_rollback=state.value, from_transaction_check=from_check, msg_id=msg_id,
             transaction_id=transaction_id)
+
+    async def _end(self, addr: str, state: LocalTransactionState, *, queue_offset: int, commit_log_offset: int,
+                   msg_id: str, transaction_id: str, from_check: bool) -> None:
+        """END_TRANSACTION oneway, as the official clients send it."""
+        header = self._end_header(state, queue_offset=queue_offset, commit_log_offset=commit_log_offset,
+                                  msg_id=msg_id, transaction_id=transaction_id, from_check=from_check)
         await self.instance.invoke_broker_oneway(addr, RemotingCommand.request(
             RequestCode.END_TRANSACTION, header.to_ext_fields(), serialize_type=self.config.serialize_type))

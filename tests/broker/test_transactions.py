@@ -105,6 +105,37 @@ async def test_an_undecided_transaction_is_checked_back_and_decided_by_the_produ
     assert checks.asked.count("order-3") == 1 and checks.asked.count("order-4") == 1
 
 
+async def test_a_half_message_stored_by_one_producer_is_committed_by_another_once_however_often_it_is_ended(cluster):
+    """prepare() and end() apart (what a Spark sink does: tasks store half messages, the driver
+    commits them): a commit ended twice, twice at once, or retried after its answer was lost,
+    delivers the message once (Apache would store a second copy)."""
+    ns = cluster.namesrv_addr
+    async with producer(ns, Checks({})) as writer:
+        halves = [await writer.prepare(msg(b"row %d" % i, f"row-{i}")) for i in range(3)]
+    assert keys(await visible(ns)) == [], "stored as half messages, not visible yet"
+    async with producer(ns, Checks({})) as committer:
+        await committer.end(halves[0], COMMIT)
+        await committer.end(halves[0], COMMIT)  # ended again, e.g. a retry after a lost answer
+        await asyncio.gather(committer.end(halves[1], COMMIT), committer.end(halves[1], COMMIT))
+        await committer.end(halves[2], ROLLBACK)
+        await committer.end(halves[2], ROLLBACK)
+    assert keys(await visible(ns)) == ["row-0", "row-1"]
+
+
+async def test_a_check_answer_racing_the_producers_own_commit_delivers_the_message_once(cluster):
+    """The broker checks back a half message the producer is about to commit: the check's answer
+    commits the copy it asked about, the producer's own commit names the original; one delivery."""
+    ns = cluster.namesrv_addr
+    checks = Checks({"order-9": COMMIT})
+    async with producer(ns, checks) as p:
+        half = await p.prepare(msg(b"nine", "order-9"))
+        await wait_until(lambda: "order-9" in checks.asked, 30, "checked back")
+        await wait_until(lambda: cluster.broker.store.max_offset("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0) == 1, 20,
+                         "the check's answer recorded")
+        await p.end(half, COMMIT)  # the producer's own decision, late
+    assert keys(await visible(ns)) == ["order-9"]
+
+
 async def test_an_undecided_transaction_survives_a_broker_restart(cluster):
     ns = cluster.namesrv_addr
     checks = Checks({})
