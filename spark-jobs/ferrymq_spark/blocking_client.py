@@ -1,18 +1,9 @@
-"""The one place synchronous Spark code drives FerryMQ's asyncio client.
-
-Spark calls the data source from plain threads (planner processes on the driver, Python
-workers on executors) and a user may call the commit helper from a notebook whose thread
-already runs an event loop. So the client gets its own event loop on a daemon thread and
-every call is handed over with ``run_coroutine_threadsafe``: it works whatever the calling
-thread is doing, and the client's connections live as long as this object.
-"""
+"""The Spark source's pull consumer for synchronous callers (its loop on a thread of its own:
+loop_thread.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import concurrent.futures
-import threading
 from typing import Awaitable, Callable, Iterable, Iterator, TypeVar
 
 from ferrymq.client.config import ClientConfig
@@ -20,6 +11,7 @@ from ferrymq.client.errors import MQClientError
 from ferrymq.client.pull_consumer import PullConsumer
 from ferrymq.common.protocol import MASTER_ID, MessageQueue
 
+from ferrymq_spark.loop_thread import LoopThread
 from ferrymq_spark.offsets import Offsets, QueueKey
 
 T = TypeVar("T")
@@ -30,36 +22,23 @@ class BlockingConsumer:
 
     def __init__(self, group: str, config: ClientConfig) -> None:
         self.group = group
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="ferrymq-spark-client", daemon=True)
-        self._thread.start()
+        self._loop = LoopThread("ferrymq-spark-client")
         self.consumer = PullConsumer(group, config=config)
         self._closed = False
         try:
             self._call(self.consumer.start())
         except BaseException:
-            self._stop_loop()
+            self._loop.stop()
             raise
 
     def _call(self, coro: Awaitable[T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self._loop.call(coro)
 
     def pipelined(self, calls: Iterable[Callable[[PullConsumer], Awaitable[T]]], depth: int) -> Iterator[T]:
         """Results of ``call(consumer)`` for each call, in order, with up to ``depth`` of them
         running at once on the client's loop: the network and the broker work while the
         caller turns the previous result into rows."""
-        pending: collections.deque[concurrent.futures.Future] = collections.deque()
-        calls = iter(calls)
-        try:
-            for call in calls:
-                pending.append(asyncio.run_coroutine_threadsafe(call(self.consumer), self._loop))
-                if len(pending) >= depth:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for f in pending:  # the caller stopped early (an error, or Spark cancelled the task)
-                f.cancel()
+        return self._loop.pipelined(((lambda c=call: c(self.consumer)) for call in calls), depth)
 
     def close(self) -> None:
         if self._closed:
@@ -68,12 +47,7 @@ class BlockingConsumer:
         try:
             self._call(self.consumer.close())
         finally:
-            self._stop_loop()
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+            self._loop.stop()
 
     def __enter__(self) -> "BlockingConsumer":
         return self
