@@ -1,5 +1,6 @@
 """Throw-away TLS material for tests: a CA and the certificates it signs (the TLS tests of the
-broker, the name server, the gRPC port and the kind e2e's cert-manager-free Secrets)."""
+broker, the name server, the gRPC port and the kind e2e's cert-manager-free Secrets), and a
+Secret volume laid out as the kubelet lays it out, for the certificate renewal tests."""
 
 from __future__ import annotations
 
@@ -48,3 +49,39 @@ def make_test_certificates(directory: Path) -> dict[str, str]:
     return {"ca": str(directory / "ca.crt"), "server_cert": str(directory / "server.crt"),
             "server_key": str(directory / "server.key"), "client_cert": str(directory / "client.crt"),
             "client_key": str(directory / "client.key")}
+
+
+def tls_secret(certs: dict[str, str], key_of: dict[str, str] | None = None) -> dict[str, str]:
+    """A kubernetes.io/tls Secret's files for SecretVolume.publish: ``certs``' server
+    certificate and ``key_of``'s key (``certs``' own unless given: a mismatch on purpose)."""
+    return {"tls.crt": certs["server_cert"], "tls.key": (key_of or certs)["server_key"]}
+
+
+class SecretVolume:
+    """Files laid out as the kubelet lays out a Kubernetes Secret volume: each version of the
+    Secret in its own directory, a ``..data`` symlink to the current one and each file a
+    symlink through ``..data``. ``publish`` swaps ``..data`` in one rename, as the kubelet does
+    when cert-manager updates the Secret, so a reader sees the old files or the new ones."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._versions = 0
+        root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, name: str) -> str:
+        return str(self.root / name)
+
+    def publish(self, files: dict[str, str]) -> None:
+        """Make ``files`` (the volume's file name: the file whose bytes it gets) current."""
+        self._versions += 1
+        version = self.root / f"..version-{self._versions}"
+        version.mkdir()
+        for name, source in files.items():
+            (version / name).write_bytes(Path(source).read_bytes())
+        swap = self.root / "..data_tmp"
+        swap.symlink_to(version.name)
+        swap.replace(self.root / "..data")
+        for name in files:
+            link = self.root / name
+            if not link.is_symlink():
+                link.symlink_to(Path("..data") / name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from testkit.certificates import SecretVolume, make_test_certificates, tls_secret
 from testkit.processes import StandaloneProcess
 
 from tests.support import InProcessCluster
@@ -18,6 +19,26 @@ async def cluster(tmp_path):
         yield c
     finally:
         await c.stop()
+
+
+@pytest.fixture(scope="module")
+def cert_a(tmp_path_factory) -> dict[str, str]:
+    """The certificate a server starts with in the certificate renewal tests."""
+    return make_test_certificates(tmp_path_factory.mktemp("cert-a"))
+
+
+@pytest.fixture(scope="module")
+def cert_b(tmp_path_factory) -> dict[str, str]:
+    """Its renewal: another CA, serial and key."""
+    return make_test_certificates(tmp_path_factory.mktemp("cert-b"))
+
+
+@pytest.fixture
+def secret_volume(tmp_path, cert_a) -> SecretVolume:
+    """A Kubernetes-style Secret volume (tls.crt, tls.key) holding ``cert_a``."""
+    volume = SecretVolume(tmp_path / "secret")
+    volume.publish(tls_secret(cert_a))
+    return volume
 
 
 @pytest.fixture

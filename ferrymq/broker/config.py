@@ -156,6 +156,10 @@ class BrokerConfig:
     tls_server_key_path: str = ""
     tls_server_trust_cert_path: str = ""
     tls_server_need_client_auth: str = "none"
+    # Seconds between looks at the certificate files (and trust CA): a renewed certificate is
+    # served to new connections on the listening ports and the gRPC port without a restart
+    # (remoting/cert_reload.py); 0: read once at start.
+    tls_cert_reload_interval_seconds: float = 10.0
     # The broker's own connections (to name servers) over TLS; the server certificate is
     # checked against tls_client_trust_cert_path, or accepted as is when that is empty
     # (RocketMQ's tls.test.mode.enable).
@@ -193,6 +197,7 @@ class BrokerConfig:
             check_range(self, name, 1)
         check_range(self, "max_frame_size", 1024)
         check_range(self, "slow_append_mills", 0)  # 0: every append counts as slow
+        check_range(self, "tls_cert_reload_interval_seconds", 0)
         ServerTls.check(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,
                         self.tls_server_trust_cert_path, self.tls_server_need_client_auth)
         self.inner_credentials()
@@ -211,7 +216,8 @@ class BrokerConfig:
 
     def server_tls(self) -> ServerTls | None:
         return ServerTls.build(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,
-                               self.tls_server_trust_cert_path, self.tls_server_need_client_auth)
+                               self.tls_server_trust_cert_path, self.tls_server_need_client_auth,
+                               self.tls_cert_reload_interval_seconds)
 
     def client_tls(self) -> ClientTls | None:
         if not self.use_tls:

@@ -23,6 +23,17 @@ from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 from ferrymq.store.config import StoreConfig
 
 
+def add_tls_arguments(p: argparse.ArgumentParser) -> None:
+    """TLS on the port of a name server or controller (a broker takes the keys of broker.conf)."""
+    p.add_argument("--tls-mode", default="disabled", choices=["disabled", "permissive", "enforcing"],
+                   help="TLS on the port (default disabled)")
+    p.add_argument("--tls-cert", default="", help="server certificate (PEM) for --tls-mode")
+    p.add_argument("--tls-key", default="", help="its private key (PEM)")
+    p.add_argument("--tls-reload-interval", type=float, default=10.0,
+                   help="seconds between looks at the certificate files: a renewed one is served to new "
+                        "connections without a restart (default 10; 0 = read once at start)")
+
+
 def add_server_arguments(p: argparse.ArgumentParser, *, namesrv: bool, broker: bool) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--http-port", type=int, default=None,
@@ -31,10 +42,7 @@ def add_server_arguments(p: argparse.ArgumentParser, *, namesrv: bool, broker: b
         names = ["--namesrv-port"] if broker else ["--port", "--namesrv-port"]
         p.add_argument(*names, dest="namesrv_port", type=int, default=9876, help="name server port (default 9876)")
     if namesrv and not broker:
-        p.add_argument("--tls-mode", default="disabled", choices=["disabled", "permissive", "enforcing"],
-                       help="TLS on the port (default disabled)")
-        p.add_argument("--tls-cert", default="", help="server certificate (PEM) for --tls-mode")
-        p.add_argument("--tls-key", default="", help="its private key (PEM)")
+        add_tls_arguments(p)
         p.add_argument("--acl-file", default=None,
                        help="plain_acl.yml: requests that change the name server need an admin account's signature")
         p.add_argument("--address-service-dns", default="",
@@ -116,6 +124,7 @@ async def run_standalone(args: argparse.Namespace) -> int:
     namesrv = NameServer(NamesrvConfig(
         listen_host=args.host, listen_port=args.namesrv_port, tls_mode=broker_config.tls_mode,
         tls_server_cert_path=broker_config.tls_server_cert_path, tls_server_key_path=broker_config.tls_server_key_path,
+        tls_cert_reload_interval_seconds=broker_config.tls_cert_reload_interval_seconds,
         acl_enable=broker_config.acl_enable, acl_file=broker_config.acl_file))
     await namesrv.start()
     broker_config.namesrv_addr = f"{args.host}:{namesrv.port}"
@@ -145,6 +154,7 @@ async def run_namesrv(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     namesrv = NameServer(NamesrvConfig(listen_host=args.host, listen_port=args.namesrv_port, tls_mode=args.tls_mode,
                                        tls_server_cert_path=args.tls_cert, tls_server_key_path=args.tls_key,
+                                       tls_cert_reload_interval_seconds=args.tls_reload_interval,
                                        acl_enable=args.acl_file is not None, acl_file=args.acl_file or ""))
     await namesrv.start()
     gc_tuning.settle()
@@ -189,6 +199,7 @@ async def run_controller(args: argparse.Namespace) -> int:
                                   failover_timeout=args.failover_timeout,
                                   enable_elect_unclean_master=args.elect_unclean_master, tls_mode=args.tls_mode,
                                   tls_server_cert_path=args.tls_cert, tls_server_key_path=args.tls_key,
+                                  tls_cert_reload_interval_seconds=args.tls_reload_interval,
                                   advertise_addr=controller_options.advertise_addr(args))
         process = controller_options.build(args, config)
     except ValueError as e:
@@ -255,10 +266,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--elect-unclean-master", action="store_true",
                    help="with no slave holding all the master acknowledged, promote the best one anyway (loses "
                         "those messages)")
-    p.add_argument("--tls-mode", default="disabled", choices=["disabled", "permissive", "enforcing"],
-                   help="TLS on the port (default disabled)")
-    p.add_argument("--tls-cert", default="", help="server certificate (PEM) for --tls-mode")
-    p.add_argument("--tls-key", default="", help="its private key (PEM)")
+    add_tls_arguments(p)
     p.add_argument("--http-port", type=int, default=None, help="serve /healthz, /readyz and /metrics on this port")
     controller_options.add_arguments(p)
     p.set_defaults(run=run_controller)

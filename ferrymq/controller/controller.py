@@ -83,6 +83,7 @@ class ControllerConfig:
     tls_mode: str = "disabled"
     tls_server_cert_path: str = ""
     tls_server_key_path: str = ""
+    tls_cert_reload_interval_seconds: float = 10.0  # renewed certificate files served without a restart; 0: off
     # host:port other replicas give brokers when this one leads (several replicas); default: the
     # bound address
     advertise_addr: str = ""
@@ -99,7 +100,8 @@ class Controller:
                  elector: "LeaseElector | None" = None) -> None:
         self.config = config
         self.groups: dict[str, Group] = {}
-        tls = ServerTls.build(config.tls_mode, config.tls_server_cert_path, config.tls_server_key_path)
+        tls = ServerTls.build(config.tls_mode, config.tls_server_cert_path, config.tls_server_key_path,
+                              reload_interval=config.tls_cert_reload_interval_seconds)
         self.server = RemotingServer(config.listen_host, config.listen_port, name="controller", tls=tls)
         self.server.register(CONTROLLER_HEARTBEAT, self.heartbeat)
         self.server.register(CONTROLLER_PROMOTED, self.promoted)

@@ -16,7 +16,7 @@ from typing import Callable
 import grpc
 
 from ferrymq.common.tasks import within
-from ferrymq.grpc.certificates import load_or_make
+from ferrymq.grpc.certificates import server_credentials
 from ferrymq.grpc.clients import GrpcClients
 from ferrymq.grpc.protocol import rpc
 from ferrymq.grpc.routes import RouteDirectory
@@ -33,7 +33,7 @@ class GrpcEndpoint:
     def __init__(self, service: MessagingService, directory: RouteDirectory, clients: GrpcClients, *,
                  host: str, port: int, max_message_bytes: int, client_expiry_ms: Callable[[], int],
                  tls_mode: str = "permissive", cert_path: str = "", key_path: str = "",
-                 cert_hosts: tuple[str, ...] = ()) -> None:
+                 cert_hosts: tuple[str, ...] = (), cert_reload_interval: float = 0.0) -> None:
         self.service = service
         self.directory = directory
         self.clients = clients
@@ -43,6 +43,7 @@ class GrpcEndpoint:
         self.client_expiry_ms = client_expiry_ms
         self.tls_mode = tls_mode
         self.cert_path, self.key_path, self.cert_hosts = cert_path, key_path, list(cert_hosts)
+        self.cert_reload_interval = cert_reload_interval  # seconds; 0: the files are read once
         self._server: grpc.aio.Server | None = None
         self._switch: TlsSwitch | None = None
         self._tasks: list[asyncio.Task] = []
@@ -56,10 +57,8 @@ class GrpcEndpoint:
         rpc.add_MessagingServiceServicer_to_server(self.service, server)
         credentials = None
         if self.tls_mode != "disabled":
-            cert, key, made = await asyncio.to_thread(load_or_make, self.cert_path, self.key_path, self.cert_hosts)
-            if made:
-                log.info("gRPC TLS: a self-signed certificate made at start (set tlsServerCertPath/KeyPath for yours)")
-            credentials = grpc.ssl_server_credentials([(key, cert)])
+            credentials = await asyncio.to_thread(server_credentials, self.cert_path, self.key_path, self.cert_hosts,
+                                                  self.cert_reload_interval)
         if self.tls_mode == "permissive":
             plain = server.add_insecure_port("127.0.0.1:0")
             secure = server.add_secure_port("127.0.0.1:0", credentials)

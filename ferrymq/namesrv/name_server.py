@@ -63,6 +63,7 @@ class NamesrvConfig:
     tls_mode: str = "disabled"
     tls_server_cert_path: str = ""
     tls_server_key_path: str = ""
+    tls_cert_reload_interval_seconds: float = 10.0  # renewed certificate files served without a restart; 0: off
     # Plain ACL for the requests that change the name server (NAMESRV_ADMIN_CODES): signed
     # by an admin account of acl_file (see BrokerConfig.acl_enable).
     acl_enable: bool = False
@@ -74,7 +75,8 @@ class NameServer:
         self.config = config or NamesrvConfig()
         self.routes = RouteInfo()
         self.kv: dict[str, dict[str, str]] = {}
-        tls = ServerTls.build(self.config.tls_mode, self.config.tls_server_cert_path, self.config.tls_server_key_path)
+        tls = ServerTls.build(self.config.tls_mode, self.config.tls_server_cert_path, self.config.tls_server_key_path,
+                              reload_interval=self.config.tls_cert_reload_interval_seconds)
         self.server = RemotingServer(self.config.listen_host, self.config.listen_port, name="namesrv", tls=tls,
                                      max_idle_seconds=self.config.server_channel_max_idle_time_seconds)
         self._scan_task: asyncio.Task | None = None

@@ -48,6 +48,8 @@ class RemotingServer:
         self._server: asyncio.Server | None = None
         self._tls = tls
         self._tls_listener: _TlsListener | None = None
+        self._watches_certificate = True  # False for a mirror: its primary reloads the shared ServerTls
+        self._certificate_reloader: asyncio.Task | None = None
         # RocketMQ's serverChannelMaxIdleTimeSeconds: a connection with no traffic this long is
         # closed (clients heartbeat every 30 s); 0 keeps idle connections.
         self.max_idle_seconds = max_idle_seconds
@@ -95,6 +97,7 @@ class RemotingServer:
         other._close_listeners = self._close_listeners
         other._default_processor = self._default_processor
         other._guard = self._guard
+        other._watches_certificate = False
         self._mirrors.append(other)
         return other
 
@@ -119,6 +122,9 @@ class RemotingServer:
             self.port = await self._tls_listener.start(self.host, self.port)
         if self.max_idle_seconds > 0:
             self._idle_sweeper = asyncio.get_running_loop().create_task(self._close_idle(), name=f"{self.name}-idle")
+        if self._tls is not None and self._tls.reload_interval > 0 and self._watches_certificate:
+            self._certificate_reloader = asyncio.get_running_loop().create_task(
+                self._tls.keep_reloading(self.name), name=f"{self.name}-certificate-reload")
         log.debug("%s server listening on %s:%d%s", self.name, self.host, self.port,
                   f" (TLS {self._tls.mode.value})" if self._tls else "")
 
@@ -131,6 +137,7 @@ class RemotingServer:
         if self._idle_sweeper is not None:
             self._idle_sweeper.cancel()
             self._idle_sweeper = None
+        await self._stop_certificate_reloader()
         if server is not None:
             server.close()
         if listener is not None:
@@ -140,6 +147,12 @@ class RemotingServer:
         if server is not None:
             await server.wait_closed()
         log.debug("%s server on port %d stopped", self.name, self.port)
+
+    async def _stop_certificate_reloader(self) -> None:
+        reloader, self._certificate_reloader = self._certificate_reloader, None
+        if reloader is not None:
+            reloader.cancel()
+            await asyncio.gather(reloader, return_exceptions=True)
 
     async def _close_idle(self) -> None:
         period = max(0.1, min(self.max_idle_seconds / 4, 10.0))

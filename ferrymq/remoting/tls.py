@@ -17,13 +17,15 @@ import logging
 import socket
 import ssl
 from dataclasses import dataclass
+from pathlib import Path
 
 from ferrymq.common.config_loader import ConfigError
 from ferrymq.common.tasks import within
+from ferrymq.remoting.cert_reload import FileWatch, describe
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClientTls", "ServerTls", "TlsMode", "first_byte", "TLS_RECORD_HANDSHAKE"]
+__all__ = ["ClientTls", "ServerTls", "ServerTlsFiles", "TlsMode", "first_byte", "TLS_RECORD_HANDSHAKE"]
 
 TLS_RECORD_HANDSHAKE = 0x16
 
@@ -38,9 +40,42 @@ _CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "require":
 
 
 @dataclass(frozen=True)
+class ServerTlsFiles:
+    """Where the server's certificate, key and (with client authentication) clients' CA live."""
+
+    cert_file: str
+    key_file: str
+    trust_cert_file: str = ""
+    need_client_auth: str = "none"
+
+    def paths(self) -> tuple[str, ...]:
+        """The files a context is made of (the CA only when clients are checked against it)."""
+        if self.need_client_auth == "none":
+            return self.cert_file, self.key_file
+        return self.cert_file, self.key_file, self.trust_cert_file
+
+    def load(self) -> ssl.SSLContext:
+        """A server context from the files; OSError or ssl.SSLError when one is unusable
+        (missing, unparsable, a key that does not match the certificate)."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        if self.need_client_auth != "none":
+            context.load_verify_locations(self.trust_cert_file)
+        context.verify_mode = _CLIENT_AUTH[self.need_client_auth]
+        return context
+
+
+@dataclass
 class ServerTls:
     mode: TlsMode
-    context: ssl.SSLContext | None
+    # Read for each accepted TLS connection; cert_reload.py replaces it when the files are
+    # renewed (connections already open keep the context they were made with).
+    context: ssl.SSLContext
+    files: ServerTlsFiles
+    # The files as they were when the context was loaded from them, and how often (seconds)
+    # to look for a renewal (0: never).
+    watch: FileWatch
+    reload_interval: float = 0.0
 
     @staticmethod
     def check(mode: str, cert_file: str = "", key_file: str = "", trust_cert_file: str = "",
@@ -62,20 +97,41 @@ class ServerTls:
 
     @classmethod
     def build(cls, mode: str, cert_file: str = "", key_file: str = "", trust_cert_file: str = "",
-              need_client_auth: str = "none") -> "ServerTls | None":
+              need_client_auth: str = "none", reload_interval: float = 0.0) -> "ServerTls | None":
         """None when disabled; ConfigError naming what is wrong (a missing file, a bad mode)."""
         tls_mode = cls.check(mode, cert_file, key_file, trust_cert_file, need_client_auth)
         if tls_mode is TlsMode.DISABLED:
             return None
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        files = ServerTlsFiles(cert_file, key_file, trust_cert_file, need_client_auth)
+        watch = FileWatch(files.paths())  # before the load: a renewal from now on is seen
         try:
-            context.load_cert_chain(cert_file, key_file)
-            if need_client_auth != "none":
-                context.load_verify_locations(trust_cert_file)
+            context = files.load()
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"TLS certificate or key unusable: {exc}") from None
-        context.verify_mode = _CLIENT_AUTH[need_client_auth]
-        return cls(tls_mode, context)
+        return cls(tls_mode, context, files, watch, reload_interval)
+
+    async def keep_reloading(self, name: str) -> None:
+        """Every ``reload_interval`` seconds, give renewed files to new connections (see
+        cert_reload.py). Runs until cancelled: ``name``'s server stops it when it stops."""
+        while True:
+            await asyncio.sleep(self.reload_interval)
+            if self.watch.changed():
+                await self._reload(name)
+
+    async def _reload(self, name: str) -> None:
+        try:
+            # A scratch context, made off the event loop: the live one is replaced only by a
+            # context that loaded, so a broken renewal never reaches a handshake.
+            context, summary = await asyncio.to_thread(self._load)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            log.warning("%s server: renewed TLS files not loaded, still serving the previous certificate: %s",
+                        name, exc)
+            return
+        self.context = context
+        log.info("%s server: TLS certificate reloaded for new connections: %s", name, summary)
+
+    def _load(self) -> tuple[ssl.SSLContext, str]:
+        return self.files.load(), describe(Path(self.files.cert_file).read_bytes())
 
 
 @dataclass(frozen=True)
