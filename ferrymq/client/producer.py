@@ -256,6 +256,10 @@ class Producer:
         return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, self._header(topic, mq, "", batch=True), body,
                                        serialize_type=self.config.serialize_type)
 
+    async def publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The queues a send to ``topic`` may go to (the writable queues of its route)."""
+        return list(self._publish_queues(await self._publish_route(topic), topic))
+
     def _publish_queues(self, route: TopicRouteData, topic: str) -> list[MessageQueue]:
         cached = self._queue_cache.get(topic)
         if cached is None or cached[0] is not route:

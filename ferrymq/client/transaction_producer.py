@@ -67,13 +67,15 @@ class HalfMessage:
 
     broker_name: str
     topic: str
+    queue_id: int  # where the committed message goes
     queue_offset: int  # in the half queue (the transaction state table offset)
     commit_log_offset: int
     msg_id: str  # the client's unique id, also the transaction id
 
     @classmethod
     def of(cls, sent: SendResult, topic: str) -> "HalfMessage":
-        return cls(broker_name=sent.message_queue.broker_name, topic=topic, queue_offset=sent.queue_offset,
+        return cls(broker_name=sent.message_queue.broker_name, topic=topic, queue_id=sent.message_queue.queue_id,
+                   queue_offset=sent.queue_offset,
                    commit_log_offset=decode_offset_msg_id(sent.offset_msg_id.split(",")[0])[2], msg_id=sent.msg_id)
 
 

@@ -1,5 +1,6 @@
-"""FerryMQ as a Spark 4 data source (batch and streaming), and the helpers a pipeline needs
-around it: plan a read's offsets, commit them back to the consumer group.
+"""FerryMQ as a Spark 4 data source (batch and streaming reads) and sink (batch and streaming
+writes, exactly once per batch), and the helpers a pipeline needs around it: plan a read's offsets,
+commit them back to the consumer group.
 
     from ferrymq_spark import FerryMQDataSource
     spark.dataSource.register(FerryMQDataSource)
@@ -7,6 +8,9 @@ around it: plan a read's offsets, commit them back to the consumer group.
 
     from ferrymq_spark import read_batch  # batch reads by the JVM reader where the session has its jar
     df = read_batch(spark, {"namesrv": "127.0.0.1:9876", "subscribe": "Orders"})
+
+    # exactly once per batch, by transactional messages (sink_commit.py)
+    df.write.format("ferrymq").mode("append").option("namesrv", "127.0.0.1:9876").option("topic", "Enriched").save()
 
 Names are imported on first use, so ``ferrymq_spark.k8s_cronjob`` (pure manifest building)
 imports without pyspark or pyarrow installed.

@@ -75,11 +75,11 @@ class SourceOptions:
 
     def client_config(self) -> ClientConfig:
         config = ClientConfig(namesrv_addr=self.namesrv)
-        _apply_client_settings(self.client_settings, config, PullSettings())
+        apply_client_settings(self.client_settings, config, PullSettings())
         return config
 
 
-def _lookup(options: Mapping[str, str]) -> dict[str, str]:
+def lookup(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
 
@@ -105,7 +105,7 @@ def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
     return raw.strip().lower() == "true"
 
 
-def _apply_client_settings(settings: Mapping[str, str], *targets) -> None:
+def apply_client_settings(settings: Mapping[str, str], *targets) -> None:
     """``apitimeout`` (lower-cased by Spark) -> the field ``api_timeout`` of a target."""
     by_lower = {camel_case(f.name).lower(): camel_case(f.name) for t in targets for f in dataclasses.fields(t)
                 if f.name not in _NOT_SETTABLE}
@@ -123,7 +123,7 @@ def _apply_client_settings(settings: Mapping[str, str], *targets) -> None:
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> SourceOptions:
-    opts = _lookup(options)
+    opts = lookup(options)
     unknown = [k for k in opts if k not in KNOWN and not k.startswith(CLIENT_PREFIX)]
     if unknown:
         raise OptionsError(f"unknown option {unknown[0]!r} (known: {', '.join(sorted(KNOWN.values()))}, "
@@ -154,7 +154,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sou
 
     client_settings = {k[len(CLIENT_PREFIX):]: v for k, v in opts.items() if k.startswith(CLIENT_PREFIX)}
     pull = PullSettings()
-    _apply_client_settings(client_settings, ClientConfig(), pull)
+    apply_client_settings(client_settings, ClientConfig(), pull)
     if min(pull.pull_batch_size, pull.rows_per_batch, pull.pull_pipeline_depth) < 1:
         raise OptionsError("options ferrymq.pullBatchSize, ferrymq.pullPipelineDepth and ferrymq.rowsPerBatch "
                            "must be at least 1")

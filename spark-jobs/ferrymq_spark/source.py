@@ -1,4 +1,5 @@
-"""``FerryMQDataSource``: FerryMQ topics as a Spark 4 Python data source, format ``ferrymq``.
+"""``FerryMQDataSource``: FerryMQ topics as a Spark 4 Python data source, format ``ferrymq``:
+read (here) and written (the sink: sink.py).
 
 Spark runs these classes in several processes: ``reader()`` / ``streamReader()`` and the
 offset methods in planner processes on the driver, ``read()`` in Python workers on the
@@ -18,10 +19,11 @@ from pyspark.sql.types import StructType
 from ferrymq_spark.blocking_client import BlockingConsumer
 from ferrymq_spark.offsets import OffsetRange, Offsets, offsets_from_json, offsets_to_json, queue_label, rate_limit, \
     split_ranges
-from ferrymq_spark.options import SourceOptions, parse_options
+from ferrymq_spark.options import OptionsError, SourceOptions, parse_options
 from ferrymq_spark.planning import QueueBounds, check_start, open_client, plan_with, resolve_start
 from ferrymq_spark.queue_reader import data_loss, read_range
 from ferrymq_spark.rows import SCHEMA
+from ferrymq_spark.sink_options import parse_sink_options
 
 try:  # Spark 4.2+: admission control (latestOffset(start, limit)) and Trigger.AvailableNow
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
@@ -48,7 +50,7 @@ def _read_partition(opts: SourceOptions, partition: InputPartition) -> Iterator[
 
 
 class FerryMQDataSource(DataSource):
-    """``spark.read.format("ferrymq")`` and ``spark.readStream.format("ferrymq")``."""
+    """``spark.read``/``readStream.format("ferrymq")`` and ``df.write``/``writeStream.format("ferrymq")``."""
 
     @classmethod
     def name(cls) -> str:
@@ -62,6 +64,22 @@ class FerryMQDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> "FerryMQStreamReader":
         return FerryMQStreamReader(parse_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool):
+        from ferrymq_spark.sink import FerryMQBatchWriter  # the sink's modules only where it is used
+        _appends_only(overwrite)
+        return FerryMQBatchWriter(parse_sink_options(self.options, streaming=False), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        from ferrymq_spark.sink import FerryMQStreamWriter
+        _appends_only(overwrite)
+        return FerryMQStreamWriter(parse_sink_options(self.options, streaming=True), schema)
+
+
+def _appends_only(overwrite: bool) -> None:
+    if overwrite:
+        raise OptionsError('a topic cannot be overwritten, only appended to: use mode("append") '
+                           '(outputMode "append" for a stream)')
 
 
 class FerryMQBatchReader(DataSourceReader):

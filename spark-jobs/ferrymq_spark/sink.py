@@ -1,0 +1,149 @@
+"""``df.write.format("ferrymq")`` and ``df.writeStream.format("ferrymq")``: the sink, exactly
+once per batch (the protocol: sink_commit.py; the columns: sink_rows.py).
+
+Spark runs ``write()`` in Python workers on the executors (the writer object is pickled there)
+and ``commit()``/``abort()`` in a Python process on the driver, so a writer holds only plain
+options and ids; each call opens the clients it needs (:class:`SinkClient`) and closes them.
+A batch write (``df.write``) is one batch of its own (its id made when the write starts); a
+streaming query's batches are Spark's micro-batch ids, which survive a restart of the query
+from its checkpoint, and ``transactionalId`` names the query across restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Iterator
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from ferrymq.client.admin import AdminClient
+from ferrymq.client.transaction_producer import HalfMessage, TransactionProducer
+
+from ferrymq_spark.loop_thread import LoopThread
+from ferrymq_spark.sink_commit import (ROLLBACK, TXN_PROPERTY, TaskOutcome, TaskTag, commit_batch, decide_check,
+                                       end_all, write_manifest)
+from ferrymq_spark.sink_options import SinkOptions
+from ferrymq_spark.sink_rows import check_schema, outgoing, queue_for
+
+log = logging.getLogger(__name__)
+
+# Set by Spark's micro-batch execution on every task of a batch (StreamExecution.BATCH_ID_KEY).
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+class SinkCommitMessage(WriterCommitMessage):
+    def __init__(self, outcome: TaskOutcome) -> None:
+        self.outcome = outcome
+
+
+class SinkClient:
+    """A transactional producer of the sink's group and an admin client, on a loop thread;
+    the producer answers the broker's checks of the sink's half messages for ``run``."""
+
+    def __init__(self, opts: SinkOptions, run: str) -> None:
+        self.opts = opts
+        self.loop = LoopThread("ferrymq-spark-sink")
+        self.admin = AdminClient(config=opts.client_config())
+
+        async def check(msg):
+            return await decide_check(self.admin, opts.commit_topic, run, msg)
+
+        self.producer = TransactionProducer(opts.producer_group, check_listener=check, config=opts.client_config())
+        try:
+            self.loop.call(self.producer.start())
+        except BaseException:
+            self.loop.stop()
+            raise
+
+    def close(self) -> None:
+        try:
+            self.loop.call(self.producer.close())
+            self.loop.call(self.admin.close())
+        finally:
+            self.loop.stop()
+
+    def __enter__(self) -> "SinkClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _message_outcomes(messages) -> list[TaskOutcome]:
+    return [m.outcome for m in messages if isinstance(m, SinkCommitMessage)]
+
+
+def write_task(opts: SinkOptions, run: str, batch: str, rows: Iterator) -> SinkCommitMessage:
+    """One task: its rows as half messages, then their manifest."""
+    ctx = TaskContext.get()
+    tag = TaskTag(opts.transactional_id, run, batch, ctx.partitionId() if ctx else 0, ctx.taskAttemptId() if ctx else 0)
+    with SinkClient(opts, run) as client:
+        queues: dict[str, list] = {}
+
+        def prepare(row):
+            out = outgoing(row, opts.topic)
+            out.message.properties[TXN_PROPERTY] = str(tag)
+
+            async def run_one() -> HalfMessage:
+                topic = out.message.topic
+                if (out.sharding_key is not None or out.queue_id is not None) and topic not in queues:
+                    queues[topic] = await client.producer.publish_queues(topic)
+                return await client.producer.prepare(out.message, queue=queue_for(out, queues.get(topic, [])))
+            return run_one
+
+        halves = list(client.loop.pipelined((prepare(row) for row in rows), opts.max_in_flight))
+        parts = client.loop.call(write_manifest(client.producer, opts.commit_topic, tag, halves))
+    return SinkCommitMessage(TaskOutcome(tag, halves, parts))
+
+
+def commit(opts: SinkOptions, run: str, batch: str, messages) -> None:
+    with SinkClient(opts, run) as client:
+        done = client.loop.call(commit_batch(client.producer, client.admin, opts.commit_topic, opts.transactional_id,
+                                             run, batch, _message_outcomes(messages)))
+    log.info("ferrymq sink: batch %s of %s: %s", batch, opts.transactional_id or "a batch write", done)
+
+
+def abort(opts: SinkOptions, run: str, messages) -> None:
+    halves = [h for o in _message_outcomes(messages) for h in o.halves]
+    with SinkClient(opts, run) as client:
+        client.loop.call(end_all(client.producer, halves, ROLLBACK))
+
+
+class FerryMQBatchWriter(DataSourceWriter):
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        check_schema(schema, opts.topic)
+        self.opts = opts
+        self.run = uuid.uuid4().hex
+        self.batch = f"write-{self.run}"
+
+    def write(self, iterator: Iterator) -> WriterCommitMessage:
+        return write_task(self.opts, self.run, self.batch, iterator)
+
+    def commit(self, messages: list) -> None:
+        commit(self.opts, self.run, self.batch, messages)
+
+    def abort(self, messages: list) -> None:
+        abort(self.opts, self.run, messages)
+
+
+class FerryMQStreamWriter(DataSourceStreamWriter):
+    def __init__(self, opts: SinkOptions, schema: StructType) -> None:
+        check_schema(schema, opts.topic)
+        self.opts = opts
+        self.run = uuid.uuid4().hex  # this start of the query
+
+    def write(self, iterator: Iterator) -> WriterCommitMessage:
+        ctx = TaskContext.get()
+        batch = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx else None
+        if batch is None:
+            raise RuntimeError(f"the task carries no {BATCH_ID_PROPERTY}: not a micro-batch of a streaming query")
+        return write_task(self.opts, self.run, batch, iterator)
+
+    def commit(self, messages: list, batchId: int) -> None:
+        commit(self.opts, self.run, str(batchId), messages)
+
+    def abort(self, messages: list, batchId: int) -> None:
+        abort(self.opts, self.run, messages)
