@@ -54,6 +54,18 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	@$(PY) bench/run_all.py --quick
 
+## bench-sweep: issue 33's sweep, FerryMQ against Apache RocketMQ 5.3.1 and 4.9.7 (body sizes,
+## sender counts, batches in flight, each consumer kind, SYNC_FLUSH; one axis at a time around
+## 1 KiB x 64 senders), median of 3 rounds, one table of ratios and broker CPU per message and the
+## worst point; every round in bench/results/sweep-<date>-<time>.json; about 50 min
+.PHONY: bench-sweep bench-sweep-quick
+bench-sweep: $(STAMP)
+	@$(PY) bench/sweep_bench.py
+
+## bench-sweep-quick: the sweep on 4 points, one round, short bounds (a few minutes)
+bench-sweep-quick: $(STAMP)
+	@$(PY) bench/sweep_bench.py --quick
+
 clean:
 	rm -rf $(VENV) .pytest_cache
 

@@ -88,6 +88,33 @@ APACHE_BROKER_CONF = {"mappedFileSizeCommitLog": str(1024 * 1024 * 1024),
 LOADGEN_JVM = ("-Xms256m", "-Xmx512m", "-XX:TieredStopAtLevel=4")
 
 
+# --messages, --seconds, --warmup and --broker-warmup: (full run, --quick) defaults
+BOUNDS = {"messages": (50000, 5000), "seconds": (15.0, 5.0), "warmup": (5000, 1000), "broker_warmup": (20000, 10000)}
+
+
+def add_bound_arguments(parser: argparse.ArgumentParser, bounds: dict[str, tuple], per: str) -> None:
+    """The options bounding each measurement (``per`` names one), defaults in ``bounds`` as
+    (full run, --quick), filled in by ``parse_bounded_args``."""
+    helps = {"rounds": f"rounds of each {per}, the median taken", "messages": f"messages per {per}",
+             "seconds": f"time bound per {per}",
+             "warmup": f"warm-up messages before each {per}, not measured",
+             "broker_warmup": "messages sent and pulled once per broker start, before any measurement"}
+    for name, (full, quick) in bounds.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=type(full), default=None,
+                            help=f"{helps[name]} (default {full:g}; quick {quick:g})")
+
+
+def parse_bounded_args(parser: argparse.ArgumentParser, bounds: dict[str, tuple]) -> argparse.Namespace:
+    """The arguments, each bound left out taking its full or --quick default; at least one round."""
+    args = parser.parse_args()
+    for name, (full, quick) in bounds.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    return args
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -264,12 +291,18 @@ class FerryBroker:
 
 
 class ApacheBroker:
-    name = "Apache"
+    """Apache's broker under the harness's 4.9.7 name server; ``version`` 4.9.7 unless given
+    (testkit.java_client.ROCKETMQ5_VERSION: the 5.3.1 broker)."""
 
-    def __init__(self, workdir: Path, flush: str = "ASYNC_FLUSH") -> None:
+    name = "Apache"  # read from the class too (amain's rounds); an instance may be named apart
+
+    def __init__(self, workdir: Path, flush: str = "ASYNC_FLUSH", version: str | None = None,
+                 name: str = "Apache") -> None:
         from testkit.apache import ApacheRocketMQ
+        from testkit.java_client import ROCKETMQ_VERSION
 
-        self.mq = ApacheRocketMQ(broker_jvm_opts=APACHE_BROKER_JVM,
+        self.name = name
+        self.mq = ApacheRocketMQ(broker_version=version or ROCKETMQ_VERSION, broker_jvm_opts=APACHE_BROKER_JVM,
                                  broker_conf={**APACHE_BROKER_CONF, "flushDiskType": flush},
                                  workdir=workdir / "apache")
 
@@ -311,6 +344,23 @@ async def wait_for_route(namesrv: str, topic: str, timeout: float = 30) -> None:
             return sum(q.write_queue_nums for q in route.queue_datas) >= QUEUES
 
         await wait_until(routed, timeout, f"a route for {topic} with {QUEUES} queues", interval=0.2)
+
+
+async def prepare_topics(broker, topics: list[str]) -> None:
+    """Create ``topics`` on a started broker and wait until the name server routes them all."""
+    for topic in topics:
+        await broker.create_topic(topic)
+    for topic in topics:
+        await wait_for_route(broker.namesrv_addr, topic)
+
+
+async def warm_up_broker(broker, messages: int, seconds: float, size: int) -> None:
+    """Not measured: ``messages`` sent (sync64, batch32) and pulled on WARMUP_TOPIC, so a JVM
+    broker has compiled its hot paths before the first figure."""
+    log(f"  broker warm-up: {messages} messages (sync64, batch32, pull)")
+    warm = PythonLoad(broker.namesrv_addr, WARMUP_TOPIC, bytes(size), None)
+    await asyncio.wait_for(warm.run(["sync64", "batch32", "pull"], messages, seconds, 0, quiet=True),
+                           3 * seconds + 60)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -571,16 +621,9 @@ async def bench_broker(broker, args, scenarios: list[str], clients: list[str], w
     out["startupS"] = time.monotonic() - t0
     profiler = None
     try:
-        for topic in [WARMUP_TOPIC, *(TOPICS[c] for c in clients)]:
-            await broker.create_topic(topic)
-        for topic in [WARMUP_TOPIC, *(TOPICS[c] for c in clients)]:
-            await wait_for_route(broker.namesrv_addr, topic)
+        await prepare_topics(broker, [WARMUP_TOPIC, *(TOPICS[c] for c in clients)])
         if args.broker_warmup:
-            # Not measured: lets the JVM broker compile its hot paths before the first figure.
-            log(f"  broker warm-up: {args.broker_warmup} messages (sync64, batch32, pull)")
-            warm = PythonLoad(broker.namesrv_addr, WARMUP_TOPIC, bytes(args.size), None)
-            await asyncio.wait_for(warm.run(["sync64", "batch32", "pull"], args.broker_warmup, args.seconds, 0,
-                                            quiet=True), 3 * args.seconds + 60)
+            await warm_up_broker(broker, args.broker_warmup, args.seconds, args.size)
         if args.profile and isinstance(broker, FerryBroker):
             prof_dir = REPO / ".cache" / "bench"
             prof_dir.mkdir(parents=True, exist_ok=True)
@@ -756,13 +799,7 @@ async def amain(args) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts and time bounds (well under a minute)")
-    parser.add_argument("--messages", type=int, default=None, help="messages per scenario (default 50000; quick 5000)")
-    parser.add_argument("--seconds", type=float, default=None, help="time bound per scenario (default 15; quick 5)")
-    parser.add_argument("--warmup", type=int, default=None,
-                        help="warm-up messages before each scenario (default 5000; quick 1000)")
-    parser.add_argument("--broker-warmup", type=int, default=None,
-                        help="messages sent and pulled once per broker before any scenario "
-                             "(default 20000; quick 10000)")
+    add_bound_arguments(parser, BOUNDS, "scenario")
     parser.add_argument("--size", type=int, default=1024, help="body size in bytes (default 1024)")
     parser.add_argument("--only", choices=("ferrymq", "apache"), default=None, help="one broker only")
     parser.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH",
@@ -774,18 +811,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure each broker this many times, alternating which goes first; rounds after "
                              "the first run only the Java client; the summary takes the median ratio (default 1)")
-    args = parser.parse_args()
-    if args.messages is None:
-        args.messages = 5000 if args.quick else 50000
-    if args.seconds is None:
-        args.seconds = 5.0 if args.quick else 15.0
-    if args.warmup is None:
-        args.warmup = 1000 if args.quick else 5000
-    if args.broker_warmup is None:
-        args.broker_warmup = 10000 if args.quick else 20000
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
-    sys.exit(asyncio.run(amain(args)))
+    sys.exit(asyncio.run(amain(parse_bounded_args(parser, BOUNDS))))
 
 
 if __name__ == "__main__":

@@ -41,28 +41,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from broker_bench import (APACHE_BROKER_CONF, APACHE_BROKER_JVM, LOADGEN_JVM, ApacheBroker,  # noqa: E402
-                          FerryBroker, OutsideLoad, apache_available, log, machine_info, outside_load_line,
-                          wait_for_route)
+from broker_bench import (LOADGEN_JVM, ApacheBroker, FerryBroker, OutsideLoad, apache_available, log,  # noqa: E402
+                          machine_info, outside_load_line, wait_for_route)
 from memory_bench import settled_status  # noqa: E402
 
 RESULTS_DIR = REPO / "bench" / "results"
 RSS_TARGET_MIB = 300.0
 LATE_P99_TARGET_MS = 1000.0
 PENDING_DUE_MS = 3 * 3600 * 1000  # pending timers: three hours ahead (spread over the hour after)
-
-
-class Apache5Broker(ApacheBroker):
-    """broker_bench's Apache broker, version 5.3.1 (timers need a 5.x broker)."""
-
-    name = "Apache"
-
-    def __init__(self, workdir: Path) -> None:  # noqa: super().__init__ would build a 4.9.7 broker
-        from testkit.apache import ApacheRocketMQ
-        from testkit.java_client import ROCKETMQ5_VERSION
-
-        self.mq = ApacheRocketMQ(broker_version=ROCKETMQ5_VERSION, broker_jvm_opts=APACHE_BROKER_JVM,
-                                 broker_conf=dict(APACHE_BROKER_CONF), workdir=workdir / "apache")
 
 
 async def java53_available() -> bool:
@@ -285,7 +271,10 @@ async def amain(a) -> int:
             brokers.append(FerryBroker(work))
         if a.only != "ferrymq":
             if await apache_available("FerryMQ only") and await java53_available():
-                brokers.append(Apache5Broker(work))
+                from testkit.java_client import ROCKETMQ5_VERSION
+
+                # broker_bench's Apache broker, version 5.3.1: timers need a 5.x broker
+                brokers.append(ApacheBroker(work, version=ROCKETMQ5_VERSION))
         for broker in brokers:
             try:
                 results[broker.name] = await bench_broker(broker, a, run_id)

@@ -10,27 +10,39 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 
+import org.apache.rocketmq.client.ClientConfig;
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.PullResult;
 import org.apache.rocketmq.client.consumer.PullStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
- * Load generator for bench/broker_bench.py: the official RocketMQ 4.9.7 Java client
- * (DefaultMQProducer, DefaultMQPullConsumer) against any name server, FerryMQ's or Apache's.
+ * Load generator for bench/broker_bench.py and bench/sweep_bench.py: the official RocketMQ 4.9.7
+ * Java client (DefaultMQProducer, DefaultMQPullConsumer, DefaultMQPushConsumer,
+ * DefaultLitePullConsumer) against any name server, FerryMQ's or Apache's.
  *
  * <pre>
  * java ferrymq.compat.BenchLoad --namesrv HOST:PORT --topic T [options]
- *   --scenarios sync1,sync64,batch32,pull   what to run, in this order (default all four)
- *   --messages N      messages per send scenario (default 20000); pull drains the topic
+ *   --scenarios sync1,sync64,batch32,pull   what to run, in this order (default these four;
+ *                     also batchKxT, push, pushorderly, litepull)
+ *   --messages N      messages per send scenario (default 20000); pull drains the topic, the
+ *                     other consumers at most N messages of it
  *   --seconds S       time bound per scenario (default 20)
  *   --warmup N        warm-up messages before each scenario, not measured (default 2000)
  *   --size B          body size in bytes (default 1024)
@@ -38,9 +50,18 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * </pre>
  *
  * <p>Scenarios: {@code syncC} = C threads each doing sync {@code send()} on one shared producer
- * (C requests in flight); {@code batchK} = one thread sending batches of K messages;
+ * (C requests in flight); {@code batchK} = one thread sending batches of K messages,
+ * {@code batchKxT} = T threads doing so (T batches in flight);
  * {@code pull} = one thread per queue pulling 32 at a time from offset 0 until no new message.
- * Latency is per request (a send, a batch, a pull).
+ * Latency is per request (a send, a batch, a pull). The other consumers drain the topic from
+ * its first offset in a consumer group of their own (a new one per scenario), up to
+ * {@code --messages} or until nothing arrives for a second, 32 messages per pull:
+ * {@code push} = DefaultMQPushConsumer with MessageListenerConcurrently (the client's 20 consume
+ * threads), {@code pushorderly} = the same with MessageListenerOrderly (queues locked on the
+ * broker), {@code litepull} = DefaultLitePullConsumer polled by one thread, offsets committed
+ * automatically. Their rate runs from the first message received to the last (the consumer's
+ * start and rebalance are not in it: {@code firstMs} says how long they took); they have no
+ * per-request latency.
  *
  * <p>stdout carries JSON lines only: one {@code {"event":"result",...}} per scenario, then
  * {@code {"event":"done"}}. Exit 0 unless the program itself failed.
@@ -115,7 +136,9 @@ public final class BenchLoad {
                     }
                     result = sends(threads, 1, messages, seconds, op, brokerPid);
                 } else if (scenario.startsWith("batch")) {
-                    int k = Integer.parseInt(scenario.substring(5));
+                    String[] kt = scenario.substring(5).split("x");
+                    int k = Integer.parseInt(kt[0]);
+                    int inFlight = kt.length > 1 ? Integer.parseInt(kt[1]) : 1;
                     Op op = () -> {
                         List<Message> batch = new ArrayList<>(k);
                         for (int i = 0; i < k; i++) {
@@ -124,9 +147,9 @@ public final class BenchLoad {
                         check(producer.send(batch));
                     };
                     if (warmup > 0) {
-                        sends(1, k, warmup, seconds, op, 0);
+                        sends(inFlight, k, warmup, seconds, op, 0);
                     }
-                    result = sends(1, k, messages, seconds, op, brokerPid);
+                    result = sends(inFlight, k, messages, seconds, op, brokerPid);
                 } else if (scenario.equals("pull")) {
                     if (consumer == null) {
                         consumer = new DefaultMQPullConsumer("bench_c_" + run);
@@ -138,6 +161,8 @@ public final class BenchLoad {
                         pulls(consumer, topic, warmup, seconds, 0);
                     }
                     result = pulls(consumer, topic, Integer.MAX_VALUE, seconds, brokerPid);
+                } else if (DRAINS.contains(scenario)) {
+                    result = drain(scenario, namesrv, topic, run, messages, seconds, brokerPid);
                 } else {
                     throw new IllegalArgumentException("unknown scenario " + scenario);
                 }
@@ -151,6 +176,111 @@ public final class BenchLoad {
             }
         }
         emit(obj("event", "done"));
+    }
+
+    /** The consumers that drain the topic in a group of their own (see the class comment). */
+    private static final List<String> DRAINS = Arrays.asList("push", "pushorderly", "litepull");
+
+    /** Quiet time after which a drain takes the topic as empty. */
+    private static final long IDLE_NS = 1000 * MILLIS_NS;
+
+    /** How long a drain waits for its first message (the consumer's start and rebalance). */
+    private static final long FIRST_NS = 10_000 * MILLIS_NS;
+
+    /** What a drain saw: messages, and when the first and the last arrived. */
+    private static final class Received {
+        final AtomicLong count = new AtomicLong();
+        final AtomicLong firstNs = new AtomicLong();
+        final AtomicLong lastNs = new AtomicLong();
+
+        void add(int n) {
+            long now = System.nanoTime();
+            firstNs.compareAndSet(0, now);
+            lastNs.set(now);
+            count.addAndGet(n);
+        }
+
+        /** Whether to stop: enough messages, the deadline, or nothing for a while. */
+        boolean over(long total, long started, long deadline) {
+            long now = System.nanoTime();
+            long last = lastNs.get();
+            boolean quiet = last == 0 ? now - started >= FIRST_NS : now - last >= IDLE_NS;
+            return count.get() >= total || now >= deadline || quiet;
+        }
+    }
+
+    private static Map<String, Object> drain(String kind, String namesrv, String topic, String run, long total,
+                                             long seconds, long brokerPid) throws Exception {
+        String group = "bench_" + kind + "_" + run + "_" + Long.toHexString(System.nanoTime());
+        Received got = new Received();
+        long cpu0 = selfCpuNs();
+        long broker0 = procCpuTicks(brokerPid);
+        long t0 = System.nanoTime();
+        long deadline = t0 + seconds * 1000 * MILLIS_NS;
+        if (kind.equals("litepull")) {
+            litePull(namesrv, topic, group, got, total, t0, deadline);
+        } else {
+            push(kind.equals("pushorderly"), namesrv, topic, group, got, total, t0, deadline);
+        }
+        long first = got.firstNs.get();
+        long elapsed = first == 0 ? 0 : got.lastNs.get() - first;
+        Map<String, Object> m = summary(new Lat[0], got.count.get(), 0, null, elapsed, cpu0, broker0, brokerPid);
+        m.put("firstMs", first == 0 ? null : (first - t0) / 1e6);
+        return m;
+    }
+
+    /** A drain's client: its own instance, so no other client in this JVM shares its connections. */
+    private static void named(ClientConfig c, String namesrv, String group) {
+        c.setNamesrvAddr(namesrv);
+        c.setInstanceName(group);
+    }
+
+    private static void push(boolean orderly, String namesrv, String topic, String group, Received got, long total,
+                             long started, long deadline) throws Exception {
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+        named(c, namesrv, group);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setPullBatchSize(32);
+        c.subscribe(topic, "*");
+        if (orderly) {
+            c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
+                got.add(msgs.size());
+                return ConsumeOrderlyStatus.SUCCESS;
+            });
+        } else {
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                got.add(msgs.size());
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+        }
+        c.start();
+        try {
+            while (!got.over(total, started, deadline)) {
+                TimeUnit.MILLISECONDS.sleep(5);
+            }
+        } finally {
+            c.shutdown();
+        }
+    }
+
+    private static void litePull(String namesrv, String topic, String group, Received got, long total, long started,
+                                 long deadline) throws Exception {
+        DefaultLitePullConsumer c = new DefaultLitePullConsumer(group);
+        named(c, namesrv, group);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setPullBatchSize(32);
+        c.subscribe(topic, "*");
+        c.start();
+        try {
+            while (!got.over(total, started, deadline)) {
+                int n = c.poll(100).size();
+                if (n > 0) {
+                    got.add(n);
+                }
+            }
+        } finally {
+            c.shutdown();
+        }
     }
 
     private static void check(SendResult r) {
