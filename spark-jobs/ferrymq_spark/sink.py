@@ -82,10 +82,13 @@ def write_task(opts: SinkOptions, run: str, batch: str, rows: Iterator) -> SinkC
     tag = TaskTag(opts.transactional_id, run, batch, ctx.partitionId() if ctx else 0, ctx.taskAttemptId() if ctx else 0)
     with SinkClient(opts, run) as client:
         queues: dict[str, list] = {}
+        ordered = False
 
         def prepare(row):
+            nonlocal ordered
             out = outgoing(row, opts.topic)
             out.message.properties[TXN_PROPERTY] = str(tag)
+            ordered = ordered or out.sharding_key is not None or out.queue_id is not None
 
             async def run_one() -> HalfMessage:
                 topic = out.message.topic
@@ -96,7 +99,7 @@ def write_task(opts: SinkOptions, run: str, batch: str, rows: Iterator) -> SinkC
 
         halves = list(client.loop.pipelined((prepare(row) for row in rows), opts.max_in_flight))
         parts = client.loop.call(write_manifest(client.producer, opts.commit_topic, tag, halves))
-    return SinkCommitMessage(TaskOutcome(tag, halves, parts))
+    return SinkCommitMessage(TaskOutcome(tag, halves, parts, ordered))
 
 
 def commit(opts: SinkOptions, run: str, batch: str, messages) -> None:

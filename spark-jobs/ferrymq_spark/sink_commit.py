@@ -70,6 +70,7 @@ class TaskOutcome:
     tag: TaskTag
     halves: list[HalfMessage]
     manifest_parts: list[str] = field(default_factory=list)
+    ordered: bool = False  # some row chose its queue (a sharding key): its queue gets them in order
 
 
 def marker_key(transactional_id: str, batch: str) -> str:
@@ -139,10 +140,22 @@ async def find_marker(admin: AdminClient, commit_topic: str, transactional_id: s
 # ---------------------------------------------------------------------------------- decisions
 
 
-async def end_all(producer: TransactionProducer, halves: list[HalfMessage], state: LocalTransactionState) -> None:
-    """End every half with ``state``. A commit stores the message in its queue when it is
-    processed, so each queue's halves are ended one after another in the order of ``halves``;
-    queues go in parallel."""
+UNORDERED_IN_FLIGHT = 256
+
+
+async def end_all(producer: TransactionProducer, halves: list[HalfMessage], state: LocalTransactionState, *,
+                  ordered: bool = False) -> None:
+    """End every half with ``state``. A commit stores the message in its queue when the broker
+    processes it, so with ``ordered`` each queue's halves are ended one after another in the
+    order of ``halves`` (queues in parallel); else up to UNORDERED_IN_FLIGHT at once."""
+    if not ordered:
+        limit = asyncio.Semaphore(UNORDERED_IN_FLIGHT)
+
+        async def one(h: HalfMessage) -> None:
+            async with limit:
+                await producer.end(h, state)
+        await asyncio.gather(*(one(h) for h in halves))
+        return
     by_queue: dict[tuple[str, str, int], list[HalfMessage]] = {}
     for h in halves:
         by_queue.setdefault((h.broker_name, h.topic, h.queue_id), []).append(h)
@@ -164,10 +177,12 @@ async def commit_batch(producer: TransactionProducer, admin: AdminClient, commit
     if marker is None:
         await _send(producer, commit_topic, marker_key(transactional_id, batch), json.dumps(mine).encode())
         marker = await find_marker(admin, commit_topic, transactional_id, batch)
+    ordered = any(o.ordered for o in outcomes)
     if marker == mine:
-        await end_all(producer, [h for o in outcomes for h in o.halves], COMMIT)
+        await end_all(producer, [h for o in outcomes for h in o.halves], COMMIT, ordered=ordered)
         return "committed"
-    await end_all(producer, await read_manifest(admin, commit_topic, marker["manifests"]), COMMIT)
+    # The earlier run's rows, in its order (whether it chose queues is not recorded: keep order).
+    await end_all(producer, await read_manifest(admin, commit_topic, marker["manifests"]), COMMIT, ordered=True)
     await end_all(producer, [h for o in outcomes for h in o.halves], ROLLBACK)
     return f"committed earlier by run {marker['run']}"
 
