@@ -85,6 +85,8 @@ def main() -> int:
     spark_args = ["--messages", "20000", "--rounds", "1"] if quick else []
     rc |= run_with_json(targets.SPARK, "Spark batch read vs Parquet",
                         bench("spark_read_bench.py", *spark_args, "--no-record"), 1200, docs)
+    rc |= run("Spark batch write (the sink) vs Parquet",
+              bench("spark_write_bench.py", *(["--rows", "20000", "--rounds", "1"] if quick else [])), 1800)
     store_args = ["--messages", "20000" if quick else "100000", "--sync-messages", "200" if quick else "2000"]
     rc |= run("store benchmark", bench("store_bench.py", *store_args), 300)
     rc |= run("SYNC_FLUSH group commit", bench("store_group_commit.py", "--seconds", "2" if quick else "5"), 600)
