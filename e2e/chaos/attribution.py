@@ -53,7 +53,8 @@ def attribute(result: Result, history: History, span_list: list[Span]) -> list[R
     ``result`` (the check of the whole ``history``) happened while its fault was active. A time
     before the first span counts in the first, after the last in the last."""
     starts = [s.start for s in span_list]
-    out = [Result(fault=s.label, time_to_ready=s.time_to_ready, start=s.start) for s in span_list]
+    out = [Result(fault=s.label, time_to_ready=s.time_to_ready, start=s.start, loss_allowed=result.loss_allowed)
+           for s in span_list]
 
     def at(t: float) -> Result:
         return out[max(0, bisect.bisect_right(starts, t) - 1)]
@@ -82,8 +83,14 @@ def attribute(result: Result, history: History, span_list: list[Span]) -> list[R
         at(m.acked_at).lost.append(m)
     for m in result.unseen:
         at(m.acked_at).unseen.append(m)
+    lost_at = {m.key: m.acked_at for m in result.lost + result.unseen}
+    shadows = result.loss_shadows
     for x in result.inconsistent:
-        at(max(key_time(k) for k in x.keys)).inconsistent.append(x)
+        # An offset a lost message left to a later one goes with the loss (when it was
+        # acknowledged), so that a fault's row sees both and tells the shadow apart.
+        t = (min(lost_at[k] for k in x.keys if k in lost_at) if x in shadows
+             else max(key_time(k) for k in x.keys))
+        at(t).inconsistent.append(x)
     for x in result.misplaced:
         at(key_time(x.key)).misplaced.append(x)
     for x in result.corrupt:

@@ -22,6 +22,12 @@ Pure: it takes a :class:`~e2e.chaos.history.History` (``history.load(files)``) a
 ``FLUSH_SLAVE_TIMEOUT``, ``SLAVE_NOT_AVAILABLE`` and ``FLUSH_DISK_TIMEOUT`` are not
 acknowledgements: such a message may or may not survive a failover. They are counted apart.
 
+``check(..., loss_allowed=True)`` is for an ``ASYNC_MASTER`` group, which acknowledges before any
+slave holds a message: lost and unseen messages, and the offsets they left to later messages
+(inconsistent only with a lost acknowledgement), are counted and reported but do not make the
+run invalid. ``check(..., ordered=False)`` is for a consumer with no reading of a queue of its
+own (a POP consumer: the broker keeps the offsets): offsets are not checked for order.
+
 ``python -m e2e.chaos.checker FILE...`` checks one run's files and prints the anomalies and the
 table row (``--json OUT`` writes the results file, see :mod:`e2e.chaos.results`).
 """
@@ -135,6 +141,7 @@ class Result:
     time_to_ready: float | None = None  # s, given by the fault harness, not the history
     start: float | None = None  # first attempt, s since the epoch
     skipped_lines: int = 0
+    loss_allowed: bool = False  # ASYNC_MASTER: acknowledged loss is the documented price
 
     @property
     def longest_window(self) -> float:
@@ -145,16 +152,32 @@ class Result:
         return statistics.median(w.seconds for w in self.windows) if self.windows else 0.0
 
     @property
+    def loss_shadows(self) -> list[Inconsistent]:
+        """Inconsistent offsets where the only disagreement is with acknowledged keys nobody read:
+        a lost message's offset taken by a later one (at most one key read there)."""
+        missing = {m.key for m in self.lost + self.unseen}
+        return [x for x in self.inconsistent if missing & set(x.keys) and len(set(x.keys) - missing) <= 1]
+
+    def failing(self) -> dict[str, list]:
+        """The anomalies that make the run invalid, by kind (with :attr:`loss_allowed`, not the
+        loss and its shadows)."""
+        found = {name: getattr(self, name) for name in ("lost", "unseen", "inconsistent", "misplaced", "corrupt",
+                                                        "nonmonotonic")}
+        if self.loss_allowed:
+            shadows = self.loss_shadows
+            found.update(lost=[], unseen=[], inconsistent=[x for x in self.inconsistent if x not in shadows])
+        return found
+
+    @property
     def valid(self) -> bool:
-        """Nothing acknowledged went missing and every offset read holds one thing."""
-        return not (self.lost or self.unseen or self.inconsistent or self.misplaced or self.corrupt
-                    or self.nonmonotonic)
+        """Nothing acknowledged went missing (unless :attr:`loss_allowed`) and every offset read
+        holds one thing."""
+        return not any(self.failing().values())
 
     def problems(self) -> list[str]:
-        """One line per kind of anomaly found (empty when :attr:`valid`)."""
+        """One line per kind of anomaly that fails the run (empty when :attr:`valid`)."""
         out = []
-        for name in ("lost", "unseen", "inconsistent", "misplaced", "corrupt", "nonmonotonic"):
-            found = getattr(self, name)
+        for name, found in self.failing().items():
             if found:
                 out.append(f"{len(found)} {name}: {', '.join(map(str, found[:5]))}"
                            f"{' ...' if len(found) > 5 else ''}")
@@ -173,6 +196,7 @@ class Result:
             "corrupt": len(self.corrupt), "nonmonotonic": len(self.nonmonotonic),
             "poll_skips": len(self.poll_skips), "duplicates": len(self.duplicates),
             "redeliveries": self.redeliveries,
+            "loss_allowed": self.loss_allowed, "loss_shadows": len(self.loss_shadows),
             "unavailability_s": {"longest": round(self.longest_window, 3),
                                  "p50": round(self.window_p50, 3),
                                  "windows": [{"from_s": round(w.start - (self.start or w.start), 3),
@@ -189,9 +213,10 @@ class Result:
 
 
 def check(history: History, *, fault: str = "", time_to_ready: float | None = None,
-          min_window: float = 1.0) -> Result:
+          min_window: float = 1.0, loss_allowed: bool = False, ordered: bool = True) -> Result:
     """Every anomaly of ``history`` (see the module doc)."""
-    r = Result(fault=fault, time_to_ready=time_to_ready, skipped_lines=history.skipped_lines)
+    r = Result(fault=fault, time_to_ready=time_to_ready, skipped_lines=history.skipped_lines,
+               loss_allowed=loss_allowed)
     sends, reads = history.sends, history.reads
     r.attempts = len(sends)
     r.reads = len(reads)
@@ -265,7 +290,8 @@ def check(history: History, *, fault: str = "", time_to_ready: float | None = No
             r.inconsistent.append(Inconsistent(pos, tuple(sorted(keys)), tuple(sorted(acked_at.get(pos, ())))))
     r.duplicates = {k: tuple(sorted(p)) for k, p in read_positions.items() if len(p) > 1}
 
-    r.nonmonotonic, r.poll_skips = _order(reads)
+    if ordered:
+        r.nonmonotonic, r.poll_skips = _order(reads)
     r.windows = unavailability(sends, min_window)
     return r
 
@@ -399,7 +425,9 @@ def report(result: Result) -> str:
         f"{len(result.poll_skips)} poll skips",
         f"lost {len(result.lost)}, unseen {len(result.unseen)}, inconsistent {len(result.inconsistent)}, "
         f"misplaced {len(result.misplaced)}, corrupt {len(result.corrupt)}, "
-        f"nonmonotonic {len(result.nonmonotonic)}: {'valid' if result.valid else 'INVALID'}",
+        f"nonmonotonic {len(result.nonmonotonic)}: {'valid' if result.valid else 'INVALID'}"
+        + (f" (loss allowed: {len(result.lost) + len(result.unseen)} acknowledged messages lost, "
+           f"{len(result.loss_shadows)} of their offsets taken by later messages)" if result.loss_allowed else ""),
     ]
     lines += [f"  {p}" for p in result.problems()]
     for w in result.windows:

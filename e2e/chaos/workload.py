@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 PRODUCER_MAIN = "ferrymq.chaos.ChaosProducer"
 CONSUMER_MAIN = "ferrymq.chaos.ChaosConsumer"
+# the 5.x gRPC client's PushConsumer (tests/compat/java5, testkit/grpc_clients.py): its own classpath
+GRPC_CONSUMER_MAIN = "ferrymq.compat5.ChaosGrpcConsumer"
 
 
 class JavaWorkload:
@@ -111,6 +113,35 @@ def consumer_args(namesrv: str, topic: str, group: str, out: str, *, idle_s: flo
             "--idle-ms", str(int(idle_s * 1000)), "--max-ms", str(int(max_s * 1000)), "--threads", str(threads),
             "--poll-namesrv-ms", str(poll_namesrv_ms),
             "--instance", instance or f"consumer-{os.getpid()}-{time.monotonic_ns() % 10**6}"]
+
+
+def grpc_consumer_args(endpoints: str, topic: str, group: str, *, threads: int = 1,
+                       instance: str | None = None) -> list[str]:
+    """ChaosGrpcConsumer's arguments (its history always on stdout)."""
+    return [f"endpoints={endpoints}", f"topic={topic}", f"group={group}", f"threads={threads}",
+            f"instance={instance or f'grpc-consumer-{os.getpid()}'}"]
+
+
+def grpc_reads(lines: list[str], group: str, topic: str) -> list[str]:
+    """ChaosGrpcConsumer's history lines with each read's queue id taken from its receipt handle:
+    the 5.x client shows only the queue it received from, which for a normal group on FerryMQ is
+    a whole broker (-1). The handle is decoded by the broker's own codec; a read whose handle does
+    not decode keeps -1 (and then shows up as misplaced)."""
+    from ferrymq.broker.pop import receipt
+
+    out = []
+    for line in lines:
+        try:
+            obj = json.loads(line)
+            decoded = receipt.decode(obj.get("handle") or "", group, topic) if obj.get("op") == "recv" else None
+        except (ValueError, AttributeError):
+            out.append(line)  # the history reader skips and counts what does not parse
+            continue
+        if decoded is not None:
+            obj["queue"] = decoded.queue_id
+            line = json.dumps(obj)
+        out.append(line)
+    return out
 
 
 def start_producer(namesrv: str, topic: str, history: Path, **options) -> JavaWorkload:

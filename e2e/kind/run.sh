@@ -17,7 +17,9 @@
 #      replicated Broker with failover, in the same cluster. FERRYMQ_KIND_CHAOS_FAULTS (default 4:
 #      one of each kind) sets how many; `make chaos-kind` runs 30 random ones and writes
 #      bench/results/chaos-kind-<date>.json. Its workload is the official RocketMQ 4.9.7 Java client
-#      (jars from Maven Central into .cache/, run with the Spark image's JRE on the control-plane node).
+#      and the 5.x gRPC Java client's push consumer (jars from Maven Central into .cache/, run with the
+#      Spark image's JRE on the control-plane node). FERRYMQ_KIND_CHAOS_MODE=Async: an ASYNC_MASTER
+#      Broker, its loss counted and reported, not failing the run (docs/chaos.md).
 # FERRYMQ_KIND_SUITES (default "e2e chaos") chooses which of 5 and 6 run ("chaos": only the faults).
 # On failure: `kind export logs`, the operator's and brokers' logs and an object dump under
 # .cache/e2e-logs/. The cluster is deleted at the end unless FERRYMQ_KIND_KEEP=1.
@@ -167,11 +169,12 @@ main() {
   export PATH="$K8S_BIN:$TOOLS_BIN:$PATH"
   export KUBECONFIG="$REPO/.cache/kind-$CLUSTER.kubeconfig"
   phase "FerryMQ images" env FERRYMQ_IMAGE_TAG="$TAG" bash "$REPO/e2e/images/build-images.sh"
-  # The node faults' workload: the RocketMQ 4.9.7 Java client's jars (Maven Central, cached under
-  # .cache/) and our programs compiled, copied into its pod by the suite (e2e/kind/java_pod.py).
+  # The node faults' workload: the RocketMQ 4.9.7 and 5.x Java clients' jars (Maven Central, cached
+  # under .cache/) and our programs compiled, copied into its pod by the suite (e2e/kind/java_pod.py).
   if [[ "$SUITES" == *" chaos "* ]]; then
-    phase "Java client 4.9.7" env PYTHONPATH="$REPO" "$PY" -c \
-      'from testkit.java_client import ensure_compat_classes; ensure_compat_classes()'
+    phase "Java clients 4.9.7, 5.x" env PYTHONPATH="$REPO" "$PY" -c \
+      'from testkit.java_client import ensure_compat_classes; ensure_compat_classes()
+from testkit.grpc_clients import ensure_java5_classes; ensure_java5_classes()'
   fi
   phase "kind create cluster" create_cluster
   phase "load images, helm install" install_chart

@@ -278,3 +278,51 @@ def test_a_rewind_within_a_session_is_one_nonmonotonic_step():
     h.reads += [read(x.key, 0, x.offset) for x in q0]  # the session reads 0, 1, 2 again
     r = check(h)
     assert [(n.previous, n.offset) for n in r.nonmonotonic] == [(2, 0)] and r.poll_skips == []
+
+
+def _async_failover() -> History:
+    """An ASYNC_MASTER failover: "gone" acknowledged at queue 1 offset 3 but never replicated,
+    the new master gave that offset to "taker"; everything else read."""
+    h = clean()
+    h.sends += [sent("gone", 1, 3, 20), sent("taker", 1, 3, 25), sent("after", 1, 4, 26)]
+    h.reads += [read("taker", 1, 3), read("after", 1, 4)]
+    return h
+
+
+def test_loss_allowed_counts_the_loss_and_the_offset_it_left_but_stays_valid():
+    r = check(_async_failover(), loss_allowed=True)
+    assert [m.key for m in r.lost] == ["gone"] and [x.keys for x in r.loss_shadows] == [("gone", "taker")]
+    assert r.valid and r.problems() == []
+    assert r.summary()["lost"] == 1 and r.summary()["loss_shadows"] == 1 and r.summary()["loss_allowed"]
+    assert "loss allowed: 1 acknowledged messages lost, 1 of their offsets taken" in report(r)
+    strict = check(_async_failover())
+    assert not strict.valid and [p.split(":")[0] for p in strict.problems()] == ["1 lost", "1 inconsistent"]
+
+
+def test_loss_allowed_still_fails_two_reads_disagreeing_about_an_offset():
+    h = _async_failover()
+    h.reads.append(read("intruder", 1, 3, consumer="c2", session="x"))  # two reads, two keys, one offset
+    r = check(h, loss_allowed=True)
+    assert r.loss_shadows == [] and not r.valid
+    assert [p.split(":")[0] for p in r.problems()] == ["1 inconsistent"]
+
+
+def test_an_unordered_consumer_is_not_checked_for_offset_order():
+    h = clean()
+    h.reads.append(read("k0", 0, 0))  # back to offset 0 in the same "session": a POP consumer's redelivery
+    r = check(h, ordered=False)
+    assert r.valid and r.nonmonotonic == [] and r.poll_skips == [] and r.redeliveries == 1
+
+
+def test_grpc_consumer_lines_take_the_queue_from_the_receipt_handle():
+    from e2e.chaos.workload import grpc_reads
+    from ferrymq.broker.pop.receipt import Receipt
+
+    handle = Receipt(queue_id=1, queue_offset=3, commit_log_offset=99, attempt=1, seq=1, invisible_until_ms=0,
+                     broker_name=B).encode("G", "T")
+    line = {"op": "recv", "key": "k3", "digest": "d-k3", "broker": B, "queue": -1, "offset": 3, "t": 100_000,
+            "consumer": "g-1", "session": "pop", "reconsume": 0, "handle": handle}
+    other = dict(line, handle=Receipt(1, 3, 99, 1, 1, 0, B).encode("another-group", "T"))
+    h = parse_lines(grpc_reads([json.dumps(line), json.dumps(other), '{"op": "meta"}', "{cut"], "G", "T"))
+    assert [(r.queue, r.offset) for r in h.reads] == [(1, 3), (-1, 3)]  # a handle of another group: not ours
+    assert h.skipped_lines == 1 and len(h.meta) == 1

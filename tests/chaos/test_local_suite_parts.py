@@ -87,3 +87,17 @@ def test_findings_go_to_the_fault_active_when_they_happened():
 
     rows = table([warm, kill, freeze]).splitlines()
     assert len(rows) == 4 and rows[2].startswith("kill -9 master") and rows[2].endswith("NO")
+
+
+def test_a_lost_messages_offset_taken_over_goes_with_the_loss():
+    lines = [
+        _send("k0", 9.0, 9.1, offset=0), _read("k0", 9.2, offset=0),
+        _send("gone", 9.8, 9.9, offset=1),                                    # acknowledged before the kill, lost
+        _send("taker", 14.0, 14.1, offset=1), _read("taker", 14.2, offset=1),  # its offset, after the failover
+    ]
+    history = parse_lines([json.dumps(x) for x in lines])
+    whole = check(history, loss_allowed=True)
+    warm, kill = attribute(whole, history, spans([("kill -9 master", 10.0, 5.0)], 1.0, 40.0))
+    assert [m.key for m in warm.unseen] == ["gone"] and [x.keys for x in warm.inconsistent] == [("gone", "taker")]
+    assert warm.valid and kill.valid and whole.valid
+    assert not check(history).valid

@@ -49,20 +49,9 @@ public final class Grpc5 {
 
     public static void main(String[] argv) throws Exception {
         String mode = argv[0];
-        Map<String, String> a = new HashMap<>();
-        for (int i = 1; i < argv.length; i++) {
-            int eq = argv[i].indexOf('=');
-            a.put(argv[i].substring(0, eq), argv[i].substring(eq + 1));
-        }
+        Map<String, String> a = options(argv, 1);
         ClientServiceProvider provider = ClientServiceProvider.loadService();
-        ClientConfigurationBuilder cb = ClientConfiguration.newBuilder()
-            .setEndpoints(a.get("endpoints"))
-            .enableSsl(Boolean.parseBoolean(a.getOrDefault("ssl", "false")))
-            .setRequestTimeout(Duration.ofSeconds(5));
-        if (a.containsKey("ak")) {
-            cb.setCredentialProvider(new StaticSessionCredentialsProvider(a.get("ak"), a.get("sk")));
-        }
-        ClientConfiguration cc = cb.build();
+        ClientConfiguration cc = configuration(a);
         int code;
         switch (mode) {
             case "produce":
@@ -93,10 +82,33 @@ public final class Grpc5 {
         System.exit(code);
     }
 
-    private static void event(String name, Object... kv) {
-        StringBuilder sb = new StringBuilder("{\"event\":\"").append(name).append('"');
+    /** {@code key=value} arguments from {@code argv[from]} on. */
+    static Map<String, String> options(String[] argv, int from) {
+        Map<String, String> a = new HashMap<>();
+        for (int i = from; i < argv.length; i++) {
+            int eq = argv[i].indexOf('=');
+            a.put(argv[i].substring(0, eq), argv[i].substring(eq + 1));
+        }
+        return a;
+    }
+
+    /** The client's configuration from the common options (endpoints, ssl, ak/sk). */
+    static ClientConfiguration configuration(Map<String, String> a) {
+        ClientConfigurationBuilder cb = ClientConfiguration.newBuilder()
+            .setEndpoints(a.get("endpoints"))
+            .enableSsl(Boolean.parseBoolean(a.getOrDefault("ssl", "false")))
+            .setRequestTimeout(Duration.ofSeconds(5));
+        if (a.containsKey("ak")) {
+            cb.setCredentialProvider(new StaticSessionCredentialsProvider(a.get("ak"), a.get("sk")));
+        }
+        return cb.build();
+    }
+
+    /** One JSON object of {@code key, value, ...}: numbers and booleans bare, the rest as strings. */
+    static String json(Object... kv) {
+        StringBuilder sb = new StringBuilder("{");
         for (int i = 0; i < kv.length; i += 2) {
-            sb.append(",\"").append(kv[i]).append("\":");
+            sb.append(i == 0 ? "\"" : ",\"").append(kv[i]).append("\":");
             Object v = kv[i + 1];
             if (v instanceof Number || v instanceof Boolean) {
                 sb.append(v);
@@ -104,8 +116,17 @@ public final class Grpc5 {
                 sb.append('"').append(String.valueOf(v).replace("\\", "\\\\").replace("\"", "\\\"")).append('"');
             }
         }
+        return sb.append('}').toString();
+    }
+
+    private static void event(String name, Object... kv) {
+        Object[] all = new Object[kv.length + 2];
+        all[0] = "event";
+        all[1] = name;
+        System.arraycopy(kv, 0, all, 2, kv.length);
+        String line = json(all);
         synchronized (System.out) {
-            System.out.println(sb.append('}'));
+            System.out.println(line);
         }
     }
 
