@@ -41,11 +41,14 @@ install_engine() {
 clean_stale() {
   # A dockerd from an earlier session died with the session: its pid file, sockets and the
   # containerd it spawned are stale. Leave nothing that makes the new engine refuse to start.
-  local pid
-  for f in /var/run/docker.pid /run/docker/containerd/containerd.pid; do
+  # A pid file is stale when its process is gone or the number now belongs to another program
+  # (pids are reused: dockerd refuses to start while its pid file names any live process).
+  local pid f name
+  for f in /var/run/docker.pid:dockerd /run/docker/containerd/containerd.pid:containerd; do
+    name="${f##*:}" f="${f%:*}"
     if [ -s "$f" ]; then
       pid="$(cat "$f")"
-      if ! kill -0 "$pid" 2>/dev/null; then rm -f "$f"; fi
+      if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != "$name" ]; then rm -f "$f"; fi
     fi
   done
   if ! pgrep -x dockerd >/dev/null; then
