@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 
 from testkit.java_client import (CACHE_DIR, MAVEN_REPO, REPO_ROOT, CompatError, CompatUnavailable, JavaClientError,
-                                 JavaEvents, run_to_end, session_dir)
+                                 JavaEvents, maven_lock, run_to_end, session_dir)
 from testkit.ports import free_port
 from testkit.processes import StandaloneProcess
 
@@ -100,10 +100,11 @@ def ensure_java5_classes(timeout: float = 270) -> str:
         if not (stamp.is_file() and stamp.read_text().strip() == want):
             staging = JAVA5_LIB.with_name("lib.partial")
             shutil.rmtree(staging, ignore_errors=True)
-            _run_fetch([_tool("mvn"), "-q", "-B", "-f", str(pom), f"-Dmaven.repo.local={MAVEN_REPO}",
-                        f"org.apache.maven.plugins:maven-dependency-plugin:{DEPENDENCY_PLUGIN}:copy-dependencies",
-                        "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
-                       JAVA5_PROJECT, "resolving rocketmq-client-java with Maven", timeout)
+            with maven_lock():
+                _run_fetch([_tool("mvn"), "-q", "-B", "-f", str(pom), f"-Dmaven.repo.local={MAVEN_REPO}",
+                            f"org.apache.maven.plugins:maven-dependency-plugin:{DEPENDENCY_PLUGIN}:copy-dependencies",
+                            "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
+                           JAVA5_PROJECT, "resolving rocketmq-client-java with Maven", timeout)
             if not list(staging.glob("rocketmq-client-java-*.jar")):
                 raise CompatError(f"Maven succeeded but {staging} holds no rocketmq-client-java jar")
             shutil.rmtree(JAVA5_LIB, ignore_errors=True)
