@@ -95,7 +95,7 @@ class TransactionService:
         self.delay_levels = delay_levels
         self.checks_sent = 0
         self.discarded = 0
-        self._committing: dict[str, asyncio.Future[tuple[int, str | None]]] = {}  # UNIQ_KEY -> the put
+        self._committing: dict[str, asyncio.Future[tuple[int, str | None]]] = {}  # UNIQ_KEY -> its commit
 
     def ensure_topics(self) -> None:
         for topic in (HALF_TOPIC, OP_TOPIC):
@@ -137,22 +137,15 @@ class TransactionService:
         return half, None
 
     async def _commit_once(self, half: MessageExt) -> tuple[int, str | None]:
-        """Store the commit record of ``half`` unless one is stored already or being stored."""
+        """Store the commit record of ``half`` unless one is stored already; a second commit of
+        it while the first is in flight waits for that one's outcome (the put runs on even if
+        the first caller goes away)."""
         key = half.properties.get(Prop.UNIQ_KEY) or f"@{half.commit_log_offset}"
-        pending = self._committing.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        pending = self._committing[key] = asyncio.get_running_loop().create_future()
-        try:
-            outcome = await self._commit(half)
-            pending.set_result(outcome)
-            return outcome
-        except BaseException as e:
-            pending.set_exception(e)
-            pending.exception()  # retrieved: a waiter sees it, none is not an error
-            raise
-        finally:
-            del self._committing[key]
+        commit = self._committing.get(key)
+        if commit is None:
+            commit = self._committing[key] = asyncio.ensure_future(self._commit(half))
+            commit.add_done_callback(lambda _: self._committing.pop(key, None))
+        return await asyncio.shield(commit)
 
     async def _commit(self, half: MessageExt) -> tuple[int, str | None]:
         committed, refusal = self._committed(half)

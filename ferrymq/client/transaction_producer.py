@@ -122,10 +122,9 @@ class TransactionProducer(Producer):
         """Commit or roll back ``half``, waiting for the broker's answer (a failure raises
         MQBrokerError / MQClientError: ending it again is safe)."""
         addr = await self.instance.find_broker_addr(half.broker_name, half.topic)
-        header = self._end_header(state, queue_offset=half.queue_offset, commit_log_offset=half.commit_log_offset,
-                                  msg_id=half.msg_id, transaction_id=half.msg_id, from_check=False)
-        response = await self.instance.invoke_broker(addr, RemotingCommand.request(
-            RequestCode.END_TRANSACTION, header.to_ext_fields(), serialize_type=self.config.serialize_type))
+        response = await self.instance.invoke_broker(addr, self._end_request(
+            state, queue_offset=half.queue_offset, commit_log_offset=half.commit_log_offset, msg_id=half.msg_id,
+            transaction_id=half.msg_id, from_check=False))
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark)
 
@@ -172,17 +171,18 @@ class TransactionProducer(Producer):
             return LocalTransactionState.UNKNOW
         return state
 
-    def _end_header(self, state: LocalTransactionState, *, queue_offset: int, commit_log_offset: int,
-                    msg_id: str, transaction_id: str, from_check: bool) -> EndTransactionHeader:
-        return EndTransactionHeader(
+    def _end_request(self, state: LocalTransactionState, *, queue_offset: int, commit_log_offset: int,
+                     msg_id: str, transaction_id: str, from_check: bool) -> RemotingCommand:
+        header = EndTransactionHeader(
             producer_group=self.group, tran_state_table_offset=queue_offset, commit_log_offset=commit_log_offset,
             commit_or_rollback=state.value, from_transaction_check=from_check, msg_id=msg_id,
             transaction_id=transaction_id)
+        return RemotingCommand.request(RequestCode.END_TRANSACTION, header.to_ext_fields(),
+                                       serialize_type=self.config.serialize_type)
 
     async def _end(self, addr: str, state: LocalTransactionState, *, queue_offset: int, commit_log_offset: int,
                    msg_id: str, transaction_id: str, from_check: bool) -> None:
         """END_TRANSACTION oneway, as the official clients send it."""
-        header = self._end_header(state, queue_offset=queue_offset, commit_log_offset=commit_log_offset,
-                                  msg_id=msg_id, transaction_id=transaction_id, from_check=from_check)
-        await self.instance.invoke_broker_oneway(addr, RemotingCommand.request(
-            RequestCode.END_TRANSACTION, header.to_ext_fields(), serialize_type=self.config.serialize_type))
+        await self.instance.invoke_broker_oneway(addr, self._end_request(
+            state, queue_offset=queue_offset, commit_log_offset=commit_log_offset, msg_id=msg_id,
+            transaction_id=transaction_id, from_check=from_check))

@@ -44,7 +44,6 @@ class SinkClient:
     the producer answers the broker's checks of the sink's half messages for ``run``."""
 
     def __init__(self, opts: SinkOptions, run: str) -> None:
-        self.opts = opts
         self.loop = LoopThread("ferrymq-spark-sink")
         self.admin = AdminClient(config=opts.client_config())
 
@@ -88,11 +87,11 @@ def write_task(opts: SinkOptions, run: str, batch: str, rows: Iterator) -> SinkC
             nonlocal ordered
             out = outgoing(row, opts.topic)
             out.message.properties[TXN_PROPERTY] = str(tag)
-            ordered = ordered or out.sharding_key is not None or out.queue_id is not None
+            ordered = ordered or out.chooses_queue
 
             async def run_one() -> HalfMessage:
                 topic = out.message.topic
-                if (out.sharding_key is not None or out.queue_id is not None) and topic not in queues:
+                if out.chooses_queue and topic not in queues:
                     queues[topic] = await client.producer.publish_queues(topic)
                 return await client.producer.prepare(out.message, queue=queue_for(out, queues.get(topic, [])))
             return run_one

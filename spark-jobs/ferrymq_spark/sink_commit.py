@@ -114,14 +114,10 @@ async def _send(producer: TransactionProducer, topic: str, key: str, body: bytes
         raise RuntimeError(f"writing {key} to {topic}: {sent.status.name} (not stored safely)")
 
 
-async def _by_key(admin: AdminClient, topic: str, key: str) -> list[MessageExt]:
-    return await admin.query_messages(topic, key, max_num=64)
-
-
 async def read_manifest(admin: AdminClient, commit_topic: str, part_keys: list[str]) -> list[HalfMessage]:
     halves: list[HalfMessage] = []
     for key in part_keys:
-        found = await _by_key(admin, commit_topic, key)
+        found = await admin.query_messages(commit_topic, key)
         if not found:
             raise RuntimeError(f"manifest {key} is not in {commit_topic}: its halves cannot be committed")
         halves += decode_halves(found[0].body)
@@ -133,7 +129,7 @@ async def read_manifest(admin: AdminClient, commit_topic: str, part_keys: list[s
 
 async def find_marker(admin: AdminClient, commit_topic: str, transactional_id: str, batch: str) -> dict | None:
     """The first marker stored for the batch (a later one lost a race and decides nothing)."""
-    found = await _by_key(admin, commit_topic, marker_key(transactional_id, batch))
+    found = await admin.query_messages(commit_topic, marker_key(transactional_id, batch))
     return json.loads(found[0].body) if found else None
 
 

@@ -69,6 +69,10 @@ class OutgoingRow:
     sharding_key: str | None
     queue_id: int | None
 
+    @property
+    def chooses_queue(self) -> bool:
+        return self.sharding_key is not None or self.queue_id is not None
+
 
 def outgoing(row, default_topic: str | None) -> OutgoingRow:
     """A Spark Row (or any mapping of the columns) as the message it writes; ValueError for a
