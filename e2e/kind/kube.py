@@ -60,6 +60,17 @@ def wait_status(kind: str, name: str, ns: str, pred, what: str, timeout: float =
                       diagnostics=lambda: json.dumps((get(kind, name, ns) or {}).get("status"), indent=1))
 
 
+def pause_reconciliation(kind: str, name: str, ns: str, timeout: float = 120) -> None:
+    """Annotate ``name`` to pause its reconciliation and wait until the operator reports it paused.
+    The operator reconciles one object at a time, so once ReconciliationPaused is True no resync
+    that started before the annotation can still write the object's children: scaling a
+    StatefulSet by hand right after the annotation raced such a resync (CI of 87863be: it
+    scaled the master back to 1 and its pod never went away)."""
+    kubectl("annotate", kind, name, "-n", ns, "ferrymq.io/pause-reconciliation=true", "--overwrite")
+    wait_status(kind, name, ns, lambda o: condition(o, "ReconciliationPaused").get("status") == "True",
+                "reconciliation paused", timeout)
+
+
 def pod_ready(pod: dict) -> bool:
     return not pod["metadata"].get("deletionTimestamp") and any(
         c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions", []))

@@ -23,8 +23,8 @@ import time
 import pytest
 
 from e2e.kind.kube import (
-    API, BROKER_IMAGE, SPARK_IMAGE, apply, condition, get, items, kubectl, pod_ready, run_job, run_python,
-    toolbox, unique_name, wait_status,
+    API, BROKER_IMAGE, SPARK_IMAGE, apply, condition, get, items, kubectl, pause_reconciliation, pod_ready,
+    run_job, run_python, toolbox, unique_name, wait_status,
 )
 from testkit.wait import poll_until
 from testkit.certificates import make_test_certificates
@@ -650,7 +650,7 @@ def test_a_replicated_group_serves_reads_from_its_slave_while_its_master_is_down
     assert run_python(ns, SLAVE_KNOWS_TOPIC, nsrv, f"{ha}-broker-0", "replicated-orders") == [{"synced": True}]
 
     # The master goes away and stays away: reconciliation paused, its StatefulSet scaled to 0.
-    kubectl("annotate", "broker", ha, "-n", ns, "ferrymq.io/pause-reconciliation=true")
+    pause_reconciliation("broker", ha, ns)
     kubectl("scale", "statefulset", f"{ha}-broker", "-n", ns, "--replicas=0")
     poll_until("the master pod gone", lambda: get("pod", f"{ha}-broker-0", ns) is None, 180, 1)
     stored = run_python(ns, READ_ALL, nsrv, "replicated-orders")  # only the slave can answer now
@@ -719,7 +719,7 @@ def test_failover_promotes_the_slave_and_the_old_master_rejoins_as_its_slave(ns,
 
     # The master goes away and stays away (reconciliation paused, its StatefulSet at 0): after the
     # failover timeout the controller promotes the slave, which registers as the group's master.
-    kubectl("annotate", "broker", fo, "-n", ns, "ferrymq.io/pause-reconciliation=true")
+    pause_reconciliation("broker", fo, ns)
     kubectl("scale", "statefulset", f"{fo}-broker", "-n", ns, "--replicas=0")
     poll_until("the master pod gone", lambda: get("pod", f"{fo}-broker-0", ns) is None, 180, 1)
     gone = time.monotonic()
