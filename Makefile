@@ -21,11 +21,19 @@ run: $(STAMP)
 ## test: the full suite (unit, integration, compatibility with the official Java client,
 ## Spark local mode) but for its few tests of 25 s or more (test-slow); the Kubernetes layer
 ## has its own target, k8s-test
-## TEST_WORKERS: pytest processes for make test, each taking whole modules (loadfile: a module's
-## fixtures, a JVM or a Spark session, stay in one process); 1 runs the suite in one process
+## TEST_WORKERS: pytest processes for make test, each taking whole modules (a module's fixtures, a
+## JVM, stay in one process; all Spark modules share one), longest first (tests/parallel_schedule.py);
+## 1 runs the suite in one process
 TEST_WORKERS ?= 3
+TEST_ARGS = -q -ra --ignore=tests/k8s -m "not slow" $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 test: $(STAMP) chromium
-	@$(PY) -m pytest -q -ra --durations=25 --ignore=tests/k8s -m "not slow" $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+	@$(PY) -m pytest --durations=25 $(TEST_ARGS)
+
+## test-durations: run make test's suite and record each module's time in tests/module_durations.json,
+## which make test uses to start the longest modules first (commit it when modules grew or moved)
+.PHONY: test-durations
+test-durations: $(STAMP) chromium
+	@$(PY) -m pytest $(TEST_ARGS) --record-module-durations tests/module_durations.json
 
 ## test-slow: the single tests of 25 s or more (kill -9 with failover or under SYNC_FLUSH load, the controller down for
 ## long, a promoted slave firing timers, a consumer moving to the slave, the gRPC Java client's

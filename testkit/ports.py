@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import tempfile
 from pathlib import Path
@@ -26,17 +27,36 @@ def can_bind(port: int) -> bool:
 
 def free_port(exclude: Iterable[int] = ()) -> int:
     """A free TCP port P such that P-2 (a RocketMQ broker's VIP channel) and P+1 (its HA port)
-    are free too, none of them in ``exclude``: usable for any server, and for a broker."""
+    are free too, none of them in ``exclude``: usable for any server, and for a broker.
+
+    P is drawn below the kernel's ephemeral range: a port from inside it can be taken as the
+    source port of any outgoing connection between the moment it is handed out and the moment
+    its server binds it (it happened: a standalone broker of the Spark tests failed with
+    EADDRINUSE while three test processes opened connections)."""
     excluded = set(exclude)
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port - 2 < 1024 or port + 1 > 65535 or excluded & {port - 2, port, port + 1}:
+    low, high = _static_range()
+    for _ in range(400):
+        port = random.randrange(low + 2, high)
+        if excluded & {port - 2, port, port + 1}:
             continue
         if can_bind(port - 2) and can_bind(port + 1) and can_bind(port) and claim(port - 2, port, port + 1):
             return port
-    raise RuntimeError("could not find three free ports P-2, P, P+1")
+    raise RuntimeError(f"could not find three free ports P-2, P, P+1 in {low}-{high}")
+
+
+def _static_range() -> tuple[int, int]:
+    """Ports the kernel never picks for an outgoing connection: from 10000 up to its ephemeral
+    range (net.ipv4.ip_local_port_range, 32768-60999 by default), or above it when that range
+    starts too low to leave room below."""
+    try:
+        first, last = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        first, last = 32768, 60999
+    if first - 10000 >= 4096:
+        return 10000, first - 1
+    if 65535 - last >= 4096:
+        return last + 1, 65535
+    return 1024, 65535  # no static range worth the name: any port, checked as before
 
 
 def claim(*ports: int) -> bool:

@@ -9,6 +9,8 @@ from testkit.processes import StandaloneProcess
 
 from tests.support import InProcessCluster
 
+pytest_plugins = ["tests.parallel_schedule"]
+
 
 @pytest.fixture
 async def cluster(tmp_path):

@@ -35,3 +35,13 @@ def test_a_port_claimed_by_another_live_test_process_is_not_handed_out_again(tmp
         other.wait()
     assert ports.claim(40000, 40001, 40002)  # the holder ended: its claim is void
     assert (tmp_path / "40001").read_text() == str(os.getpid())
+
+
+def test_ports_handed_out_are_never_ones_the_kernel_gives_outgoing_connections(tmp_path, monkeypatch):
+    """A server's port from the ephemeral range can be taken as some connection's source port
+    before the server binds it (EADDRINUSE in a parallel run): free_port keeps out of it."""
+    monkeypatch.setattr(ports, "CLAIMS_DIR", tmp_path)
+    first, last = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    handed = [ports.free_port() for _ in range(50)]
+    assert not [p for p in handed for q in (p - 2, p, p + 1) if first <= q <= last]
+    assert len(set(handed)) == len(handed)  # each claimed: never handed out twice
