@@ -168,6 +168,11 @@ def report_rows(results: dict) -> list[tuple[str, str, str, str, str]]:
                 rows.append((f"{row}: {b} FAILED", str(why)[:100], "", "", ""))
     add("load achieved, sends/s", ("lateness", "loadRate"), ",.0f", "the rate asked (--rate)")
     add("load sends failed", ("lateness", "loadFailed"), "d", ratio=False)
+    add("load: busy refusals retried", ("lateness", "loadBusyRetries"), "d", ratio=False)
+    reasons = [", ".join(f"{k} {v}" for k, v in sorted((_get(results, b, "lateness", "loadBusyReasons") or {}).items()))
+               for b in ("FerryMQ", "Apache")]
+    if any(reasons):
+        rows.append(("load: busy refusals by the broker's reason", reasons[0] or "-", reasons[1] or "-", "", ""))
     add("timers delivered / scheduled", ("lateness", "received"), "d", ratio=False)
     add("lateness p50, ms", ("lateness", "lateness", "p50Ms"), "d")
     add("lateness p99, ms", ("lateness", "lateness", "p99Ms"), "d", f"F <= {LATE_P99_TARGET_MS:.0f}")

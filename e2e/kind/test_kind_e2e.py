@@ -14,8 +14,10 @@ test process itself only talks to the API server kind published on 127.0.0.1.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import ssl
 import subprocess
 import threading
 import time
@@ -520,7 +522,8 @@ def test_acl_and_tls_with_users_and_a_revoked_user(ns, tools, tmp_path):
             f"--key={certs['server_key']}")
     apply(ns, {"apiVersion": API, "kind": "Broker", "metadata": {"name": secure},
                "spec": {"replicas": 1, "imagePullPolicy": "Never", "storage": {"size": "1Gi", "deleteClaim": True},
-                        "acl": {"enabled": True}, "tls": {"secretName": f"{secure}-tls"}}})
+                        "acl": {"enabled": True}, "tls": {"secretName": f"{secure}-tls"},
+                        "grpc": {"enabled": True}}})
     wait_status("broker", secure, ns, lambda o: ready(o) and condition(o, "TlsReady").get("status") == "True", "Ready", 600)
     apply(ns, {"apiVersion": API, "kind": "Topic", "metadata": {"name": "payments"},
                "spec": {"brokerRef": {"name": secure}, "readQueueNums": 2, "writeQueueNums": 2}},
@@ -554,11 +557,106 @@ def test_acl_and_tls_with_users_and_a_revoked_user(ns, tools, tmp_path):
     signed = ("FERRYMQ_ACCESS_KEY=payments-app", f"FERRYMQ_SECRET_KEY={secret_key}")
     assert produce_from_toolbox("--tls-insecure", env=signed).returncode == 0
 
+    # The certificate renewed as cert-manager renews it, the Secret updated in place, while a client
+    # holds its connections: new connections get the new certificate, the old ones keep answering.
+    renewed = make_test_certificates(tmp_path / "renewed")
+    broker_host = advertised_host(ns, f"{secure}-broker-0", f"{secure}-broker-headless")
+    broker_addr, grpc_addr = f"{broker_host}:10911", f"{broker_host}:8081"
+    watch: dict = {}
+
+    def watch_renewal() -> None:
+        try:
+            watch["lines"] = run_python(ns, RENEWAL_WATCH, broker_addr, nsrv, grpc_addr, "payments-app", secret_key,
+                                        fingerprint(renewed["server_cert"]), "300")
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            watch["error"] = repr(e)
+    watcher = threading.Thread(target=watch_renewal)
+    watcher.start()
+    time.sleep(5)  # the watcher's connections are open and answering with the old certificate
+    kubectl("apply", "-f", "-", input=kubectl(
+        "create", "secret", "tls", f"{secure}-tls", "-n", ns, f"--cert={renewed['server_cert']}",
+        f"--key={renewed['server_key']}", "--dry-run=client", "-o", "yaml").stdout)
+    updated = time.time()
+    on_disk = poll_until("the renewed certificate in the broker pod's volume", lambda: renewed_pem(renewed) in kubectl(
+        "exec", "-n", ns, f"{secure}-broker-0", "--", "cat", "/etc/ferrymq-tls/tls.crt", check=False).stdout
+        and time.time(), 240, interval=2)
+    watcher.join(400)
+    summary = (watch.get("lines") or [{}])[-1]
+    print(f"certificate renewal: in the pod's volume {on_disk - updated:.0f} s after the Secret changed (kubelet); "
+          f"served by the broker {summary.get('broker_renewed_at', 0) - on_disk:.0f} s, its gRPC port "
+          f"{summary.get('grpc_renewed_at', 0) - on_disk:.0f} s and the name server "
+          f"{summary.get('namesrv_renewed_at', 0) - on_disk:.0f} s after that; {summary.get('requests')} requests "
+          f"on the connections opened before, {summary.get('failures')} failed")
+    assert summary.get("done") and {"broker_renewed_at", "namesrv_renewed_at", "grpc_renewed_at"} <= set(summary), watch
+    assert summary["failures"] == 0 and not summary["reconnected"] and summary["requests"] > 20, summary
+
     kubectl("delete", "user", "payments-app", "-n", ns, "--timeout=120s")
     # The kubelet refreshes the mounted ACL Secret within about a minute; the broker re-reads it.
     poll_until("the revoked User refused", lambda: "No acl config for payments-app" in (
         lambda p: p.stdout + p.stderr)(produce_from_toolbox("--tls-insecure", env=signed)), 240, interval=5)
     kubectl("delete", "broker", secure, "-n", ns, "--timeout=300s")
+
+
+def fingerprint(pem_path: str) -> str:
+    return hashlib.sha256(ssl.PEM_cert_to_DER_cert(open(pem_path).read())).hexdigest()
+
+
+def renewed_pem(certs: dict[str, str]) -> str:
+    return open(certs["server_cert"]).read().strip()
+
+
+RENEWAL_WATCH = """
+    import asyncio, hashlib, json, socket, ssl, sys, time
+    from ferrymq.acl.signature import Credentials, sign_request
+    from ferrymq.remoting.client import RemotingClient
+    from ferrymq.remoting.codes import RequestCode
+    from ferrymq.remoting.command import RemotingCommand
+    from ferrymq.remoting.tls import ClientTls
+
+    broker, namesrv, grpc, access_key, secret_key, renewed, seconds = sys.argv[1:8]
+    credentials = Credentials(access_key, secret_key)
+
+    def served(address):
+        # the certificate a new TLS connection gets (ALPN h2 offered, as gRPC clients do)
+        host, port = address.rsplit(":", 1)
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        context.set_alpn_protocols(["h2"])
+        with socket.create_connection((host, int(port)), timeout=5) as raw:
+            with context.wrap_socket(raw, server_hostname=host) as tls:
+                return hashlib.sha256(tls.getpeercert(binary_form=True)).hexdigest()
+
+    async def main():
+        # One client, its two connections opened now and never again: each request goes over them.
+        client = RemotingClient(tls=ClientTls(insecure=True).context(),
+                                request_hook=lambda r: sign_request(r, credentials))
+        first = {a: await client.connection(a) for a in (broker, namesrv)}
+        requests = failures = 0
+        reconnected = False
+        renewed_at = {}
+        deadline = time.monotonic() + float(seconds)
+        while time.monotonic() < deadline and len(renewed_at) < 3:
+            for name, address, request in (
+                    ("broker", broker, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)),
+                    ("namesrv", namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                                 {"topic": "payments"}))):
+                reconnected |= await client.connection(address) is not first[address]
+                try:
+                    response = await client.invoke(address, request, timeout=5)
+                    failures += response.code != 0
+                except Exception as e:
+                    failures += 1
+                    print(json.dumps({"error": f"{name}: {e!r}"}), flush=True)
+                requests += 1
+            for name, address in (("broker", broker), ("namesrv", namesrv), ("grpc", grpc)):
+                if name not in renewed_at and await asyncio.to_thread(served, address) == renewed:
+                    renewed_at[name] = time.time()
+            await asyncio.sleep(1)
+        await client.close()
+        print(json.dumps({"done": True, **{f"{k}_renewed_at": v for k, v in renewed_at.items()}, "requests": requests,
+                          "failures": failures, "reconnected": reconnected}), flush=True)
+    asyncio.run(main())
+"""
 
 
 # ------------------------------------------------------------------------------------------------

@@ -234,6 +234,8 @@ public final class TimerBench {
         }
 
         final AtomicLong busyRetries = new AtomicLong();
+        /** Busy refusals by the reason the broker gave: its remark's leading [TAG], or the error's class. */
+        final Map<String, AtomicLong> busyReasons = new ConcurrentHashMap<>();
 
         void send(Message m) throws InterruptedException {
             inflight.acquire();
@@ -259,6 +261,7 @@ public final class TimerBench {
                     public void onException(Throwable e) {
                         if (retriesLeft > 0 && isBusy(e)) {
                             busyRetries.incrementAndGet();
+                            busyReasons.computeIfAbsent(busyReason(e), k -> new AtomicLong()).incrementAndGet();
                             attempt(m, retriesLeft - 1);
                             return;
                         }
@@ -276,6 +279,18 @@ public final class TimerBench {
             String s = String.valueOf(e);
             return s.contains("broker busy") || s.contains("SYSTEM_BUSY") || s.contains("TIMEOUT_CLEAN_QUEUE")
                 || s.contains("[PC_");
+        }
+
+        private static String busyReason(Throwable e) {
+            String s = String.valueOf(e);
+            int open = s.indexOf('['), close = s.indexOf(']', open + 1);
+            return open >= 0 && close > open ? s.substring(open, close + 1) : e.getClass().getSimpleName();
+        }
+
+        Map<String, Long> busyReasonCounts() {
+            Map<String, Long> counts = new LinkedHashMap<>();
+            busyReasons.forEach((k, v) -> counts.put(k, v.get()));
+            return counts;
         }
 
         void fail(String why) {
@@ -352,7 +367,7 @@ public final class TimerBench {
             "loadAcked", load.acked.get(), "loadFailed", load.failed.get(),
             "loadRate", 1000.0 * load.acked.get() / Math.max(1, loadEnd - start),
             "loadFirstError", load.firstError.get(), "loadBusyRetries", load.busyRetries.get(),
-            "timersAcked", sentTimers, "timersFailed", timerSender.failed.get(),
+            "loadBusyReasons", load.busyReasonCounts(), "timersAcked", sentTimers, "timersFailed", timerSender.failed.get(),
             "timersFirstError", timerSender.firstError.get(),
             "received", Math.min(received.get(), timers), "duplicates", duplicates.get(), "lateness", r,
             "storedLateness", summary(storedLateness));
