@@ -25,7 +25,7 @@ run: $(STAMP)
 ## JVM, stay in one process; all Spark modules share one), longest first (tests/parallel_schedule.py);
 ## 1 runs the suite in one process
 TEST_WORKERS ?= 3
-TEST_ARGS = -q -ra --ignore=tests/k8s -m "not slow" $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+TEST_ARGS = -q -ra --ignore=tests/k8s -m "not slow" $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 test: $(STAMP) chromium
 	@$(PY) -m pytest --durations=25 $(TEST_ARGS)
 

@@ -1,16 +1,20 @@
 """How ``make test`` spreads test modules over its parallel processes (pytest-xdist, ``--dist
-loadgroup``).
+loadfile``, with the scheduler below in place of xdist's own).
 
 * Every module is one unit of work (its module-scoped brokers and JVMs start once), except that
   all of ``tests/spark/`` is one unit: each process that runs a Spark test starts a Spark session
-  of its own (20-35 s of JVM start-up on this machine), so they all go to one.
-* Units start longest first (the longest-processing-time rule): xdist hands units out in
-  collection order, and a long module collected late ran on after the others had finished (the
-  suite's wall time was that tail). The lengths come from ``tests/module_durations.json``, which
-  ``make test-durations`` rewrites from a run of the suite; a module it does not know counts as
-  the median.
+  of its own (20-50 s of JVM start-up on this machine), so they all go to one.
+* Units start longest first (the longest-processing-time rule) rather than in xdist's order (the
+  units with the most tests first, whatever they cost). The lengths come from
+  ``tests/module_durations.json``, which ``make test-durations`` rewrites from a run of the suite; a
+  module it does not know counts as the median.
 
-Without xdist (or with another ``--dist``) the marks are inert and only the order changes.
+Not ``--dist loadgroup`` with ``xdist_group`` marks: pytest-xdist 3.8 groups by a suffix it writes
+into ``item._nodeid``, which pytest 9.2 no longer reads (``Node.nodeid`` comes from ``_id``), so
+every test became a unit of its own and module fixtures started once per process that ran one of
+their tests (an Apache broker three times; measured on 2026-11-29).
+
+Without xdist only the order changes.
 """
 
 from __future__ import annotations
@@ -32,8 +36,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="write each test module's total time (setup, call, teardown) to PATH as JSON")
 
 
+def module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def unit_of(nodeid: str) -> str:
-    module = nodeid.split("::", 1)[0]
+    module = module_of(nodeid)
     return next((unit for prefix, unit in SHARED_UNITS.items() if module.startswith(prefix)), module)
 
 
@@ -44,21 +52,33 @@ def _known_durations() -> dict[str, float]:
         return {}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+@pytest.hookimpl(tryfirst=True)  # before pytest's own reordering by fixture, which keeps this order otherwise
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     known = _known_durations()
-    modules = {item.nodeid.split("::", 1)[0] for item in items}
     default = statistics.median(known.values()) if known else 0.0
     cost: dict[str, float] = defaultdict(float)
-    for module in modules:
+    for module in {module_of(item.nodeid) for item in items}:
         cost[unit_of(module)] += known.get(module, default)
     first_seen: dict[str, int] = {}
     for index, item in enumerate(items):
-        unit = unit_of(item.nodeid)
-        first_seen.setdefault(unit, index)
-        item.add_marker(pytest.mark.xdist_group(unit))
+        first_seen.setdefault(unit_of(item.nodeid), index)
     # stable: within a unit the collection order stays
     items.sort(key=lambda item: (-cost[unit_of(item.nodeid)], first_seen[unit_of(item.nodeid)]))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """For ``--dist loadfile``: units as above, handed out in collection order (longest first)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleUnits(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    config.option.loadscopereorder = False  # keep the longest-first order collection gave
+    return ModuleUnits(config, log)
 
 
 class _Recorder:
@@ -67,7 +87,7 @@ class _Recorder:
         self.seconds: dict[str, float] = defaultdict(float)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.seconds[report.nodeid.split("::", 1)[0]] += report.duration
+        self.seconds[module_of(report.nodeid)] += report.duration
 
     def pytest_sessionfinish(self) -> None:
         self.path.write_text(json.dumps({k: round(v, 1) for k, v in sorted(self.seconds.items())}, indent=1) + "\n")
