@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections import deque
 import socket
 import tempfile
 from pathlib import Path
@@ -12,6 +13,9 @@ from typing import Iterable
 # Ports handed out by any process of this machine (test modules run in parallel processes):
 # one file per port holding the claimant's pid; a claim of a process that has ended is void.
 CLAIMS_DIR = Path(tempfile.gettempdir()) / f"ferrymq-test-ports-{os.getuid()}"
+# Ports this process handed out lately: a process may claim its own ports again, so without this
+# two draws of one test (two brokers set up before either binds) could get the same port.
+_RECENT: deque[int] = deque(maxlen=1536)
 
 
 def can_bind(port: int) -> bool:
@@ -33,13 +37,14 @@ def free_port(exclude: Iterable[int] = ()) -> int:
     source port of any outgoing connection between the moment it is handed out and the moment
     its server binds it (it happened: a standalone broker of the Spark tests failed with
     EADDRINUSE while three test processes opened connections)."""
-    excluded = set(exclude)
+    excluded = set(exclude) | set(_RECENT)
     low, high = _static_range()
     for _ in range(400):
         port = random.randrange(low + 2, high)
         if excluded & {port - 2, port, port + 1}:
             continue
         if can_bind(port - 2) and can_bind(port + 1) and can_bind(port) and claim(port - 2, port, port + 1):
+            _RECENT.extend((port - 2, port, port + 1))
             return port
     raise RuntimeError(f"could not find three free ports P-2, P, P+1 in {low}-{high}")
 

@@ -56,14 +56,18 @@ def _known_durations() -> dict[str, float]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     known = _known_durations()
     default = statistics.median(known.values()) if known else 0.0
+    units = {module: unit_of(module) for module in {module_of(item.nodeid) for item in items}}
     cost: dict[str, float] = defaultdict(float)
-    for module in {module_of(item.nodeid) for item in items}:
-        cost[unit_of(module)] += known.get(module, default)
+    for module, unit in units.items():
+        cost[unit] += known.get(module, default)
     first_seen: dict[str, int] = {}
     for index, item in enumerate(items):
-        first_seen.setdefault(unit_of(item.nodeid), index)
-    # stable: within a unit the collection order stays
-    items.sort(key=lambda item: (-cost[unit_of(item.nodeid)], first_seen[unit_of(item.nodeid)]))
+        first_seen.setdefault(units[module_of(item.nodeid)], index)
+
+    def longest_first(item: pytest.Item) -> tuple[float, int]:
+        unit = units[module_of(item.nodeid)]
+        return -cost[unit], first_seen[unit]  # a unit's own items keep their collection order
+    items.sort(key=longest_first)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -21,6 +21,7 @@ import ssl
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -560,6 +561,7 @@ def test_acl_and_tls_with_users_and_a_revoked_user(ns, tools, tmp_path):
     # The certificate renewed as cert-manager renews it, the Secret updated in place, while a client
     # holds its connections: new connections get the new certificate, the old ones keep answering.
     renewed = make_test_certificates(tmp_path / "renewed")
+    renewed_cert = Path(renewed["server_cert"]).read_text().strip()
     broker_host = advertised_host(ns, f"{secure}-broker-0", f"{secure}-broker-headless")
     broker_addr, grpc_addr = f"{broker_host}:10911", f"{broker_host}:8081"
     watch: dict = {}
@@ -567,7 +569,7 @@ def test_acl_and_tls_with_users_and_a_revoked_user(ns, tools, tmp_path):
     def watch_renewal() -> None:
         try:
             watch["lines"] = run_python(ns, RENEWAL_WATCH, broker_addr, nsrv, grpc_addr, "payments-app", secret_key,
-                                        fingerprint(renewed["server_cert"]), "300")
+                                        fingerprint(renewed_cert), "300")
         except Exception as e:  # noqa: BLE001 - reported by the assertion below
             watch["error"] = repr(e)
     watcher = threading.Thread(target=watch_renewal)
@@ -582,7 +584,7 @@ def test_acl_and_tls_with_users_and_a_revoked_user(ns, tools, tmp_path):
     def renewed_on_disk() -> bool:
         # each pod's kubelet refreshes its Secret volume on its own schedule
         for pod in (f"{secure}-broker-0", f"{secure}-namesrv-0"):
-            if pod not in on_disk and renewed_pem(renewed) in kubectl(
+            if pod not in on_disk and renewed_cert in kubectl(
                     "exec", "-n", ns, pod, "--", "cat", "/etc/ferrymq-tls/tls.crt", check=False).stdout:
                 on_disk[pod] = time.time()
         return len(on_disk) == 2
@@ -606,12 +608,9 @@ def test_acl_and_tls_with_users_and_a_revoked_user(ns, tools, tmp_path):
     kubectl("delete", "broker", secure, "-n", ns, "--timeout=300s")
 
 
-def fingerprint(pem_path: str) -> str:
-    return hashlib.sha256(ssl.PEM_cert_to_DER_cert(open(pem_path).read())).hexdigest()
-
-
-def renewed_pem(certs: dict[str, str]) -> str:
-    return open(certs["server_cert"]).read().strip()
+def fingerprint(pem: str) -> str:
+    """SHA-256 of a PEM certificate's DER form, as RENEWAL_WATCH computes it for a served one."""
+    return hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
 
 
 RENEWAL_WATCH = """
