@@ -1,10 +1,11 @@
 """RocketMQ 5 (gRPC) clients as peers: the official Java client
 (``org.apache.rocketmq:rocketmq-client-java`` from Maven Central) and Node.js client
-(``rocketmq-client-nodejs`` from npm) as scriptable peers, cached under ``<repo>/.cache/``:
+(``rocketmq-client-nodejs`` from npm) as scriptable peers, built once per machine
+(:mod:`testkit.build_cache`, under ``~/.cache/ferrymq-k8s/builds``):
 
-* ``.cache/rocketmq-client-java-5/lib``  the Java client jar (shaded), by Maven
-* ``.cache/compat-java5/classes``        ``tests/compat/java5/src/main/java`` compiled by javac
-* ``.cache/node-rocketmq5``              ``tests/compat/node5`` with its npm install
+* ``rocketmq-client-java5-lib-<key>``  the Java client jar (shaded), by Maven
+* ``compat-classes-java5-<key>``       ``tests/compat/java5/src/main/java`` compiled by javac
+* ``node-rocketmq5-<key>``             ``tests/compat/node5`` with its npm install
 
 Both programs print one JSON event per line; :func:`run_grpc_java` and :func:`run_grpc_node`
 return them as :class:`JavaEvents`. Unreachable registries raise :class:`CompatUnavailable`
@@ -14,37 +15,29 @@ return them as :class:`JavaEvents`. Unreachable registries raise :class:`CompatU
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import threading
 import uuid
 from pathlib import Path
 
-from testkit.java_client import (CACHE_DIR, MAVEN_REPO, REPO_ROOT, CompatError, CompatUnavailable, JavaClientError,
-                                 JavaEvents, maven_lock, run_to_end, session_dir)
+from testkit import build_cache
+from testkit.java_client import (REPO_ROOT, CompatError, CompatUnavailable, JavaClientError, JavaEvents, compile_java,
+                                 copy_dependencies, run_to_end, session_dir)
 from testkit.ports import free_port
 from testkit.processes import StandaloneProcess
 
-__all__ = ["JAVA5_VERSION", "ensure_java5_classes", "ensure_node5", "grpc_standalone", "parse_events",
+__all__ = ["JAVA5_VERSION", "ensure_java5_classes", "ensure_node5", "java5_dirs", "grpc_standalone", "parse_events",
            "run_grpc_java", "run_grpc_node", "running_grpc_standalone", "unique_names"]
 
 JAVA5_VERSION = "5.2.0"  # in tests/compat/java5/pom.xml
 HERE = REPO_ROOT / "tests" / "compat"  # the client programs' sources
 JAVA5_PROJECT = HERE / "java5"
-JAVA5_LIB = CACHE_DIR / "rocketmq-client-java-5" / "lib"
-JAVA5_CLASSES = CACHE_DIR / "compat-java5" / "classes"
 NODE5_PROJECT = HERE / "node5"
-NODE5_DIR = CACHE_DIR / "node-rocketmq5"
-DEPENDENCY_PLUGIN = "3.6.1"
 GRPC5_MAIN = "ferrymq.compat5.Grpc5"
 JVM_OPTS = ("-Xms32m", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData")
-_NETWORK_HINTS = ("Could not transfer", "Could not resolve", "UnknownHost", "Connection refused", "timed out",
-                  "ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "network")
-_lock = threading.Lock()
+_NPM_NETWORK_HINTS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ECONNRESET", "network")
 
 
 def _tool(name: str) -> str:
@@ -54,93 +47,53 @@ def _tool(name: str) -> str:
     return path
 
 
-def _digest(*paths: Path) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        h.update(str(p.name).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
+def java5_dirs(timeout: float = 270) -> tuple[Path, Path]:
+    """Our Java 5 program's classes and the client's jars (resolved and compiled once per machine)."""
+    pom = JAVA5_PROJECT / "pom.xml"
+    sources = sorted((JAVA5_PROJECT / "src" / "main" / "java").rglob("*.java"))
+    lib = build_cache.cached(
+        "rocketmq-client-java5-lib", build_cache.digest([pom], JAVA5_PROJECT),
+        lambda out: _copy_client_jars(pom, out, timeout))
+    classes = build_cache.cached(
+        "compat-classes-java5", build_cache.digest([pom, *sources], JAVA5_PROJECT, lib.name),
+        lambda out: compile_java(sources, str(lib / "*"), out))
+    return classes, lib
 
 
-class _FileLock:
-    def __init__(self, name: str) -> None:
-        self.path = CACHE_DIR / "locks" / name
-
-    def __enter__(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fh = open(self.path, "a+")
-        fcntl.flock(self.fh, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        fcntl.flock(self.fh, fcntl.LOCK_UN)
-        self.fh.close()
-
-
-def _run_fetch(cmd: list[str], cwd: Path, what: str, timeout: float) -> None:
-    try:
-        proc = subprocess.run(cmd, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise CompatUnavailable(f"{what} took more than {timeout:.0f}s") from None
-    if proc.returncode != 0:
-        output = proc.stdout + proc.stderr
-        network = [ln for ln in output.splitlines() if any(h in ln for h in _NETWORK_HINTS)]
-        if network:
-            raise CompatUnavailable(f"{what}: {network[0].strip()[:300]}")
-        raise CompatError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{output[-4000:]}")
+def _copy_client_jars(pom: Path, out: Path, timeout: float) -> None:
+    copy_dependencies(pom, out, what="resolving rocketmq-client-java with Maven", timeout=timeout)
+    if not list(out.glob("rocketmq-client-java-*.jar")):
+        raise CompatError(f"Maven succeeded but {out} holds no rocketmq-client-java jar")
 
 
 def ensure_java5_classes(timeout: float = 270) -> str:
     """The classpath of our Java 5 program and the client jar (resolved and compiled once)."""
-    pom = JAVA5_PROJECT / "pom.xml"
-    sources = sorted((JAVA5_PROJECT / "src" / "main" / "java").rglob("*.java"))
-    with _lock, _FileLock("java5.lock"):
-        stamp = JAVA5_LIB / ".stamp"
-        want = _digest(pom)
-        if not (stamp.is_file() and stamp.read_text().strip() == want):
-            staging = JAVA5_LIB.with_name("lib.partial")
-            shutil.rmtree(staging, ignore_errors=True)
-            with maven_lock():
-                _run_fetch([_tool("mvn"), "-q", "-B", "-f", str(pom), f"-Dmaven.repo.local={MAVEN_REPO}",
-                            f"org.apache.maven.plugins:maven-dependency-plugin:{DEPENDENCY_PLUGIN}:copy-dependencies",
-                            "-DincludeScope=runtime", f"-DoutputDirectory={staging}"],
-                           JAVA5_PROJECT, "resolving rocketmq-client-java with Maven", timeout)
-            if not list(staging.glob("rocketmq-client-java-*.jar")):
-                raise CompatError(f"Maven succeeded but {staging} holds no rocketmq-client-java jar")
-            shutil.rmtree(JAVA5_LIB, ignore_errors=True)
-            staging.rename(JAVA5_LIB)
-            stamp.write_text(want + "\n")
-        stamp = JAVA5_CLASSES / ".stamp"
-        want = _digest(pom, *sources)
-        if not (stamp.is_file() and stamp.read_text().strip() == want):
-            staging = JAVA5_CLASSES.with_name("classes.partial")
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir(parents=True)
-            proc = subprocess.run([_tool("javac"), "-encoding", "UTF-8", "-nowarn", "-d", str(staging),
-                                   "-cp", str(JAVA5_LIB / "*"), *map(str, sources)],
-                                  capture_output=True, text=True, stdin=subprocess.DEVNULL)
-            if proc.returncode != 0:
-                raise CompatError(f"javac failed:\n{proc.stdout}{proc.stderr}")
-            shutil.rmtree(JAVA5_CLASSES, ignore_errors=True)
-            staging.rename(JAVA5_CLASSES)
-            stamp.write_text(want + "\n")
-    return os.pathsep.join([str(JAVA5_CLASSES), str(JAVA5_LIB / "*")])
+    classes, lib = java5_dirs(timeout)
+    return os.pathsep.join([str(classes), str(lib / "*")])
 
 
 def ensure_node5(timeout: float = 270) -> Path:
-    """``tests/compat/node5`` installed with npm under .cache (once per package.json)."""
-    package = NODE5_PROJECT / "package.json"
-    with _lock, _FileLock("node5.lock"):
-        stamp = NODE5_DIR / ".stamp"
-        want = _digest(package, *sorted(NODE5_PROJECT.glob("*.js")))
-        if not (stamp.is_file() and stamp.read_text().strip() == want):
-            NODE5_DIR.mkdir(parents=True, exist_ok=True)
-            for f in [package, *NODE5_PROJECT.glob("*.js")]:
-                shutil.copy2(f, NODE5_DIR / f.name)
-            _run_fetch([_tool("npm"), "install", "--no-audit", "--no-fund", "--loglevel=error"], NODE5_DIR,
-                       "installing rocketmq-client-nodejs with npm", timeout)
-            stamp.write_text(want + "\n")
-    return NODE5_DIR
+    """``tests/compat/node5`` installed with npm, once per machine for its ``package.json`` and scripts."""
+    files = [NODE5_PROJECT / "package.json", *sorted(NODE5_PROJECT.glob("*.js"))]
+    return build_cache.cached("node-rocketmq5", build_cache.digest(files, NODE5_PROJECT),
+                              lambda out: _npm_install(files, out, timeout))
+
+
+def _npm_install(files: list[Path], out: Path, timeout: float) -> None:
+    for f in files:
+        shutil.copy2(f, out / f.name)
+    what = "installing rocketmq-client-nodejs with npm"
+    try:
+        proc = subprocess.run([_tool("npm"), "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=out,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CompatUnavailable(f"{what} took more than {timeout:.0f}s") from None
+    if proc.returncode != 0:
+        output = proc.stdout + proc.stderr
+        network = [ln for ln in output.splitlines() if any(h in ln for h in _NPM_NETWORK_HINTS)]
+        if network:
+            raise CompatUnavailable(f"{what}: {network[0].strip()[:300]}")
+        raise CompatError(f"{what} failed (exit {proc.returncode})\n{output[-4000:]}")
 
 
 def _run(cmd: list[str], what: str, timeout: float, check: bool, env: dict | None = None) -> JavaEvents:

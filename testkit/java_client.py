@@ -4,17 +4,18 @@ never mix): 4.9.7 (``tests/compat/java``: client, mqadmin, name server, broker) 
 (``tests/compat/java53``: the remoting client and the broker; 5.3.1's name server is not on
 Maven Central, the 4.9.7 one serves its broker).
 
-Everything downloaded or built lives under ``<repo>/.cache/`` (git-ignored):
+Everything downloaded or built is kept once per machine (:mod:`testkit.build_cache`), so a fresh
+clone reuses it:
 
-* ``~/.cache/ferrymq-k8s/maven-repo`` Maven's local repository (``-Dmaven.repo.local``), shared by
-  every clone on the machine (``FERRYMQ_MAVEN_REPO`` to put it elsewhere)
-* ``.cache/rocketmq-4.9.7/lib/*.jar`` client, tools (mqadmin), name server, broker + deps
-* ``.cache/compat-java/classes``      ``tests/compat/java/src/main/java`` compiled by javac
-* ``.cache/rocketmq-5.3.1/lib/*.jar`` and ``.cache/compat-java53/classes``: the same for 5.3.1
-* ``.cache/rocketmq-5.3.2/lib/*.jar``: 5.3.2 (``ROCKETMQ532_VERSION``, the first broker with
-  RECALL_MESSAGE), resolved from the same ``tests/compat/java53`` project
-* ``.cache/rocketmq-5.2.0/lib/*.jar``: Apache's gRPC proxy 5.2.0 (``PROXY_VERSION``,
-  ``tests/compat/proxy52``) and its dependencies; :mod:`testkit.apache` runs it
+* ``~/.cache/ferrymq-k8s/maven-repo`` Maven's local repository (``-Dmaven.repo.local``;
+  ``FERRYMQ_MAVEN_REPO`` to put it elsewhere)
+* ``~/.cache/ferrymq-k8s/builds/rocketmq-<version>-lib-<key>``: one version's jars, copied out of
+  it (4.9.7: client, tools (mqadmin), name server, broker; 5.3.1: the remoting client and broker;
+  5.3.2, ``ROCKETMQ532_VERSION``, the first broker with RECALL_MESSAGE, from the same
+  ``tests/compat/java53`` project; 5.2.0, ``PROXY_VERSION``, Apache's gRPC proxy from
+  ``tests/compat/proxy52``, which :mod:`testkit.apache` runs)
+* ``~/.cache/ferrymq-k8s/builds/compat-classes-<version>-<key>``: that version's
+  ``src/main/java`` (``tests/compat/java`` for 4.9.7) compiled by javac against them
 
 * :func:`ensure_rocketmq_jars` / :func:`ensure_compat_classes` / :func:`java_classpath`
 * :func:`run_java_client` runs ``ferrymq.compat.ProduceConsume`` and returns its JSON events;
@@ -28,9 +29,6 @@ The Apache name server and broker processes are :mod:`testkit.apache`. Only thes
 from __future__ import annotations
 
 import atexit
-import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import re
@@ -44,8 +42,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 from xml.sax.saxutils import escape as _xml_escape
+
+from testkit import build_cache
 
 __all__ = [
     "ROCKETMQ_VERSION",
@@ -60,6 +60,8 @@ __all__ = [
     "ensure_rocketmq_jars",
     "ensure_compat_classes",
     "maven_lock",
+    "copy_dependencies",
+    "compile_java",
     "java_classpath",
     "java_client_command",
     "run_java_client",
@@ -79,7 +81,6 @@ ROCKETMQ532_VERSION = "5.3.2"
 PROXY_VERSION = "5.2.0"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CACHE_DIR = REPO_ROOT / ".cache"
 # Maven Central's jars do not change with our sources: one local repository for every clone on
 # the machine, beside the other downloads kept across clones (~/.cache/ferrymq-k8s), so a fresh
 # clone does not fetch ~170 MB in its first tests.
@@ -88,16 +89,12 @@ MAVEN_REPO = Path(os.environ.get("FERRYMQ_MAVEN_REPO") or Path.home() / ".cache"
 
 @dataclass(frozen=True)
 class _Toolchain:
-    """One RocketMQ version's Maven project, its jars and our programs compiled against them."""
+    """One RocketMQ version's Maven project; its jars and our programs compiled against them are
+    builds of :mod:`testkit.build_cache`."""
 
     version: str
     project: Path  # pom.xml and src/main/java
-    classes: Path
     more_sources: Path | None = None  # programs for this version only (another project's src/main/java)
-
-    @property
-    def lib(self) -> Path:
-        return CACHE_DIR / f"rocketmq-{self.version}" / "lib"
 
     @property
     def sources(self) -> list[Path]:
@@ -105,17 +102,13 @@ class _Toolchain:
         return roots + ([self.more_sources / "src" / "main" / "java"] if self.more_sources else [])
 
 
+_COMPAT = REPO_ROOT / "tests" / "compat"
 _TOOLCHAINS = {
-    ROCKETMQ_VERSION: _Toolchain(ROCKETMQ_VERSION, REPO_ROOT / "tests" / "compat" / "java",
-                                 CACHE_DIR / "compat-java" / "classes"),
-    ROCKETMQ5_VERSION: _Toolchain(ROCKETMQ5_VERSION, REPO_ROOT / "tests" / "compat" / "java53",
-                                  CACHE_DIR / "compat-java53" / "classes"),
-    ROCKETMQ532_VERSION: _Toolchain(ROCKETMQ532_VERSION, REPO_ROOT / "tests" / "compat" / "java53",
-                                    CACHE_DIR / "compat-java532" / "classes",
-                                    REPO_ROOT / "tests" / "compat" / "java532"),
+    ROCKETMQ_VERSION: _Toolchain(ROCKETMQ_VERSION, _COMPAT / "java"),
+    ROCKETMQ5_VERSION: _Toolchain(ROCKETMQ5_VERSION, _COMPAT / "java53"),
+    ROCKETMQ532_VERSION: _Toolchain(ROCKETMQ532_VERSION, _COMPAT / "java53", _COMPAT / "java532"),
     # jars only (no programs of ours): the proxy runs from them, see testkit/apache.py
-    PROXY_VERSION: _Toolchain(PROXY_VERSION, REPO_ROOT / "tests" / "compat" / "proxy52",
-                              CACHE_DIR / "compat-proxy52" / "classes"),
+    PROXY_VERSION: _Toolchain(PROXY_VERSION, _COMPAT / "proxy52"),
 }
 
 
@@ -210,30 +203,50 @@ def _require_tool(name: str) -> str:
     return path
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    """Serialise cache builds between concurrent pytest processes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def maven_lock():
     """One Maven at a time on the machine: clones and pytest processes share MAVEN_REPO, and
     Maven 3.8 does not lock the artifacts it downloads into it."""
-    return _file_lock(MAVEN_REPO.with_name(MAVEN_REPO.name + ".lock"))
+    return build_cache.file_lock(MAVEN_REPO.with_name(MAVEN_REPO.name + ".lock"))
 
 
-def _digest(paths: Iterable[Path], root: Path, extra: str = "") -> str:
-    h = hashlib.sha256(extra.encode())
-    for p in sorted(paths):
-        h.update(str(p.relative_to(root)).encode() + b"\0")
-        h.update(p.read_bytes() + b"\0")
-    return h.hexdigest()
+def copy_dependencies(pom: Path, output: Path, *, what: str, timeout: float, args: Sequence[str] = ()) -> None:
+    """``mvn dependency:copy-dependencies`` of ``pom``'s runtime scope into ``output``, with the
+    machine's Maven repository. Raises :class:`CompatUnavailable` when the registry cannot be
+    reached or it takes over ``timeout`` seconds, :class:`CompatError` for any other failure."""
+    cmd = [
+        _require_tool("mvn"), "-q", "-B", "-f", str(pom),
+        # e.g. FERRYMQ_COMPAT_MAVEN_ARGS="-s /path/settings.xml" for a mirror or proxy
+        *shlex.split(os.environ.get("FERRYMQ_COMPAT_MAVEN_ARGS", "")),
+        f"-Dmaven.repo.local={MAVEN_REPO}", *args,
+        # fully qualified: no plugin-prefix look-up (which hides the network error)
+        f"org.apache.maven.plugins:maven-dependency-plugin:{_DEPENDENCY_PLUGIN}:copy-dependencies",
+        "-DincludeScope=runtime", f"-DoutputDirectory={output}",
+    ]
+    with maven_lock():
+        try:
+            proc = subprocess.run(cmd, cwd=pom.parent, stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise CompatUnavailable(f"{what} took more than {timeout:.0f}s") from None
+    if proc.returncode != 0:
+        output_text = proc.stdout + proc.stderr
+        network = [ln for ln in output_text.splitlines() if _NETWORK_FAILURE.search(ln)]
+        if network:
+            raise CompatUnavailable(f"{what}: {_maven_failure_reason(network[0])}")
+        raise CompatError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{output_text[-4000:]}")
+
+
+def compile_java(sources: Sequence[Path], classpath: str, output: Path) -> None:
+    """javac ``sources`` against ``classpath`` into ``output``."""
+    if not sources:
+        raise CompatError("no Java sources to compile")
+    proc = subprocess.run(
+        [_require_tool("javac"), "-encoding", "UTF-8", "-nowarn", "-Xlint:none", "-d", str(output),
+         "-cp", classpath, *map(str, sources)],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL,
+    )
+    if proc.returncode != 0:
+        raise CompatError(f"javac failed:\n{proc.stdout}{proc.stderr}")
 
 
 _jars_lock = threading.Lock()
@@ -241,74 +254,36 @@ _jars_failures: dict[str, CompatUnavailable] = {}
 
 
 def ensure_rocketmq_jars(version: str = ROCKETMQ_VERSION, *, timeout: float = 270) -> Path:
-    """Resolve one RocketMQ version's jars with Maven once; return the lib directory holding them.
+    """Resolve one RocketMQ version's jars with Maven once per machine; return the directory
+    holding them (a build keyed by the version and its ``pom.xml``).
 
-    Cached by a stamp (hash of the version's ``pom.xml``) in the lib directory. Raises
-    :class:`CompatUnavailable` when Maven Central cannot be reached or the download takes over
-    ``timeout`` seconds (kept under pytest's 300 s timeout; remembered for the rest of the
+    Raises :class:`CompatUnavailable` when Maven Central cannot be reached or the download takes
+    over ``timeout`` seconds (kept under pytest's 300 s timeout; remembered for the rest of the
     process, so Maven runs once), :class:`CompatError` for any other failure.
     """
     chain = _toolchain(version)
-    lib = chain.lib
     pom = chain.project / "pom.xml"
-    stamp = lib / ".stamp"
-    want = _digest([pom], chain.project, version)
-    with _jars_lock:
-        if stamp.is_file() and stamp.read_text().strip() == want:
-            return lib
+
+    def resolve(lib: Path) -> None:
         if version in _jars_failures:
             raise _jars_failures[version]
-        mvn = _require_tool("mvn")
         _require_tool("java")
-        with maven_lock():
-            if stamp.is_file() and stamp.read_text().strip() == want:
-                return lib
-            staging = lib.with_name(lib.name + ".partial")
-            shutil.rmtree(staging, ignore_errors=True)
-            cmd = [
-                mvn, "-q", "-B", "-U", "-f", str(pom),
-                # e.g. FERRYMQ_COMPAT_MAVEN_ARGS="-s /path/settings.xml" for a mirror or proxy
-                *shlex.split(os.environ.get("FERRYMQ_COMPAT_MAVEN_ARGS", "")),
-                f"-Dmaven.repo.local={MAVEN_REPO}",
-                f"-Drocketmq.version={version}",  # a project may serve several versions
-                # fully qualified: no plugin-prefix look-up (which hides the network error)
-                f"org.apache.maven.plugins:maven-dependency-plugin:{_DEPENDENCY_PLUGIN}"
-                ":copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={staging}",
-            ]
-            t0 = time.monotonic()
-            try:
-                proc = subprocess.run(
-                    cmd, cwd=chain.project, stdin=subprocess.DEVNULL, capture_output=True,
-                    text=True, timeout=timeout,
-                )
-            except subprocess.TimeoutExpired:
-                failure = _jars_failures[version] = CompatUnavailable(
-                    f"`mvn dependency:copy-dependencies` took more than {timeout:.0f}s"
-                )
-                raise failure from None
-            output = proc.stdout + proc.stderr
-            if proc.returncode != 0:
-                network = [ln for ln in output.splitlines() if _NETWORK_FAILURE.search(ln)]
-                if network:
-                    failure = _jars_failures[version] = CompatUnavailable(_maven_failure_reason(network[0]))
-                    raise failure
-                raise CompatError(
-                    f"mvn failed (exit {proc.returncode}): {' '.join(cmd)}\n{output[-4000:]}"
-                )
-            jars = list(staging.glob("*.jar"))
-            if not any(j.name.startswith("rocketmq-broker-") for j in jars):
-                raise CompatError(f"mvn succeeded but {staging} holds no rocketmq-broker jar")
-            shutil.rmtree(lib, ignore_errors=True)
-            staging.rename(lib)
-            stamp.write_text(want + "\n")
-            print(
-                f"compat: resolved {len(jars)} RocketMQ {version} jars into {lib} "
-                f"in {time.monotonic() - t0:.1f}s",
-                file=sys.stderr,
-            )
-    return lib
+        t0 = time.monotonic()
+        try:
+            copy_dependencies(pom, lib, what=f"resolving RocketMQ {version} with Maven", timeout=timeout,
+                              args=["-U", f"-Drocketmq.version={version}"])  # a project may serve several versions
+        except CompatUnavailable as e:
+            _jars_failures[version] = e
+            raise
+        jars = list(lib.glob("*.jar"))
+        if not any(j.name.startswith("rocketmq-broker-") for j in jars):
+            raise CompatError(f"mvn succeeded but {lib} holds no rocketmq-broker jar")
+        print(f"compat: resolved {len(jars)} RocketMQ {version} jars in {time.monotonic() - t0:.1f}s",
+              file=sys.stderr)
+
+    with _jars_lock:
+        return build_cache.cached(f"rocketmq-{version}-lib", build_cache.digest([pom], chain.project, version),
+                                  resolve)
 
 
 def _maven_failure_reason(line: str) -> str:
@@ -323,43 +298,22 @@ def _maven_failure_reason(line: str) -> str:
 
 
 def ensure_compat_classes(version: str = ROCKETMQ_VERSION) -> Path:
-    """Compile the version's ``src/main/java`` (``tests/compat/java`` for 4.9.7) with javac
-    against its jars (only when sources changed)."""
+    """The version's ``src/main/java`` (``tests/compat/java`` for 4.9.7) compiled with javac
+    against its jars, once per machine for given sources and jars."""
     chain = _toolchain(version)
     lib = ensure_rocketmq_jars(version)
-    classes = chain.classes
     sources = sorted(p for root in chain.sources for p in root.rglob("*.java"))
     if not sources:
         raise CompatError(f"no Java sources under {chain.sources[0]}")
-    jar_names = ",".join(sorted(p.name for p in lib.glob("*.jar")))
-    want = _digest(sources, chain.project.parent, jar_names)
-    stamp = classes / ".stamp"
-    if stamp.is_file() and stamp.read_text().strip() == want:
-        return classes
-    javac = _require_tool("javac")
-    with _file_lock(CACHE_DIR / "locks" / "javac.lock"):
-        if stamp.is_file() and stamp.read_text().strip() == want:
-            return classes
-        staging = classes.with_name(classes.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        cmd = [
-            javac, "-encoding", "UTF-8", "-nowarn", "-Xlint:none", "-d", str(staging),
-            "-cp", str(lib / "*"), *map(str, sources),
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            raise CompatError(f"javac failed:\n{proc.stdout}{proc.stderr}")
-        shutil.rmtree(classes, ignore_errors=True)
-        staging.rename(classes)
-        stamp.write_text(want + "\n")
-    return classes
+    key = build_cache.digest(sources, _COMPAT, lib.name)
+    return build_cache.cached(f"compat-classes-{version}", key,
+                              lambda classes: compile_java(sources, str(lib / "*"), classes))
 
 
 def java_classpath(version: str = ROCKETMQ_VERSION) -> str:
     """Classpath with our compiled programs and one version's RocketMQ jars (built if needed)."""
     classes = ensure_compat_classes(version)
-    return os.pathsep.join([str(classes), str(_toolchain(version).lib / "*")])
+    return os.pathsep.join([str(classes), str(ensure_rocketmq_jars(version) / "*")])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from testkit.grpc_clients import JAVA5_CLASSES, JAVA5_LIB, JVM_OPTS, ensure_java5_classes
+from testkit.grpc_clients import JVM_OPTS, java5_dirs
 from testkit.java_client import client_jvm_args, ensure_compat_classes, ensure_rocketmq_jars, write_rocketmq_home
 
 ROOT = PurePosixPath("/java")  # the emptyDir, mounted here in every container of the pod
@@ -52,23 +52,23 @@ CLIENT5 = JavaClient(f"{ROOT}/classes5:{ROOT}/lib5/*",
                      (*JVM_OPTS, f"-Duser.home={LOGS}", "-Dsun.net.inetaddr.ttl=5", "-Dnetworkaddress.cache.ttl=5"))
 
 
-def _no_stamp(t: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    return None if t.name.endswith(".stamp") else t
+def _no_marker(t: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    return None if t.name.endswith(".complete") else t  # testkit.build_cache's own file
 
 
 def bundle() -> bytes:
     """A tar of lib/ (the 4.9.7 jars), classes/ (our programs for it), lib5/ (the 5.x client
     jar), classes5/ (our programs for it) and home/ (ROCKETMQ_HOME)."""
     classes, lib = ensure_compat_classes(), ensure_rocketmq_jars()
-    ensure_java5_classes()
+    classes5, lib5 = java5_dirs()
     buf = io.BytesIO()
     with tempfile.TemporaryDirectory(prefix="ferrymq-java-pod-") as tmp:
         home = write_rocketmq_home(Path(tmp) / "home", Path(LOGS), create_log_dir=False)
         with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(lib, "lib", filter=_no_stamp)
-            tar.add(classes, "classes", filter=_no_stamp)
-            tar.add(JAVA5_LIB, "lib5", filter=_no_stamp)
-            tar.add(JAVA5_CLASSES, "classes5", filter=_no_stamp)
+            tar.add(lib, "lib", filter=_no_marker)
+            tar.add(classes, "classes", filter=_no_marker)
+            tar.add(lib5, "lib5", filter=_no_marker)
+            tar.add(classes5, "classes5", filter=_no_marker)
             tar.add(home, "home")
     return buf.getvalue()
 

@@ -170,7 +170,8 @@ main() {
   export KUBECONFIG="$REPO/.cache/kind-$CLUSTER.kubeconfig"
   phase "FerryMQ images" env FERRYMQ_IMAGE_TAG="$TAG" bash "$REPO/e2e/images/build-images.sh"
   # The node faults' workload: the RocketMQ 4.9.7 and 5.x Java clients' jars (Maven Central, cached
-  # under .cache/) and our programs compiled, copied into its pod by the suite (e2e/kind/java_pod.py).
+  # once per machine by testkit.build_cache) and our programs compiled, copied into its pod by the suite
+  # (e2e/kind/java_pod.py).
   if [[ "$SUITES" == *" chaos "* ]]; then
     phase "Java clients 4.9.7, 5.x" env PYTHONPATH="$REPO" "$PY" -c \
       'from testkit.java_client import ensure_compat_classes; ensure_compat_classes()
