@@ -1,12 +1,18 @@
-"""``ferrymq console``: the options, and running the console until SIGTERM/SIGINT."""
+"""``ferrymq console``: the options, and running the console until SIGTERM/SIGINT;
+``ferrymq console hash-password``: a password hash (or a whole account) for the accounts file."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import sys
+
+import yaml
 
 from ferrymq.cli.client_commands import client_config
 from ferrymq.cli.servers import stop_on_signals
 from ferrymq.client.config import default_namesrv
+from ferrymq.console.accounts import ROLES, AccountsError, hash_password
 from ferrymq.console.settings import ClusterSpec, ConsoleSettings, SettingsError, is_loopback, parse_cluster
 
 
@@ -37,7 +43,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tls", action="store_true", help="TLS to every server (default: $FERRYMQ_TLS)")
     p.add_argument("--tls-ca-file", default=None, help="verify servers against this CA (default $FERRYMQ_TLS_CA_FILE)")
     p.add_argument("--tls-insecure", action="store_true", help="accept any server certificate (test certificates)")
+    p.add_argument("--accounts", metavar="FILE", default=None,
+                   help="sign-in with the accounts of this YAML file (name, passwordHash, role, viewBodies; "
+                        "read again when it changes); without it the console is open to whoever reaches it")
+    p.add_argument("--audit-log", metavar="FILE", default=None,
+                   help="append the audit lines (write actions, sign-ins) to this file too (they are always logged)")
+    p.add_argument("--session-idle-minutes", type=float, default=60.0,
+                   help="a session ends after this long without a request (default 60)")
+    p.add_argument("--session-hours", type=float, default=12.0, help="a session ends this long after sign-in (default 12)")
+    p.add_argument("--secure-cookies", action="store_true",
+                   help="send the session cookie over HTTPS only (the console behind a TLS Ingress)")
     p.set_defaults(run=run_console)
+    tools = p.add_subparsers(dest="console_tool", required=False, metavar="{hash-password}")
+    h = tools.add_parser("hash-password", help="a password hash for the accounts file (the password from stdin, "
+                                               "or asked for twice on a terminal)")
+    h.add_argument("--name", help="print a whole account entry (YAML) for this name")
+    h.add_argument("--role", choices=ROLES, default="viewer", help="the entry's role (default viewer)")
+    h.add_argument("--view-bodies", action="store_true", help="the entry may read message bodies")
+    h.set_defaults(run=run_hash_password)
 
 
 def settings_from(args: argparse.Namespace) -> ConsoleSettings:
@@ -51,7 +74,9 @@ def settings_from(args: argparse.Namespace) -> ConsoleSettings:
     read_only = args.read_only if args.read_only is not None else not is_loopback(args.host)
     return ConsoleSettings(clusters, configs, host=args.host, port=args.port, read_only=read_only,
                            sample_seconds=args.sample_seconds, history_minutes=args.history_minutes,
-                           max_export=args.max_export)
+                           max_export=args.max_export, accounts_file=args.accounts, audit_log=args.audit_log,
+                           session_idle_minutes=args.session_idle_minutes, session_hours=args.session_hours,
+                           secure_cookies=args.secure_cookies)
 
 
 async def run_console(args: argparse.Namespace) -> int:
@@ -60,11 +85,11 @@ async def run_console(args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     try:
         settings = settings_from(args)
-    except SettingsError as e:
+        server = ConsoleServer(settings)
+    except (SettingsError, AccountsError, OSError) as e:
         raise SystemExit(f"ferrymq console: error: {e}") from None
-    server = ConsoleServer(settings)
     await server.start()
-    mode = "read-only" if settings.read_only else "read-write"
+    mode = ("read-only" if settings.read_only else "read-write") + (", sign-in on" if server.access.enabled else "")
     print(f"FerryMQ console is ready on {server.url} ({mode}; clusters: "
           f"{', '.join(c.name for c in settings.clusters)})", flush=True)
     try:
@@ -73,3 +98,22 @@ async def run_console(args: argparse.Namespace) -> int:
         await server.stop()
     return 0
 
+
+
+async def run_hash_password(args: argparse.Namespace) -> int:
+    if sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Again: ") != password:
+            raise SystemExit("ferrymq console hash-password: error: the two passwords differ")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    try:
+        hashed = hash_password(password)
+    except AccountsError as e:
+        raise SystemExit(f"ferrymq console hash-password: error: {e}") from None
+    if args.name:
+        entry = {"name": args.name, "passwordHash": hashed, "role": args.role, "viewBodies": args.view_bodies}
+        print(yaml.safe_dump([entry], sort_keys=False), end="")
+    else:
+        print(hashed)
+    return 0

@@ -16,7 +16,9 @@ def body_of(m: MessageExt) -> bytes:
         return m.body  # shown as stored (hex), not hidden
 
 
-def describe(m: MessageExt) -> dict:
+def describe(m: MessageExt, *, bodies: bool = True) -> dict:
+    """``bodies=False`` (an account without body viewing): the body's size and encoding, not
+    the body."""
     body = body_of(m)
     try:
         text, encoding = body.decode("utf-8"), "utf-8"
@@ -28,6 +30,8 @@ def describe(m: MessageExt) -> dict:
            "storeHost": f"{m.store_host[0]}:{m.store_host[1]}", "reconsumeTimes": m.reconsume_times,
            "storeSize": m.store_size, "bodySize": len(body), "properties": dict(sorted(m.properties.items())),
            "bodyEncoding": encoding, "body": text, "bodyBase64": base64.b64encode(body).decode("ascii")}
+    if not bodies:
+        out.update(body=None, bodyBase64=None, bodyHidden=True)
     if m.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
         out["deadLetter"] = {"group": m.topic[len(DLQ_GROUP_TOPIC_PREFIX):],
                              "originalTopic": m.properties.get(Prop.RETRY_TOPIC),

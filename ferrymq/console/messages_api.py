@@ -11,6 +11,7 @@ from aiohttp import web
 from ferrymq.common.message import Message, Prop
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, retry_topic
 from ferrymq.console import message_export, message_search, message_trace
+from ferrymq.console.access import identity
 from ferrymq.console.connections import ClusterConnection, Connections
 from ferrymq.console.http_errors import BadRequest, int_value, json_body, point_in_time, required_text
 from ferrymq.console.message_view import body_of, describe
@@ -38,13 +39,13 @@ class MessagesApi:
         q = request.query
         messages = await message_search.by_key(connection, required_text(q, "topic"), required_text(q, "key"),
                                                *_optional_range(q))
-        return web.json_response({"messages": [describe(m) for m in messages], "total": len(messages)})
+        return web.json_response({"messages": [_shown(request, m) for m in messages], "total": len(messages)})
 
     async def find_by_id(self, request: web.Request) -> web.Response:
         connection = self.connections.get(request.match_info["cluster"])
         message = await message_search.by_id(connection, required_text(request.query, "id"),
                                              request.query.get("topic") or None)
-        return web.json_response({"messages": [describe(message)], "total": 1})
+        return web.json_response({"messages": [_shown(request, message)], "total": 1})
 
     async def find_by_time(self, request: web.Request) -> web.Response:
         connection = self.connections.get(request.match_info["cluster"])
@@ -55,7 +56,7 @@ class MessagesApi:
                                             cursor=message_search.Cursor.decode(q.get("cursor")))
         # A page reads queue after queue; it is shown in store-time order.
         shown = sorted(page.messages, key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset))
-        return web.json_response({"messages": [describe(m) for m in shown],
+        return web.json_response({"messages": [_shown(request, m) for m in shown],
                                   "next": page.next_cursor.encode() if page.next_cursor else None,
                                   "estimatedTotal": page.estimated_total})
 
@@ -70,6 +71,8 @@ class MessagesApi:
         """The whole result set of a search (``mode`` key, id or time, with that search's
         parameters), streamed as it is read. ``X-FerryMQ-Expected`` tells how many to expect
         (an upper bound for a time range) so a page can show progress."""
+        if not identity(request).view_bodies:
+            raise web.HTTPForbidden(reason=f"{identity(request).user} may not read message bodies: an export holds them")
         connection = self.connections.get(request.match_info["cluster"])
         q = request.query
         fmt = q.get("format", "jsonl")
@@ -130,6 +133,10 @@ async def resend_to_group(connection: ClusterConnection, dead) -> dict:
     copy = Message(target, body_of(dead), flag=dead.flag, properties=properties)
     result = await (await connection.producer()).send(copy)
     return {"group": group, "topic": target, "originalTopic": properties.get(Prop.RETRY_TOPIC), **result.to_dict()}
+
+
+def _shown(request: web.Request, m) -> dict:
+    return describe(m, bodies=identity(request).view_bodies)
 
 
 def _optional_range(q) -> tuple[int, int | None]:

@@ -9,6 +9,9 @@ from pathlib import Path
 from aiohttp import web
 
 from ferrymq import __version__
+from ferrymq.console.access import Access, identity
+from ferrymq.console.accounts import AccountsFile
+from ferrymq.console.audit import AuditLog
 from ferrymq.console.connections import Connections
 from ferrymq.console.groups_api import GroupsApi
 from ferrymq.console.http_errors import json_errors, read_only_guard
@@ -24,14 +27,22 @@ STATIC = Path(__file__).parent / "static"
 
 class ConsoleServer:
     def __init__(self, settings: ConsoleSettings) -> None:
+        """Raises :class:`ferrymq.console.accounts.AccountsError` for an accounts file it
+        cannot use."""
         self.settings = settings
+        accounts = AccountsFile(settings.accounts_file) if settings.accounts_file else None
+        self.audit = AuditLog(settings.audit_log)
+        self.access = Access(accounts, self.audit, idle_minutes=settings.session_idle_minutes,
+                             lifetime_hours=settings.session_hours, secure_cookies=settings.secure_cookies)
         self.connections = Connections(settings)
         self.sampler = OverviewSampler(self.connections, settings.sample_seconds, settings.history_minutes)
         self.port = settings.port
         self._runner: web.AppRunner | None = None
 
     def build_app(self) -> web.Application:
-        app = web.Application(middlewares=[json_errors, read_only_guard(self.settings.read_only)])
+        app = web.Application(middlewares=[json_errors, self.access.middleware,
+                                           read_only_guard(self.settings.read_only)])
+        app.router.add_routes(self.access.routes())
         app.router.add_get("/api/config", self.config)
         app.router.add_get("/api/clusters/{cluster}/overview", self.overview)
         for api in (TopicsApi(self.connections), GroupsApi(self.connections),
@@ -51,8 +62,9 @@ class ConsoleServer:
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
         self.sampler.start()
-        log.info("console on http://%s:%d (read-only: %s; clusters: %s)", self.settings.host, self.port,
-                 self.settings.read_only, ", ".join(c.name for c in self.settings.clusters))
+        log.info("console on http://%s:%d (read-only: %s; sign-in: %s; clusters: %s)", self.settings.host, self.port,
+                 self.settings.read_only, "on" if self.access.enabled else "off",
+                 ", ".join(c.name for c in self.settings.clusters))
 
     async def stop(self) -> None:
         await self.sampler.stop()
@@ -60,6 +72,7 @@ class ConsoleServer:
             await self._runner.cleanup()
             self._runner = None
         await self.connections.close()
+        self.audit.close()
 
     @property
     def url(self) -> str:
@@ -69,7 +82,12 @@ class ConsoleServer:
     # ------------------------------------------------------------------ handlers
 
     async def config(self, request: web.Request) -> web.Response:
+        who = identity(request)
+        user = None if who.account is None else {"name": who.account.name, "role": who.account.role,
+                                                 "viewBodies": who.account.view_bodies}
         return web.json_response({"version": __version__, "readOnly": self.settings.read_only,
+                                  "signIn": self.access.enabled, "user": user,
+                                  "csrfToken": who.session.csrf_token if who.session else None,
                                   "sampleSeconds": self.settings.sample_seconds,
                                   "maxExport": self.settings.max_export,
                                   "clusters": [{"name": c.name, "namesrv": c.namesrv_addr} for c in self.settings.clusters]})

@@ -66,6 +66,11 @@ class ConsoleSettings:
     sample_seconds: float = 10.0  # how often the overview samples every broker
     history_minutes: float = 15.0  # how much rate history the overview keeps
     max_export: int = 100_000  # messages one export may hold at most
+    accounts_file: str | None = None  # sign-in and roles (ferrymq/console/accounts.py); None: open
+    audit_log: str | None = None  # a file the audit lines are appended to, besides the log
+    session_idle_minutes: float = 60.0
+    session_hours: float = 12.0  # a session's absolute lifetime
+    secure_cookies: bool = False  # the session cookie only over HTTPS (behind a TLS Ingress)
 
     def __post_init__(self) -> None:
         if not self.clusters:
@@ -76,6 +81,8 @@ class ConsoleSettings:
             raise SettingsError(f"cluster names must be unique: {', '.join(duplicates)} given twice")
         if self.sample_seconds <= 0:
             raise SettingsError("--sample-seconds must be positive")
+        if self.session_idle_minutes <= 0 or self.session_hours <= 0:
+            raise SettingsError("--session-idle-minutes and --session-hours must be positive")
 
     def client_config(self, name: str) -> ClientConfig:
         """A fresh client configuration for cluster ``name``: each client the console opens

@@ -10,6 +10,9 @@ import shutil
 from pathlib import Path
 
 import pytest_asyncio
+import yaml
+
+from ferrymq.console.accounts import hash_password
 
 from testkit.ports import free_port
 
@@ -43,11 +46,11 @@ async def ferry(tmp_path_factory, request):
         print(f"--- standalone log ({process.log_path}) ---\n{process.log()[-6000:]}")
 
 
-async def _console_process(ferry, tmp_path_factory, request, mode: str):
+async def _console_process(ferry, tmp_path_factory, request, mode: str, *more: str):
     port = free_port()
     log = tmp_path_factory.mktemp("console") / "console.log"
     process = FerryProcess(["console", "--cluster", f"local={ferry.namesrv_addr}", "--port", str(port), mode,
-                            "--sample-seconds", "1"], "FerryMQ console is ready", log)
+                            "--sample-seconds", "1", *more], "FerryMQ console is ready", log)
     await asyncio.to_thread(process.start)
     process.url = f"http://127.0.0.1:{port}"
     return process
@@ -70,6 +73,22 @@ async def console(ferry, tmp_path_factory, request):
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def read_only_console(ferry, tmp_path_factory, request):
     process = await _console_process(ferry, tmp_path_factory, request, "--read-only")
+    yield process
+    await _stop(process, request)
+
+
+# The accounts of signed_console: name -> (password, role, may read bodies)
+ACCOUNTS = {"ada": ("ada-password", "admin", True), "vera": ("vera-password", "viewer", False)}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def signed_console(ferry, tmp_path_factory, request):
+    """``ferrymq console --accounts`` with ACCOUNTS, writes allowed for the roles that may."""
+    accounts = tmp_path_factory.mktemp("accounts") / "accounts.yaml"
+    users = [{"name": n, "passwordHash": hash_password(pw), "role": role, "viewBodies": bodies}
+             for n, (pw, role, bodies) in ACCOUNTS.items()]
+    accounts.write_text(yaml.safe_dump({"users": users}))
+    process = await _console_process(ferry, tmp_path_factory, request, "--no-read-only", "--accounts", str(accounts))
     yield process
     await _stop(process, request)
 
@@ -133,6 +152,13 @@ async def _page(browser, url: str):
 @pytest_asyncio.fixture(loop_scope="module")
 async def console_page(browser, console):
     context, page = await _page(browser, console.url)
+    yield page
+    await context.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def signed_page(browser, signed_console):
+    context, page = await _page(browser, signed_console.url)
     yield page
     await context.close()
 

@@ -7,8 +7,13 @@ import argparse
 import csv
 import io
 import json
+import subprocess
+import sys
 
 import pytest
+
+from ferrymq.console.accounts import Account, AccountsError, hash_password, parse_accounts, verify_password
+from ferrymq.console.sessions import Sessions
 
 from ferrymq.cli.console_command import settings_from
 from ferrymq.console import message_export
@@ -42,7 +47,8 @@ def test_settings_need_unique_cluster_names():
 def _args(**kw):
     base = dict(clusters=[ClusterSpec("c", "127.0.0.1:9876")], host="127.0.0.1", port=0, read_only=None,
                 sample_seconds=10.0, history_minutes=15.0, max_export=10, access_key=None, tls=False,
-                tls_ca_file=None, tls_insecure=False)
+                tls_ca_file=None, tls_insecure=False, accounts=None, audit_log=None, session_idle_minutes=60.0,
+                session_hours=12.0, secure_cookies=False)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -140,3 +146,72 @@ def test_rates_come_from_counter_differences_and_lose_no_message():
     assert rates(history, "b", (104.0, 30, 6), True) == (10.0, 1.0)
     assert rates(history, "b", (105.0, 3, 0), True) == (None, None)  # the broker restarted: counters reset
     assert rates(history, "b", (106.0, 5, 1), True) == (2.0, 1.0)
+
+
+# ---------------------------------------------------------------------- accounts and sessions
+
+def test_a_password_hash_verifies_only_its_password_and_two_hashes_of_one_password_differ():
+    first, second = hash_password("tea for two"), hash_password("tea for two")
+    assert first != second and first.startswith("scrypt$16384$8$1$")
+    account = Account("ada", first, "admin")
+    assert verify_password(account, "tea for two") and not verify_password(account, "tea for three")
+
+
+@pytest.mark.parametrize("users,needle", [
+    ("[]", "at least one account"),
+    ("[{name: ada, role: admin}]", "passwordHash is required"),
+    ("[{name: ada, role: root, passwordHash: HASH}]", "role must be one of viewer, operator, admin, got 'root'"),
+    ("[{name: ada, role: admin, passwordHash: plain}]", "passwordHash must be scrypt$"),
+    ("[{name: ada, role: admin, passwordHash: 'scrypt$1048577$8$1$c2FsdA==$aGFzaGhhc2hoYXNoaGFzaA=='}]", "out of range"),
+    ("[{name: 'a b', role: admin, passwordHash: HASH}]", "name must be"),
+    ("[{name: ada, role: admin, passwordHash: HASH}, {name: ada, role: viewer, passwordHash: HASH}]", "ada is given twice"),
+    ("[{name: ada, role: admin, passwordHash: HASH, password: x}]", "unknown keys password"),
+    ("[{name: ada, role: admin, passwordHash: HASH, viewBodies: 'yes'}]", "viewBodies must be true or false"),
+])
+def test_an_accounts_file_that_cannot_be_used_says_why(users, needle):
+    with pytest.raises(AccountsError) as e:
+        parse_accounts(f"users: {users}".replace("HASH", hash_password("x")), "accounts.yaml")
+    assert needle in str(e.value) and str(e.value).startswith("accounts.yaml")
+
+
+def test_roles_are_ordered_and_bodies_are_off_unless_granted():
+    accounts = parse_accounts(f"users: [{{name: v, role: viewer, passwordHash: '{hash_password('x')}'}}]")
+    assert accounts["v"].view_bodies is False
+    assert Account("o", "-", "operator").may("viewer") and Account("o", "-", "operator").may("operator")
+    assert not Account("o", "-", "operator").may("admin") and Account("a", "-", "admin").may("operator")
+
+
+def test_a_session_ends_when_idle_at_its_lifetime_or_when_signed_out():
+    now = [1000.0]
+    sessions = Sessions(idle_seconds=60, lifetime_seconds=300, max_sessions=3, clock=lambda: now[0])
+    a = sessions.start("ada")
+    assert sessions.find(a.id) is a and sessions.find("guess") is None and sessions.find(None) is None
+    now[0] += 59
+    assert sessions.find(a.id) is a  # each request restarts the idle time
+    now[0] += 59
+    assert sessions.find(a.id) is a
+    now[0] += 61
+    assert sessions.find(a.id) is None
+    b = sessions.start("bob")
+    for _ in range(7):
+        now[0] += 50
+        sessions.find(b.id)
+    assert sessions.find(b.id) is None, "an active session still ends at its lifetime"
+    c = sessions.start("cy")
+    sessions.end(c.id)
+    assert sessions.find(c.id) is None
+    many = [sessions.start(f"u{i}") for i in range(5)]
+    assert len(sessions) == 3 and sessions.find(many[0].id) is None and sessions.find(many[-1].id) is not None
+    assert a.csrf_token != b.csrf_token and len(a.id) >= 40
+
+
+def test_hash_password_prints_an_account_entry_the_console_accepts():
+    run = subprocess.run([sys.executable, "-m", "ferrymq.cli.main", "console", "hash-password", "--name", "otto",
+                          "--role", "operator"], input="pass word\n", capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    account = parse_accounts("users:\n" + run.stdout)["otto"]
+    assert account.role == "operator" and account.view_bodies is False
+    assert verify_password(account, "pass word") and not verify_password(account, "pass word\n")
+    empty = subprocess.run([sys.executable, "-m", "ferrymq.cli.main", "console", "hash-password"], input="\n",
+                           capture_output=True, text=True, timeout=60)
+    assert empty.returncode != 0 and "empty password" in empty.stderr

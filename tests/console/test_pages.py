@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 import pytest_asyncio
@@ -21,6 +22,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.console import trace_records
+from tests.console.conftest import ACCOUNTS
 from tests.console.trace_records import Delivery
 from tests.consumer_support import Recorder, produce
 from testkit.wait import wait_until
@@ -115,6 +117,62 @@ async def test_a_read_only_console_offers_no_write_action(read_only_page, seeded
     await p.page.get_by_test_id("reset-preview-button").click()
     await p.page.get_by_test_id("reset-preview").wait_for()
     await p.screenshot("read-only-group")
+    p.assert_no_errors()
+
+
+SIGN_IN = re.compile(r"/signin(#.*)?$")  # a redirect keeps the page's fragment
+
+
+async def _sign_in(p, name: str, password: str) -> None:
+    await p.page.locator("input[name=name]").fill(name)
+    await p.page.locator("input[name=password]").fill(password)
+    await p.page.get_by_role("button", name="Sign in").click()
+
+
+async def test_sign_in_shows_the_console_by_role_and_sign_out_ends_it(signed_page, seeded):
+    p = signed_page
+    await p.open("topics?cluster=local&topic=Orders")
+    await p.page.wait_for_url(SIGN_IN)  # nothing but the sign-in page without a session
+    await _sign_in(p, "vera", "not her password")
+    message = p.page.get_by_test_id("signin-message")
+    assert await message.inner_text() == "Wrong name or password."
+    await p.screenshot("sign-in-failed")
+    password, _, _ = ACCOUNTS["vera"]
+    await _sign_in(p, "vera", password)
+    assert await p.page.get_by_test_id("user").inner_text() == "vera · viewer"
+    assert await p.page.locator("#mode").inner_text() == "read-only"
+    await p.open("topics")
+    assert await p.page.get_by_test_id("new-topic").is_disabled()
+    # a viewer without body viewing finds the message, not its body
+    await p.open("messages?cluster=local&mode=key")
+    await p.page.get_by_test_id("msg-topic").fill(TOPIC)
+    await p.page.get_by_test_id("msg-key").fill("order-7")
+    await p.page.get_by_test_id("search").click()
+    row = p.page.locator("[data-testid=results] tbody tr").first
+    assert "hidden" in await row.inner_text() and "tea" not in await row.inner_text()
+    await row.click()
+    body = p.page.get_by_test_id("message-body")
+    assert "body hidden" in await body.inner_text()
+    await p.screenshot("viewer-message-detail")
+    await p.page.get_by_test_id("sign-out").click()
+    await p.page.wait_for_url(re.compile(r"/signin\?m=signedout$"))
+    await p.open("overview")
+    await p.page.wait_for_url(SIGN_IN)
+    p.assert_no_errors()
+
+
+async def test_an_admin_signed_in_creates_a_topic_with_the_sessions_csrf_token(signed_page, seeded):
+    p, admin = signed_page, seeded
+    await p.page.goto(f"{p.base_url}/signin")
+    password, _, _ = ACCOUNTS["ada"]
+    await _sign_in(p, "ada", password)
+    assert await p.page.get_by_test_id("user").inner_text() == "ada · admin"
+    await p.open("topics")
+    await p.page.get_by_test_id("new-topic").click()
+    await p.page.get_by_test_id("topic-name").fill("SignedCreated")
+    await p.page.get_by_test_id("dialog-ok").click()
+    await p.page.locator("h1", has_text="SignedCreated").wait_for()
+    assert "SignedCreated" in await admin.topic_list()
     p.assert_no_errors()
 
 

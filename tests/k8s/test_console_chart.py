@@ -105,6 +105,27 @@ def test_writes_credentials_tls_and_ingress_are_behind_values(helm_bin):
                                                                            "port": {"name": "http"}}
 
 
+def test_sign_in_mounts_the_accounts_secret_and_keeps_a_client_on_one_replica(helm_bin):
+    docs = render(helm_bin, *ON, "--set", "console.readOnly=false,console.replicas=2",
+                  "--set", "console.auth.accountsSecret=console-accounts,console.auth.sessionHours=8",
+                  "--set", "console.auth.secureCookies=true")
+    c = console_container(docs)
+    parsed = build_parser().parse_args(c["args"])
+    assert parsed.accounts == "/etc/ferrymq/console-accounts/accounts.yaml"
+    assert parsed.session_hours == 8 and parsed.session_idle_minutes == 60 and parsed.secure_cookies is True
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "accounts")
+    assert mount == {"name": "accounts", "mountPath": "/etc/ferrymq/console-accounts", "readOnly": True}
+    pod = docs[("Deployment", "r-ferrymq-operator-console")]["spec"]["template"]["spec"]
+    assert {"name": "accounts", "secret": {"secretName": "console-accounts"}} in pod["volumes"]
+    assert docs[("Service", "r-ferrymq-operator-console")]["spec"]["sessionAffinity"] == "ClientIP"
+    # without accounts: no sign-in flags, no mount, no affinity
+    plain = render(helm_bin, *ON, "--set", "console.replicas=2")
+    c = console_container(plain)
+    assert not [a for a in c["args"] if a.startswith(("--accounts", "--session", "--secure"))]
+    assert all(m["name"] != "accounts" for m in c["volumeMounts"])
+    assert "sessionAffinity" not in plain[("Service", "r-ferrymq-operator-console")]["spec"]
+
+
 @pytest.mark.parametrize("values,needle", [
     (["--set", "console.enabled=true"], "console.brokers"),
     (ON + ["--set", "console.brokers[0].namespace=elsewhere", "--set", "watchNamespaces={team-a}"],
@@ -112,6 +133,8 @@ def test_writes_credentials_tls_and_ingress_are_behind_values(helm_bin):
     (["--set", "console.enabled=true,console.brokers[0].name=Bad_Name"], "console/brokers/0/name"),
     (ON + ["--set-json", 'console.extraClusters={"lab":"no-port"}'], "extraClusters"),
     (ON + ["--set", "console.unknown=1"], "unknown"),
+    (ON + ["--set", "console.auth.sessionHours=0"], "sessionHours"),
+    (ON + ["--set", "console.auth.password=x"], "password"),
 ])
 def test_values_it_refuses(helm_bin, values, needle):
     p = helm(helm_bin, "template", "r", str(CHART), *values)

@@ -32,7 +32,7 @@ async function show() {
   const root = clear(document.getElementById("page"));
   const id = ++state.renderId;
   const ctx = {
-    root, params, cluster: select.value, readOnly: state.config.readOnly, config: state.config,
+    root, params, cluster: select.value, readOnly: readOnly(state.config), config: state.config,
     navigate: (p, extra) => navigate(p, extra),
     current: () => id === state.renderId,
   };
@@ -44,16 +44,32 @@ async function show() {
   }
 }
 
+// A viewer's console is read-only for its pages (the server refuses their writes anyway).
+const readOnly = config => config.readOnly || config.user?.role === "viewer";
+
+function showUser(user) {
+  const box = document.getElementById("user");
+  if (!user) return;
+  box.hidden = false;
+  box.append(h("span", { class: "user-name", "data-testid": "user", title: user.viewBodies ? "may read message bodies" : "message bodies hidden" },
+               `${user.name} · ${user.role}`),
+             h("button", { class: "refresh", "data-testid": "sign-out", onclick: () => api.signOut() }, "Sign out"));
+}
+
 async function start() {
   state.config = await api.get("/api/config");
+  api.setCsrfToken(state.config.csrfToken);
   const select = document.getElementById("cluster");
   for (const c of state.config.clusters) select.append(h("option", { value: c.name, title: c.namesrv }, c.name));
   select.addEventListener("change", () => navigate(parseHash().page));
   const mode = document.getElementById("mode");
-  mode.textContent = state.config.readOnly ? "read-only" : "read-write";
-  mode.classList.add(state.config.readOnly ? "ro" : "rw");
-  mode.title = state.config.readOnly ? "Write actions are off (--read-only)" : "Write actions are on";
-  document.body.classList.toggle("read-only", state.config.readOnly);
+  const ro = readOnly(state.config);
+  mode.textContent = ro ? "read-only" : "read-write";
+  mode.classList.add(ro ? "ro" : "rw");
+  mode.title = state.config.readOnly ? "Write actions are off (--read-only)"
+    : ro ? "Your role (viewer) may not change anything" : "Write actions are on";
+  document.body.classList.toggle("read-only", ro);
+  showUser(state.config.user);
   window.addEventListener("hashchange", show);
   document.getElementById("refresh").addEventListener("click", show);
   await show();

@@ -34,6 +34,9 @@ function prettyJson(text) {
 }
 
 function bodyView(m) {
+  if (m.bodyHidden) {
+    return h("p", { class: "muted", "data-testid": "message-body" }, `‹${fmt.bytes(m.bodySize)} body hidden: your account may not read message bodies›`);
+  }
   const json = prettyJson(m.body);
   const views = [];
   if (json !== null) views.push(["json", "JSON"]);
@@ -82,7 +85,8 @@ function resultsTable(ctx, messages, detailHolder) {
     { label: "Offset", value: m => fmt.count(m.queueOffset), num: true },
     { label: "Keys", value: m => m.keys.join(" ") || "–" },
     { label: "Tags", value: m => m.tags ?? "–" },
-    { label: "Body", value: m => h("span", { class: "preview" }, m.body === null ? `‹${fmt.bytes(m.bodySize)} binary›` : m.body.slice(0, 80)) },
+    { label: "Body", value: m => h("span", { class: "preview" }, m.bodyHidden ? `‹${fmt.bytes(m.bodySize)} hidden›`
+      : m.body === null ? `‹${fmt.bytes(m.bodySize)} binary›` : m.body.slice(0, 80)) },
     { label: "Size", value: m => fmt.bytes(m.bodySize), num: true },
   ], messages, {
     empty: "No message found.", testid: "results",
