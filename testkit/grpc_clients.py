@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 from testkit import build_cache
 from testkit.java_client import (REPO_ROOT, CompatError, CompatUnavailable, JavaClientError, JavaEvents, compile_java,
                                  copy_dependencies, run_to_end, session_dir)
+from testkit.npm import ensure_npm_project
 from testkit.ports import free_port
 from testkit.processes import StandaloneProcess
 
@@ -37,7 +37,6 @@ JAVA5_PROJECT = HERE / "java5"
 NODE5_PROJECT = HERE / "node5"
 GRPC5_MAIN = "ferrymq.compat5.Grpc5"
 JVM_OPTS = ("-Xms32m", "-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData")
-_NPM_NETWORK_HINTS = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ECONNRESET", "network")
 
 
 def _tool(name: str) -> str:
@@ -74,26 +73,7 @@ def ensure_java5_classes(timeout: float = 270) -> str:
 
 def ensure_node5(timeout: float = 270) -> Path:
     """``tests/compat/node5`` installed with npm, once per machine for its ``package.json`` and scripts."""
-    files = [NODE5_PROJECT / "package.json", *sorted(NODE5_PROJECT.glob("*.js"))]
-    return build_cache.cached("node-rocketmq5", build_cache.digest(files, NODE5_PROJECT),
-                              lambda out: _npm_install(files, out, timeout))
-
-
-def _npm_install(files: list[Path], out: Path, timeout: float) -> None:
-    for f in files:
-        shutil.copy2(f, out / f.name)
-    what = "installing rocketmq-client-nodejs with npm"
-    try:
-        proc = subprocess.run([_tool("npm"), "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=out,
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise CompatUnavailable(f"{what} took more than {timeout:.0f}s") from None
-    if proc.returncode != 0:
-        output = proc.stdout + proc.stderr
-        network = [ln for ln in output.splitlines() if any(h in ln for h in _NPM_NETWORK_HINTS)]
-        if network:
-            raise CompatUnavailable(f"{what}: {network[0].strip()[:300]}")
-        raise CompatError(f"{what} failed (exit {proc.returncode})\n{output[-4000:]}")
+    return ensure_npm_project("node-rocketmq5", NODE5_PROJECT, timeout=timeout)
 
 
 def _run(cmd: list[str], what: str, timeout: float, check: bool, env: dict | None = None) -> JavaEvents:

@@ -21,17 +21,21 @@ SEGMENT = 1024 * 1024  # BrokerPair's CommitLog files are small: transfers cross
 
 @dataclass
 class FerryProcess:
-    """Any ``ferrymq`` server command as a subprocess, ready once it prints ``ready_text``."""
+    """Any ``ferrymq`` server command as a subprocess, ready once it prints ``ready_text``
+    (``program``: another program's command line instead, run in ``cwd``)."""
 
     args: list[str]
     ready_text: str
     log_path: Path
     proc: subprocess.Popen | None = None
+    program: list[str] | None = None
+    cwd: Path = REPO
 
     def start(self, timeout: float = 30.0) -> "FerryProcess":
-        cmd = [sys.executable, "-m", "ferrymq.cli.main", "--log-level", "info", *self.args]
+        cmd = [*self.program, *self.args] if self.program else \
+            [sys.executable, "-m", "ferrymq.cli.main", "--log-level", "info", *self.args]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

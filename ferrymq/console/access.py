@@ -1,5 +1,6 @@
 """Who may use the console and for what: sign-in with the console's accounts
-(:mod:`ferrymq.console.accounts`), a session cookie, the role each write action needs, a CSRF
+(:mod:`ferrymq.console.accounts`) or through an OpenID Connect provider
+(:mod:`ferrymq.console.oidc`), a session cookie, the role each write action needs, a CSRF
 token on every write, whether message bodies are shown, and an audit line for each write.
 
 Without an accounts file the console is open, as before (bind it to a loopback address, or keep
@@ -29,6 +30,7 @@ from aiohttp import web
 from ferrymq.console.accounts import Account, AccountsFile, hash_password, verify_password
 from ferrymq.console.audit import AuditLog
 from ferrymq.console.http_errors import error_response
+from ferrymq.console.oidc import CALLBACK, START, OidcSignIn
 from ferrymq.console.sessions import Session, Sessions
 
 __all__ = ["Access", "COOKIE", "CSRF_HEADER", "Identity", "identity"]
@@ -39,7 +41,7 @@ _IDENTITY = web.RequestKey("ferrymq_identity", object)
 _READS = ("GET", "HEAD", "OPTIONS")
 # What a request without a session may fetch: the sign-in page and what it shows.
 _PUBLIC = {("GET", "/signin"), ("HEAD", "/signin"), ("POST", "/auth/signin"), ("GET", "/healthz"),
-           ("GET", "/static/signin.css"), ("GET", "/static/logo.svg")}
+           ("GET", "/static/signin.css"), ("GET", "/static/logo.svg"), ("GET", START), ("GET", CALLBACK)}
 # Write actions only an admin may take (route, as the router declares it); every other write
 # needs an operator. A new write route is an operator's unless listed here.
 _ADMIN_WRITES = {("POST", "/api/clusters/{cluster}/topics"), ("DELETE", "/api/clusters/{cluster}/topics/{topic}")}
@@ -52,7 +54,14 @@ _FAILURE_WINDOW = 300.0
 _SIGNIN_PAGE = (Path(__file__).parent / "static" / "signin.html").read_text()
 _MESSAGES = {"failed": "Wrong name or password.", "expired": "Your session ended: sign in again.",
              "locked": "Too many failed sign-ins: wait a few minutes and try again.",
-             "signedout": "Signed out."}
+             "signedout": "Signed out.", "sso-failed": "Single sign-on failed: try again.",
+             "sso-down": "The single sign-on provider cannot be reached.",
+             "no-role": "Your account has no role in this console: ask its administrators."}
+# After single sign-on: a same-site page that moves on to the console, so the browser sends the
+# SameSite=Strict session cookie (it would not on a redirect chain that began at the provider).
+_ONWARD = ('<!doctype html><html lang="en"><head><meta charset="utf-8">'
+           '<meta http-equiv="refresh" content="0;url=/"><title>Signed in</title></head>'
+           '<body><a href="/">Continue to the FerryMQ console</a></body></html>')
 _DUMMY = Account("-", hash_password("not a password"), "viewer")  # same cost for an unknown name
 
 
@@ -91,6 +100,7 @@ class Access:
         self.secure_cookies = secure_cookies
         self.sessions = Sessions(idle_seconds=idle_minutes * 60, lifetime_seconds=lifetime_hours * 3600)
         self._failures: dict[str, list[float]] = {}
+        self.oidc = OidcSignIn(accounts, audit, self._sso_signed_in, secure_cookies=secure_cookies) if accounts else None
 
     @property
     def enabled(self) -> bool:
@@ -100,7 +110,11 @@ class Access:
         if not self.enabled:
             return []
         return [web.get("/signin", self.signin_page), web.post("/auth/signin", self.sign_in),
-                web.post("/auth/signout", self.sign_out)]
+                web.post("/auth/signout", self.sign_out), *self.oidc.routes()]
+
+    async def close(self) -> None:
+        if self.oidc is not None:
+            await self.oidc.close()
 
     # ------------------------------------------------------------------ the middleware
 
@@ -129,6 +143,11 @@ class Access:
         session = self.sessions.find(request.cookies.get(COOKIE))
         if session is None:
             return None
+        if session.account is not None:  # signed on through the provider
+            if self.accounts.oidc is None:  # single sign-on turned off since
+                self.sessions.end(session.id)
+                return None
+            return Identity(session.account, session)
         account = self.accounts.get(session.user)
         if account is None:  # removed from the accounts file since
             self.sessions.end_user(session.user)
@@ -162,9 +181,25 @@ class Access:
         if self._identify(request) is not None:
             raise web.HTTPSeeOther("/")
         message = _MESSAGES.get(request.query.get("m", ""), "")
-        page = _SIGNIN_PAGE.replace("{message}", html.escape(message)).replace(
-            "{message_class}", "message" if message else "message hidden")
+        oidc = self.accounts.oidc
+        page = (_SIGNIN_PAGE.replace("{message}", html.escape(message))
+                .replace("{message_class}", "message" if message else "message hidden")
+                .replace("{form_class}", "" if self.accounts.has_local else "hidden")
+                .replace("{sso_class}", "sso" if oidc else "sso hidden")
+                .replace("{sso_label}", html.escape(oidc.label if oidc else "")))
         return web.Response(text=page, content_type="text/html")
+
+    async def _sso_signed_in(self, request: web.Request, account: Account) -> web.Response:
+        session = self.sessions.start(account.name, account)
+        self.audit.record(user=account.name, action="sign-in", status=200, remote=request.remote, role=account.role,
+                          via="oidc")
+        response = web.Response(text=_ONWARD, content_type="text/html")
+        self._set_session_cookie(response, session)
+        return response
+
+    def _set_session_cookie(self, response: web.StreamResponse, session: Session) -> None:
+        response.set_cookie(COOKIE, session.id, httponly=True, samesite="Strict", path="/",
+                            secure=self.secure_cookies)
 
     async def sign_in(self, request: web.Request) -> web.Response:
         if not _same_origin(request):
@@ -186,8 +221,7 @@ class Access:
         session = self.sessions.start(account.name)
         self.audit.record(user=account.name, action="sign-in", status=200, remote=remote, role=account.role)
         response = web.HTTPSeeOther("/")
-        response.set_cookie(COOKIE, session.id, httponly=True, samesite="Strict", path="/",
-                            secure=self.secure_cookies)
+        self._set_session_cookie(response, session)
         raise response
 
     async def sign_out(self, request: web.Request) -> web.Response:

@@ -8,6 +8,9 @@ scrypt hashes that ``ferrymq console hash-password`` makes:
         role: admin          # viewer | operator | admin
         viewBodies: true     # default false
 
+The file may also (or instead) hold an ``oidc:`` section: single sign-on through an OpenID
+Connect provider (:mod:`ferrymq.console.oidc_settings`).
+
 The file is read again when it changes (a Secret updated in place), so a removed account or a
 changed role applies to open sessions at their next request.
 """
@@ -26,9 +29,12 @@ from pathlib import Path
 
 import yaml
 
+from ferrymq.console.oidc_settings import OidcError, OidcSettings, parse_oidc
+
 log = logging.getLogger(__name__)
 
-__all__ = ["ROLES", "Account", "AccountsError", "AccountsFile", "hash_password", "parse_accounts", "verify_password"]
+__all__ = ["ROLES", "Account", "AccountsError", "AccountsFile", "SignInConfig", "hash_password", "parse_accounts",
+           "parse_sign_in", "verify_password"]
 
 # Each role may do what the one before it may, and more (docs/operations.md#sign-in-and-roles).
 ROLES = ("viewer", "operator", "admin")
@@ -45,9 +51,10 @@ class AccountsError(ValueError):
 @dataclass(frozen=True)
 class Account:
     name: str
-    password_hash: str
+    password_hash: str  # "" for an account from the OIDC provider
     role: str
     view_bodies: bool = False
+    source: str = "local"  # or "oidc"
 
     def may(self, role: str) -> bool:
         """Whether this account holds ``role`` or a higher one."""
@@ -88,14 +95,39 @@ def _parse_hash(text: str) -> tuple[int, int, int, bytes, bytes]:
     return n, r, p, salt, digest
 
 
-def parse_accounts(text: str, source: str = "accounts") -> dict[str, Account]:
+@dataclass(frozen=True)
+class SignInConfig:
+    """What the accounts file says: local accounts and, optionally, the OIDC provider."""
+
+    accounts: dict[str, Account]
+    oidc: OidcSettings | None = None
+
+
+def parse_sign_in(text: str, source: str = "accounts") -> SignInConfig:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise AccountsError(f"{source}: not YAML: {e}") from None
-    users = doc.get("users") if isinstance(doc, dict) else None
-    if not isinstance(users, list) or not users:
+    if not isinstance(doc, dict) or not set(doc) & {"users", "oidc"}:
+        raise AccountsError(f"{source}: wants a list `users:` of at least one account, an `oidc:` section, or both")
+    unknown = sorted(set(doc) - {"users", "oidc"})
+    if unknown:
+        raise AccountsError(f"{source}: unknown keys {', '.join(map(str, unknown))} (users and oidc are known)")
+    try:
+        oidc = parse_oidc(doc["oidc"], source) if "oidc" in doc else None
+    except OidcError as e:
+        raise AccountsError(str(e)) from None
+    users = doc.get("users", [])
+    if not isinstance(users, list) or (not users and oidc is None):
         raise AccountsError(f"{source}: wants a list `users:` of at least one account")
+    return SignInConfig(_parse_users(users, source), oidc)
+
+
+def parse_accounts(text: str, source: str = "accounts") -> dict[str, Account]:
+    return parse_sign_in(text, source).accounts
+
+
+def _parse_users(users: list, source: str) -> dict[str, Account]:
     accounts: dict[str, Account] = {}
     for i, entry in enumerate(users):
         where = f"{source}: users[{i}]"
@@ -135,11 +167,21 @@ class AccountsFile:
         self.path = Path(path)
         self.error: str | None = None
         self._stamp: tuple[int, int, int] | None = self._stat()
-        self._accounts = parse_accounts(self.path.read_text(), str(self.path))
+        self._config = parse_sign_in(self.path.read_text(), str(self.path))
 
     def get(self, name: str) -> Account | None:
         self._reload_if_changed()
-        return self._accounts.get(name)
+        return self._config.accounts.get(name)
+
+    @property
+    def has_local(self) -> bool:
+        self._reload_if_changed()
+        return bool(self._config.accounts)
+
+    @property
+    def oidc(self) -> OidcSettings | None:
+        self._reload_if_changed()
+        return self._config.oidc
 
     def _stat(self) -> tuple[int, int, int]:
         st = self.path.stat()  # follows the Secret volume's ..data symlink
@@ -156,7 +198,7 @@ class AccountsFile:
             return
         self._stamp = stamp
         try:
-            self._accounts = parse_accounts(self.path.read_text(), str(self.path))
+            self._config = parse_sign_in(self.path.read_text(), str(self.path))
             self.error = None
         except (OSError, AccountsError) as e:
             self._failed(str(e))

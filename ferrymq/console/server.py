@@ -72,6 +72,7 @@ class ConsoleServer:
             await self._runner.cleanup()
             self._runner = None
         await self.connections.close()
+        await self.access.close()
         self.audit.close()
 
     @property

@@ -8,7 +8,7 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 __all__ = ["Session", "Sessions"]
 
@@ -20,6 +20,7 @@ class Session:
     csrf_token: str
     started: float
     last_seen: float = field(default=0.0)
+    account: Any = None  # the account itself when it is not in the accounts file (single sign-on)
 
 
 class Sessions:
@@ -31,9 +32,9 @@ class Sessions:
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()  # least recently seen first
 
-    def start(self, user: str) -> Session:
+    def start(self, user: str, account: Any = None) -> Session:
         now = self._clock()
-        session = Session(secrets.token_urlsafe(32), user, secrets.token_urlsafe(32), now, now)
+        session = Session(secrets.token_urlsafe(32), user, secrets.token_urlsafe(32), now, now, account)
         self._sessions[session.id] = session
         while len(self._sessions) > self.max_sessions:
             self._sessions.popitem(last=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from testkit.processes import FerryProcess, REPO, StandaloneProcess
 
 from tests.support import missing_prerequisite
 
+_ELSEWHERE = re.compile(r"^(?!https?://(127\.0\.0\.1|localhost)[:/])(?!data:|blob:)")
 SCREENSHOTS = REPO / ".cache" / "console-screenshots"  # .cache/ is git-ignored
 ENSURE_CHROMIUM = Path(__file__).with_name("ensure-chromium.sh")
 
@@ -46,8 +48,8 @@ async def ferry(tmp_path_factory, request):
         print(f"--- standalone log ({process.log_path}) ---\n{process.log()[-6000:]}")
 
 
-async def _console_process(ferry, tmp_path_factory, request, mode: str, *more: str):
-    port = free_port()
+async def _console_process(ferry, tmp_path_factory, request, mode: str, *more: str, port: int | None = None):
+    port = port or free_port()
     log = tmp_path_factory.mktemp("console") / "console.log"
     process = FerryProcess(["console", "--cluster", f"local={ferry.namesrv_addr}", "--port", str(port), mode,
                             "--sample-seconds", "1", *more], "FerryMQ console is ready", log)
@@ -122,11 +124,16 @@ class ConsolePage:
         self.page = page
         self.base_url = base_url
         self.errors: list[str] = []
-        page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.error_pages: list[str] = []  # the page's URL when each error happened
+        page.on("console", lambda m: self._error(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        page.on("pageerror", lambda e: self._error(f"page error: {e}"))
         # Every asset comes from the console itself: no CDN, no other origin.
         page.on("request", lambda r: None if r.url.startswith((base_url, "data:", "blob:"))
-                else self.errors.append(f"request to another origin: {r.url}"))
+                else self._error(f"request to another origin: {r.url}"))
+
+    def _error(self, text: str) -> None:
+        self.errors.append(text)
+        self.error_pages.append(self.page.url)
 
     async def open(self, route: str) -> None:
         await self.page.goto(f"{self.base_url}/#/{route}")
@@ -144,6 +151,9 @@ class ConsolePage:
 
 async def _page(browser, url: str):
     context = await browser.new_context(viewport={"width": 1360, "height": 900}, accept_downloads=True)
+    # Nothing leaves this machine, whatever a page asks for (the test OIDC provider's pages
+    # link a web font).
+    await context.route(_ELSEWHERE, lambda route: route.abort())
     page = await context.new_page()
     page.set_default_timeout(15_000)
     return context, ConsolePage(page, url)

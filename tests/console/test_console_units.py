@@ -11,8 +11,9 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
-from ferrymq.console.accounts import Account, AccountsError, hash_password, parse_accounts, verify_password
+from ferrymq.console.accounts import Account, AccountsError, hash_password, parse_accounts, parse_sign_in, verify_password
 from ferrymq.console.sessions import Sessions
 
 from ferrymq.cli.console_command import settings_from
@@ -215,3 +216,35 @@ def test_hash_password_prints_an_account_entry_the_console_accepts():
     empty = subprocess.run([sys.executable, "-m", "ferrymq.cli.main", "console", "hash-password"], input="\n",
                            capture_output=True, text=True, timeout=60)
     assert empty.returncode != 0 and "empty password" in empty.stderr
+
+
+def _oidc(**over):
+    return {"issuer": "https://sso.example.com/realms/ops", "clientId": "console", "roles": {"ops": "operator"}, **over}
+
+
+def test_a_users_role_from_single_sign_on_is_the_highest_its_groups_give():
+    config = parse_sign_in(yaml.safe_dump({"oidc": _oidc(roles={"all": "viewer", "ops": "operator", "root": "admin"},
+                                                         bodyGroups=["root"])}))
+    oidc = config.oidc
+    assert config.accounts == {} and oidc.issuer == "https://sso.example.com/realms/ops"
+    assert oidc.role_of(["all", "ops"]) == "operator" and oidc.role_of(["root", "all"]) == "admin"
+    assert oidc.role_of(["marketing"]) is None and oidc.scopes == ("openid", "profile", "email")
+    assert parse_sign_in(yaml.safe_dump({"oidc": _oidc(defaultRole="viewer")})).oidc.role_of([]) == "viewer"
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"issuer": "http://sso.example.com"}, "must be https"),
+    ({"issuer": "https://sso.example.com/?x=1"}, "without query"),
+    ({"clientId": ""}, "clientId is required"),
+    ({"roles": {"ops": "root"}}, "ops: 'root'"),
+    ({"roles": {}}, "no role for anyone"),
+    ({"scopes": ["profile"]}, "holding openid"),
+    ({"redirectUrl": "https://mq.example.com/elsewhere"}, "ending in /auth/oidc/callback"),
+    ({"defaultRole": "guest"}, "defaultRole must be"),
+    ({"clientSecret": 42}, "clientSecret must be text"),
+    ({"tenant": "x"}, "unknown keys tenant"),
+])
+def test_an_oidc_section_that_cannot_be_used_says_why(over, needle):
+    with pytest.raises(AccountsError) as e:
+        parse_sign_in(yaml.safe_dump({"oidc": _oidc(**over)}), "accounts.yaml")
+    assert needle in str(e.value) and str(e.value).startswith("accounts.yaml: oidc")
