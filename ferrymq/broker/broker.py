@@ -26,6 +26,7 @@ from ferrymq.broker.ha.replication import Replication
 from ferrymq.broker.consumer_manager import ConsumerManager
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.broker.lock_manager import QueueLockManager
+from ferrymq.broker.message_tracing import message_tracing
 from ferrymq.broker.long_polling import PullWaiters
 from ferrymq.broker.metrics import broker_registry
 from ferrymq.broker.processors.acl_admin import AclAdminProcessors
@@ -117,8 +118,13 @@ class Broker:
         self._tasks = TaskSet(f"broker {config.broker_name}", log)
         self.notifier = ClientNotifier(config, self.groups, self.spawn)
         self.consumers = ConsumerManager(on_group_changed=self.notifier.group_changed)
+        try:
+            tracing = message_tracing(config.otel_traces_endpoint, service_name=config.otel_service_name,
+                                      broker_name=config.broker_name, cluster=config.broker_cluster_name)
+        except RuntimeError as e:
+            raise ConfigError(str(e)) from None
         self.ctx = BrokerContext(config, store_config, self.store, self.topics, self.groups, self.offsets,
-                                 self.consumers, self.locks, self.pull_waiters, self.stats, self.spawn)
+                                 self.consumers, self.locks, self.pull_waiters, self.stats, self.spawn, tracing)
         # Consumer groups: delay levels, retries/DLQ, protection.
         self.schedule = ScheduleMessageService(self.ctx, config_dir)
         self.store.arrival_listeners.append(self.schedule.on_arrival)
@@ -359,6 +365,8 @@ class Broker:
         await self.pop.close()
         await self._persist_tables()
         await self.store.shutdown()
+        if self.ctx.tracing.enabled:
+            await asyncio.to_thread(self.ctx.tracing.shutdown)  # exports the spans still queued
         log.info("broker %s stopped cleanly", self.config.broker_name)
 
     async def _persist_tables(self) -> None:

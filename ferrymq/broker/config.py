@@ -52,6 +52,10 @@ class BrokerConfig:
     # created at start with one queue, read-write, as Apache's TopicConfigManager does.
     trace_topic_enable: bool = False
     msg_trace_topic_name: str = DEFAULT_TRACE_TOPIC
+    # OpenTelemetry (ferrymq/broker/message_tracing.py): spans for messages that carry a trace
+    # context, sent to this OTLP/HTTP traces URL (empty: off; needs the otel extra).
+    otel_traces_endpoint: str = ""
+    otel_service_name: str = "ferrymq-broker"
     register_name_server_period: int = 30_000
     register_broker_timeout_mills: int = 6_000
     long_polling_enable: bool = field(default=True, metadata=LIVE)

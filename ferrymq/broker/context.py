@@ -16,6 +16,7 @@ from ferrymq.broker.consumer_manager import ConsumerManager
 from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from ferrymq.broker.lock_manager import QueueLockManager
 from ferrymq.broker.long_polling import PullWaiters
+from ferrymq.broker.message_tracing import NO_TRACING, MessageTracing
 from ferrymq.broker.stats import BrokerStats
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
 from ferrymq.broker.topic_config_manager import TopicConfigManager
@@ -38,6 +39,7 @@ class BrokerContext:
     pull_waiters: PullWaiters
     stats: BrokerStats
     spawn: Spawn
+    tracing: MessageTracing = NO_TRACING  # OpenTelemetry spans of traced messages
 
     @property
     def store_host(self) -> tuple[str, int]:

@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--session-idle-minutes", type=float, default=60.0,
                    help="a session ends after this long without a request (default 60)")
     p.add_argument("--session-hours", type=float, default=12.0, help="a session ends this long after sign-in (default 12)")
+    p.add_argument("--trace-url", metavar="URL", default=None,
+                   help="a trace viewer's URL holding {traceId} (Jaeger, Tempo, ...): a message's OpenTelemetry trace id "
+                        "links there")
     p.add_argument("--secure-cookies", action="store_true",
                    help="send the session cookie over HTTPS only (the console behind a TLS Ingress)")
     p.set_defaults(run=run_console)
@@ -76,7 +79,7 @@ def settings_from(args: argparse.Namespace) -> ConsoleSettings:
                            sample_seconds=args.sample_seconds, history_minutes=args.history_minutes,
                            max_export=args.max_export, accounts_file=args.accounts, audit_log=args.audit_log,
                            session_idle_minutes=args.session_idle_minutes, session_hours=args.session_hours,
-                           secure_cookies=args.secure_cookies)
+                           secure_cookies=args.secure_cookies, trace_url=args.trace_url)
 
 
 async def run_console(args: argparse.Namespace) -> int:

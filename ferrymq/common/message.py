@@ -44,6 +44,7 @@ class Prop:
 
     KEYS = "KEYS"
     TAGS = "TAGS"
+    TRACE_CONTEXT = "TRACE_CONTEXT"  # RocketMQ 5's SystemProperties.trace_context, as stored
     WAIT = "WAIT"
     DELAY = "DELAY"
     RETRY_TOPIC = "RETRY_TOPIC"

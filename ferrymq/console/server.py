@@ -87,7 +87,7 @@ class ConsoleServer:
         user = None if who.account is None else {"name": who.account.name, "role": who.account.role,
                                                  "viewBodies": who.account.view_bodies}
         return web.json_response({"version": __version__, "readOnly": self.settings.read_only,
-                                  "signIn": self.access.enabled, "user": user,
+                                  "signIn": self.access.enabled, "user": user, "traceUrl": self.settings.trace_url,
                                   "csrfToken": who.session.csrf_token if who.session else None,
                                   "sampleSeconds": self.settings.sample_seconds,
                                   "maxExport": self.settings.max_export,

@@ -71,6 +71,7 @@ class ConsoleSettings:
     session_idle_minutes: float = 60.0
     session_hours: float = 12.0  # a session's absolute lifetime
     secure_cookies: bool = False  # the session cookie only over HTTPS (behind a TLS Ingress)
+    trace_url: str | None = None  # a trace viewer's URL with {traceId}: a message's trace id links there
 
     def __post_init__(self) -> None:
         if not self.clusters:
@@ -81,6 +82,10 @@ class ConsoleSettings:
             raise SettingsError(f"cluster names must be unique: {', '.join(duplicates)} given twice")
         if self.sample_seconds <= 0:
             raise SettingsError("--sample-seconds must be positive")
+        if self.trace_url is not None and ("{traceId}" not in self.trace_url
+                                           or not self.trace_url.startswith(("http://", "https://"))):
+            raise SettingsError("--trace-url must be an http(s) URL holding {traceId}, e.g. "
+                                "https://jaeger.example.com/trace/{traceId}")
         if self.session_idle_minutes <= 0 or self.session_hours <= 0:
             raise SettingsError("--session-idle-minutes and --session-hours must be positive")
 

@@ -26,7 +26,7 @@ from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store.config import StoreConfig
 
 SHARDING_KEY = "__SHARDINGKEY"  # RocketMQ 5's message group property (MessageConst.PROPERTY_SHARDING_KEY)
-TRACE_CONTEXT = "TRACE_CONTEXT"
+TRACE_CONTEXT = Prop.TRACE_CONTEXT
 BORN_HOST = "__BORNHOST"
 # Properties the broker or the protocol sets: a client may not send them as user properties,
 # and they are not shown back as user properties.

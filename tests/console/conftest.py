@@ -66,8 +66,9 @@ async def _stop(process, request) -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def console(ferry, tmp_path_factory, request):
-    """``ferrymq console`` for that cluster, writes allowed, sampling every second."""
-    process = await _console_process(ferry, tmp_path_factory, request, "--no-read-only")
+    """``ferrymq console`` for that cluster, writes allowed, sampling every second, trace ids
+    linked to TRACE_URL."""
+    process = await _console_process(ferry, tmp_path_factory, request, "--no-read-only", "--trace-url", TRACE_URL)
     yield process
     await _stop(process, request)
 
@@ -79,6 +80,7 @@ async def read_only_console(ferry, tmp_path_factory, request):
     await _stop(process, request)
 
 
+TRACE_URL = "https://traces.example.com/trace/{traceId}"  # never fetched: a link the page shows
 # The accounts of signed_console: name -> (password, role, may read bodies)
 ACCOUNTS = {"ada": ("ada-password", "admin", True), "vera": ("vera-password", "viewer", False)}
 

@@ -22,7 +22,7 @@ from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from tests.console import trace_records
-from tests.console.conftest import ACCOUNTS
+from tests.console.conftest import ACCOUNTS, TRACE_URL
 from tests.console.trace_records import Delivery
 from tests.consumer_support import Recorder, produce
 from testkit.wait import wait_until
@@ -242,6 +242,23 @@ async def test_a_message_found_by_key_shows_its_body(console_page, seeded):
     assert (await body.inner_text()).startswith("00000000  ")
     await p.page.locator("button.chip[data-view=json]").click()
     await p.screenshot("message-detail")
+    p.assert_no_errors()
+
+
+async def test_a_message_with_an_opentelemetry_trace_context_links_its_trace_id(console_page, seeded, ferry):
+    p = console_page
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    async with Producer("traced-producer", namesrv_addr=ferry.namesrv_addr) as producer:
+        m = Message(TOPIC, b"{}")
+        m.keys = ["traced-1"]
+        m.properties["traceparent"] = f"00-{trace_id}-00f067aa0ba902b7-01"
+        await producer.send(m)
+    await p.open(f"messages?cluster=local&mode=key&topic={TOPIC}&key=traced-1")
+    await p.page.get_by_test_id("search").click()
+    await p.page.locator("[data-testid=results] tbody tr").first.click()
+    link = p.page.get_by_test_id("trace-id").locator("a")
+    assert await link.inner_text() == trace_id
+    assert await link.get_attribute("href") == TRACE_URL.replace("{traceId}", trace_id)
     p.assert_no_errors()
 
 

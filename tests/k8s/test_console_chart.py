@@ -108,11 +108,13 @@ def test_writes_credentials_tls_and_ingress_are_behind_values(helm_bin):
 def test_sign_in_mounts_the_accounts_secret_and_keeps_a_client_on_one_replica(helm_bin):
     docs = render(helm_bin, *ON, "--set", "console.readOnly=false,console.replicas=2",
                   "--set", "console.auth.accountsSecret=console-accounts,console.auth.sessionHours=8",
-                  "--set", "console.auth.secureCookies=true")
+                  "--set", "console.auth.secureCookies=true",
+                  "--set", "console.traceUrl=https://jaeger.example.com/trace/{traceId}")
     c = console_container(docs)
     parsed = build_parser().parse_args(c["args"])
     assert parsed.accounts == "/etc/ferrymq/console-accounts/accounts.yaml"
     assert parsed.session_hours == 8 and parsed.session_idle_minutes == 60 and parsed.secure_cookies is True
+    assert parsed.trace_url == "https://jaeger.example.com/trace/{traceId}"
     mount = next(m for m in c["volumeMounts"] if m["name"] == "accounts")
     assert mount == {"name": "accounts", "mountPath": "/etc/ferrymq/console-accounts", "readOnly": True}
     pod = docs[("Deployment", "r-ferrymq-operator-console")]["spec"]["template"]["spec"]
@@ -134,6 +136,7 @@ def test_sign_in_mounts_the_accounts_secret_and_keeps_a_client_on_one_replica(he
     (ON + ["--set-json", 'console.extraClusters={"lab":"no-port"}'], "extraClusters"),
     (ON + ["--set", "console.unknown=1"], "unknown"),
     (ON + ["--set", "console.auth.sessionHours=0"], "sessionHours"),
+    (ON + ["--set", "console.traceUrl=https://jaeger.example.com/no-placeholder"], "traceUrl"),
     (ON + ["--set", "console.auth.password=x"], "password"),
 ])
 def test_values_it_refuses(helm_bin, values, needle):

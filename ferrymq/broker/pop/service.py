@@ -341,6 +341,8 @@ class PopService:
             out.append(PoppedMessage(msg, handle, attempt, deadline))
         st.next_offset = new_next
         self.counters.by_topic[(group, topic)][0] += len(out)
+        if self.ctx.tracing.enabled:
+            self.ctx.tracing.delivered(((p.message, p.delivery_attempt) for p in out), group=group, via="pop")
         self._journal_quietly(_pop_record(key, st.next_offset, claimed))
         self._commit_offset(key, st)
         if claimed:
@@ -365,6 +367,8 @@ class PopService:
         key, st, e = found
         self._finish(key, st, e.offset)
         self.counters.acked += 1
+        if self.ctx.tracing.enabled:
+            self.ctx.tracing.acked(group=group, topic=topic, commit_log_offset=e.commit_log_offset, via="pop")
         self.counters.by_topic[(group, topic)][1] += 1
         await self.journal.append({"k": "A", "g": group, "t": topic, "q": key[2], "o": e.offset})
         return AckStatus.OK

@@ -155,6 +155,8 @@ class PullProcessor:
         if code == ResponseCode.SUCCESS:
             body = result.body()
             self.ctx.stats.record_get(topic, result.message_count, len(body))
+            if self.ctx.tracing.enabled:
+                self.ctx.tracing.delivered_records(result.records, group=group, via="pull")
         return req.response(code, remark=result.status.name, body=body, ext_fields=PullMessageResponseHeader.fields_of(
             suggest_which_broker_id=suggest, next_begin_offset=result.next_begin_offset,
             min_offset=result.min_offset, max_offset=result.max_offset))

@@ -146,6 +146,9 @@ class SendProcessor:
 
         code = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
         ctx.stats.record_put(topic, result.msg_num if result.ok else 0, result.wrote_bytes)
+        if ctx.tracing.enabled and result.ok:
+            ctx.tracing.stored(msgs if req.code == RequestCode.SEND_BATCH_MESSAGE else [msg], queue_id=queue_id,
+                               first_offset=result.queue_offset, msg_ids=result.msg_ids)
         if not result.ok:  # stored (the flush or replication wait may have failed) answers with the offsets
             return req.response(code, remark=result.remark or result.status.name)
         return req.response(code, ext_fields=SendMessageResponseHeader.fields_of(

@@ -52,6 +52,14 @@ function bodyView(m) {
   return h("div", {}, h("div", { class: "chips" }, buttons, h("span", { class: "muted" }, ` ${fmt.bytes(m.bodySize)} · ${m.bodyEncoding}`)), pre);
 }
 
+// A message's OpenTelemetry trace id, a link into the trace viewer when the console has one (--trace-url).
+function traceIdLink(ctx, traceId) {
+  const url = ctx.config.traceUrl;
+  if (!url) return h("code", {}, traceId);
+  return h("a", { href: url.replace("{traceId}", encodeURIComponent(traceId)), target: "_blank", rel: "noopener noreferrer" },
+           h("code", {}, traceId));
+}
+
 function detailCard(ctx, m) {
   const rows = [
     ["Topic", m.topic], ["Message id", m.msgId], ["Offset msgId", m.offsetMsgId], ["Queue", `${m.queueId} @ offset ${fmt.count(m.queueOffset)}`],
@@ -69,7 +77,8 @@ function detailCard(ctx, m) {
         const r = await api.post(`${api.cluster(ctx.cluster)}/messages/resend-dlq`, { offsetMsgId: m.offsetMsgId });
         toast(`Resent to ${r.topic} (queue ${r.queueId}, offset ${r.queueOffset})`, "ok");
       }) }, `Resend to ${dead.group}`)) : null,
-    h("dl", { class: "kv" }, rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])),
+    h("dl", { class: "kv" }, rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))]),
+      m.traceId ? [h("dt", {}, "Trace id"), h("dd", { "data-testid": "trace-id" }, traceIdLink(ctx, m.traceId))] : []),
     h("h3", {}, "Properties"),
     table([{ label: "Name", value: p => h("code", {}, p[0]) }, { label: "Value", value: p => p[1] }],
       Object.entries(m.properties), { testid: "properties" }),
