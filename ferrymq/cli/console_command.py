@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import ssl
 import sys
 
 import yaml
@@ -54,6 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace-url", metavar="URL", default=None,
                    help="a trace viewer's URL holding {traceId} (Jaeger, Tempo, ...): a message's OpenTelemetry trace id "
                         "links there")
+    p.add_argument("--https-cert", metavar="FILE", default=None,
+                   help="serve HTTPS with this certificate (PEM chain) and --https-key; a renewed pair is served to "
+                        "new connections without a restart")
+    p.add_argument("--https-key", metavar="FILE", default=None, help="the HTTPS certificate's private key (PEM)")
+    p.add_argument("--https-reload-seconds", type=float, default=30.0,
+                   help="how often to look for a renewed certificate (default 30)")
     p.add_argument("--secure-cookies", action="store_true",
                    help="send the session cookie over HTTPS only (the console behind a TLS Ingress)")
     p.set_defaults(run=run_console)
@@ -79,7 +86,9 @@ def settings_from(args: argparse.Namespace) -> ConsoleSettings:
                            sample_seconds=args.sample_seconds, history_minutes=args.history_minutes,
                            max_export=args.max_export, accounts_file=args.accounts, audit_log=args.audit_log,
                            session_idle_minutes=args.session_idle_minutes, session_hours=args.session_hours,
-                           secure_cookies=args.secure_cookies, trace_url=args.trace_url)
+                           secure_cookies=args.secure_cookies, trace_url=args.trace_url,
+                           https_cert=args.https_cert, https_key=args.https_key,
+                           https_reload_seconds=args.https_reload_seconds)
 
 
 async def run_console(args: argparse.Namespace) -> int:
@@ -89,7 +98,7 @@ async def run_console(args: argparse.Namespace) -> int:
     try:
         settings = settings_from(args)
         server = ConsoleServer(settings)
-    except (SettingsError, AccountsError, OSError) as e:
+    except (SettingsError, AccountsError, OSError, ssl.SSLError) as e:
         raise SystemExit(f"ferrymq console: error: {e}") from None
     await server.start()
     mode = ("read-only" if settings.read_only else "read-write") + (", sign-in on" if server.access.enabled else "")

@@ -3,6 +3,8 @@ ES modules and CSS, served from this package, no CDN)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from ferrymq.console.accounts import AccountsFile
 from ferrymq.console.audit import AuditLog
 from ferrymq.console.connections import Connections
 from ferrymq.console.groups_api import GroupsApi
+from ferrymq.console.https import ConsoleHttps
 from ferrymq.console.http_errors import json_errors, read_only_guard
 from ferrymq.console.messages_api import MessagesApi
 from ferrymq.console.overview import OverviewSampler
@@ -28,16 +31,20 @@ STATIC = Path(__file__).parent / "static"
 class ConsoleServer:
     def __init__(self, settings: ConsoleSettings) -> None:
         """Raises :class:`ferrymq.console.accounts.AccountsError` for an accounts file it
-        cannot use."""
+        cannot use, OSError or ssl.SSLError for HTTPS files it cannot."""
         self.settings = settings
+        self.https = (ConsoleHttps(settings.https_cert, settings.https_key, settings.https_reload_seconds)
+                      if settings.https_cert else None)
         accounts = AccountsFile(settings.accounts_file) if settings.accounts_file else None
         self.audit = AuditLog(settings.audit_log)
         self.access = Access(accounts, self.audit, idle_minutes=settings.session_idle_minutes,
-                             lifetime_hours=settings.session_hours, secure_cookies=settings.secure_cookies)
+                             lifetime_hours=settings.session_hours,
+                             secure_cookies=settings.secure_cookies or self.https is not None)
         self.connections = Connections(settings)
         self.sampler = OverviewSampler(self.connections, settings.sample_seconds, settings.history_minutes)
         self.port = settings.port
         self._runner: web.AppRunner | None = None
+        self._reloading: asyncio.Task | None = None
 
     def build_app(self) -> web.Application:
         app = web.Application(middlewares=[json_errors, self.access.middleware,
@@ -58,15 +65,23 @@ class ConsoleServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self.build_app(), access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, self.settings.host, self.settings.port).start()
+        await web.TCPSite(self._runner, self.settings.host, self.settings.port,
+                          ssl_context=self.https.context if self.https else None).start()
+        if self.https is not None:
+            self._reloading = asyncio.create_task(self.https.keep_reloading(), name="console TLS reload")
         if self.port == 0:
             self.port = self._runner.addresses[0][1]
         self.sampler.start()
-        log.info("console on http://%s:%d (read-only: %s; sign-in: %s; clusters: %s)", self.settings.host, self.port,
+        log.info("console on %s (read-only: %s; sign-in: %s; clusters: %s)", self.url,
                  self.settings.read_only, "on" if self.access.enabled else "off",
                  ", ".join(c.name for c in self.settings.clusters))
 
     async def stop(self) -> None:
+        if self._reloading is not None:
+            self._reloading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reloading
+            self._reloading = None
         await self.sampler.stop()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -78,7 +93,7 @@ class ConsoleServer:
     @property
     def url(self) -> str:
         host = self.settings.host if self.settings.host not in ("0.0.0.0", "::") else "127.0.0.1"
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.https else 'http'}://{host}:{self.port}"
 
     # ------------------------------------------------------------------ handlers
 

@@ -72,6 +72,9 @@ class ConsoleSettings:
     session_hours: float = 12.0  # a session's absolute lifetime
     secure_cookies: bool = False  # the session cookie only over HTTPS (behind a TLS Ingress)
     trace_url: str | None = None  # a trace viewer's URL with {traceId}: a message's trace id links there
+    https_cert: str | None = None  # HTTPS with this certificate and https_key (reloaded when renewed)
+    https_key: str | None = None
+    https_reload_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.clusters:
@@ -86,6 +89,10 @@ class ConsoleSettings:
                                            or not self.trace_url.startswith(("http://", "https://"))):
             raise SettingsError("--trace-url must be an http(s) URL holding {traceId}, e.g. "
                                 "https://jaeger.example.com/trace/{traceId}")
+        if bool(self.https_cert) != bool(self.https_key):
+            raise SettingsError("--https-cert and --https-key go together")
+        if self.https_reload_seconds <= 0:
+            raise SettingsError("--https-reload-seconds must be positive")
         if self.session_idle_minutes <= 0 or self.session_hours <= 0:
             raise SettingsError("--session-idle-minutes and --session-hours must be positive")
 

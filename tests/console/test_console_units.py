@@ -49,7 +49,8 @@ def _args(**kw):
     base = dict(clusters=[ClusterSpec("c", "127.0.0.1:9876")], host="127.0.0.1", port=0, read_only=None,
                 sample_seconds=10.0, history_minutes=15.0, max_export=10, access_key=None, tls=False,
                 tls_ca_file=None, tls_insecure=False, accounts=None, audit_log=None, session_idle_minutes=60.0,
-                session_hours=12.0, secure_cookies=False, trace_url=None)
+                session_hours=12.0, secure_cookies=False, trace_url=None, https_cert=None,
+                https_key=None, https_reload_seconds=30.0)
     return argparse.Namespace(**{**base, **kw})
 
 

@@ -109,12 +109,17 @@ def test_sign_in_mounts_the_accounts_secret_and_keeps_a_client_on_one_replica(he
     docs = render(helm_bin, *ON, "--set", "console.readOnly=false,console.replicas=2",
                   "--set", "console.auth.accountsSecret=console-accounts,console.auth.sessionHours=8",
                   "--set", "console.auth.secureCookies=true",
-                  "--set", "console.traceUrl=https://jaeger.example.com/trace/{traceId}")
+                  "--set", "console.traceUrl=https://jaeger.example.com/trace/{traceId}",
+                  "--set", "console.https.secret=console-tls,console.https.reloadSeconds=10")
     c = console_container(docs)
     parsed = build_parser().parse_args(c["args"])
     assert parsed.accounts == "/etc/ferrymq/console-accounts/accounts.yaml"
     assert parsed.session_hours == 8 and parsed.session_idle_minutes == 60 and parsed.secure_cookies is True
     assert parsed.trace_url == "https://jaeger.example.com/trace/{traceId}"
+    assert (parsed.https_cert, parsed.https_key, parsed.https_reload_seconds) == (
+        "/etc/ferrymq/console-tls/tls.crt", "/etc/ferrymq/console-tls/tls.key", 10)
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS" and c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert {"name": "tls", "mountPath": "/etc/ferrymq/console-tls", "readOnly": True} in c["volumeMounts"]
     mount = next(m for m in c["volumeMounts"] if m["name"] == "accounts")
     assert mount == {"name": "accounts", "mountPath": "/etc/ferrymq/console-accounts", "readOnly": True}
     pod = docs[("Deployment", "r-ferrymq-operator-console")]["spec"]["template"]["spec"]
@@ -124,7 +129,8 @@ def test_sign_in_mounts_the_accounts_secret_and_keeps_a_client_on_one_replica(he
     plain = render(helm_bin, *ON, "--set", "console.replicas=2")
     c = console_container(plain)
     assert not [a for a in c["args"] if a.startswith(("--accounts", "--session", "--secure"))]
-    assert all(m["name"] != "accounts" for m in c["volumeMounts"])
+    assert all(m["name"] not in ("accounts", "tls") for m in c["volumeMounts"])
+    assert "scheme" not in c["readinessProbe"]["httpGet"]
     assert "sessionAffinity" not in plain[("Service", "r-ferrymq-operator-console")]["spec"]
 
 
