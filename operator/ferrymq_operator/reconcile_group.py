@@ -119,11 +119,7 @@ def ready_conditions(ctx: GroupContext) -> list[Condition]:
 
 async def sync_spark_job(ctx: GroupContext, resource: dict, cluster: BrokerCluster | None, current_status: dict) -> None:
     """The Spark job's Kubernetes objects: first, as they do not depend on the brokers."""
-    spark = await spark_jobs.sync(resource, spark_jobs.in_cluster_namesrv(cluster) if cluster else None, current_status)
-    if spark.condition:
-        ctx.other_conditions.append(spark.condition)
-    if spark.status_patch is not None or spark.remove_status:
-        ctx.fields["sparkJob"] = spark.status_patch
+    await spark_jobs.sync_into(resource, cluster, current_status, ctx.other_conditions, ctx.fields)
 
 
 async def observe(admin: AdminClient, addrs: dict[str, str], ctx: GroupContext) -> None:

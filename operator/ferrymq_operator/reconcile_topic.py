@@ -1,5 +1,6 @@
 """Reconcile a Topic: the broker-side topic created or updated on every broker of its
-Broker (queue counts only grow), and deleted with the resource unless it is unmanaged.
+Broker (queue counts only grow), and deleted with the resource unless it is unmanaged; with
+``spec.sparkJob``, a scheduled Spark job that publishes new input files to it (spark_jobs).
 
 One reconcile is a row of small named steps over one ``TopicContext`` (the typed model, what
 the brokers were seen to have, the status to write), as reconcile_group's. The decisions
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 import kopf
 
 from ferrymq.client.admin import AdminClient
-from ferrymq_operator import broker_admin, kube, status, topics
+from ferrymq_operator import broker_admin, kube, spark_jobs, status, topics
 from ferrymq_operator.cluster_access import admin_client, broker_named, broker_of, on_brokers
 from ferrymq_operator.conditions import Condition
 from ferrymq_operator.constants import ANN_MANAGED, API_VERSION
@@ -35,6 +36,7 @@ class TopicContext:
     fields: dict = field(default_factory=dict)      # status fields beside the conditions
     observed: dict[str, ObservedTopic | None] = field(default_factory=dict)  # brokerName -> its topic
     actions: list[BrokerAction] = field(default_factory=list)               # what each broker needs
+    other_conditions: list[Condition] = field(default_factory=list)         # the publish job's, reported last
 
     @classmethod
     def start(cls, topic: Topic) -> "TopicContext":
@@ -114,8 +116,8 @@ def report(body, patch: kopf.Patch, ctx: TopicContext, ready: Condition | None =
     spec reached no broker: appliedGeneration stays, as for ConsumerGroups and Users);
     without one, the converged topic's."""
     if ready is not None:
-        return status.finish(body, patch, [ready], ctx.fields, applied=False)
-    status.finish(body, patch, ready_conditions(ctx), {**ctx.fields, **status_fields(ctx)})
+        return status.finish(body, patch, [ready, *ctx.other_conditions], ctx.fields, applied=False)
+    status.finish(body, patch, [*ready_conditions(ctx), *ctx.other_conditions], {**ctx.fields, **status_fields(ctx)})
 
 
 async def reconcile_topic(body, patch: kopf.Patch, settings: OperatorSettings) -> None:
@@ -131,6 +133,8 @@ async def reconcile_topic(body, patch: kopf.Patch, settings: OperatorSettings) -
     except TopicSpecError as e:
         return status.finish(body, patch, [status.not_ready("InvalidSpec", str(e))], fields, applied=False)
     cluster = await broker_named(ctx.topic.namespace, ctx.topic.broker, settings)
+    # The publish job's objects (spec.sparkJob): first, as they do not depend on the brokers.
+    await spark_jobs.sync_into(res, cluster, dict(ResourceView(res).status), ctx.other_conditions, ctx.fields)
     if cluster is None:
         return report(body, patch, ctx, status.not_ready("BrokerNotFound", f"Broker {ctx.topic.broker} does not exist"))
     owner = await find_conflict(res)

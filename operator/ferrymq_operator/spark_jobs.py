@@ -1,5 +1,6 @@
-"""ConsumerGroup.spec.sparkJob -> the CronJob (and its ServiceAccount, Role, RoleBinding) that
-drains the group on a schedule, kept in step with the spec, and its status.
+"""ConsumerGroup.spec.sparkJob and Topic.spec.sparkJob -> the CronJob (and its ServiceAccount,
+Role, RoleBinding) that drains the group, or publishes new files to the topic, on a schedule,
+kept in step with the spec, and its status.
 
 What those objects look like is the Spark side's knowledge: ``ferrymq_spark.k8s_cronjob``
 builds them (pure, standard library only, installed with the ``ferrymq`` package). This
@@ -166,3 +167,15 @@ async def sync(group: dict, namesrv_addr: str | None, status: dict) -> SparkJobR
                                         f"cannot {what} the Spark job's objects: {api_error(e)}{hint}"), None)
     new = status_of(cronjob, jobs)
     return SparkJobResult(ready_condition(new), merge_patch(old, new))
+
+
+async def sync_into(resource: dict, cluster: BrokerCluster | None, current_status: dict,
+                    conditions_out: list[Condition], fields_out: dict) -> None:
+    """A reconcile step of a ConsumerGroup or Topic: :func:`sync`, its condition added to
+    ``conditions_out`` and its status to ``fields_out`` (first in a reconcile, as it does not
+    depend on the brokers)."""
+    spark = await sync(resource, in_cluster_namesrv(cluster) if cluster else None, current_status)
+    if spark.condition:
+        conditions_out.append(spark.condition)
+    if spark.status_patch is not None or spark.remove_status:
+        fields_out["sparkJob"] = spark.status_patch

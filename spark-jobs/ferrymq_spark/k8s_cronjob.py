@@ -1,5 +1,6 @@
-"""``ConsumerGroup.spec.sparkJob`` -> the Kubernetes objects that run a group's drain on a
-schedule. Pure functions over plain dicts (standard library only, no pyspark), so the
+"""``ConsumerGroup.spec.sparkJob`` and ``Topic.spec.sparkJob`` -> the Kubernetes objects that
+run a group's drain into Parquet, or a publish of new input files to a topic, on a schedule.
+Pure functions over plain dicts (standard library only, no pyspark), so the
 operator can call them and tests can check them without a cluster.
 
 The CronJob's pod runs ``spark-submit`` in *client* mode against the in-cluster API server:
@@ -7,16 +8,20 @@ the pod is the driver, executors are pods it creates. Client mode because in clu
 spark-submit may exit 0 although the driver failed, and the Job's result must be the drain's.
 The pod gets its own ServiceAccount, bound to a Role holding only what a client-mode driver
 needs to run executors (pods and the executors' ConfigMap; PVCs only when the Spark
-configuration asks for on-demand volumes). Every object is owned by the ConsumerGroup.
+configuration asks for on-demand volumes). Every object is owned by the ConsumerGroup or Topic.
 
 ``spec.sparkJob`` fields (all optional unless marked)::
 
     schedule*            cron schedule ("0 * * * *")
     suspend              true pauses the schedule
-    topics*              topics to drain (list or comma-separated)
-    output*              where the Parquet files go (any Hadoop path, e.g. s3a://bucket/orders)
+    topics*              a ConsumerGroup's: topics to drain (list or comma-separated)
+    output*              a ConsumerGroup's: where the Parquet files go (any Hadoop path, e.g. s3a://bucket/orders)
+    input*, checkpoint*  a Topic's: the directory of files to publish and where the query keeps which are done
+    format, schema       a Topic's: the input's format (parquet, json, csv, orc) and DDL schema
+    body, keys, tags, shardingKey, maxFilesPerBatch
+                         a Topic's: SQL expressions of the message fields (spark-jobs/jobs/publish_to_topic.py)
     image                the Spark image (spark-jobs/Dockerfile); default DEFAULT_IMAGE
-    mainApplicationFile  default local:///opt/ferrymq/jobs/consume_to_parquet.py
+    mainApplicationFile  default local:///opt/ferrymq/jobs/consume_to_parquet.py (a Topic's: publish_to_topic.py)
     arguments            extra arguments for the application
     driver               {cores, memory}
     executor             {instances, cores, memory}
@@ -36,7 +41,8 @@ import shlex
 
 API_VERSION = "ferrymq.io/v1alpha1"
 DEFAULT_IMAGE = "ferrymq/spark:0.1.0"
-DEFAULT_APP = "local:///opt/ferrymq/jobs/consume_to_parquet.py"
+DEFAULT_APP = "local:///opt/ferrymq/jobs/consume_to_parquet.py"  # a ConsumerGroup's: drain to Parquet
+PUBLISH_APP = "local:///opt/ferrymq/jobs/publish_to_topic.py"  # a Topic's: publish new input files
 IN_CLUSTER_MASTER = "k8s://https://kubernetes.default.svc"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DRIVER_PORT, BLOCK_MANAGER_PORT = 7078, 7079
@@ -93,7 +99,7 @@ def labels(group: dict) -> dict[str, str]:
 
 def owner_reference(group: dict) -> dict:
     meta = group["metadata"]
-    return {"apiVersion": group.get("apiVersion", API_VERSION), "kind": group.get("kind", "ConsumerGroup"),
+    return {"apiVersion": group.get("apiVersion", API_VERSION), "kind": group.get("kind") or "ConsumerGroup",
             "name": meta["name"], "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
 
 
@@ -104,18 +110,40 @@ def _meta(group: dict, name: str) -> dict:
     return meta
 
 
+def is_topic(owner: dict) -> bool:
+    """A Topic's job publishes to it; a ConsumerGroup's drains the group."""
+    return owner.get("kind") == "Topic"
+
+
+def topic_name(owner: dict) -> str:
+    return owner.get("spec", {}).get("topicName") or owner["metadata"]["name"]
+
+
+_REQUIRED = {False: ("schedule", "topics", "output"), True: ("schedule", "input", "checkpoint")}
+_INPUT_FORMATS = ("parquet", "json", "csv", "orc")
+# A Topic's optional spec.sparkJob fields and publish_to_topic.py's flag for each.
+PUBLISH_FLAGS = (("schema", "--schema"), ("body", "--body"), ("keys", "--keys"), ("tags", "--tags"),
+                 ("shardingKey", "--sharding-key"), ("maxFilesPerBatch", "--max-files-per-batch"))
+# The fields only one kind's job has (the rest are common).
+TOPIC_ONLY = frozenset({"input", "checkpoint", "format", *(f for f, _ in PUBLISH_FLAGS)})
+GROUP_ONLY = frozenset({"topics", "output"})
+
+
 def spark_job_spec(group: dict) -> dict:
-    """spec.sparkJob checked, with defaults filled in."""
+    """spec.sparkJob checked, with defaults filled in (``group``: the ConsumerGroup or Topic)."""
     job = dict(group.get("spec", {}).get("sparkJob") or {})
     if not job:
         raise SparkJobSpecError("spec.sparkJob is not set")
-    for required in ("schedule", "topics", "output"):
+    for required in _REQUIRED[is_topic(group)]:
         if not job.get(required):
             raise SparkJobSpecError(f"spec.sparkJob.{required} is required")
-    topics = job["topics"]
+    topics = job.get("topics") or []
     topics = [t.strip() for t in (topics.split(",") if isinstance(topics, str) else topics) if str(t).strip()]
-    if not topics:
+    if not is_topic(group) and not topics:
         raise SparkJobSpecError("spec.sparkJob.topics names no topic")
+    if is_topic(group) and job.get("format", "parquet") not in _INPUT_FORMATS:
+        raise SparkJobSpecError(f"spec.sparkJob.format must be one of {', '.join(_INPUT_FORMATS)}, "
+                                f"not {job.get('format')!r}")
     if len(str(job["schedule"]).split()) not in (5, 6) and not str(job["schedule"]).startswith("@"):
         raise SparkJobSpecError(f"spec.sparkJob.schedule {job['schedule']!r} is not a cron schedule")
     launcher = job.get("launcher", "SparkSubmit")
@@ -129,15 +157,24 @@ def spark_job_spec(group: dict) -> dict:
     if isinstance(arguments, str):
         arguments = shlex.split(arguments)
     return {**job, "topics": topics, "launcher": launcher, "executor": executor, "driver": driver,
-            "image": job.get("image") or DEFAULT_IMAGE, "mainApplicationFile": job.get("mainApplicationFile") or DEFAULT_APP,
+            "image": job.get("image") or DEFAULT_IMAGE,
+            "mainApplicationFile": job.get("mainApplicationFile") or (PUBLISH_APP if is_topic(group) else DEFAULT_APP),
             "arguments": [str(a) for a in arguments], "sparkConf": {str(k): str(v) for k, v in (job.get("sparkConf") or {}).items()},
             "suspend": bool(job.get("suspend", False))}
 
 
 def application_arguments(group: dict, job: dict, namesrv_addr: str) -> list[str]:
-    """Arguments of the application: the drain's own unless mainApplicationFile was changed."""
-    if job["mainApplicationFile"] != DEFAULT_APP:
+    """Arguments of the application: the drain's or the publish job's own unless
+    mainApplicationFile was changed."""
+    if job["mainApplicationFile"] not in (DEFAULT_APP, PUBLISH_APP):
         return list(job["arguments"])
+    if job["mainApplicationFile"] == PUBLISH_APP:
+        args = ["--namesrv", namesrv_addr, "--topic", topic_name(group), "--input", str(job["input"]),
+                "--format", str(job.get("format", "parquet")), "--checkpoint", str(job["checkpoint"])]
+        for field, flag in PUBLISH_FLAGS:
+            if job.get(field) not in (None, ""):
+                args += [flag, str(job[field])]
+        return args + list(job["arguments"])
     return ["--namesrv", namesrv_addr, "--group", group_name(group), "--topics", ",".join(job["topics"]),
             "--output", str(job["output"]), *job["arguments"]]
 
@@ -285,7 +322,7 @@ def cron_job(group: dict, job: dict, namesrv_addr: str) -> dict:
     spec = {
         "schedule": job["schedule"],
         "suspend": job["suspend"],
-        "concurrencyPolicy": "Forbid",  # two drains of one group at once would race on its offsets
+        "concurrencyPolicy": "Forbid",  # two runs at once would race on the group's offsets or the publish checkpoint
         "successfulJobsHistoryLimit": int(job.get("successfulJobsHistoryLimit", 3)),
         "failedJobsHistoryLimit": int(job.get("failedJobsHistoryLimit", 3)),
         "jobTemplate": {

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -50,12 +49,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-
     from ferrymq_spark import DataLossError, FerryMQDataSource, OffsetsError, OptionsError
     from ferrymq_spark.drain import drain
+    from ferrymq_spark.job_session import configure_job_logging, start_session
     from ferrymq_spark.options import parse_options
+
+    configure_job_logging()
 
     options = {"subscribe": args.topics, "namesrv": args.namesrv, "consumerGroup": args.group,
                "startingOffsets": "group", "failOnDataLoss": args.fail_on_data_loss}
@@ -73,14 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"consume_to_parquet: {e}", file=sys.stderr)
         return 2
 
-    from pyspark.sql import SparkSession
-    builder = SparkSession.builder.appName(f"ferrymq-drain-{args.group}").config("spark.sql.session.timeZone", "UTC")
-    if args.master:
-        builder = builder.master(args.master)
-        if args.master.startswith("local"):
-            # Local Python workers must run this interpreter (PySpark defaults to python3 on PATH).
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = builder.getOrCreate()
+    spark = start_session(f"ferrymq-drain-{args.group}", args.master)
     try:
         spark.dataSource.register(FerryMQDataSource)
         summary = drain(spark, opts, args.output, crash_after_write=args.crash_after_write)

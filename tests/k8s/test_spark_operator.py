@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from ferrymq_spark.k8s_cronjob import DRIVER_RULES, job_name
+from ferrymq_spark.k8s_cronjob import DRIVER_RULES, PUBLISH_APP, job_name
 from tests.k8s.conftest import CLUSTER
 from tests.k8s.controlplane import FAIL_LABEL
 from testkit.wait import poll_until
@@ -135,3 +135,37 @@ def test_operator_runs_a_groups_spark_job_as_an_owned_cronjob(control_plane, ope
     # Deleting a group garbage-collects its Spark objects (owner references).
     cp.kubectl("delete", "consumergroup", "every-minute", "-n", ns, "--timeout=60s")
     poll_until("spark objects garbage-collected", lambda: all(cp.get(k, every_name, ns) is None for k in SPARK_KINDS), 90)
+
+
+def test_operator_runs_a_topics_publish_job_as_an_owned_cronjob(control_plane, operator_logs, ferry_cluster, namespace):
+    """Topic.spec.sparkJob: a scheduled publish of new input files to the topic, the same
+    objects and status as a group's drain, with publish_to_topic.py's arguments."""
+    cp, ns = control_plane, namespace
+    topic = {"apiVersion": API, "kind": "Topic", "metadata": {"name": "outbox"},
+             "spec": {"brokerRef": {"name": CLUSTER}, "topicName": "Outbox", "sparkJob": {
+                 "schedule": "0 0 1 1 *", "input": "s3a://outbox/orders", "checkpoint": "s3a://ckpt/orders",
+                 "format": "json", "keys": "CAST(id AS STRING)", "image": "ferrymq/spark:test"}}}
+    cp.apply([broker_cr(), topic], ns)
+    uid = cp.get("topic", "outbox", ns)["metadata"]["uid"]
+    name = job_name(cp.get("topic", "outbox", ns))
+    st = wait_status(cp, "topic", "outbox", ns, lambda o: ((o.get("status") or {}).get("sparkJob") or {}).get("cronJob") == name
+                     and (condition(o, "SparkJobReady") or {}).get("status") == "True", "the publish job's status")["status"]
+    assert st["sparkJob"]["schedule"] == "0 0 1 1 *"
+    for kind in SPARK_KINDS:
+        [owner] = cp.get(kind, name, ns)["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("Topic", "outbox", uid), kind
+    args = cp.get("cronjob", name, ns)["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    app = args.index(PUBLISH_APP)
+    assert args[app + 1:] == ["--namesrv", f"{CLUSTER}-namesrv-0.{CLUSTER}-namesrv-headless.{ns}.svc:9876",
+                              "--topic", "Outbox", "--input", "s3a://outbox/orders", "--format", "json",
+                              "--checkpoint", "s3a://ckpt/orders", "--keys", "CAST(id AS STRING)"]
+
+    cp.kubectl("create", "job", "publish-1", f"--from=cronjob/{name}", "-n", ns)
+    wait_status(cp, "topic", "outbox", ns, lambda o: (((o.get("status") or {}).get("sparkJob") or {}).get("lastRun") or {})
+                .get("result") == "Succeeded", "the run Succeeded")
+    assert "LAST-RUN" in cp.kubectl("get", "topic", "outbox", "-n", ns, "-o", "wide").stdout
+
+    cp.kubectl("patch", "topic", "outbox", "-n", ns, "--type=merge", "-p", '{"spec":{"sparkJob":null}}')
+    poll_until("publish job objects deleted", lambda: all(cp.get(k, name, ns) is None for k in SPARK_KINDS), 60)
+    wait_status(cp, "topic", "outbox", ns, lambda o: not (o.get("status") or {}).get("sparkJob")
+                and (condition(o, "Ready") or {}).get("status") == "True", "the topic itself still Ready")

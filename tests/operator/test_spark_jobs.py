@@ -116,10 +116,11 @@ def test_status_and_condition_from_the_cronjob_and_its_runs():
     assert (c.reason, st["suspended"]) == ("Suspended", True) and "not run yet" in c.message
 
 
-def test_status_fields_are_declared_in_the_crd():
+@pytest.mark.parametrize("crd_file", ["ferrymq.io_consumergroups.yaml", "ferrymq.io_topics.yaml"])
+def test_status_fields_are_declared_in_the_crd(crd_file):
     """The API server prunes status fields its schema does not declare: everything the
     operator reports must be there."""
-    crd = yaml.safe_load((REPO / "crds" / "ferrymq.io_consumergroups.yaml").read_text())
+    crd = yaml.safe_load((REPO / "crds" / crd_file).read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["sparkJob"]
     cron = _cron(lastScheduleTime="t", lastSuccessfulTime="t")
     st = spark_jobs.status_of(cron, [_job("a", "t", ("Complete", "done"), startTime="t", completionTime="t")])
@@ -128,16 +129,21 @@ def test_status_fields_are_declared_in_the_crd():
     assert {"cronJob", "active", "lastScheduleTime", "lastSuccessfulTime", "lastRun", "schedule", "suspended"} == set(st)
 
 
-def test_every_spark_job_field_the_builder_reads_is_in_the_crd():
+@pytest.mark.parametrize("crd_file, other_kinds_fields", [
+    ("ferrymq.io_consumergroups.yaml", k8s_cronjob.TOPIC_ONLY), ("ferrymq.io_topics.yaml", k8s_cronjob.GROUP_ONLY)])
+def test_every_spark_job_field_the_builder_reads_is_in_the_crd(crd_file, other_kinds_fields):
     """The CRD's sparkJob schema is strict (no unknown fields kept): a field the builder
     reads but the CRD lacks would be pruned before the operator ever saw it."""
     source = Path(k8s_cronjob.__file__).read_text().split("def spark_job_status")[0]  # after it, `job` is a Job
     read = set(re.findall(r'job(?:\.get\(|\[)"(\w+)"', source)) | set(re.findall(r'"(\w+)" in job\b', source))
+    read |= {f for f, _ in k8s_cronjob.PUBLISH_FLAGS}  # read as job.get(field) in a loop
     read -= {"instances", "cores", "memory"}  # job["executor"]["cores"] and the like: nested
-    crd = yaml.safe_load((REPO / "crds" / "ferrymq.io_consumergroups.yaml").read_text())
+    read -= other_kinds_fields
+    crd = yaml.safe_load((REPO / "crds" / crd_file).read_text())
     spark = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["sparkJob"]
     assert read and read <= set(spark["properties"]), read - set(spark["properties"])
     assert {"instances", "cores", "memory"} <= set(spark["properties"]["executor"]["properties"])
+    assert not other_kinds_fields & set(spark["properties"]), "a field of the other kind's job"
 
 
 def test_merge_patch_removes_what_is_gone():

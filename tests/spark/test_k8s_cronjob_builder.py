@@ -1,4 +1,4 @@
-"""The CronJob builder for ConsumerGroup.spec.sparkJob, checked without a cluster (the
+"""The CronJob builder for ConsumerGroup.spec.sparkJob and Topic.spec.sparkJob, checked without a cluster (the
 tests/k8s layer applies the same objects to a real API server)."""
 
 from __future__ import annotations
@@ -7,8 +7,11 @@ import re
 
 import pytest
 
+from testkit.processes import REPO
+
 from ferrymq_spark.k8s_cronjob import (
     DEFAULT_APP,
+    PUBLISH_APP,
     SparkJobSpecError,
     build_spark_job,
     job_name,
@@ -163,3 +166,43 @@ def test_status_reports_schedule_times_and_the_last_run():
     assert status["lastRun"] == {"job": "j2", "result": "Failed", "message": "Job has reached the specified backoff limit"}
     assert spark_job_status(cron, [ok])["lastRun"]["result"] == "Succeeded"
     assert spark_job_status(None, []) == {}
+
+
+def topic(**job) -> dict:
+    spark_job = {"schedule": "*/10 * * * *", "input": "s3a://outbox/orders", "checkpoint": "s3a://ckpt/orders", **job}
+    return {"apiVersion": "ferrymq.io/v1alpha1", "kind": "Topic",
+            "metadata": {"name": "orders", "namespace": "data", "uid": "t-1"},
+            "spec": {"brokerRef": {"name": "demo"}, "topicName": "Orders", "sparkJob": spark_job}}
+
+
+def test_a_topics_job_publishes_new_input_files_to_it():
+    sa, role, binding, cron = build_spark_job(
+        topic(format="json", keys="CAST(order_id AS STRING)", shardingKey="customer", maxFilesPerBatch=4),
+        "demo-namesrv.data.svc:9876")
+    args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    app = args.index(PUBLISH_APP)
+    assert args[app + 1:] == ["--namesrv", "demo-namesrv.data.svc:9876", "--topic", "Orders",
+                              "--input", "s3a://outbox/orders", "--format", "json", "--checkpoint", "s3a://ckpt/orders",
+                              "--keys", "CAST(order_id AS STRING)", "--sharding-key", "customer",
+                              "--max-files-per-batch", "4"]
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid", "two runs would share one checkpoint"
+    for obj in (sa, role, binding, cron):
+        [owner] = obj["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("Topic", "orders", "t-1")
+    # the application's own parser takes exactly these arguments
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("publish_to_topic", REPO / "spark-jobs" / "jobs" / "publish_to_topic.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    parsed = job.parse_args(args[app + 1:])
+    assert (parsed.topic, parsed.format, parsed.sharding_key, parsed.max_files_per_batch) == ("Orders", "json", "customer", 4)
+
+
+@pytest.mark.parametrize("job, message", [
+    ({"input": ""}, "spec.sparkJob.input is required"),
+    ({"checkpoint": None}, "spec.sparkJob.checkpoint is required"),
+    ({"format": "avro"}, "spec.sparkJob.format must be one of parquet, json, csv, orc"),
+])
+def test_bad_publish_job_specs_are_one_clear_error(job, message):
+    with pytest.raises(SparkJobSpecError, match=re.escape(message)):
+        build_spark_job(topic(**job), "ns:9876")
