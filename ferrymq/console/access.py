@@ -18,6 +18,7 @@ answers 401, any other path redirects to ``/signin``. Roles (docs/operations.md#
 from __future__ import annotations
 
 import asyncio
+import hmac
 import html
 import json
 import time
@@ -159,7 +160,7 @@ class Access:
         needs = "admin" if (request.method, route.canonical if route else "") in _ADMIN_WRITES else "operator"
         status, response = 500, None
         try:
-            if who.session is not None and request.headers.get(CSRF_HEADER) != who.session.csrf_token:
+            if who.session is not None and not _csrf_ok(request, who.session):
                 response = error_response(403, f"missing or wrong {CSRF_HEADER} header (reload the page)")
             elif not who.may(needs):
                 response = error_response(403, f"{who.user} is a {who.account.role}: this action needs an {needs}")
@@ -226,7 +227,7 @@ class Access:
 
     async def sign_out(self, request: web.Request) -> web.Response:
         who = identity(request)
-        if who.session is None or request.headers.get(CSRF_HEADER) != who.session.csrf_token:
+        if who.session is None or not _csrf_ok(request, who.session):
             return error_response(403, f"missing or wrong {CSRF_HEADER} header")
         self.sessions.end(who.session.id)
         self.audit.record(user=who.user, action="sign-out", status=200, remote=request.remote)
@@ -247,6 +248,10 @@ class Access:
         else:
             self._failures.pop(key, None)
         return len(recent) >= _MAX_FAILURES[key.split(":", 1)[0]]
+
+
+def _csrf_ok(request: web.Request, session: Session) -> bool:
+    return hmac.compare_digest(request.headers.get(CSRF_HEADER, "").encode(), session.csrf_token.encode())
 
 
 def _same_origin(request: web.Request) -> bool:
