@@ -246,14 +246,16 @@ async def test_a_message_found_by_key_shows_its_body(console_page, seeded):
 
 
 async def test_a_message_with_an_opentelemetry_trace_context_links_its_trace_id(console_page, seeded, ferry):
-    p = console_page
-    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    p, admin = console_page, seeded
+    trace_id, topic = "4bf92f3577b34da6a3ce929d0e0e4736", "OtelTraced"  # a topic of its own: Orders holds 40
+    await admin.create_topic(topic, read_queues=1, write_queues=1)
+    await wait_until(lambda: _routed(admin, topic), 10, f"a route for {topic}")
     async with Producer("traced-producer", namesrv_addr=ferry.namesrv_addr) as producer:
-        m = Message(TOPIC, b"{}")
+        m = Message(topic, b"{}")
         m.keys = ["traced-1"]
         m.properties["traceparent"] = f"00-{trace_id}-00f067aa0ba902b7-01"
         await producer.send(m)
-    await p.open(f"messages?cluster=local&mode=key&topic={TOPIC}&key=traced-1")
+    await p.open(f"messages?cluster=local&mode=key&topic={topic}&key=traced-1")
     await p.page.get_by_test_id("search").click()
     await p.page.locator("[data-testid=results] tbody tr").first.click()
     link = p.page.get_by_test_id("trace-id").locator("a")
