@@ -140,10 +140,11 @@ def test_chart_rbac_is_least_privilege(control_plane, helm_release):
                                   f"--as=system:serviceaccount:{RELEASE_NS}:{SA}", check=False)
         return p.stdout.strip() == "yes"
     assert can("patch", "brokers.ferrymq.io") and can("patch", "topics.ferrymq.io/status")
-    assert not can("update", "topics.ferrymq.io/finalizers")
+    assert not can("update", "namespaces/finalizers")
     assert can("create", "statefulsets.apps") and can("delete", "pods") and can("create", "events")
     # blockOwnerDeletion on owned objects (OwnerReferencesPermissionEnforcement is on in the control plane)
     assert can("update", "brokers.ferrymq.io/finalizers") and can("update", "consumergroups.ferrymq.io/finalizers")
+    assert can("update", "topics.ferrymq.io/finalizers")  # a Topic owns its publish job's objects
     # Owned objects go away through garbage collection with their Broker; the one exception is
     # a slave set (StatefulSet, Service, PDB) a lowered spec.replication.slavesPerGroup retires.
     assert can("delete", "statefulsets.apps") and can("delete", "poddisruptionbudgets.policy")
@@ -234,18 +235,18 @@ def test_the_operator_may_create_the_failover_controllers_role_and_binding(contr
 
 def test_owner_references_the_operator_sets_pass_owner_reference_enforcement(control_plane, helm_release):
     """blockOwnerDeletion needs update on the owner's finalizers (OwnerReferencesPermissionEnforcement,
-    on in the local control plane): the chart grants it for Brokers and ConsumerGroups, the
-    owners of everything the operator creates, and for nothing else."""
-    def create_owned_by(kind: str) -> subprocess.CompletedProcess:
+    on in the local control plane): the chart grants it for Brokers, Topics, ConsumerGroups and
+    Users, the owners of everything the operator creates, and for nothing else."""
+    def create_owned_by(kind: str, api_version: str = "ferrymq.io/v1alpha1") -> subprocess.CompletedProcess:
         cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"owned-by-{kind.lower()}", "ownerReferences": [
-            {"apiVersion": "ferrymq.io/v1alpha1", "kind": kind, "name": "x", "uid": "00000000-0000-0000-0000-000000000001",
+            {"apiVersion": api_version, "kind": kind, "name": "x", "uid": "00000000-0000-0000-0000-000000000001",
              "controller": True, "blockOwnerDeletion": True}]}}
         return control_plane.kubectl("create", "--dry-run=server", "-n", "default", "-f", "-",
                                      f"--as=system:serviceaccount:{RELEASE_NS}:{SA}", input=json.dumps(cm), check=False)
-    for kind in ("Broker", "ConsumerGroup"):
+    for kind in ("Broker", "Topic", "ConsumerGroup", "User"):
         p = create_owned_by(kind)
         assert p.returncode == 0, p.stderr
-    p = create_owned_by("Topic")
+    p = create_owned_by("Namespace", "v1")
     assert p.returncode != 0 and "cannot set blockOwnerDeletion" in p.stderr, p.stderr
 
 

@@ -41,9 +41,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [ferrymq.io]
   resources: [brokers/status, topics/status, consumergroups/status, users/status]
   verbs: [get, patch, update]
-# blockOwnerDeletion on the objects a Broker, ConsumerGroup or User owns (OwnerReferencesPermissionEnforcement).
+# blockOwnerDeletion on the objects a Broker, Topic, ConsumerGroup or User owns (OwnerReferencesPermissionEnforcement).
 - apiGroups: [ferrymq.io]
-  resources: [brokers/finalizers, consumergroups/finalizers, users/finalizers]
+  resources: [brokers/finalizers, topics/finalizers, consumergroups/finalizers, users/finalizers]
   verbs: [update]
 # ACL: users' credentials, the operator's own account, the brokers' plain_acl.yml.
 - apiGroups: [""]
