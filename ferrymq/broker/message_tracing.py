@@ -15,18 +15,16 @@ on its own thread. Off (the default), every call returns at once.
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from typing import Iterable, Mapping
 
 from ferrymq.common.message import MessageExt, Prop, decode_record
 
-log = logging.getLogger(__name__)
-
 __all__ = ["MessageTracing", "NO_TRACING", "message_tracing"]
 
 TRACE_CONTEXT = Prop.TRACE_CONTEXT
 _CARRIER_KEYS = ("traceparent", TRACE_CONTEXT)
+_CARRIER_BYTES = tuple(k.encode() for k in _CARRIER_KEYS)  # a raw record that may carry one
 _DELIVERED_KEPT = 100_000  # deliveries remembered for their ack's span (the oldest forgotten first)
 
 
@@ -63,7 +61,6 @@ class _OtlpTracing(MessageTracing):
 
     def __init__(self, endpoint: str, service_name: str, broker_name: str, cluster: str, *,
                  exporter=None) -> None:
-        from opentelemetry.propagators.textmap import DefaultGetter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -81,8 +78,7 @@ class _OtlpTracing(MessageTracing):
         self._provider.add_span_processor(BatchSpanProcessor(exporter))
         self._tracer = self._provider.get_tracer("ferrymq.broker")
         self._propagator = TraceContextTextMapPropagator()
-        self._getter = DefaultGetter()
-        self._kind = SpanKind
+        self._server = SpanKind.SERVER
         self._broker = broker_name
         self._delivered: OrderedDict[tuple[str, str, int], object] = OrderedDict()
 
@@ -90,10 +86,10 @@ class _OtlpTracing(MessageTracing):
         carrier = {"traceparent": properties.get("traceparent") or properties.get(TRACE_CONTEXT, "")}
         if "tracestate" in properties:
             carrier["tracestate"] = properties["tracestate"]
-        return self._propagator.extract(carrier, getter=self._getter)
+        return self._propagator.extract(carrier)
 
-    def _span(self, name: str, context, attributes: dict, kind=None) -> None:
-        span = self._tracer.start_span(name, context=context, kind=kind or self._kind.SERVER,
+    def _span(self, name: str, context, attributes: dict) -> None:
+        span = self._tracer.start_span(name, context=context, kind=self._server,
                                        attributes={"messaging.system": "rocketmq", **attributes})
         span.end()
 
@@ -110,8 +106,8 @@ class _OtlpTracing(MessageTracing):
                 "messaging.message.body.size": len(m.body), "ferrymq.broker": self._broker})
 
     def delivered_records(self, records, *, group, via):
-        self.delivered(((decode_record(r)[0], 1) for r in records if b"traceparent" in r or TRACE_CONTEXT.encode() in r),
-                       group=group, via=via)
+        traced = (r for r in records if any(k in r for k in _CARRIER_BYTES))  # decoded only when they may be
+        self.delivered(((decode_record(r)[0], 1) for r in traced), group=group, via=via)
 
     def delivered(self, messages, *, group, via):
         for m, attempt in messages:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import ssl
 import sys
 
 import yaml
@@ -13,6 +12,7 @@ import yaml
 from ferrymq.cli.client_commands import client_config
 from ferrymq.cli.servers import stop_on_signals
 from ferrymq.client.config import default_namesrv
+from ferrymq.common.config_loader import ConfigError
 from ferrymq.console.accounts import ROLES, AccountsError, hash_password
 from ferrymq.console.settings import ClusterSpec, ConsoleSettings, SettingsError, is_loopback, parse_cluster
 
@@ -98,7 +98,7 @@ async def run_console(args: argparse.Namespace) -> int:
     try:
         settings = settings_from(args)
         server = ConsoleServer(settings)
-    except (SettingsError, AccountsError, OSError, ssl.SSLError) as e:
+    except (SettingsError, AccountsError, ConfigError, OSError) as e:
         raise SystemExit(f"ferrymq console: error: {e}") from None
     await server.start()
     mode = ("read-only" if settings.read_only else "read-write") + (", sign-in on" if server.access.enabled else "")

@@ -11,6 +11,7 @@ the userinfo endpoint) and hands the account to ``signed_in``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 import time
@@ -76,6 +77,7 @@ class OidcSignIn:
         self._pending: dict[str, _Pending] = {}
         self._provider: _Provider | None = None
         self._http: aiohttp.ClientSession | None = None
+        self._ca: tuple[str, ssl.SSLContext] | None = None  # caFile's context, read once per file
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get(START, self.start), web.get(CALLBACK, self.callback)]
@@ -211,7 +213,7 @@ class OidcSignIn:
     async def _json(self, method: str, url: str, settings: OidcSettings, **kwargs) -> dict:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=_TIMEOUT)
-        ssl_context = ssl.create_default_context(cafile=settings.ca_file) if settings.ca_file else None
+        ssl_context = await self._ssl_for(settings.ca_file)
         try:
             async with self._http.request(method, url, ssl=ssl_context, **kwargs) as r:
                 body = await r.json(content_type=None)
@@ -220,6 +222,17 @@ class OidcSignIn:
                 return body
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             raise SignInFailed(f"{method} {url}: {e or type(e).__name__}") from None
+
+    async def _ssl_for(self, ca_file: str | None) -> ssl.SSLContext | None:
+        if not ca_file:
+            return None
+        if self._ca is None or self._ca[0] != ca_file:
+            try:
+                context = await asyncio.to_thread(ssl.create_default_context, cafile=ca_file)
+            except (OSError, ssl.SSLError) as e:
+                raise SignInFailed(f"caFile {ca_file}: {e}") from None
+            self._ca = (ca_file, context)
+        return self._ca[1]
 
     def _forget_old(self) -> None:
         now = time.monotonic()

@@ -31,7 +31,7 @@ STATIC = Path(__file__).parent / "static"
 class ConsoleServer:
     def __init__(self, settings: ConsoleSettings) -> None:
         """Raises :class:`ferrymq.console.accounts.AccountsError` for an accounts file it
-        cannot use, OSError or ssl.SSLError for HTTPS files it cannot."""
+        cannot use, ConfigError for HTTPS files it cannot."""
         self.settings = settings
         self.https = (ConsoleHttps(settings.https_cert, settings.https_key, settings.https_reload_seconds)
                       if settings.https_cert else None)

@@ -102,10 +102,14 @@ def main(argv: list[str] | None = None) -> int:
             key, _, value = item.partition("=")
             writer = writer.option(f"ferrymq.{key.strip()}", value.strip())
         query = writer.start()
-        query.awaitTermination()
-        progress = query.recentProgress
-        summary = {"topic": args.topic, "batches": len([p for p in progress if p["numInputRows"]]),
-                   "rows": sum(p["numInputRows"] for p in progress)}
+        # Rows per batch id, gathered while it runs: recentProgress keeps only the last 100 batches.
+        rows: dict[int, int] = {}
+        while True:
+            done = query.awaitTermination(0.5)
+            rows.update((p["batchId"], p["numInputRows"]) for p in query.recentProgress)
+            if done:
+                break
+        summary = {"topic": args.topic, "batches": sum(1 for n in rows.values() if n), "rows": sum(rows.values())}
     finally:
         spark.stop()
     print(json.dumps(summary, sort_keys=True))

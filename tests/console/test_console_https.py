@@ -42,7 +42,7 @@ async def served_ca(url: str, *trusted: dict[str, str]) -> str | None:
 
 async def test_a_renewed_certificate_reaches_new_connections_and_open_ones_keep_working(
         cluster, secret_volume: SecretVolume, cert_a, cert_b, caplog):
-    caplog.set_level(logging.INFO, logger="ferrymq.console.https")
+    caplog.set_level(logging.INFO, logger="ferrymq.remoting.tls")  # the reloading ServerTls's
     server = ConsoleServer(ConsoleSettings([ClusterSpec("local", cluster.namesrv_addr)], host="127.0.0.1", port=0,
                                            sample_seconds=60, https_cert=secret_volume.path("tls.crt"),
                                            https_key=secret_volume.path("tls.key"), https_reload_seconds=0.2))
