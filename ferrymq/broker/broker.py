@@ -40,7 +40,7 @@ from ferrymq.broker.processors.query import QueryProcessors
 from ferrymq.broker.processors.recall import RecallProcessor
 from ferrymq.broker.processors.reply import ReplyProcessor
 from ferrymq.broker.processors.send import SendProcessor
-from ferrymq.broker.processors.transaction import EndTransactionProcessor
+from ferrymq.broker.processors.transaction import EndTransactionProcessor, EndTransactionsProcessor
 from ferrymq.broker.online_clients import GrpcClientTable, OnlineClients, OnlineClientsCollector
 from ferrymq.broker.pop.metrics import PopCollector
 from ferrymq.broker.timer_metrics import register_timer_metrics
@@ -56,6 +56,7 @@ from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.broker.transactions import TransactionService
 from ferrymq.common.address_lookup import changed_namesrv_addr
 from ferrymq.common.config_loader import ConfigError
+from ferrymq.common.end_transactions import END_TRANSACTIONS
 from ferrymq.common.tasks import TaskSet, within
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
@@ -198,6 +199,7 @@ class Broker:
         ctx = self.ctx
         self.send_processor = send = SendProcessor(ctx, self.schedule, self.transactions)
         self.server.register(RequestCode.END_TRANSACTION, EndTransactionProcessor(self.transactions))
+        self.server.register(END_TRANSACTIONS, EndTransactionsProcessor(self.transactions))
         self.server.register(RequestCode.RECALL_MESSAGE, RecallProcessor(self.recalls, self.config.region_id))
         reply = ReplyProcessor(ctx)
         for code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.schedule import divert_to_schedule, is_delayable
 from ferrymq.broker.timer_send import TimerRefusal, asks_for_timer, divert_to_timer
+from ferrymq.common.end_transactions import HalfRef
 from ferrymq.common.message import MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.message_id import offset_msg_id
 from ferrymq.common.protocol import Perm
@@ -101,85 +102,110 @@ class TransactionService:
         for topic in (HALF_TOPIC, OP_TOPIC):
             self.ctx.topics.ensure(topic, 1, Perm.READ_WRITE)
 
-    # ------------------------------------------------------------------ END_TRANSACTION
+    # ------------------------------------------------------------------ END_TRANSACTION(S)
 
     async def end(self, request: EndTransaction) -> tuple[int, str | None]:
         """Commit or roll back a half message: (response code, remark)."""
-        kind = request.commit_or_rollback
-        if kind not in (SysFlag.TRANSACTION_COMMIT_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE):
+        if request.commit_or_rollback not in (SysFlag.TRANSACTION_COMMIT_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE):
             # The producer does not know yet: the check-back will ask again.
             log.info("transaction %s of %s left undecided by the producer (%s)", request.transaction_id,
                      request.producer_group, "check" if request.from_transaction_check else "send")
             return ResponseCode.SUCCESS, None
-        half, error = await self._half_message(request)
-        if half is None:
-            return ResponseCode.SYSTEM_ERROR, error
-        if kind == SysFlag.TRANSACTION_COMMIT_TYPE:
-            code, remark = await self._commit_once(half)
-            if code != ResponseCode.SUCCESS:
-                return code, remark
-        if not await self._mark_decided(half.queue_offset):
-            return ResponseCode.SYSTEM_ERROR, "recording the transaction's outcome failed"
-        return ResponseCode.SUCCESS, None
+        ref = HalfRef(request.tran_state_table_offset, request.commit_log_offset, request.msg_id)
+        return (await self.end_many(request.producer_group, request.commit_or_rollback, [ref]))[0]
 
-    async def _half_message(self, request: EndTransaction) -> tuple[MessageExt | None, str | None]:
-        record = await self.ctx.store.look_message(request.commit_log_offset)
-        try:
-            half = decode_record(record)[0] if record else None
-        except ValueError:
-            half = None
-        if half is None or half.topic != HALF_TOPIC:
-            return None, "Find prepared transaction message failed"
-        if half.properties.get(Prop.PGROUP) != request.producer_group:
-            return None, "The producer group wrong"
-        if half.queue_offset != request.tran_state_table_offset:
-            return None, "The transaction state table offset wrong"
-        return half, None
+    async def end_many(self, group: str, kind: int, refs: list[HalfRef]) -> list[tuple[int, str | None]]:
+        """Commit or roll back each of ``refs`` (half messages of producer group ``group``), in
+        their order: the half messages read together, the commit records stored with one write,
+        the op records with another (END_TRANSACTIONS; END_TRANSACTION is one of them). Each
+        gets its (response code, remark); a half message whose commit failed is left undecided
+        (the check-back asks again)."""
+        if kind not in (SysFlag.TRANSACTION_COMMIT_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE):
+            return [(ResponseCode.SUCCESS, None)] * len(refs)
+        outcomes: list[tuple[int, str | None]] = [(ResponseCode.SUCCESS, None)] * len(refs)
+        records = await self.ctx.store.look_messages([r.commit_log_offset for r in refs])
+        found: list[tuple[int, MessageExt]] = []
+        for i, (ref, record) in enumerate(zip(refs, records)):
+            half, error = _half_message(record, group, ref.tran_state_table_offset)
+            if half is None:
+                outcomes[i] = (ResponseCode.SYSTEM_ERROR, error)
+            else:
+                found.append((i, half))
+        if kind == SysFlag.TRANSACTION_COMMIT_TYPE and found:
+            committed = await self._commit_once([half for _, half in found])
+            for (i, _), outcome in zip(found, committed):
+                outcomes[i] = outcome
+            found = [(i, half) for i, half in found if outcomes[i][0] == ResponseCode.SUCCESS]
+        if found and not await self._mark_decided([half.queue_offset for _, half in found]):
+            for i, _ in found:
+                outcomes[i] = (ResponseCode.SYSTEM_ERROR, "recording the transaction's outcome failed")
+        return outcomes
 
-    async def _commit_once(self, half: MessageExt) -> tuple[int, str | None]:
-        """Store the commit record of ``half`` unless one is stored already; a second commit of
-        it while the first is in flight waits for that one's outcome (the put runs on even if
-        the first caller goes away)."""
-        key = half.properties.get(Prop.UNIQ_KEY) or f"@{half.commit_log_offset}"
-        commit = self._committing.get(key)
-        if commit is None:
-            commit = self._committing[key] = asyncio.ensure_future(self._commit(half))
-            commit.add_done_callback(lambda _: self._committing.pop(key, None))
-        return await asyncio.shield(commit)
+    async def _commit_once(self, halves: list[MessageExt]) -> list[tuple[int, str | None]]:
+        """Store the commit record of each of ``halves`` unless one is stored already; a commit
+        of one while another commit of it is in flight waits for that one's outcome (the puts
+        run on even if the caller goes away)."""
+        loop = asyncio.get_running_loop()
+        waits, mine = [], []
+        for half in halves:
+            key = half.properties.get(Prop.UNIQ_KEY) or f"@{half.commit_log_offset}"
+            if key not in self._committing:
+                self._committing[key] = loop.create_future()
+                mine.append((key, half))
+            waits.append(self._committing[key])
+        if mine:
+            asyncio.ensure_future(self._commit([half for _, half in mine])).add_done_callback(
+                lambda task: self._settle([key for key, _ in mine], task))
+        return list(await asyncio.shield(asyncio.gather(*waits)))
 
-    async def _commit(self, half: MessageExt) -> tuple[int, str | None]:
-        committed, refusal = self._committed(half)
-        if refusal is not None:  # Apache: the commit's put fails, the half waits for the check-back
-            return refusal.code, refusal.remark
-        if await self._stored_before(committed):
-            log.info("transaction %s of %s committed again: delivered once, not stored twice",
-                     committed.properties.get(Prop.UNIQ_KEY), half.properties.get(Prop.PGROUP))
-            return ResponseCode.SUCCESS, None
-        result = await self.ctx.store.put_message(committed)
-        if not result.ok:
-            return ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {result.remark or result.status.name}"
-        self.ctx.stats.record_put(half.properties.get(Prop.REAL_TOPIC, ""), 1, result.wrote_bytes)
-        return ResponseCode.SUCCESS, None
+    def _settle(self, keys: list[str], task: asyncio.Future) -> None:
+        """Hand the outcomes of a run of commits to everyone waiting for them."""
+        if task.cancelled() or task.exception() is not None:
+            error = "cancelled" if task.cancelled() else repr(task.exception())
+            outcomes = [(ResponseCode.SYSTEM_ERROR, f"committing failed: {error}")] * len(keys)
+            if not task.cancelled():
+                log.error("committing %d transactions failed", len(keys), exc_info=task.exception())
+        else:
+            outcomes = task.result()
+        for key, outcome in zip(keys, outcomes):
+            self._committing.pop(key).set_result(outcome)
 
-    async def _stored_before(self, committed: MessageExt) -> bool:
-        """A commit record of the same message (its UNIQ_KEY, under the topic it is stored in)
-        is in the index."""
-        uniq = committed.properties.get(Prop.UNIQ_KEY)
-        if not uniq:
-            return False
+    async def _commit(self, halves: list[MessageExt]) -> list[tuple[int, str | None]]:
+        outcomes: list[tuple[int, str | None]] = [(ResponseCode.SUCCESS, None)] * len(halves)
+        pending: list[tuple[int, MessageExt]] = []
+        for i, half in enumerate(halves):
+            committed, refusal = self._committed(half)
+            if refusal is not None:  # Apache: the commit's put fails, the half waits for the check-back
+                outcomes[i] = (refusal.code, refusal.remark)
+            else:
+                pending.append((i, committed))
+        stored = await self._stored_before([committed for _, committed in pending])
+        for (i, committed), before in zip(pending, stored):
+            if before:
+                log.info("transaction %s of %s committed again: delivered once, not stored twice",
+                         committed.properties.get(Prop.UNIQ_KEY), halves[i].properties.get(Prop.PGROUP))
+        puts = [(i, committed) for (i, committed), before in zip(pending, stored) if not before]
+        for (i, _), result in zip(puts, await self._put_all([committed for _, committed in puts])):
+            if not result.ok:
+                outcomes[i] = (ResponseCode.SYSTEM_ERROR,
+                               f"storing the committed message failed: {result.remark or result.status.name}")
+            else:
+                self.ctx.stats.record_put(halves[i].properties.get(Prop.REAL_TOPIC, ""), 1, result.wrote_bytes)
+        return outcomes
+
+    async def _stored_before(self, committed: list[MessageExt]) -> list[bool]:
+        """For each, whether a commit record of the same message (its UNIQ_KEY, under the topic
+        it is stored in) is in the index already."""
+        now_ms = int(time.time() * 1000)
+        keyed = [(i, m.properties[Prop.UNIQ_KEY]) for i, m in enumerate(committed) if m.properties.get(Prop.UNIQ_KEY)]
         # From a day before the producer made it (its clock may be off), to now and a minute.
-        begin = max(0, committed.born_timestamp - COMMIT_LOOKUP_MARGIN_MS)
-        found = await self.ctx.store.query_message(committed.topic, uniq, 32, begin,
-                                                   int(time.time() * 1000) + 60_000)
-        for record in found.records:
-            try:
-                m = decode_record(record)[0]
-            except ValueError:
-                continue
-            if (m.properties.get(Prop.UNIQ_KEY) == uniq
-                    and m.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_COMMIT_TYPE):
-                return True
-        return False
+        found = await self.ctx.store.query_messages([
+            (committed[i].topic, uniq, 32, max(0, committed[i].born_timestamp - COMMIT_LOOKUP_MARGIN_MS), now_ms + 60_000)
+            for i, uniq in keyed])
+        before = [False] * len(committed)
+        for (i, uniq), result in zip(keyed, found):
+            before[i] = any(_is_commit_of(record, uniq) for record in result.records)
+        return before
 
     def _committed(self, half: MessageExt) -> tuple[MessageExt, TimerRefusal | None]:
         """The commit record of ``half``: a timer or a delay level it asked for counts from now."""
@@ -195,11 +221,18 @@ class TransactionService:
             divert_to_schedule(msg, self.delay_levels)
         return msg, None
 
-    async def _mark_decided(self, half_offset: int) -> bool:
-        op = MessageExt(topic=OP_TOPIC, body=str(half_offset).encode(), properties={Prop.TAGS: REMOVE_TAG},
-                        queue_id=0, born_timestamp=int(time.time() * 1000), born_host=self.ctx.store_host,
-                        store_host=self.ctx.store_host)
-        return (await self.ctx.store.put_message(op)).ok
+    async def _mark_decided(self, half_offsets: list[int]) -> bool:
+        now_ms = int(time.time() * 1000)
+        ops = [MessageExt(topic=OP_TOPIC, body=str(offset).encode(), properties={Prop.TAGS: REMOVE_TAG}, queue_id=0,
+                          born_timestamp=now_ms, born_host=self.ctx.store_host, store_host=self.ctx.store_host)
+               for offset in half_offsets]
+        return all(result.ok for result in await self._put_all(ops))
+
+    async def _put_all(self, msgs: list[MessageExt]) -> list:
+        """One message as a send is stored; several with one write (``put_group``)."""
+        if len(msgs) == 1:
+            return [await self.ctx.store.put_message(msgs[0])]
+        return await self.ctx.store.put_group(msgs) if msgs else []
 
     # ------------------------------------------------------------------ check-back
 
@@ -314,6 +347,29 @@ class TransactionService:
             self.checks_sent += 1
         except RemotingError as e:
             log.info("transaction %s: asking %s failed: %s", half.client_msg_id, channel.client_id, e)
+
+
+def _half_message(record: bytes | None, group: str, queue_offset: int) -> tuple[MessageExt | None, str | None]:
+    """The half message END_TRANSACTION names, or why it cannot be decided (Apache's remarks)."""
+    try:
+        half = decode_record(record)[0] if record else None
+    except ValueError:
+        half = None
+    if half is None or half.topic != HALF_TOPIC:
+        return None, "Find prepared transaction message failed"
+    if half.properties.get(Prop.PGROUP) != group:
+        return None, "The producer group wrong"
+    if half.queue_offset != queue_offset:
+        return None, "The transaction state table offset wrong"
+    return half, None
+
+
+def _is_commit_of(record: bytes, uniq: str) -> bool:
+    try:
+        m = decode_record(record)[0]
+    except ValueError:
+        return False
+    return m.properties.get(Prop.UNIQ_KEY) == uniq and m.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_COMMIT_TYPE
 
 
 def _int(text: str | None, default: int) -> int:

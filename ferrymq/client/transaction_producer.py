@@ -24,6 +24,7 @@ of the same group decides it. FerryMQ commits a half message at most once, so en
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import logging
@@ -33,15 +34,20 @@ from typing import Any, Awaitable, Callable, Union
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.listener import call_user_code
 from ferrymq.client.producer import Producer, SendResult, SendStatus
+from ferrymq.common.end_transactions import END_TRANSACTIONS, HalfRef, decode_failures, encode_halves
 from ferrymq.common.message import Message, MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.common.protocol import MessageQueue
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
-from ferrymq.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader
+from ferrymq.remoting.headers import CheckTransactionStateHeader, EndTransactionHeader, EndTransactionsHeader
 
 log = logging.getLogger(__name__)
+
+END_MANY_CHUNK = 1_000  # half messages per END_TRANSACTIONS request (~60 KB of body)
+CHUNKS_IN_FLIGHT = 4  # END_TRANSACTIONS requests at once to one broker
+ENDS_IN_FLIGHT = 256  # END_TRANSACTION requests at once, where the broker has no END_TRANSACTIONS
 
 
 class LocalTransactionState(enum.Enum):
@@ -127,6 +133,74 @@ class TransactionProducer(Producer):
             transaction_id=half.msg_id, from_check=False))
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark)
+
+    async def end_many(self, halves: list[HalfMessage], state: LocalTransactionState, *, ordered: bool = False) -> None:
+        """Commit or roll back every one of ``halves``, END_MANY_CHUNK per FerryMQ
+        END_TRANSACTIONS request (a broker without it: END_TRANSACTION each). A commit stores
+        the message in its queue when the broker processes it, so with ``ordered`` each queue
+        gets its messages in the order of ``halves`` (the chunks go one after another). Raises
+        MQBrokerError naming the first half message not recorded: ending them again is safe."""
+        by_broker: dict[str, list[HalfMessage]] = {}
+        for h in halves:
+            by_broker.setdefault(h.broker_name, []).append(h)
+        await asyncio.gather(*(self._end_on_broker(chain, state, ordered) for chain in by_broker.values()))
+
+    async def _end_on_broker(self, halves: list[HalfMessage], state: LocalTransactionState, ordered: bool) -> None:
+        addr = await self.instance.find_broker_addr(halves[0].broker_name, halves[0].topic)
+        chunks = [halves[i:i + END_MANY_CHUNK] for i in range(0, len(halves), END_MANY_CHUNK)]
+        if ordered:
+            done = True
+            for part in chunks:
+                done = await self._end_chunk(addr, part, state)
+                if not done:
+                    break
+        else:
+            limit = asyncio.Semaphore(CHUNKS_IN_FLIGHT)
+
+            async def chunk(part: list[HalfMessage]) -> bool:
+                async with limit:
+                    return await self._end_chunk(addr, part, state)
+            done = all(await asyncio.gather(*(chunk(part) for part in chunks)))
+        if not done:  # the broker does not know END_TRANSACTIONS (it ended none of them)
+            await self._end_one_by_one(halves, state, ordered)
+
+    async def _end_chunk(self, addr: str, halves: list[HalfMessage], state: LocalTransactionState) -> bool:
+        """END_TRANSACTIONS for ``halves``; False when the broker does not know the request."""
+        request = RemotingCommand.request(
+            END_TRANSACTIONS, EndTransactionsHeader(producer_group=self.group, commit_or_rollback=state.value).to_ext_fields(),
+            body=encode_halves([HalfRef(h.queue_offset, h.commit_log_offset, h.msg_id) for h in halves]),
+            serialize_type=self.config.serialize_type)
+        response = await self.instance.invoke_broker(addr, request)
+        if response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return False
+        if response.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(response.code, response.remark)
+        failed = decode_failures(response.body)
+        if failed:
+            first = failed[0]
+            raise MQBrokerError(first.code, f"{len(failed)} of {len(halves)} transactions not recorded; the first, "
+                                            f"{halves[first.index].msg_id}: {first.remark}")
+        return True
+
+    async def _end_one_by_one(self, halves: list[HalfMessage], state: LocalTransactionState, ordered: bool) -> None:
+        """END_TRANSACTION per half message: each queue's in order with ``ordered`` (queues at
+        once), else up to ENDS_IN_FLIGHT at once."""
+        if not ordered:
+            limit = asyncio.Semaphore(ENDS_IN_FLIGHT)
+
+            async def one(h: HalfMessage) -> None:
+                async with limit:
+                    await self.end(h, state)
+            await asyncio.gather(*(one(h) for h in halves))
+            return
+        chains: dict[tuple[str, int], list[HalfMessage]] = {}
+        for h in halves:
+            chains.setdefault((h.topic, h.queue_id), []).append(h)
+
+        async def in_order(chain: list[HalfMessage]) -> None:
+            for h in chain:
+                await self.end(h, state)
+        await asyncio.gather(*(in_order(chain) for chain in chains.values()))
 
     async def _send_half(self, msg: Message, queue: MessageQueue | None, timeout: float | None) -> SendResult:
         if msg.delay_level:

@@ -386,6 +386,11 @@ class AsyncMessageStore:
     async def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
         return await self._read(self.sync_store.query_message, topic, key, max_num, begin, end)
 
+    async def query_messages(self, queries: Sequence[tuple[str, str, int, int, int]]) -> list[QueryMessageResult]:
+        """``query_message`` of each (topic, key, max_num, begin, end), in one reader thread call."""
+        query = self.sync_store.query_message
+        return await self._read(lambda: [query(*q) for q in queries]) if queries else []
+
     # ------------------------------------------------------------ queues and the CommitLog
 
     def write_backlog(self) -> WriteBacklog:

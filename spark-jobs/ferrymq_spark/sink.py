@@ -11,9 +11,11 @@ from its checkpoint, and ``transactionalId`` names the query across restarts.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
-from typing import Iterator
+from itertools import islice
+from typing import Iterable, Iterator
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
@@ -26,12 +28,21 @@ from ferrymq_spark.loop_thread import LoopThread
 from ferrymq_spark.sink_commit import (ROLLBACK, TXN_PROPERTY, TaskOutcome, TaskTag, commit_batch, decide_check,
                                        end_all, write_manifest)
 from ferrymq_spark.sink_options import SinkOptions
-from ferrymq_spark.sink_rows import check_schema, outgoing, queue_for
+from ferrymq_spark.sink_rows import OutgoingRow, check_schema, outgoing, queue_for
 
 log = logging.getLogger(__name__)
 
+PIPELINE_CHUNKS = 4  # chunks of a task's rows on the loop at once
+
 # Set by Spark's micro-batch execution on every task of a batch (StreamExecution.BATCH_ID_KEY).
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def batched(items: Iterable, size: int) -> Iterator[list]:
+    """``items`` in lists of ``size`` (the last one shorter)."""
+    it = iter(items)
+    while part := list(islice(it, size)):
+        yield part
 
 
 class SinkCommitMessage(WriterCommitMessage):
@@ -76,27 +87,37 @@ def _message_outcomes(messages) -> list[TaskOutcome]:
 
 
 def write_task(opts: SinkOptions, run: str, batch: str, rows: Iterator) -> SinkCommitMessage:
-    """One task: its rows as half messages, then their manifest."""
+    """One task: its rows as half messages, then their manifest. The rows go to the client's
+    loop in chunks (a hand-over per row between the task's thread and the loop would cost more
+    than the send) of ``maxInFlight`` rows, PIPELINE_CHUNKS chunks at once, ``maxInFlight`` half
+    messages in flight."""
     ctx = TaskContext.get()
     tag = TaskTag(opts.transactional_id, run, batch, ctx.partitionId() if ctx else 0, ctx.taskAttemptId() if ctx else 0)
     with SinkClient(opts, run) as client:
         queues: dict[str, list] = {}
         ordered = False
+        in_flight = asyncio.Semaphore(opts.max_in_flight)
 
-        def prepare(row):
-            nonlocal ordered
-            out = outgoing(row, opts.topic)
-            out.message.properties[TXN_PROPERTY] = str(tag)
-            ordered = ordered or out.chooses_queue
-
-            async def run_one() -> HalfMessage:
-                topic = out.message.topic
-                if out.chooses_queue and topic not in queues:
-                    queues[topic] = await client.producer.publish_queues(topic)
+        async def prepare(out: OutgoingRow) -> HalfMessage:
+            topic = out.message.topic
+            if out.chooses_queue and topic not in queues:
+                queues[topic] = await client.producer.publish_queues(topic)
+            async with in_flight:
                 return await client.producer.prepare(out.message, queue=queue_for(out, queues.get(topic, [])))
-            return run_one
 
-        halves = list(client.loop.pipelined((prepare(row) for row in rows), opts.max_in_flight))
+        async def prepare_all(outs: list[OutgoingRow]) -> list[HalfMessage]:
+            return await asyncio.gather(*(prepare(out) for out in outs))
+
+        def chunks() -> Iterator:
+            nonlocal ordered
+            for part in batched(rows, opts.max_in_flight):
+                outs = [outgoing(row, opts.topic) for row in part]
+                for out in outs:
+                    out.message.properties[TXN_PROPERTY] = str(tag)
+                    ordered = ordered or out.chooses_queue
+                yield lambda outs=outs: prepare_all(outs)
+
+        halves = [h for part in client.loop.pipelined(chunks(), PIPELINE_CHUNKS) for h in part]
         parts = client.loop.call(write_manifest(client.producer, opts.commit_topic, tag, halves))
     return SinkCommitMessage(TaskOutcome(tag, halves, parts, ordered))
 

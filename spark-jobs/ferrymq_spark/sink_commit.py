@@ -27,7 +27,6 @@ commit of the batch (async functions over FerryMQ's clients; the Spark classes a
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field
 
@@ -136,31 +135,12 @@ async def find_marker(admin: AdminClient, commit_topic: str, transactional_id: s
 # ---------------------------------------------------------------------------------- decisions
 
 
-UNORDERED_IN_FLIGHT = 256
-
-
 async def end_all(producer: TransactionProducer, halves: list[HalfMessage], state: LocalTransactionState, *,
                   ordered: bool = False) -> None:
-    """End every half with ``state``. A commit stores the message in its queue when the broker
-    processes it, so with ``ordered`` each queue's halves are ended one after another in the
-    order of ``halves`` (queues in parallel); else up to UNORDERED_IN_FLIGHT at once."""
-    if not ordered:
-        limit = asyncio.Semaphore(UNORDERED_IN_FLIGHT)
-
-        async def one(h: HalfMessage) -> None:
-            async with limit:
-                await producer.end(h, state)
-        await asyncio.gather(*(one(h) for h in halves))
-        return
-    by_queue: dict[tuple[str, str, int], list[HalfMessage]] = {}
-    for h in halves:
-        by_queue.setdefault((h.broker_name, h.topic, h.queue_id), []).append(h)
-
-    async def in_order(chain: list[HalfMessage]) -> None:
-        for h in chain:
-            await producer.end(h, state)
-
-    await asyncio.gather(*(in_order(chain) for chain in by_queue.values()))
+    """End every half with ``state``; with ``ordered`` each queue gets its commits in the order
+    of ``halves`` (TransactionProducer.end_many)."""
+    if halves:
+        await producer.end_many(halves, state, ordered=ordered)
 
 
 async def commit_batch(producer: TransactionProducer, admin: AdminClient, commit_topic: str,

@@ -6,6 +6,7 @@ discarded after transactionCheckMax checks, and a broker refusing transactions s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -14,7 +15,11 @@ from ferrymq.broker.transactions import CHECK_MAX_TOPIC, HALF_TOPIC
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.transaction_producer import LocalTransactionState, TransactionProducer
+from ferrymq.common.end_transactions import END_TRANSACTIONS, MAX_HALVES, HalfRef, decode_failures, encode_halves
 from ferrymq.common.message import Message
+from ferrymq.remoting.codes import ResponseCode
+from ferrymq.remoting.command import RemotingCommand
+from ferrymq.remoting.headers import EndTransactionsHeader
 from tests.consumer_support import cluster_with_topic, read_all
 from testkit.wait import wait_until
 
@@ -188,3 +193,57 @@ async def test_a_committed_timer_message_waits_for_its_time_from_the_commit(clus
     assert time.time() - committed_at >= 1.9  # counted from the broker receiving the commit
     delivered = await visible(ns)
     assert keys(delivered) == ["order-t"] and "TIMER_OUT_MS" not in delivered[0].properties
+
+
+# ------------------------------------------------------------------ END_TRANSACTIONS (FerryMQ's own)
+
+
+async def test_many_half_messages_end_in_one_request_once_each_and_in_the_order_given(cluster):
+    """TransactionProducer.end_many (the Spark sink's commit): END_TRANSACTIONS, a request per
+    END_MANY_CHUNK; the commits reach the queue in the order given, not the order stored; ending
+    them all again, in bulk or one by one, stores nothing twice."""
+    ns = cluster.namesrv_addr
+    async with producer(ns, Checks({})) as p:
+        queue = (await p.publish_queues("Orders"))[0]
+        halves = [await p.prepare(msg(b"row %d" % i, f"row-{i:02}"), queue=queue) for i in range(30)]
+        committed, rolled_back = halves[:20][::-1], halves[20:]
+        await asyncio.gather(p.end_many(committed, COMMIT, ordered=True), p.end_many(rolled_back, ROLLBACK))
+        assert cluster.broker.store.max_offset("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0) == 30
+        await p.end_many(committed, COMMIT)
+        await p.end(committed[0], COMMIT)
+    delivered = [m for m in await visible(ns) if m.queue_id == queue.queue_id]
+    assert [m.keys[0] for m in sorted(delivered, key=lambda m: m.queue_offset)] == [f"row-{i:02}" for i in range(19, -1, -1)]
+    await asyncio.sleep(0.8)  # check rounds: none of the 30 is asked about
+    assert len(await visible(ns)) == 20
+
+
+async def test_end_transactions_names_each_half_it_could_not_record_and_refuses_a_malformed_request(cluster):
+    ns = cluster.namesrv_addr
+    async with producer(ns, Checks({})) as p:
+        good = [await p.prepare(msg(b"ok %d" % i, f"ok-{i}")) for i in range(2)]
+        addr = await p.instance.find_broker_addr(good[0].broker_name, "Orders")
+
+        async def end_transactions(group: str, refs: list[HalfRef], body: bytes | None = None):
+            return await p.instance.invoke_broker(addr, RemotingCommand.request(
+                END_TRANSACTIONS, EndTransactionsHeader(producer_group=group, commit_or_rollback=COMMIT.value)
+                .to_ext_fields(), body=encode_halves(refs) if body is None else body))
+
+        ref = [HalfRef(h.queue_offset, h.commit_log_offset, h.msg_id) for h in good]
+        wrong_offset = HalfRef(ref[1].tran_state_table_offset + 7, ref[1].commit_log_offset, ref[1].msg_id)
+        nowhere = HalfRef(0, 10 ** 12, "none")
+        answer = await end_transactions("orders-tx", [ref[0], wrong_offset, nowhere])
+        assert answer.code == ResponseCode.SUCCESS
+        assert [(f.index, f.remark) for f in decode_failures(answer.body)] == [
+            (1, "The transaction state table offset wrong"), (2, "Find prepared transaction message failed")]
+        other_group = decode_failures((await end_transactions("someone-else", [ref[1]])).body)
+        assert [(f.index, f.remark) for f in other_group] == [(0, "The producer group wrong")]
+        assert keys(await visible(ns)) == ["ok-0"], "only the one named rightly is committed"
+
+        malformed = await end_transactions("orders-tx", [], body=b'{"halves": [[1, 2]]}')
+        assert malformed.code == ResponseCode.MESSAGE_ILLEGAL and "END_TRANSACTIONS: the body is not" in malformed.remark
+        too_many = await end_transactions("orders-tx", [ref[1]] * (MAX_HALVES + 1))
+        assert too_many.code == ResponseCode.MESSAGE_ILLEGAL and f"at most {MAX_HALVES}" in too_many.remark
+        with pytest.raises(MQBrokerError, match="1 of 1 transactions not recorded"):
+            await p.end_many([dataclasses.replace(good[1], queue_offset=good[1].queue_offset + 7)], COMMIT)
+        await p.end_many([good[1]], COMMIT)
+    assert keys(await visible(ns)) == ["ok-0", "ok-1"]

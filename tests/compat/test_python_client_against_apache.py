@@ -149,3 +149,44 @@ def test_python_push_consumer_against_apache(apache_rocketmq: ApacheRocketMQ):
         assert "k3" in failed_once
 
     asyncio.run(scenario())
+
+
+def test_transaction_producer_ends_many_one_by_one_on_a_broker_without_end_transactions(apache_rocketmq: ApacheRocketMQ):
+    """end_many sends FerryMQ's END_TRANSACTIONS; Apache answers REQUEST_CODE_NOT_SUPPORTED and
+    the producer ends each half message with END_TRANSACTION instead, each queue in order."""
+    from ferrymq.client.pull_consumer import PullConsumer
+    from ferrymq.client.transaction_producer import LocalTransactionState, TransactionProducer
+
+    ns = apache_rocketmq.namesrv_addr
+    topic = f"PyTxOnApache_{uuid.uuid4().hex[:6]}"
+
+    async def scenario():
+        async with AdminClient(namesrv_addr=ns) as admin:
+            await admin.create_topic(topic, read_queues=2, write_queues=2)
+            for _ in range(100):
+                try:
+                    await admin.topic_route(topic)
+                    break
+                except Exception:
+                    await asyncio.sleep(0.1)
+        async with TransactionProducer("py-tx-on-apache", namesrv_addr=ns,
+                                       check_listener=lambda m: LocalTransactionState.UNKNOW) as p:
+            queue = (await p.publish_queues(topic))[0]
+            halves = [await p.prepare(Message(topic, b"row %d" % i, properties={"n": str(i)}), queue=queue)
+                      for i in range(12)]
+            await p.end_many(halves[:8][::-1], LocalTransactionState.COMMIT_MESSAGE, ordered=True)
+            await p.end_many(halves[8:], LocalTransactionState.ROLLBACK_MESSAGE)
+        async with PullConsumer(f"py_tx_reader_{uuid.uuid4().hex[:6]}", namesrv_addr=ns) as pc:
+            got: list = []
+            for _ in range(50):
+                result = await pc.pull(queue, len(got), max_nums=32)
+                if result.status is PullStatus.FOUND:
+                    got += result.messages
+                if len(got) >= 8:
+                    break
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.5)
+            assert (await pc.pull(queue, len(got), max_nums=32)).status is not PullStatus.FOUND
+        assert [m.properties["n"] for m in got] == [str(i) for i in range(7, -1, -1)]
+
+    asyncio.run(scenario())

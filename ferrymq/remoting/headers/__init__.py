@@ -13,6 +13,7 @@ from ferrymq.common.controller_protocol import (
     CONTROLLER_HEARTBEAT,
     CONTROLLER_PROMOTED,
 )
+from ferrymq.common.end_transactions import END_TRANSACTIONS
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.headers.acl import (
     ACCESS_KEY,
@@ -88,7 +89,7 @@ from ferrymq.remoting.headers.topic import (
     UpdateConsumerOffsetHeader,
     ViewMessageHeader,
 )
-from ferrymq.remoting.headers.transaction import CheckTransactionStateHeader, EndTransactionHeader
+from ferrymq.remoting.headers.transaction import CheckTransactionStateHeader, EndTransactionHeader, EndTransactionsHeader
 from ferrymq.remoting.request_headers import PullMessageHeader, SendMessageHeader
 
 R = RequestCode
@@ -111,6 +112,7 @@ REQUEST_HEADERS: dict[int, type] = {
     R.UNREGISTER_CLIENT: UnregisterClientHeader, R.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackHeader,
     R.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetHeader, R.RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetHeader,
     R.END_TRANSACTION: EndTransactionHeader, R.CHECK_TRANSACTION_STATE: CheckTransactionStateHeader,
+    END_TRANSACTIONS: EndTransactionsHeader,
     R.POP_MESSAGE: PopMessageHeader, R.ACK_MESSAGE: AckMessageHeader,
     R.CHANGE_MESSAGE_INVISIBLETIME: ChangeInvisibleTimeHeader,
     R.UPDATE_AND_CREATE_ACL_CONFIG: CreateAccessConfigHeader, R.DELETE_ACL_CONFIG: DeleteAccessConfigHeader,

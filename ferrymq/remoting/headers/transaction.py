@@ -1,5 +1,6 @@
-"""Transaction headers: END_TRANSACTION (producer to broker) and CHECK_TRANSACTION_STATE
-(broker to producer); docs/wire-format.md#typed-headers."""
+"""Transaction headers: END_TRANSACTION (producer to broker), FerryMQ's END_TRANSACTIONS
+(ferrymq/common/end_transactions.py) and CHECK_TRANSACTION_STATE (broker to producer);
+docs/wire-format.md#typed-headers."""
 
 from __future__ import annotations
 
@@ -17,6 +18,14 @@ class EndTransactionHeader(Header):
     from_transaction_check: bool = wire("fromTransactionCheck", BOOL, False)
     msg_id: str = wire("msgId", default="")
     transaction_id: str = wire("transactionId", default="")
+
+
+@header
+class EndTransactionsHeader(Header):
+    """END_TRANSACTIONS (FerryMQ's own): the half messages are in the body."""
+
+    producer_group: str = wire("producerGroup", required=True, group="producer")
+    commit_or_rollback: int = wire("commitOrRollback", INT, required=True)
 
 
 @header
