@@ -90,12 +90,17 @@ class TransactionProducer(Producer):
         super().__init__(group, **kwargs)
         self.check_listener = check_listener
         self.instance.request_handlers[RequestCode.CHECK_TRANSACTION_STATE] = self._on_check
+        self._closing = False
 
     async def start(self) -> "TransactionProducer":
         await super().start()
         with contextlib.suppress(MQClientError):  # name servers not there yet: the next refresh
             await self._known_to_every_broker()  # brokers check back with producers they know
         return self
+
+    async def close(self) -> None:
+        self._closing = True  # checks arriving now go unanswered: the broker asks again later
+        await super().close()
 
     async def send_in_transaction(self, msg: Message, execute: Execute, arg: Any = None, *,
                                   timeout: float | None = None) -> TransactionSendResult:
@@ -219,6 +224,9 @@ class TransactionProducer(Producer):
         except (ValueError, IndexError) as e:
             log.warning("unreadable transaction check from %s: %s", conn.remote_address, e)
             return None
+        if self._closing:
+            log.info("transaction check of %s left for a later round: the producer is closing", msg.client_msg_id)
+            return None
         if msg.properties.get(Prop.PGROUP) != self.group:
             log.warning("transaction check for group %s reached producer %s", msg.properties.get(Prop.PGROUP), self.group)
             return None
@@ -229,8 +237,9 @@ class TransactionProducer(Producer):
             await self._end(addr, state, queue_offset=msg.queue_offset, commit_log_offset=msg.commit_log_offset,
                             msg_id=msg.client_msg_id or check.msg_id, transaction_id=check.transaction_id,
                             from_check=True)
-        except MQClientError as e:
-            log.warning("answering the transaction check of %s failed: %s", msg.client_msg_id, e)
+        except MQClientError as e:  # the broker asks again in its next round
+            (log.info if self._closing else log.warning)("answering the transaction check of %s failed: %s",
+                                                          msg.client_msg_id, e)
         return None
 
     @staticmethod
