@@ -22,6 +22,7 @@ from ferrymq.acl.plain_acl import AclConfig, Perm, permits
 from ferrymq.acl.signature import ACCESS_KEY, signature_matches
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX, HeartbeatData, retry_topic
 from ferrymq.common.trace_data import DEFAULT_TRACE_TOPIC
+from ferrymq.common.transaction_batches import SEND_HALF_MESSAGES
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.headers import consumer_group_field, topic_field
@@ -58,6 +59,7 @@ _SEND = "send"
 _TOPIC_PERMS: dict[int, Perm | str] = {
     RequestCode.SEND_MESSAGE: _SEND, RequestCode.SEND_MESSAGE_V2: _SEND,
     RequestCode.SEND_BATCH_MESSAGE: _SEND,  # checked here although 4.9 skips batches
+    SEND_HALF_MESSAGES: _SEND,  # FerryMQ's batch of half messages
     RequestCode.PULL_MESSAGE: Perm.SUB, RequestCode.QUERY_MESSAGE: Perm.SUB,
     RequestCode.LITE_PULL_MESSAGE: Perm.SUB,  # as a pull; Apache 5.3.1's plain ACL checks only its signature
     RequestCode.UPDATE_CONSUMER_OFFSET: Perm.SUB,

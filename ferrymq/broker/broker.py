@@ -56,7 +56,7 @@ from ferrymq.broker.topic_config_manager import TopicConfigManager
 from ferrymq.broker.transactions import TransactionService
 from ferrymq.common.address_lookup import changed_namesrv_addr
 from ferrymq.common.config_loader import ConfigError
-from ferrymq.common.end_transactions import END_TRANSACTIONS
+from ferrymq.common.transaction_batches import END_TRANSACTIONS, SEND_HALF_MESSAGES
 from ferrymq.common.tasks import TaskSet, within
 from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
@@ -204,7 +204,8 @@ class Broker:
         reply = ReplyProcessor(ctx)
         for code in (RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2):
             self.server.register(code, reply)
-        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+                     SEND_HALF_MESSAGES):
             self.server.register(code, send, eager=True)  # most sends never wait: no task for them
         # The sends of one read are written together (one write per file, not three a message).
         self.server.set_dispatch_rounds(ctx.store)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.schedule import divert_to_schedule, is_delayable
 from ferrymq.broker.timer_send import TimerRefusal, asks_for_timer, divert_to_timer
-from ferrymq.common.end_transactions import HalfRef
+from ferrymq.common.transaction_batches import HalfRef
 from ferrymq.common.message import MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.message_id import offset_msg_id
 from ferrymq.common.protocol import Perm

@@ -214,6 +214,14 @@ class Producer:
     async def send_batch(self, msgs: Sequence[Message], *, queue: MessageQueue | None = None,
                          timeout: float | None = None) -> SendResult:
         """Send several messages of one topic as one request; they get consecutive offsets."""
+        topic, body = self._batch_body(msgs)
+        return await self._send_with_retry(topic, queue, lambda mq: self._batch_request(topic, body, mq), timeout,
+                                           ",".join(m.properties[Prop.UNIQ_KEY] for m in msgs))
+
+    # ------------------------------------------------------------------ internals
+
+    def _batch_body(self, msgs: Sequence[Message]) -> tuple[str, bytes]:
+        """A batch's topic and body, its messages checked and given their ids."""
         if not msgs:
             raise MQClientError("a batch needs at least one message")
         topic = msgs[0].topic
@@ -223,11 +231,7 @@ class Producer:
             if m.delay_level:
                 raise MQClientError("a batch cannot carry delayed messages")
             self._prepare(m)
-        body = encode_batch_body(msgs)
-        return await self._send_with_retry(topic, queue, lambda mq: self._batch_request(topic, body, mq), timeout,
-                                           ",".join(m.properties[Prop.UNIQ_KEY] for m in msgs))
-
-    # ------------------------------------------------------------------ internals
+        return topic, encode_batch_body(msgs)
 
     def _prepare(self, msg: Message) -> None:
         error = validate_topic(msg.topic)
@@ -252,8 +256,9 @@ class Producer:
         code = RequestCode.SEND_REPLY_MESSAGE_V2 if is_reply(msg) else RequestCode.SEND_MESSAGE_V2
         return RemotingCommand.request(code, header, msg.body, serialize_type=self.config.serialize_type)
 
-    def _batch_request(self, topic: str, body: bytes, mq: MessageQueue) -> RemotingCommand:
-        return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, self._header(topic, mq, "", batch=True), body,
+    def _batch_request(self, topic: str, body: bytes, mq: MessageQueue, code: int = RequestCode.SEND_BATCH_MESSAGE,
+                       sys_flag: int = 0) -> RemotingCommand:
+        return RemotingCommand.request(code, self._header(topic, mq, "", batch=True, sys_flag=sys_flag), body,
                                        serialize_type=self.config.serialize_type)
 
     async def publish_queues(self, topic: str) -> list[MessageQueue]:

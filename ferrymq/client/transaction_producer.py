@@ -29,12 +29,13 @@ import contextlib
 import enum
 import logging
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Union
+from typing import Any, Awaitable, Callable, Sequence, Union
 
 from ferrymq.client.errors import MQBrokerError, MQClientError
 from ferrymq.client.listener import call_user_code
 from ferrymq.client.producer import Producer, SendResult, SendStatus
-from ferrymq.common.end_transactions import END_TRANSACTIONS, HalfRef, decode_failures, encode_halves
+from ferrymq.common.transaction_batches import (END_TRANSACTIONS, SEND_HALF_MESSAGES, HalfRef, decode_failures,
+                                                encode_halves)
 from ferrymq.common.message import Message, MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.message_id import decode_offset_msg_id
 from ferrymq.common.protocol import MessageQueue
@@ -45,6 +46,7 @@ from ferrymq.remoting.headers import CheckTransactionStateHeader, EndTransaction
 
 log = logging.getLogger(__name__)
 
+HALF_BATCH_BYTES = 1 << 20  # bodies per SEND_HALF_MESSAGES request (the broker's limit is 4 MiB a request)
 END_MANY_CHUNK = 1_000  # half messages per END_TRANSACTIONS request (~60 KB of body)
 CHUNKS_IN_FLIGHT = 4  # END_TRANSACTIONS requests at once to one broker
 ENDS_IN_FLIGHT = 256  # END_TRANSACTION requests at once, where the broker has no END_TRANSACTIONS
@@ -91,6 +93,7 @@ class TransactionProducer(Producer):
         self.check_listener = check_listener
         self.instance.request_handlers[RequestCode.CHECK_TRANSACTION_STATE] = self._on_check
         self._closing = False
+        self._without_half_batches: set[str] = set()  # brokers that answered SEND_HALF_MESSAGES unknown
 
     async def start(self) -> "TransactionProducer":
         await super().start()
@@ -128,6 +131,52 @@ class TransactionProducer(Producer):
         if sent.status != SendStatus.SEND_OK:
             raise MQClientError(f"half message not stored safely: {sent.status.name}")
         return HalfMessage.of(sent, msg.topic)
+
+    async def prepare_many(self, msgs: Sequence[Message], *, queue: MessageQueue | None = None,
+                           timeout: float | None = None) -> list[HalfMessage]:
+        """Store ``msgs`` (one topic) as half messages bound for one queue (``queue``, else the
+        producer's pick) and leave them undecided, like :meth:`prepare` each: with FerryMQ's
+        SEND_HALF_MESSAGES, a request per HALF_BATCH_BYTES of bodies (a broker without it: a
+        prepare each). Their HalfMessages, in order; raises MQClientError unless all were
+        stored safely."""
+        for m in msgs:
+            m.properties[Prop.TRAN_MSG] = "true"
+            m.properties[Prop.PGROUP] = self.group
+        runs, run, size = [], [], 0
+        for m in msgs:
+            if run and size + len(m.body) > HALF_BATCH_BYTES:
+                runs.append(run)
+                run, size = [], 0
+            run.append(m)
+            size += len(m.body)
+        if run:
+            runs.append(run)
+        return [h for part in await asyncio.gather(*(self._prepare_run(r, queue, timeout) for r in runs)) for h in part]
+
+    async def _prepare_run(self, msgs: list[Message], queue: MessageQueue | None,
+                           timeout: float | None) -> list[HalfMessage]:
+        topic, body = self._batch_body(msgs)
+        route = await self._publish_route(topic)
+        mq = queue or self._select_queue(route, topic, None)
+        if mq.broker_name in self._without_half_batches:
+            return list(await asyncio.gather(*(self.prepare(m, queue=mq, timeout=timeout) for m in msgs)))
+        try:
+            sent = await self._send_with_retry(
+                topic, mq, lambda q: self._batch_request(topic, body, q, SEND_HALF_MESSAGES,
+                                                         SysFlag.TRANSACTION_PREPARED_TYPE),
+                timeout, ",".join(m.properties[Prop.UNIQ_KEY] for m in msgs))
+        except MQBrokerError as e:
+            if e.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                raise
+            self._without_half_batches.add(mq.broker_name)  # Apache RocketMQ: one by one from now on
+            return list(await asyncio.gather(*(self.prepare(m, queue=mq, timeout=timeout) for m in msgs)))
+        offset_ids = sent.offset_msg_id.split(",") if sent.status == SendStatus.SEND_OK else []
+        if len(offset_ids) != len(msgs):
+            raise MQClientError(f"half messages not stored safely: {sent.status.name}, {len(offset_ids)} ids "
+                                f"for {len(msgs)} messages")
+        return [HalfMessage(mq.broker_name, topic, sent.message_queue.queue_id, sent.queue_offset + i,
+                            decode_offset_msg_id(offset_id)[2], m.properties[Prop.UNIQ_KEY])
+                for i, (m, offset_id) in enumerate(zip(msgs, offset_ids))]
 
     async def end(self, half: HalfMessage, state: LocalTransactionState) -> None:
         """Commit or roll back ``half``, waiting for the broker's answer (a failure raises

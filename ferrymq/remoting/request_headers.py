@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ferrymq.common.transaction_batches import SEND_HALF_MESSAGES
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import FIELD_BOOL, FIELD_INT, FIELD_LONG, FIELD_STR, HeaderSpec, RemotingCommand
 from ferrymq.remoting.errors import HeaderFieldError
@@ -30,7 +31,8 @@ _SEND_V2_KEYS = {
 }
 _SEND_V1_KEYS = {name: name for name in _SEND_V2_KEYS}
 _SEND_NAME_OF = {key: name for name, key in _SEND_V2_KEYS.items()}
-_SEND_V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2)
+_SEND_V2_CODES = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2,
+                  SEND_HALF_MESSAGES)
 
 
 def _send_spec(keys: dict[str, str]) -> HeaderSpec:

@@ -32,8 +32,6 @@ from ferrymq_spark.sink_rows import OutgoingRow, check_schema, outgoing, queue_f
 
 log = logging.getLogger(__name__)
 
-PIPELINE_CHUNKS = 4  # chunks of a task's rows on the loop at once
-
 # Set by Spark's micro-batch execution on every task of a batch (StreamExecution.BATCH_ID_KEY).
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
@@ -87,37 +85,42 @@ def _message_outcomes(messages) -> list[TaskOutcome]:
 
 
 def write_task(opts: SinkOptions, run: str, batch: str, rows: Iterator) -> SinkCommitMessage:
-    """One task: its rows as half messages, then their manifest. The rows go to the client's
-    loop in chunks (a hand-over per row between the task's thread and the loop would cost more
-    than the send) of ``maxInFlight`` rows, PIPELINE_CHUNKS chunks at once, ``maxInFlight`` half
-    messages in flight."""
+    """One task: its rows as half messages, then their manifest. The rows go to the client's loop
+    in batches of ``batchSize`` (a hand-over per row between the task's thread and the loop would
+    cost more than the send), ``maxInFlight`` batches at once; a batch is a request per queue its
+    rows go to (FerryMQ's SEND_HALF_MESSAGES)."""
     ctx = TaskContext.get()
     tag = TaskTag(opts.transactional_id, run, batch, ctx.partitionId() if ctx else 0, ctx.taskAttemptId() if ctx else 0)
     with SinkClient(opts, run) as client:
         queues: dict[str, list] = {}
         ordered = False
-        in_flight = asyncio.Semaphore(opts.max_in_flight)
 
-        async def prepare(out: OutgoingRow) -> HalfMessage:
-            topic = out.message.topic
-            if out.chooses_queue and topic not in queues:
-                queues[topic] = await client.producer.publish_queues(topic)
-            async with in_flight:
-                return await client.producer.prepare(out.message, queue=queue_for(out, queues.get(topic, [])))
+        async def prepare(outs: list[OutgoingRow]) -> list[HalfMessage]:
+            by_queue: dict[tuple, list[int]] = {}  # (topic, queue or None: the producer's pick) -> rows
+            for i, out in enumerate(outs):
+                topic = out.message.topic
+                if out.chooses_queue and topic not in queues:
+                    queues[topic] = await client.producer.publish_queues(topic)
+                by_queue.setdefault((topic, queue_for(out, queues.get(topic, []))), []).append(i)
+            halves: list = [None] * len(outs)
 
-        async def prepare_all(outs: list[OutgoingRow]) -> list[HalfMessage]:
-            return await asyncio.gather(*(prepare(out) for out in outs))
+            async def one(queue, rows: list[int]) -> None:
+                stored = await client.producer.prepare_many([outs[i].message for i in rows], queue=queue)
+                for i, half in zip(rows, stored):
+                    halves[i] = half
+            await asyncio.gather(*(one(queue, rows) for (_, queue), rows in by_queue.items()))
+            return halves
 
-        def chunks() -> Iterator:
+        def batches() -> Iterator:
             nonlocal ordered
-            for part in batched(rows, opts.max_in_flight):
+            for part in batched(rows, opts.batch_size):
                 outs = [outgoing(row, opts.topic) for row in part]
                 for out in outs:
                     out.message.properties[TXN_PROPERTY] = str(tag)
                     ordered = ordered or out.chooses_queue
-                yield lambda outs=outs: prepare_all(outs)
+                yield lambda outs=outs: prepare(outs)
 
-        halves = [h for part in client.loop.pipelined(chunks(), PIPELINE_CHUNKS) for h in part]
+        halves = [h for part in client.loop.pipelined(batches(), opts.max_in_flight) for h in part]
         parts = client.loop.call(write_manifest(client.producer, opts.commit_topic, tag, halves))
     return SinkCommitMessage(TaskOutcome(tag, halves, parts, ordered))
 

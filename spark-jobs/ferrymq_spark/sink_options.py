@@ -19,7 +19,7 @@ DEFAULT_PRODUCER_GROUP = "spark-ferrymq-sink"
 DEFAULT_COMMIT_TOPIC = "SPARK_SINK_COMMITS"
 
 KNOWN = {k.lower(): k for k in ("namesrv", "topic", "producerGroup", "transactionalId", "commitTopic",
-                                "maxInFlight")}
+                                "batchSize", "maxInFlight")}
 # Spark passes its own options of a query to the sink too.
 SPARK_OWN = {"path", "checkpointlocation", "queryname"}
 
@@ -31,7 +31,8 @@ class SinkOptions:
     producer_group: str
     transactional_id: str  # names the query's batches in the commit topic; stable across restarts
     commit_topic: str
-    max_in_flight: int = 64  # half messages a task has in flight at once
+    batch_size: int = 256  # rows per request of half messages (one per queue a batch's rows go to)
+    max_in_flight: int = 4  # such batches a task has in flight at once
     client_settings: dict[str, str] = field(default_factory=dict)
 
     def client_config(self) -> ClientConfig:
@@ -48,6 +49,17 @@ def _topic(opts: dict[str, str], name: str, default: str | None) -> str | None:
     error = validate_topic(value)
     if error:
         raise OptionsError(f"option {KNOWN[name.lower()]}: invalid topic {value!r}: {error}")
+    return value
+
+
+def _positive(opts: dict[str, str], name: str, default: int) -> int:
+    text = opts.get(name.lower(), str(default))
+    try:
+        value = int(text)
+    except ValueError:
+        raise OptionsError(f"option {name}: {text!r} is not an integer") from None
+    if value < 1:
+        raise OptionsError(f"option {name} must be at least 1")
     return value
 
 
@@ -71,14 +83,9 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
                            "own, the same at every restart of it (e.g. its checkpoint's name)")
     if "|" in transactional_id or "/" in transactional_id:
         raise OptionsError(f"option transactionalId: {transactional_id!r} must not contain '|' or '/'")
-    try:
-        in_flight = int(opts.get("maxinflight", "64"))
-    except ValueError:
-        raise OptionsError(f"option maxInFlight: {opts['maxinflight']!r} is not an integer") from None
-    if in_flight < 1:
-        raise OptionsError("option maxInFlight must be at least 1")
+    batch_size, in_flight = _positive(opts, "batchSize", 256), _positive(opts, "maxInFlight", 4)
     client_settings = {k[len(CLIENT_PREFIX):]: v for k, v in opts.items() if k.startswith(CLIENT_PREFIX)}
     apply_client_settings(client_settings, ClientConfig())  # refused here, on the driver, not in a task
     return SinkOptions(namesrv=namesrv, topic=_topic(opts, "topic", None), producer_group=group,
                        transactional_id=transactional_id, commit_topic=_topic(opts, "commitTopic", DEFAULT_COMMIT_TOPIC),
-                       max_in_flight=in_flight, client_settings=client_settings)
+                       batch_size=batch_size, max_in_flight=in_flight, client_settings=client_settings)

@@ -8,6 +8,7 @@ from ferrymq.acl.access_validator import AccessDenied, AccessValidator, needed_r
 from ferrymq.acl.plain_acl import AclConfigError, AddressPattern, Perm, load_acl_file, parse_acl, permits
 from ferrymq.acl.signature import Credentials, sign_request
 from ferrymq.common.protocol import ConsumerData, HeartbeatData, SubscriptionData
+from ferrymq.common.transaction_batches import SEND_HALF_MESSAGES
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.headers import RecallMessageHeader
@@ -131,6 +132,8 @@ def test_resources_of_requests():
     recall = RemotingCommand.request(RequestCode.RECALL_MESSAGE, RecallMessageHeader(
         producer_group="PG", topic="orders", recall_handle="h").to_ext_fields())
     assert needed_resources(recall) == {"orders": Perm.PUB}  # a recall needs what a send needs
+    halves = RemotingCommand.request(SEND_HALF_MESSAGES, _send("orders").ext_fields)
+    assert needed_resources(halves) == {"orders": Perm.PUB}  # FerryMQ's batch of half messages: a send
 
 
 def test_checks_in_rocketmqs_order():

@@ -15,7 +15,7 @@ from ferrymq.broker.transactions import CHECK_MAX_TOPIC, HALF_TOPIC
 from ferrymq.client.config import ClientConfig
 from ferrymq.client.errors import MQBrokerError
 from ferrymq.client.transaction_producer import LocalTransactionState, TransactionProducer
-from ferrymq.common.end_transactions import END_TRANSACTIONS, MAX_HALVES, HalfRef, decode_failures, encode_halves
+from ferrymq.common.transaction_batches import END_TRANSACTIONS, MAX_HALVES, HalfRef, decode_failures, encode_halves
 from ferrymq.common.message import Message
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -174,6 +174,8 @@ async def test_a_broker_refusing_transactions_says_so(cluster):
     async with producer(cluster.namesrv_addr, Checks({})) as p:
         with pytest.raises(MQBrokerError, match="sending transaction message is forbidden"):
             await p.send_in_transaction(Message("Orders", b"x"), lambda m, a: ran.append(m) or COMMIT)
+        with pytest.raises(MQBrokerError, match="sending transaction message is forbidden"):
+            await p.prepare_many([Message("Orders", b"y"), Message("Orders", b"z")])
     assert ran == [] and cluster.broker.store.max_offset(HALF_TOPIC, 0) == 0
 
 
@@ -198,14 +200,18 @@ async def test_a_committed_timer_message_waits_for_its_time_from_the_commit(clus
 # ------------------------------------------------------------------ END_TRANSACTIONS (FerryMQ's own)
 
 
-async def test_many_half_messages_end_in_one_request_once_each_and_in_the_order_given(cluster):
-    """TransactionProducer.end_many (the Spark sink's commit): END_TRANSACTIONS, a request per
-    END_MANY_CHUNK; the commits reach the queue in the order given, not the order stored; ending
-    them all again, in bulk or one by one, stores nothing twice."""
+async def test_many_half_messages_are_stored_and_ended_in_one_request_once_each_and_in_the_order_given(cluster):
+    """TransactionProducer.prepare_many and end_many (the Spark sink): SEND_HALF_MESSAGES stores
+    them consecutively in the half queue, invisible; END_TRANSACTIONS decides them, the commits
+    reaching the queue in the order given, not the order stored; ending them all again, in bulk or
+    one by one, stores nothing twice."""
     ns = cluster.namesrv_addr
     async with producer(ns, Checks({})) as p:
         queue = (await p.publish_queues("Orders"))[0]
-        halves = [await p.prepare(msg(b"row %d" % i, f"row-{i:02}"), queue=queue) for i in range(30)]
+        halves = await p.prepare_many([msg(b"row %d" % i, f"row-{i:02}") for i in range(30)], queue=queue)
+        assert [h.queue_id for h in halves] == [queue.queue_id] * 30
+        assert [h.queue_offset for h in halves] == list(range(halves[0].queue_offset, halves[0].queue_offset + 30))
+        assert cluster.broker.store.max_offset(HALF_TOPIC, 0) == 30 and keys(await visible(ns)) == []
         committed, rolled_back = halves[:20][::-1], halves[20:]
         await asyncio.gather(p.end_many(committed, COMMIT, ordered=True), p.end_many(rolled_back, ROLLBACK))
         assert cluster.broker.store.max_offset("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0) == 30

@@ -151,9 +151,11 @@ def test_python_push_consumer_against_apache(apache_rocketmq: ApacheRocketMQ):
     asyncio.run(scenario())
 
 
-def test_transaction_producer_ends_many_one_by_one_on_a_broker_without_end_transactions(apache_rocketmq: ApacheRocketMQ):
-    """end_many sends FerryMQ's END_TRANSACTIONS; Apache answers REQUEST_CODE_NOT_SUPPORTED and
-    the producer ends each half message with END_TRANSACTION instead, each queue in order."""
+def test_transaction_producer_prepares_and_ends_many_one_by_one_on_a_broker_without_the_batch_requests(
+        apache_rocketmq: ApacheRocketMQ):
+    """prepare_many and end_many send FerryMQ's SEND_HALF_MESSAGES and END_TRANSACTIONS; Apache
+    answers REQUEST_CODE_NOT_SUPPORTED and the producer stores and ends each half message on its
+    own instead, each queue in order."""
     from ferrymq.client.pull_consumer import PullConsumer
     from ferrymq.client.transaction_producer import LocalTransactionState, TransactionProducer
 
@@ -172,8 +174,8 @@ def test_transaction_producer_ends_many_one_by_one_on_a_broker_without_end_trans
         async with TransactionProducer("py-tx-on-apache", namesrv_addr=ns,
                                        check_listener=lambda m: LocalTransactionState.UNKNOW) as p:
             queue = (await p.publish_queues(topic))[0]
-            halves = [await p.prepare(Message(topic, b"row %d" % i, properties={"n": str(i)}), queue=queue)
-                      for i in range(12)]
+            halves = await p.prepare_many([Message(topic, b"row %d" % i, properties={"n": str(i)}) for i in range(12)],
+                                          queue=queue)
             await p.end_many(halves[:8][::-1], LocalTransactionState.COMMIT_MESSAGE, ordered=True)
             await p.end_many(halves[8:], LocalTransactionState.ROLLBACK_MESSAGE)
         async with PullConsumer(f"py_tx_reader_{uuid.uuid4().hex[:6]}", namesrv_addr=ns) as pc:

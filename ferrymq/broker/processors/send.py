@@ -1,4 +1,5 @@
-"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and FerryMQ's
+SEND_HALF_MESSAGES (a batch of half messages: ferrymq/common/transaction_batches.py).
 
 Checks the topic (creating it from an inheritable default topic when allowed), picks the
 queue, turns the request into store records and answers once the store's flush policy is
@@ -22,6 +23,7 @@ from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
 from ferrymq.broker.transactions import TransactionService, divert_to_half, is_transactional
 from ferrymq.common.message import MessageExt, Prop, SysFlag, batch_messages, decode_batch_body, decode_properties
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, Perm, dlq_topic
+from ferrymq.common.transaction_batches import SEND_HALF_MESSAGES
 from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -98,7 +100,12 @@ class SendProcessor:
                       born_host=born_host, store_host=ctx.store_host, reconsume_times=header.reconsume_times)
 
         recall_handle = None
-        if req.code == RequestCode.SEND_BATCH_MESSAGE:
+        halves = req.code == SEND_HALF_MESSAGES
+        batch = halves or req.code == RequestCode.SEND_BATCH_MESSAGE
+        if halves and ctx.config.reject_transaction_message:
+            return req.response(ResponseCode.NO_PERMISSION, remark=f"the broker[{ctx.config.broker_name}] "
+                                                                    "sending transaction message is forbidden")
+        if batch:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="batch request does not support retry group " + topic)
             try:
@@ -111,7 +118,13 @@ class SendProcessor:
             if refusal is not None:
                 return req.response(refusal.code, remark=refusal.remark)
             msgs = batch_messages(topic, elements, batch_props, **common)
-            if not may_carry_timers(req.body or b"", batch_props) or SysFlag.transaction_type(header.sys_flag):
+            if halves:  # half messages until the producer commits them; a timer waits for the commit
+                self.transactions.ensure_topics()
+                for m in msgs:
+                    m.properties[Prop.TRAN_MSG], m.properties[Prop.PGROUP] = "true", header.producer_group
+                    divert_to_half(m)
+                result = await ctx.store.put_messages(msgs, wait=wait)
+            elif not may_carry_timers(req.body or b"", batch_props) or SysFlag.transaction_type(header.sys_flag):
                 # the batch as sent (the fast path; a transactional batch is the store's to refuse)
                 result = await ctx.store.put_messages(msgs, wait=wait)
             else:  # messages asking for a timer or a delay level wait on their own (docs/timers.md#batches)
@@ -147,7 +160,7 @@ class SendProcessor:
         code = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
         ctx.stats.record_put(topic, result.msg_num if result.ok else 0, result.wrote_bytes)
         if ctx.tracing.enabled and result.ok:
-            ctx.tracing.stored(msgs if req.code == RequestCode.SEND_BATCH_MESSAGE else [msg], queue_id=queue_id,
+            ctx.tracing.stored(msgs if batch else [msg], queue_id=queue_id,
                                first_offset=result.queue_offset, msg_ids=result.msg_ids)
         if not result.ok:  # stored (the flush or replication wait may have failed) answers with the offsets
             return req.response(code, remark=result.remark or result.status.name)

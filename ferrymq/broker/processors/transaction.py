@@ -1,11 +1,11 @@
 """END_TRANSACTION (37): a producer's commit or rollback of a half message (usually oneway;
 the answer, when asked for, says whether the decision was recorded); END_TRANSACTIONS, FerryMQ's
-own: many half messages of one group at once (ferrymq/common/end_transactions.py)."""
+own: many half messages of one group at once (ferrymq/common/transaction_batches.py)."""
 
 from __future__ import annotations
 
 from ferrymq.broker.transactions import EndTransaction, TransactionService
-from ferrymq.common.end_transactions import Failure, decode_halves, encode_failures
+from ferrymq.common.transaction_batches import Failure, decode_halves, encode_failures
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection

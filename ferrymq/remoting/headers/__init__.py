@@ -13,7 +13,7 @@ from ferrymq.common.controller_protocol import (
     CONTROLLER_HEARTBEAT,
     CONTROLLER_PROMOTED,
 )
-from ferrymq.common.end_transactions import END_TRANSACTIONS
+from ferrymq.common.transaction_batches import END_TRANSACTIONS, SEND_HALF_MESSAGES
 from ferrymq.remoting.codes import RequestCode
 from ferrymq.remoting.headers.acl import (
     ACCESS_KEY,
@@ -98,6 +98,7 @@ R = RequestCode
 REQUEST_HEADERS: dict[int, type] = {
     R.SEND_MESSAGE: SendMessageHeader, R.SEND_MESSAGE_V2: SendMessageHeader, R.SEND_BATCH_MESSAGE: SendMessageHeader,
     R.SEND_REPLY_MESSAGE: SendMessageHeader, R.SEND_REPLY_MESSAGE_V2: SendMessageHeader,
+    SEND_HALF_MESSAGES: SendMessageHeader,
     R.PULL_MESSAGE: PullMessageHeader, R.LITE_PULL_MESSAGE: PullMessageHeader, R.RECALL_MESSAGE: RecallMessageHeader,
     R.PUSH_REPLY_MESSAGE_TO_CLIENT: ReplyMessageHeader,
     R.UPDATE_AND_CREATE_TOPIC: CreateTopicHeader,
@@ -140,7 +141,7 @@ FIELDLESS_REQUESTS: frozenset[int] = frozenset({
 RESPONSE_HEADERS: dict[int, type[Header]] = {
     R.SEND_MESSAGE: SendMessageResponseHeader, R.SEND_MESSAGE_V2: SendMessageResponseHeader,
     R.SEND_BATCH_MESSAGE: SendMessageResponseHeader, R.SEND_REPLY_MESSAGE: SendMessageResponseHeader,
-    R.SEND_REPLY_MESSAGE_V2: SendMessageResponseHeader,
+    R.SEND_REPLY_MESSAGE_V2: SendMessageResponseHeader, SEND_HALF_MESSAGES: SendMessageResponseHeader,
     R.PULL_MESSAGE: PullMessageResponseHeader, R.LITE_PULL_MESSAGE: PullMessageResponseHeader,
     R.RECALL_MESSAGE: RecallMessageResponseHeader,
     R.GET_MAX_OFFSET: OffsetResponseHeader, R.GET_MIN_OFFSET: OffsetResponseHeader,

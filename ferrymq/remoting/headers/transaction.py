@@ -1,5 +1,5 @@
 """Transaction headers: END_TRANSACTION (producer to broker), FerryMQ's END_TRANSACTIONS
-(ferrymq/common/end_transactions.py) and CHECK_TRANSACTION_STATE (broker to producer);
+(ferrymq/common/transaction_batches.py) and CHECK_TRANSACTION_STATE (broker to producer);
 docs/wire-format.md#typed-headers."""
 
 from __future__ import annotations

@@ -1,17 +1,23 @@
-"""END_TRANSACTIONS: FerryMQ's own request that commits or rolls back many half messages of one
-producer group at once (docs/wire-format.md#transactions). RocketMQ has only END_TRANSACTION, one
-half message per request; a producer that decides thousands together (the Spark sink commits a
-whole batch) pays a request and, at the broker, a read and two puts per message. This request
-carries them all: the broker reads the half messages in one go, stores the commit records with one
-write and the op records with another, and answers which ones it could not record.
+"""FerryMQ's own requests for producers that store and decide many transactional messages at
+once (the Spark sink: docs/spark.md#writing-to-a-topic). RocketMQ has one half message per send
+and per END_TRANSACTION; a producer handling thousands together pays a request each and, at the
+broker, a put per half message and a read and two puts per decision. These carry them all
+(docs/wire-format.md#transactions). A broker without them (Apache RocketMQ) answers
+REQUEST_CODE_NOT_SUPPORTED: send one by one instead.
 
-Request: code END_TRANSACTIONS; ext fields ``producerGroup`` and ``commitOrRollback`` (as
-END_TRANSACTION: 8 commit, 12 rollback, 0 unknown: nothing done); the body is JSON
-``{"halves": [[tranStateTableOffset, commitLogOffset, msgId], ...]}``, at most MAX_HALVES.
-Answer: SUCCESS with the body ``{"failed": [[index, code, remark], ...]}`` (empty: every one is
-recorded), or an error code for the request as a whole (a malformed body, too many halves). A
-broker without it (Apache RocketMQ) answers REQUEST_CODE_NOT_SUPPORTED: send END_TRANSACTION per
-half message instead. Ending a half message again is safe (a commit is stored at most once).
+SEND_HALF_MESSAGES: SEND_BATCH_MESSAGE's header (v2 keys) and body; every message of the batch
+is stored as a half message of the header's producer group (TRAN_MSG and PGROUP set by the
+broker), bound for the header's topic and queue, consecutively in the half queue. The answer is a
+batch send's: ``msgId`` the offset message ids, comma-separated, ``queueOffset`` the first one's
+half-queue offset (the others follow it).
+
+END_TRANSACTIONS: ext fields ``producerGroup`` and ``commitOrRollback`` (as END_TRANSACTION: 8
+commit, 12 rollback, 0 unknown: nothing done); the body is JSON ``{"halves":
+[[tranStateTableOffset, commitLogOffset, msgId], ...]}``, at most MAX_HALVES. The broker reads the
+half messages in one go, stores the commit records in the order given with one write and the op
+records with another. Answer: SUCCESS with the body ``{"failed": [[index, code, remark], ...]}``
+(empty: every one is recorded), or an error code for the request as a whole (a malformed body,
+too many halves). Ending a half message again is safe (a commit is stored at most once).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import json
 from dataclasses import dataclass
 
 END_TRANSACTIONS = 9101  # FerryMQ's own range (the controller's requests are 9001-9005)
+SEND_HALF_MESSAGES = 9102
 MAX_HALVES = 10_000
 
 
