@@ -20,6 +20,18 @@ from testkit.apache import ApacheRocketMQ
 pytestmark = pytest.mark.compat
 
 
+async def create_routed_topic(namesrv: str, topic: str, queues: int) -> None:
+    """Create ``topic`` on Apache's broker and wait until its name server routes it."""
+    async with AdminClient(namesrv_addr=namesrv) as admin:
+        await admin.create_topic(topic, read_queues=queues, write_queues=queues)
+        for _ in range(100):
+            try:
+                await admin.topic_route(topic)
+                return
+            except Exception:
+                await asyncio.sleep(0.1)
+
+
 def test_admin_produce_and_pull_against_apache(apache_rocketmq: ApacheRocketMQ):
     ns = apache_rocketmq.namesrv_addr
     topic = f"PyOnApache_{uuid.uuid4().hex[:6]}"
@@ -108,14 +120,7 @@ def test_python_push_consumer_against_apache(apache_rocketmq: ApacheRocketMQ):
     group = f"py_push_{uuid.uuid4().hex[:6]}"
 
     async def scenario():
-        async with AdminClient(namesrv_addr=ns) as admin:
-            await admin.create_topic(topic, read_queues=4, write_queues=4)
-            for _ in range(100):
-                try:
-                    await admin.topic_route(topic)
-                    break
-                except Exception:
-                    await asyncio.sleep(0.1)
+        await create_routed_topic(ns, topic, 4)
         received: dict[str, int] = {}
         failed_once: set[str] = set()
         done = asyncio.Event()
@@ -163,14 +168,7 @@ def test_transaction_producer_prepares_and_ends_many_one_by_one_on_a_broker_with
     topic = f"PyTxOnApache_{uuid.uuid4().hex[:6]}"
 
     async def scenario():
-        async with AdminClient(namesrv_addr=ns) as admin:
-            await admin.create_topic(topic, read_queues=2, write_queues=2)
-            for _ in range(100):
-                try:
-                    await admin.topic_route(topic)
-                    break
-                except Exception:
-                    await asyncio.sleep(0.1)
+        await create_routed_topic(ns, topic, 2)
         async with TransactionProducer("py-tx-on-apache", namesrv_addr=ns,
                                        check_listener=lambda m: LocalTransactionState.UNKNOW) as p:
             queue = (await p.publish_queues(topic))[0]
