@@ -41,15 +41,15 @@ from dataclasses import dataclass
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.schedule import divert_to_schedule, is_delayable
 from ferrymq.broker.timer_send import TimerRefusal, asks_for_timer, divert_to_timer
-from ferrymq.common.transaction_batches import HalfRef
 from ferrymq.common.message import MessageExt, Prop, SysFlag, decode_record
 from ferrymq.common.message_id import offset_msg_id
 from ferrymq.common.protocol import Perm
+from ferrymq.common.transaction_batches import HalfRef
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
 from ferrymq.remoting.headers import CheckTransactionStateHeader
-from ferrymq.store.results import GetStatus
+from ferrymq.store.results import AppendResult, GetStatus
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ class TransactionService:
                for offset in half_offsets]
         return all(result.ok for result in await self._put_all(ops))
 
-    async def _put_all(self, msgs: list[MessageExt]) -> list:
+    async def _put_all(self, msgs: list[MessageExt]) -> list[AppendResult]:
         """One message as a send is stored; several with one write (``put_group``)."""
         if len(msgs) == 1:
             return [await self.ctx.store.put_message(msgs[0])]

@@ -46,7 +46,7 @@ from ferrymq.remoting.headers import CheckTransactionStateHeader, EndTransaction
 
 log = logging.getLogger(__name__)
 
-HALF_BATCH_BYTES = 1 << 20  # bodies per SEND_HALF_MESSAGES request (the broker's limit is 4 MiB a request)
+HALF_BATCH_BYTES = 1 << 20  # per SEND_HALF_MESSAGES request (the broker's limit is 4 MiB a request)
 END_MANY_CHUNK = 1_000  # half messages per END_TRANSACTIONS request (~60 KB of body)
 CHUNKS_IN_FLIGHT = 4  # END_TRANSACTIONS requests at once to one broker
 ENDS_IN_FLIGHT = 256  # END_TRANSACTION requests at once, where the broker has no END_TRANSACTIONS
@@ -136,7 +136,7 @@ class TransactionProducer(Producer):
                            timeout: float | None = None) -> list[HalfMessage]:
         """Store ``msgs`` (one topic) as half messages bound for one queue (``queue``, else the
         producer's pick) and leave them undecided, like :meth:`prepare` each: with FerryMQ's
-        SEND_HALF_MESSAGES, a request per HALF_BATCH_BYTES of bodies (a broker without it: a
+        SEND_HALF_MESSAGES, a request per HALF_BATCH_BYTES of messages (a broker without it: a
         prepare each). Their HalfMessages, in order; raises MQClientError unless all were
         stored safely."""
         for m in msgs:
@@ -144,20 +144,21 @@ class TransactionProducer(Producer):
             m.properties[Prop.PGROUP] = self.group
         runs, run, size = [], [], 0
         for m in msgs:
-            if run and size + len(m.body) > HALF_BATCH_BYTES:
+            cost = len(m.body) + 512  # and its properties, at a guess
+            if run and size + cost > HALF_BATCH_BYTES:
                 runs.append(run)
                 run, size = [], 0
             run.append(m)
-            size += len(m.body)
+            size += cost
         if run:
             runs.append(run)
-        return [h for part in await asyncio.gather(*(self._prepare_run(r, queue, timeout) for r in runs)) for h in part]
+        if not runs:
+            return []
+        mq = queue or self._select_queue(await self._publish_route(msgs[0].topic), msgs[0].topic, None)
+        return [h for part in await asyncio.gather(*(self._prepare_run(r, mq, timeout) for r in runs)) for h in part]
 
-    async def _prepare_run(self, msgs: list[Message], queue: MessageQueue | None,
-                           timeout: float | None) -> list[HalfMessage]:
+    async def _prepare_run(self, msgs: list[Message], mq: MessageQueue, timeout: float | None) -> list[HalfMessage]:
         topic, body = self._batch_body(msgs)
-        route = await self._publish_route(topic)
-        mq = queue or self._select_queue(route, topic, None)
         if mq.broker_name in self._without_half_batches:
             return list(await asyncio.gather(*(self.prepare(m, queue=mq, timeout=timeout) for m in msgs)))
         try:

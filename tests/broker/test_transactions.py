@@ -253,3 +253,15 @@ async def test_end_transactions_names_each_half_it_could_not_record_and_refuses_
             await p.end_many([dataclasses.replace(good[1], queue_offset=good[1].queue_offset + 7)], COMMIT)
         await p.end_many([good[1]], COMMIT)
     assert keys(await visible(ns)) == ["ok-0", "ok-1"]
+
+
+async def test_half_messages_larger_together_than_one_request_are_stored_in_several(cluster):
+    ns = cluster.namesrv_addr
+    async with producer(ns, Checks({})) as p:
+        big = [msg(bytes([65 + i]) * 300_000, f"big-{i}") for i in range(8)]  # 2.4 MB: three requests
+        halves = await p.prepare_many(big)
+        assert len({h.queue_id for h in halves}) == 1 and len({h.queue_offset for h in halves}) == 8
+        await p.end_many(halves, COMMIT, ordered=True)
+    delivered = sorted(await visible(ns), key=lambda m: m.queue_offset)
+    assert [m.keys[0] for m in delivered] == [f"big-{i}" for i in range(8)]
+    assert [m.body for m in delivered] == [m.body for m in big]
