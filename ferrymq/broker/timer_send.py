@@ -13,9 +13,8 @@ from ferrymq.common.protocol import TIMER_TOPIC
 from ferrymq.remoting.codes import ResponseCode
 from ferrymq.store.config import StoreConfig
 
-# What a client may set; what the broker keeps (TIMER_OUT_MS) is dropped on delivery too.
+# What a client may set (the delivered message keeps it, and TIMER_OUT_MS, as Apache 5's does).
 TIMER_REQUEST_PROPS = (Prop.TIMER_DELAY_SEC, Prop.TIMER_DELAY_MS, Prop.TIMER_DELIVER_MS)
-TIMER_PROPS = TIMER_REQUEST_PROPS + (Prop.TIMER_OUT_MS,)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from typing import Callable, Sequence
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.recall import is_recall_marker, is_recalled
 from ferrymq.broker.schedule import copy_to_real_destination
-from ferrymq.broker.timer_send import TIMER_PROPS
 from ferrymq.common.message import MessageExt, Prop, decode_record
 from ferrymq.common.protocol import TIMER_TOPIC
 from ferrymq.common.tasks import within
@@ -173,14 +172,21 @@ class TimerService:
     def _outgoing(self, record: TimerRecord, msg: MessageExt, roll: bool) -> MessageExt | None:
         """What one timer's message is stored as: again under the timer topic for a later round
         (``roll``), else under its real topic and queue; None (uncounted) if it names none."""
+        # As Apache 5: when the timer took the message in (its timer-topic record's store time)
+        # and let it out; a rolled copy counts its rounds.
+        stamps = {Prop.TIMER_ENQUEUE_MS: str(msg.store_timestamp), Prop.TIMER_DEQUEUE_MS: str(now_ms())}
         if roll:
-            return MessageExt(topic=TIMER_TOPIC, body=msg.body, flag=msg.flag, properties=dict(msg.properties),
+            rolls = msg.properties.get(Prop.TIMER_ROLL_TIMES, "0")
+            stamps[Prop.TIMER_ROLL_TIMES] = str(int(rolls) + 1 if rolls.isdigit() else 1)
+            return MessageExt(topic=TIMER_TOPIC, body=msg.body, flag=msg.flag, properties={**msg.properties, **stamps},
                               queue_id=0, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
                               born_host=msg.born_host, store_host=self.ctx.store_host,
                               reconsume_times=msg.reconsume_times)
-        out = copy_to_real_destination(msg, self.ctx.store_host, TIMER_PROPS)
+        out = copy_to_real_destination(msg, self.ctx.store_host, ())
         if out is None:
             self._uncount(msg, record)
+        else:
+            out.properties.update(stamps)
         return out
 
     async def _store(self, run: list[tuple[TimerRecord, MessageExt, MessageExt]]) -> None:

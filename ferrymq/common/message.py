@@ -77,6 +77,10 @@ class Prop:
     TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
     TIMER_OUT_MS = "TIMER_OUT_MS"
     TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"  # a recall marker: the timer it cancels (docs/timers.md#recall)
+    # set on the copies the timer stores when a message fires or is rolled, as Apache 5 sets them
+    TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+    TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+    TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
     TTL = "TTL"
     ARRIVE_TIME = "ARRIVE_TIME"
     PUSH_REPLY_TIME = "PUSH_REPLY_TIME"

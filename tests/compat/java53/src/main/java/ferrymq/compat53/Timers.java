@@ -61,7 +61,7 @@ import org.apache.rocketmq.remoting.protocol.RemotingCommand;
  * format of ferrymq.compat.ProduceConsume: sent (setter, key, sentAtMs, ackedAtMs, dueFromMs,
  * dueToMs: the window the broker's due time lies in), send_failed (key, code, remark),
  * received (key, receivedAtMs, timerProps: which of the timer and delay-level properties the
- * delivered message still carries, ...), done. Exit code 0 = every timer arrived; 2 = not all did
+ * delivered message still carries, timerValues: its TIMER_* properties, ...), done. Exit code 0 = every timer arrived; 2 = not all did
  * or a send went otherwise than expected; 1 = client error.
  */
 public final class Timers {
@@ -100,7 +100,8 @@ public final class Timers {
                     "body", new String(m.getBody(), StandardCharsets.UTF_8), "msgId", m.getMsgId(),
                     "receivedAtMs", now, "bornTimestamp", m.getBornTimestamp(),
                     "storeTimestamp", m.getStoreTimestamp(), "queueId", m.getQueueId(),
-                    "reconsumeTimes", m.getReconsumeTimes(), "timerProps", timerProps(m));
+                    "reconsumeTimes", m.getReconsumeTimes(), "timerProps", timerProps(m),
+                    "timerValues", timerValues(m));
                 if (readyKey.equals(m.getKeys())) {
                     ready.countDown();
                 }
@@ -196,6 +197,16 @@ public final class Timers {
     private static final List<String> TIMER_PROPS = Arrays.asList(MessageConst.PROPERTY_TIMER_DELAY_SEC,
         MessageConst.PROPERTY_TIMER_DELAY_MS, MessageConst.PROPERTY_TIMER_DELIVER_MS,
         MessageConst.PROPERTY_DELAY_TIME_LEVEL);
+
+    private static Map<String, String> timerValues(MessageExt m) {
+        Map<String, String> out = new java.util.TreeMap<>();
+        for (Map.Entry<String, String> p : m.getProperties().entrySet()) {
+            if (p.getKey().startsWith("TIMER_")) {
+                out.put(p.getKey(), p.getValue());
+            }
+        }
+        return out;
+    }
 
     private static List<String> timerProps(MessageExt m) {
         List<String> out = new ArrayList<>();
