@@ -560,45 +560,13 @@ def test_acl_and_tls_with_users_and_a_revoked_user(ns, tools, tmp_path):
 
     # The certificate renewed as cert-manager renews it, the Secret updated in place, while a client
     # holds its connections: new connections get the new certificate, the old ones keep answering.
-    renewed = make_test_certificates(tmp_path / "renewed")
-    renewed_cert = Path(renewed["server_cert"]).read_text().strip()
     broker_host = advertised_host(ns, f"{secure}-broker-0", f"{secure}-broker-headless")
-    broker_addr, grpc_addr = f"{broker_host}:10911", f"{broker_host}:8081"
-    watch: dict = {}
-
-    def watch_renewal() -> None:
-        try:
-            watch["lines"] = run_python(ns, RENEWAL_WATCH, broker_addr, nsrv, grpc_addr, "payments-app", secret_key,
-                                        fingerprint(renewed_cert), "300")
-        except Exception as e:  # noqa: BLE001 - reported by the assertion below
-            watch["error"] = repr(e)
-    watcher = threading.Thread(target=watch_renewal)
-    watcher.start()
-    time.sleep(5)  # the watcher's connections are open and answering with the old certificate
-    kubectl("apply", "-f", "-", input=kubectl(
-        "create", "secret", "tls", f"{secure}-tls", "-n", ns, f"--cert={renewed['server_cert']}",
-        f"--key={renewed['server_key']}", "--dry-run=client", "-o", "yaml").stdout)
-    updated = time.time()
-    on_disk: dict[str, float] = {}
-
-    def renewed_on_disk() -> bool:
-        # each pod's kubelet refreshes its Secret volume on its own schedule
-        for pod in (f"{secure}-broker-0", f"{secure}-namesrv-0"):
-            if pod not in on_disk and renewed_cert in kubectl(
-                    "exec", "-n", ns, pod, "--", "cat", "/etc/ferrymq-tls/tls.crt", check=False).stdout:
-                on_disk[pod] = time.time()
-        return len(on_disk) == 2
-    poll_until("the renewed certificate in the pods' volumes", renewed_on_disk, 240, interval=2)
-    watcher.join(400)
-    summary = (watch.get("lines") or [{}])[-1]
-    broker_disk, namesrv_disk = on_disk[f"{secure}-broker-0"], on_disk[f"{secure}-namesrv-0"]
-    print(f"certificate renewal: in the broker pod's volume {broker_disk - updated:.0f} s after the Secret changed "
-          f"(kubelet), served by the broker {summary.get('broker_renewed_at', 0) - broker_disk:.0f} s and its gRPC "
-          f"port {summary.get('grpc_renewed_at', 0) - broker_disk:.0f} s later; in the name server pod's "
-          f"{namesrv_disk - updated:.0f} s after, served {summary.get('namesrv_renewed_at', 0) - namesrv_disk:.0f} s "
-          f"later (checked every 2 s); {summary.get('requests')} requests on the connections opened before, "
-          f"{summary.get('failures')} failed")
-    assert summary.get("done") and {"broker_renewed_at", "namesrv_renewed_at", "grpc_renewed_at"} <= set(summary), watch
+    pods = [f"{secure}-broker-0", f"{secure}-namesrv-0"]
+    updated, on_disk, summary = renew_while_watching(
+        ns, f"{secure}-tls", ns, pods, tmp_path, RENEWAL_WATCH, f"{broker_host}:10911", nsrv, f"{broker_host}:8081",
+        "payments-app", secret_key)
+    print(renewal_line("broker and name server", updated, on_disk, summary))
+    assert set(summary["renewed_at"]) == {"broker", "namesrv", "grpc"}, summary
     assert summary["failures"] == 0 and not summary["reconnected"] and summary["requests"] > 20, summary
 
     kubectl("delete", "user", "payments-app", "-n", ns, "--timeout=120s")
@@ -609,20 +577,65 @@ def test_acl_and_tls_with_users_and_a_revoked_user(ns, tools, tmp_path):
 
 
 def fingerprint(pem: str) -> str:
-    """SHA-256 of a PEM certificate's DER form, as RENEWAL_WATCH computes it for a served one."""
+    """SHA-256 of a PEM certificate's DER form, as RENEWAL_LOOP's served() computes it for a served one."""
     return hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
 
 
-RENEWAL_WATCH = """
-    import asyncio, hashlib, json, socket, ssl, sys, time
-    from ferrymq.acl.signature import Credentials, sign_request
-    from ferrymq.remoting.client import RemotingClient
-    from ferrymq.remoting.codes import RequestCode
-    from ferrymq.remoting.command import RemotingCommand
-    from ferrymq.remoting.tls import ClientTls
+def renew_while_watching(ns: str, secret: str, secret_ns: str, pods: list[str], tmp_path: Path, watch: str,
+                         *args: str, mount: str = "/etc/ferrymq-tls") -> tuple[float, dict[str, float], dict]:
+    """Renews the kubernetes.io/tls Secret ``secret`` (in ``secret_ns``) in place, as cert-manager
+    does, while ``watch`` (a watcher built on RENEWAL_LOOP) runs in the toolbox pod with ``args``:
+    returns when the Secret changed, when each of ``pods`` (in ``secret_ns``) had the renewed
+    certificate in its volume at ``mount``, and the watcher's summary."""
+    renewed = make_test_certificates(tmp_path / f"renewed-{secret}")
+    renewed_cert = Path(renewed["server_cert"]).read_text().strip()
+    watched: dict = {}
 
-    broker, namesrv, grpc, access_key, secret_key, renewed, seconds = sys.argv[1:8]
-    credentials = Credentials(access_key, secret_key)
+    def run_watcher() -> None:
+        try:
+            watched["lines"] = run_python(ns, watch, *args, fingerprint(renewed_cert), "300")
+        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+            watched["error"] = repr(e)
+    watcher = threading.Thread(target=run_watcher)
+    watcher.start()
+    time.sleep(5)  # the watcher's connections are open and answering with the old certificate
+    kubectl("apply", "-f", "-", input=kubectl(
+        "create", "secret", "tls", secret, "-n", secret_ns, f"--cert={renewed['server_cert']}",
+        f"--key={renewed['server_key']}", "--dry-run=client", "-o", "yaml").stdout)
+    updated = time.time()
+    on_disk: dict[str, float] = {}
+
+    def renewed_on_disk() -> bool:
+        # each pod's kubelet refreshes its Secret volume on its own schedule
+        for pod in pods:
+            if pod not in on_disk and renewed_cert in kubectl(
+                    "exec", "-n", secret_ns, pod, "--", "cat", f"{mount}/tls.crt", check=False).stdout:
+                on_disk[pod] = time.time()
+        return len(on_disk) == len(pods)
+    poll_until("the renewed certificate in the pods' volumes", renewed_on_disk, 240, interval=2)
+    watcher.join(400)
+    summary = (watched.get("lines") or [{}])[-1]
+    assert summary.get("done"), watched
+    return updated, on_disk, summary
+
+
+def renewal_line(what: str, updated: float, on_disk: dict[str, float], summary: dict) -> str:
+    """One line of figures, in seconds after the Secret changed: when each pod's volume had the
+    renewed certificate (the kubelet; looked at every 2 s), when a new connection to each address
+    the watcher checked got it (every second or so); then the requests on the connections opened before."""
+    volumes = ", ".join(f"{pod} {at - updated:.0f}" for pod, at in on_disk.items())
+    served = ", ".join(f"{name} {at - updated:.0f}" for name, at in summary["renewed_at"].items())
+    return (f"{what} certificate renewal, seconds after the Secret changed: in the volume of {volumes}; served to a "
+            f"new connection by {served or 'none'}; {summary['requests']} requests on the connections opened before, "
+            f"{summary['failures']} failed, reconnected: {summary['reconnected']}")
+
+
+RENEWAL_LOOP = """
+    import asyncio, hashlib, json, socket, ssl, sys, time
+    from ferrymq.remoting.client import RemotingClient
+    from ferrymq.remoting.command import RemotingCommand
+
+    *ARGS, RENEWED, SECONDS = sys.argv[1:]  # renew_while_watching adds the renewed fingerprint and seconds
 
     def served(address):
         # the certificate a new TLS connection gets (ALPN h2 offered, as gRPC clients do)
@@ -634,35 +647,60 @@ RENEWAL_WATCH = """
             with context.wrap_socket(raw, server_hostname=host) as tls:
                 return hashlib.sha256(tls.getpeercert(binary_form=True)).hexdigest()
 
+    async def watch_renewal(addresses, one_round):
+        # Every second: one_round() over the connections opened before (it returns how many requests
+        # it sent, how many failed, and whether they all went over those connections), then a new TLS
+        # connection to each of addresses (name -> host:port) not yet seen serving the renewed
+        # certificate; until all do or SECONDS pass. Prints the summary.
+        requests = failures = 0
+        reconnected = False
+        renewed_at = {}
+        deadline = time.monotonic() + float(SECONDS)
+        while time.monotonic() < deadline and len(renewed_at) < len(addresses):
+            sent, failed, same_connections = await one_round()
+            requests, failures, reconnected = requests + sent, failures + failed, reconnected or not same_connections
+            for name, address in addresses.items():
+                if name not in renewed_at and await asyncio.to_thread(served, address) == RENEWED:
+                    renewed_at[name] = time.time()
+            await asyncio.sleep(1)
+        print(json.dumps({"done": True, "renewed_at": renewed_at, "requests": requests, "failures": failures,
+                          "reconnected": reconnected}), flush=True)
+
+    async def remoting_round(client, calls):
+        # calls: (address, a function making the request, the response codes that answer it). The
+        # client's connections are opened now; each round checks it still uses these.
+        first = {address: await client.connection(address) for address, _, _ in calls}
+
+        async def one_round():
+            failed, same = 0, True
+            for address, request, answers in calls:
+                same = same and await client.connection(address) is first[address]
+                try:
+                    failed += (await client.invoke(address, request(), timeout=5)).code not in answers
+                except Exception as e:
+                    failed += 1
+                    print(json.dumps({"error": f"{address}: {e!r}"}), flush=True)
+            return len(calls), failed, same
+        return one_round
+"""
+
+RENEWAL_WATCH = RENEWAL_LOOP + """
+    from ferrymq.acl.signature import Credentials, sign_request
+    from ferrymq.remoting.codes import RequestCode
+    from ferrymq.remoting.tls import ClientTls
+
+    broker, namesrv, grpc, access_key, secret_key = ARGS
+    credentials = Credentials(access_key, secret_key)
+
     async def main():
         # One client, its two connections opened now and never again: each request goes over them.
         client = RemotingClient(tls=ClientTls(insecure=True).context(),
                                 request_hook=lambda r: sign_request(r, credentials))
-        first = {a: await client.connection(a) for a in (broker, namesrv)}
-        requests = failures = 0
-        reconnected = False
-        renewed_at = {}
-        deadline = time.monotonic() + float(seconds)
-        while time.monotonic() < deadline and len(renewed_at) < 3:
-            for name, address, request in (
-                    ("broker", broker, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)),
-                    ("namesrv", namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                                                                 {"topic": "payments"}))):
-                reconnected |= await client.connection(address) is not first[address]
-                try:
-                    response = await client.invoke(address, request, timeout=5)
-                    failures += response.code != 0
-                except Exception as e:
-                    failures += 1
-                    print(json.dumps({"error": f"{name}: {e!r}"}), flush=True)
-                requests += 1
-            for name, address in (("broker", broker), ("namesrv", namesrv), ("grpc", grpc)):
-                if name not in renewed_at and await asyncio.to_thread(served, address) == renewed:
-                    renewed_at[name] = time.time()
-            await asyncio.sleep(1)
+        one_round = await remoting_round(client, [
+            (broker, lambda: RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), {0}),
+            (namesrv, lambda: RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "payments"}), {0})])
+        await watch_renewal({"broker": broker, "namesrv": namesrv, "grpc": grpc}, one_round)
         await client.close()
-        print(json.dumps({"done": True, **{f"{k}_renewed_at": v for k, v in renewed_at.items()}, "requests": requests,
-                          "failures": failures, "reconnected": reconnected}), flush=True)
     asyncio.run(main())
 """
 
@@ -849,6 +887,117 @@ def test_failover_promotes_the_slave_and_the_old_master_rejoins_as_its_slave(ns,
     missing = {s["msgId"] for s in before + after} - {s["msgId"] for s in stored}
     assert not missing, f"{len(missing)} acknowledged messages missing after the old master rejoined"
     kubectl("delete", "broker", fo, "-n", ns, "--timeout=300s")
+
+
+# ------------------------------------------------------------------------------------------------
+# 11. TLS on the failover controllers: the Secret renewed in place, new connections get the new
+#     certificate, connections opened before keep answering, the group keeps taking sends
+
+CONTROLLER_RENEWAL_WATCH = RENEWAL_LOOP + """
+    from ferrymq.common.controller_protocol import CONTROLLER_GET_STATE, CONTROLLER_NOT_LEADER
+    from ferrymq.remoting.tls import ClientTls
+
+    async def main():
+        # One client, one connection to each controller opened now; CONTROLLER_GET_STATE (read-only)
+        # over each: the leader answers it, the standby with CONTROLLER_NOT_LEADER.
+        client = RemotingClient(tls=ClientTls(insecure=True).context())
+        one_round = await remoting_round(client, [
+            (address, lambda: RemotingCommand.request(CONTROLLER_GET_STATE), {0, CONTROLLER_NOT_LEADER})
+            for address in ARGS])
+        await watch_renewal({address.split(".")[0]: address for address in ARGS}, one_round)
+        await client.close()
+    asyncio.run(main())
+"""
+
+
+def test_failover_controllers_serve_a_renewed_certificate_without_dropping_connections(ns, tools, tmp_path):
+    fo, topic = "tls-failover", "tls-failover-orders"
+    certs = make_test_certificates(tmp_path / "certs")
+    kubectl("create", "secret", "tls", f"{fo}-tls", "-n", ns, f"--cert={certs['server_cert']}",
+            f"--key={certs['server_key']}")
+    apply(ns, {"apiVersion": API, "kind": "Broker", "metadata": {"name": fo},
+               "spec": {"replicas": 1, "imagePullPolicy": "Never", "storage": {"size": "1Gi", "deleteClaim": True},
+                        "replication": {"slavesPerGroup": 1, "mode": "Sync", "failover": True},
+                        "tls": {"secretName": f"{fo}-tls"}}})
+    wait_status("broker", fo, ns, lambda o: ready(o) and condition(o, "TlsReady").get("status") == "True" and [
+        g["slavesReady"] for g in (o["status"].get("replication") or {}).get("groups", [])] == [1],
+                "Ready with its slave", 600)
+    apply(ns, {"apiVersion": API, "kind": "Topic", "metadata": {"name": topic},
+               "spec": {"brokerRef": {"name": fo}, "readQueueNums": 2, "writeQueueNums": 2}})
+    wait_status("topic", topic, ns, ready, "Ready", 180)
+
+    controllers = [f"{fo}-controller-0", f"{fo}-controller-1"]
+    updated, on_disk, summary = renew_while_watching(
+        ns, f"{fo}-tls", ns, controllers, tmp_path, CONTROLLER_RENEWAL_WATCH,
+        *(f"{pod}.{fo}-controller.{ns}.svc:9878" for pod in controllers))
+    print(renewal_line("failover controller", updated, on_disk, summary))
+    assert set(summary["renewed_at"]) == set(controllers), summary
+    assert summary["failures"] == 0 and not summary["reconnected"] and summary["requests"] > 20, summary
+
+    # the group, whose brokers keep their own connections to the controllers, still takes sends
+    sent = [json.loads(line) for line in run_job(ns, "produce-tls-failover", [
+        "produce", "-n", f"{fo}-namesrv.{ns}.svc:9876", "-t", topic, "--count", "20", "--json"],
+        env=[{"name": "FERRYMQ_TLS", "value": "true"}]).splitlines() if line.startswith("{")]
+    assert len(sent) == 20 and {s["status"] for s in sent} == {"SEND_OK"}, sent
+    kubectl("delete", "broker", fo, "-n", ns, "--timeout=300s")
+
+
+# ------------------------------------------------------------------------------------------------
+# 12. The chart's console over HTTPS: its Secret renewed in place, new connections get the new
+#     certificate, a keep-alive connection opened before keeps answering
+
+CONSOLE_RENEWAL_WATCH = RENEWAL_LOOP + """
+    import http.client
+
+    (console,) = ARGS
+    host, port = console.rsplit(":", 1)
+
+    async def main():
+        # One keep-alive HTTPS connection, opened now: every GET /healthz goes over it.
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        connection = http.client.HTTPSConnection(host, int(port), timeout=5, context=context)
+        connection.connect()
+        first = connection.sock
+
+        async def one_round():
+            try:
+                connection.request("GET", "/healthz")
+                response = connection.getresponse()
+                failed = response.status != 200 or response.read().strip() != b"ok"
+            except Exception as e:
+                failed = True
+                print(json.dumps({"error": repr(e)}), flush=True)
+            return 1, int(failed), connection.sock is first
+        await watch_renewal({"console": console}, one_round)
+        connection.close()
+    asyncio.run(main())
+"""
+
+
+def test_console_serves_a_renewed_https_certificate_without_dropping_connections(ns, tools, tmp_path):
+    secret = "console-tls"
+    certs = make_test_certificates(tmp_path / "certs")
+    kubectl("create", "secret", "tls", secret, "-n", RELEASE_NS, f"--cert={certs['server_cert']}",
+            f"--key={certs['server_key']}")
+    values = tmp_path / "release-values.json"  # what run.sh installed, restored at the end
+    values.write_text(helm("get", "values", RELEASE, "-n", RELEASE_NS, "-o", "json"))
+    repository, tag = BROKER_IMAGE.rsplit(":", 1)
+    helm("upgrade", RELEASE, CHART, "-n", RELEASE_NS, "--reuse-values", "--set", ",".join([
+        "console.enabled=true", f"console.brokers[0].name={BROKER}", f"console.brokers[0].namespace={ns}",
+        f"console.image.repository={repository}", f"console.image.tag={tag}", "console.image.pullPolicy=Never",
+        f"console.https.secret={secret}", "console.https.reloadSeconds=10"]), "--wait", "--timeout", "300s")
+    try:
+        (pod,) = [p["metadata"]["name"] for p in items("pods", RELEASE_NS, "app.kubernetes.io/name=ferrymq-console")]
+        updated, on_disk, summary = renew_while_watching(
+            ns, secret, RELEASE_NS, [pod], tmp_path, CONSOLE_RENEWAL_WATCH,
+            f"{RELEASE}-ferrymq-operator-console.{RELEASE_NS}.svc:80", mount="/etc/ferrymq/console-tls")
+        print(renewal_line("console HTTPS", updated, on_disk, summary))
+        assert set(summary["renewed_at"]) == {"console"}, summary
+        assert summary["failures"] == 0 and not summary["reconnected"] and summary["requests"] > 20, summary
+    finally:
+        helm("upgrade", RELEASE, CHART, "-n", RELEASE_NS, "-f", str(values), "--wait", "--timeout", "300s")
+        kubectl("delete", "secret", secret, "-n", RELEASE_NS, check=False)
 
 
 def test_helm_upgrade_then_uninstall_leaves_only_kept_claims(ns, tools):
