@@ -687,17 +687,23 @@ RENEWAL_LOOP = """
 RENEWAL_WATCH = RENEWAL_LOOP + """
     from ferrymq.acl.signature import Credentials, sign_request
     from ferrymq.remoting.codes import RequestCode
+    from ferrymq.remoting.request_headers import SendMessageHeader
     from ferrymq.remoting.tls import ClientTls
 
     broker, namesrv, grpc, access_key, secret_key = ARGS
     credentials = Credentials(access_key, secret_key)
+
+    def send():  # a producer's send to payments (SEND_OK: 0), signed as the User
+        return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, SendMessageHeader(
+            producer_group="renewal-watch", topic="payments", queue_id=0,
+            born_timestamp=int(time.time() * 1000)).to_fields(), b"sent through the renewal")
 
     async def main():
         # One client, its two connections opened now and never again: each request goes over them.
         client = RemotingClient(tls=ClientTls(insecure=True).context(),
                                 request_hook=lambda r: sign_request(r, credentials))
         one_round = await remoting_round(client, [
-            (broker, lambda: RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), {0}),
+            (broker, send, {0}),
             (namesrv, lambda: RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "payments"}), {0})])
         await watch_renewal({"broker": broker, "namesrv": namesrv, "grpc": grpc}, one_round)
         await client.close()
