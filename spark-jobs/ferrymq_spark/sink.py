@@ -104,19 +104,20 @@ def write_task(opts: SinkOptions, run: str, batch: str, rows: Iterator) -> SinkC
                 by_queue.setdefault((topic, queue_for(out, queues.get(topic, []))), []).append(i)
             halves: list = [None] * len(outs)
 
-            async def one(queue, rows: list[int]) -> None:
-                stored = await client.producer.prepare_many([outs[i].message for i in rows], queue=queue)
-                for i, half in zip(rows, stored):
+            async def one(queue, indices: list[int]) -> None:
+                stored = await client.producer.prepare_many([outs[i].message for i in indices], queue=queue)
+                for i, half in zip(indices, stored):
                     halves[i] = half
-            await asyncio.gather(*(one(queue, rows) for (_, queue), rows in by_queue.items()))
+            await asyncio.gather(*(one(queue, indices) for (_, queue), indices in by_queue.items()))
             return halves
 
         def batches() -> Iterator:
             nonlocal ordered
+            tag_text = str(tag)
             for part in batched(rows, opts.batch_size):
                 outs = [outgoing(row, opts.topic) for row in part]
                 for out in outs:
-                    out.message.properties[TXN_PROPERTY] = str(tag)
+                    out.message.properties[TXN_PROPERTY] = tag_text
                     ordered = ordered or out.chooses_queue
                 yield lambda outs=outs: prepare(outs)
 
