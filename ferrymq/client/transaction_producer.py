@@ -93,7 +93,7 @@ class TransactionProducer(Producer):
         self.check_listener = check_listener
         self.instance.request_handlers[RequestCode.CHECK_TRANSACTION_STATE] = self._on_check
         self._closing = False
-        self._without_half_batches: set[str] = set()  # brokers that answered SEND_HALF_MESSAGES unknown
+        self._without_half_batches = False  # a broker answered SEND_HALF_MESSAGES unknown (Apache's)
 
     async def start(self) -> "TransactionProducer":
         await super().start()
@@ -134,11 +134,11 @@ class TransactionProducer(Producer):
 
     async def prepare_many(self, msgs: Sequence[Message], *, queue: MessageQueue | None = None,
                            timeout: float | None = None) -> list[HalfMessage]:
-        """Store ``msgs`` (one topic) as half messages bound for one queue (``queue``, else the
-        producer's pick) and leave them undecided, like :meth:`prepare` each: with FerryMQ's
-        SEND_HALF_MESSAGES, a request per HALF_BATCH_BYTES of messages (a broker without it: a
-        prepare each). Their HalfMessages, in order; raises MQClientError unless all were
-        stored safely."""
+        """Store ``msgs`` (one topic) as half messages bound for ``queue`` (else a queue the
+        producer picks per request) and leave them undecided, like :meth:`prepare` each: with
+        FerryMQ's SEND_HALF_MESSAGES, a request per HALF_BATCH_BYTES of messages (a broker
+        without it: a prepare each). Their HalfMessages, in order; raises MQClientError unless
+        all were stored safely."""
         for m in msgs:
             m.properties[Prop.TRAN_MSG] = "true"
             m.properties[Prop.PGROUP] = self.group
@@ -152,30 +152,31 @@ class TransactionProducer(Producer):
             size += cost
         if run:
             runs.append(run)
-        if not runs:
-            return []
-        mq = queue or self._select_queue(await self._publish_route(msgs[0].topic), msgs[0].topic, None)
-        return [h for part in await asyncio.gather(*(self._prepare_run(r, mq, timeout) for r in runs)) for h in part]
+        return [h for part in await asyncio.gather(*(self._prepare_run(r, queue, timeout) for r in runs)) for h in part]
 
-    async def _prepare_run(self, msgs: list[Message], mq: MessageQueue, timeout: float | None) -> list[HalfMessage]:
+    async def _prepare_run(self, msgs: list[Message], queue: MessageQueue | None,
+                           timeout: float | None) -> list[HalfMessage]:
         topic, body = self._batch_body(msgs)
-        if mq.broker_name in self._without_half_batches:
-            return list(await asyncio.gather(*(self.prepare(m, queue=mq, timeout=timeout) for m in msgs)))
+        if self._without_half_batches:  # Apache RocketMQ: one by one
+            return list(await asyncio.gather(*(self.prepare(m, queue=queue, timeout=timeout) for m in msgs)))
         try:
+            # retried as a send is (another queue unless one is given); a retry of a run that was
+            # stored after all leaves halves no manifest names: checked back, committed at most once
             sent = await self._send_with_retry(
-                topic, mq, lambda q: self._batch_request(topic, body, q, SEND_HALF_MESSAGES,
-                                                         SysFlag.TRANSACTION_PREPARED_TYPE),
+                topic, queue, lambda q: self._batch_request(topic, body, q, SEND_HALF_MESSAGES,
+                                                            SysFlag.TRANSACTION_PREPARED_TYPE),
                 timeout, ",".join(m.properties[Prop.UNIQ_KEY] for m in msgs))
         except MQBrokerError as e:
             if e.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
                 raise
-            self._without_half_batches.add(mq.broker_name)  # Apache RocketMQ: one by one from now on
-            return list(await asyncio.gather(*(self.prepare(m, queue=mq, timeout=timeout) for m in msgs)))
+            self._without_half_batches = True
+            return list(await asyncio.gather(*(self.prepare(m, queue=queue, timeout=timeout) for m in msgs)))
         offset_ids = sent.offset_msg_id.split(",") if sent.status == SendStatus.SEND_OK else []
         if len(offset_ids) != len(msgs):
             raise MQClientError(f"half messages not stored safely: {sent.status.name}, {len(offset_ids)} ids "
                                 f"for {len(msgs)} messages")
-        return [HalfMessage(mq.broker_name, topic, sent.message_queue.queue_id, sent.queue_offset + i,
+        mq = sent.message_queue
+        return [HalfMessage(mq.broker_name, topic, mq.queue_id, sent.queue_offset + i,
                             decode_offset_msg_id(offset_id)[2], m.properties[Prop.UNIQ_KEY])
                 for i, (m, offset_id) in enumerate(zip(msgs, offset_ids))]
 
@@ -225,7 +226,7 @@ class TransactionProducer(Producer):
             END_TRANSACTIONS, EndTransactionsHeader(producer_group=self.group, commit_or_rollback=state.value).to_ext_fields(),
             body=encode_halves([HalfRef(h.queue_offset, h.commit_log_offset, h.msg_id) for h in halves]),
             serialize_type=self.config.serialize_type)
-        response = await self.instance.invoke_broker(addr, request)
+        response = await self.instance.invoke_broker(addr, request, self.send_timeout)
         if response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
             return False
         if response.code != ResponseCode.SUCCESS:

@@ -59,7 +59,8 @@ class SinkClient:
         async def check(msg):
             return await decide_check(self.admin, opts.commit_topic, run, msg)
 
-        self.producer = TransactionProducer(opts.producer_group, check_listener=check, config=opts.client_config())
+        self.producer = TransactionProducer(opts.producer_group, check_listener=check, config=opts.client_config(),
+                                            send_timeout=opts.send_timeout_ms / 1000)
         try:
             self.loop.call(self.producer.start())
         except BaseException:

@@ -19,7 +19,7 @@ DEFAULT_PRODUCER_GROUP = "spark-ferrymq-sink"
 DEFAULT_COMMIT_TOPIC = "SPARK_SINK_COMMITS"
 
 KNOWN = {k.lower(): k for k in ("namesrv", "topic", "producerGroup", "transactionalId", "commitTopic",
-                                "batchSize", "maxInFlight")}
+                                "batchSize", "maxInFlight", "sendTimeoutMs")}
 # Spark passes its own options of a query to the sink too.
 SPARK_OWN = {"path", "checkpointlocation", "queryname"}
 
@@ -33,6 +33,7 @@ class SinkOptions:
     commit_topic: str
     batch_size: int = 256  # rows per request of half messages (one per queue a batch's rows go to)
     max_in_flight: int = 4  # such batches a task has in flight at once
+    send_timeout_ms: int = 30_000  # a request's deadline, its retries included (a busy broker is waited for)
     client_settings: dict[str, str] = field(default_factory=dict)
 
     def client_config(self) -> ClientConfig:
@@ -84,8 +85,10 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
     if "|" in transactional_id or "/" in transactional_id:
         raise OptionsError(f"option transactionalId: {transactional_id!r} must not contain '|' or '/'")
     batch_size, in_flight = _positive(opts, "batchSize", 256), _positive(opts, "maxInFlight", 4)
+    send_timeout_ms = _positive(opts, "sendTimeoutMs", 30_000)
     client_settings = {k[len(CLIENT_PREFIX):]: v for k, v in opts.items() if k.startswith(CLIENT_PREFIX)}
     apply_client_settings(client_settings, ClientConfig())  # refused here, on the driver, not in a task
     return SinkOptions(namesrv=namesrv, topic=_topic(opts, "topic", None), producer_group=group,
                        transactional_id=transactional_id, commit_topic=_topic(opts, "commitTopic", DEFAULT_COMMIT_TOPIC),
-                       batch_size=batch_size, max_in_flight=in_flight, client_settings=client_settings)
+                       batch_size=batch_size, max_in_flight=in_flight, send_timeout_ms=send_timeout_ms,
+                       client_settings=client_settings)

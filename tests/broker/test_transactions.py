@@ -259,8 +259,9 @@ async def test_half_messages_larger_together_than_one_request_are_stored_in_seve
     ns = cluster.namesrv_addr
     async with producer(ns, Checks({})) as p:
         big = [msg(bytes([65 + i]) * 300_000, f"big-{i}") for i in range(8)]  # 2.4 MB: three requests
-        halves = await p.prepare_many(big)
-        assert len({h.queue_id for h in halves}) == 1 and len({h.queue_offset for h in halves}) == 8
+        queue = (await p.publish_queues("Orders"))[1]
+        halves = await p.prepare_many(big, queue=queue)
+        assert {h.queue_id for h in halves} == {queue.queue_id} and len({h.queue_offset for h in halves}) == 8
         await p.end_many(halves, COMMIT, ordered=True)
     delivered = sorted(await visible(ns), key=lambda m: m.queue_offset)
     assert [m.keys[0] for m in delivered] == [f"big-{i}" for i in range(8)]
