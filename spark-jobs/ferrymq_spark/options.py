@@ -83,7 +83,8 @@ def lookup(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
 
 
-def _int(opts: dict[str, str], name: str, minimum: int) -> int | None:
+def int_option(opts: dict[str, str], name: str, minimum: int) -> int | None:
+    """Option ``name`` as an integer of at least ``minimum``; None when not given."""
     raw = opts.get(name.lower())
     if raw is None or raw.strip() == "":
         return None
@@ -166,9 +167,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sou
         group_given=bool(group),
         starting_offsets=starting,
         ending_offsets=ending,
-        starting_timestamp=_int(opts, "startingTimestamp", 0),
-        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", 1),
-        min_partitions=_int(opts, "minPartitions", 1),
+        starting_timestamp=int_option(opts, "startingTimestamp", 0),
+        max_offsets_per_trigger=int_option(opts, "maxOffsetsPerTrigger", 1),
+        min_partitions=int_option(opts, "minPartitions", 1),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         # A streaming query with a named group commits its progress there by default.
         commit_to_group=_bool(opts, "commitToGroup", streaming and bool(group)),

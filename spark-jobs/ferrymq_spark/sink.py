@@ -26,7 +26,7 @@ from ferrymq.client.transaction_producer import HalfMessage, TransactionProducer
 
 from ferrymq_spark.loop_thread import LoopThread
 from ferrymq_spark.sink_commit import (ROLLBACK, TXN_PROPERTY, TaskOutcome, TaskTag, commit_batch, decide_check,
-                                       end_all, write_manifest)
+                                       write_manifest)
 from ferrymq_spark.sink_options import SinkOptions
 from ferrymq_spark.sink_rows import OutgoingRow, check_schema, outgoing, queue_for
 
@@ -137,7 +137,7 @@ def commit(opts: SinkOptions, run: str, batch: str, messages) -> None:
 def abort(opts: SinkOptions, run: str, messages) -> None:
     halves = [h for o in _message_outcomes(messages) for h in o.halves]
     with SinkClient(opts, run) as client:
-        client.loop.call(end_all(client.producer, halves, ROLLBACK))
+        client.loop.call(client.producer.end_many(halves, ROLLBACK))
 
 
 class FerryMQBatchWriter(DataSourceWriter):

@@ -135,14 +135,6 @@ async def find_marker(admin: AdminClient, commit_topic: str, transactional_id: s
 # ---------------------------------------------------------------------------------- decisions
 
 
-async def end_all(producer: TransactionProducer, halves: list[HalfMessage], state: LocalTransactionState, *,
-                  ordered: bool = False) -> None:
-    """End every half with ``state``; with ``ordered`` each queue gets its commits in the order
-    of ``halves`` (TransactionProducer.end_many)."""
-    if halves:
-        await producer.end_many(halves, state, ordered=ordered)
-
-
 async def commit_batch(producer: TransactionProducer, admin: AdminClient, commit_topic: str,
                        transactional_id: str, run: str, batch: str, outcomes: list[TaskOutcome]) -> str:
     """Commit ``outcomes`` as batch ``batch`` unless the batch was committed before; what was
@@ -155,11 +147,11 @@ async def commit_batch(producer: TransactionProducer, admin: AdminClient, commit
         marker = await find_marker(admin, commit_topic, transactional_id, batch)
     ordered = any(o.ordered for o in outcomes)
     if marker == mine:
-        await end_all(producer, [h for o in outcomes for h in o.halves], COMMIT, ordered=ordered)
+        await producer.end_many([h for o in outcomes for h in o.halves], COMMIT, ordered=ordered)
         return "committed"
     # The earlier run's rows, in its order (whether it chose queues is not recorded: keep order).
-    await end_all(producer, await read_manifest(admin, commit_topic, marker["manifests"]), COMMIT, ordered=True)
-    await end_all(producer, [h for o in outcomes for h in o.halves], ROLLBACK)
+    await producer.end_many(await read_manifest(admin, commit_topic, marker["manifests"]), COMMIT, ordered=True)
+    await producer.end_many([h for o in outcomes for h in o.halves], ROLLBACK)
     return f"committed earlier by run {marker['run']}"
 
 

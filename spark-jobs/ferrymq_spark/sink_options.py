@@ -13,7 +13,7 @@ from typing import Mapping
 from ferrymq.client.config import ClientConfig
 from ferrymq.common.validators import validate_group, validate_topic
 
-from ferrymq_spark.options import CLIENT_PREFIX, OptionsError, apply_client_settings, lookup
+from ferrymq_spark.options import CLIENT_PREFIX, OptionsError, apply_client_settings, int_option, lookup
 
 DEFAULT_PRODUCER_GROUP = "spark-ferrymq-sink"
 DEFAULT_COMMIT_TOPIC = "SPARK_SINK_COMMITS"
@@ -53,17 +53,6 @@ def _topic(opts: dict[str, str], name: str, default: str | None) -> str | None:
     return value
 
 
-def _positive(opts: dict[str, str], name: str, default: int) -> int:
-    text = opts.get(name.lower(), str(default))
-    try:
-        value = int(text)
-    except ValueError:
-        raise OptionsError(f"option {name}: {text!r} is not an integer") from None
-    if value < 1:
-        raise OptionsError(f"option {name} must be at least 1")
-    return value
-
-
 def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
     opts = lookup(options)
     unknown = [k for k in opts if k not in KNOWN and k not in SPARK_OWN and not k.startswith(CLIENT_PREFIX)]
@@ -84,11 +73,14 @@ def parse_sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOp
                            "own, the same at every restart of it (e.g. its checkpoint's name)")
     if "|" in transactional_id or "/" in transactional_id:
         raise OptionsError(f"option transactionalId: {transactional_id!r} must not contain '|' or '/'")
-    batch_size, in_flight = _positive(opts, "batchSize", 256), _positive(opts, "maxInFlight", 4)
-    send_timeout_ms = _positive(opts, "sendTimeoutMs", 30_000)
+    def positive(name: str, default: int) -> int:
+        value = int_option(opts, name, 1)
+        return default if value is None else value
     client_settings = {k[len(CLIENT_PREFIX):]: v for k, v in opts.items() if k.startswith(CLIENT_PREFIX)}
     apply_client_settings(client_settings, ClientConfig())  # refused here, on the driver, not in a task
     return SinkOptions(namesrv=namesrv, topic=_topic(opts, "topic", None), producer_group=group,
                        transactional_id=transactional_id, commit_topic=_topic(opts, "commitTopic", DEFAULT_COMMIT_TOPIC),
-                       batch_size=batch_size, max_in_flight=in_flight, send_timeout_ms=send_timeout_ms,
+                       batch_size=positive("batchSize", SinkOptions.batch_size),
+                       max_in_flight=positive("maxInFlight", SinkOptions.max_in_flight),
+                       send_timeout_ms=positive("sendTimeoutMs", SinkOptions.send_timeout_ms),
                        client_settings=client_settings)

@@ -116,3 +116,17 @@ def test_bad_options_are_one_clear_error(options, message):
 def test_ending_offsets_are_for_batch_queries_only():
     with pytest.raises(OptionsError, match="endingOffsets is for batch queries only"):
         parse_options({"subscribe": "A", "namesrv": "h:1", "endingOffsets": "latest"}, streaming=True)
+
+
+def test_sink_batch_options_default_parse_and_refuse_bad_values():
+    from ferrymq_spark.sink_options import parse_sink_options
+
+    defaults = parse_sink_options({"namesrv": "h:1", "topic": "T"}, streaming=False)
+    assert (defaults.batch_size, defaults.max_in_flight, defaults.send_timeout_ms) == (256, 4, 30_000)
+    given = parse_sink_options({"namesrv": "h:1", "topic": "T", "batchSize": "64", "MAXINFLIGHT": "2",
+                                "sendTimeoutMs": "5000"}, streaming=False)
+    assert (given.batch_size, given.max_in_flight, given.send_timeout_ms) == (64, 2, 5000)
+    for name, value, message in (("batchSize", "0", "batchSize: 0 is below the minimum 1"),
+                                 ("maxInFlight", "many", "maxInFlight: 'many' is not an integer")):
+        with pytest.raises(OptionsError, match=message):
+            parse_sink_options({"namesrv": "h:1", "topic": "T", name: value}, streaming=False)
