@@ -51,8 +51,10 @@ ASYNC_FLUSH: the broker's timers call ``flush_commit_log_timed`` / ``flush_consu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
@@ -83,6 +85,34 @@ RECENT_QUEUE_ENTRIES = 65536
 ArrivalListener = Callable[[str, int, int, Sequence[MessageExt]], None]
 
 
+class QueuedPuts:
+    """Puts waiting for the writer thread as one job: open to more until the thread takes it.
+
+    The loop thread adds, the writer thread closes; the lock makes "added" and "taken" exclusive,
+    so a put is either in the group the thread writes or refused here (and then starts a job of
+    its own)."""
+
+    __slots__ = ("puts", "results", "_lock", "_closed")
+
+    def __init__(self, put: MessageExt | list[MessageExt], results: asyncio.Future) -> None:
+        self.puts: list[MessageExt | list[MessageExt]] = [put]
+        self.results = results  # the group's results, in the order of ``puts``
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def add(self, put: MessageExt | list[MessageExt]) -> bool:
+        with self._lock:
+            if self._closed:
+                return False
+            self.puts.append(put)
+            return True
+
+    def close(self) -> list[MessageExt | list[MessageExt]]:
+        with self._lock:
+            self._closed = True
+            return self.puts
+
+
 class AsyncMessageStore:
     """What the broker's processors and services use of the store. Calls that may touch the
     disk are coroutines run in the store's threads; those answered from memory (queue
@@ -93,6 +123,7 @@ class AsyncMessageStore:
                  slow_append_ms: int = 100) -> None:
         self.sync_store = store
         self._writer = WriterThread()
+        self._queued_puts: QueuedPuts | None = None  # the writer thread's last job, while it takes more puts
         self._append_on_loop = append_on_loop
         self._slow_append_s = slow_append_ms / 1000
         self._offloaded_until = 0.0  # monotonic time until which appends go to the writer thread
@@ -139,8 +170,27 @@ class AsyncMessageStore:
     async def _write(self, fn: Callable[..., T], *args, **kwargs) -> T:
         completions = self._loop_completions()
         future = completions.loop.create_future()
+        self._queued_puts = None  # puts queued after this call are written after it
         self._writer.submit(completions, future, fn, args, kwargs)
         return await future
+
+    async def _put_in_thread(self, put: MessageExt | list[MessageExt]) -> AppendResult:
+        """A put handed to the writer thread. Puts that queue up behind the thread's current
+        work join one job and are written together, one write per file (as a round on the loop
+        is): under a backlog each put would otherwise cost the thread its own appends, dispatch
+        and hand-back, and the backlog would feed itself."""
+        queued = self._queued_puts
+        if queued is None or not queued.add(put):
+            completions = self._loop_completions()
+            queued = self._queued_puts = QueuedPuts(put, completions.loop.create_future())
+            self._writer.submit(completions, queued.results, self._put_queued, (queued,), {})
+        index = len(queued.puts) - 1
+        return (await asyncio.shield(queued.results))[index]
+
+    def _put_queued(self, queued: "QueuedPuts") -> list[AppendResult]:
+        """In the writer thread: the queued puts, closed to new ones, in one group; each
+        dispatched before it returns."""
+        return self.sync_store.put_group(queued.close())
 
     async def _append(self, put: MessageExt | list[MessageExt]) -> AppendResult:
         """A put (a message, or a batch for one queue): on the loop while appends are fast and
@@ -156,7 +206,7 @@ class AsyncMessageStore:
             if self._round:  # puts parked before this one are written before it, as they came
                 self._write_round()
             self.appends_in_thread += 1
-            return await self._write(self._put_one, put)
+            return await self._put_in_thread(put)
         self.appends_on_loop += 1
         if self._round is not None:
             ticket = Parked()
@@ -166,10 +216,6 @@ class AsyncMessageStore:
         self._dispatch_soon()
         self._check_append_time(started)
         return result
-
-    def _put_one(self, put: MessageExt | list[MessageExt]) -> AppendResult:
-        """In the writer thread: dispatched before it returns (after any deferred runs)."""
-        return self.sync_store.put_group([put])[0]
 
     def _dispatch_soon(self) -> None:
         if self._dispatch_handle is None:
@@ -394,8 +440,13 @@ class AsyncMessageStore:
     # ------------------------------------------------------------ queues and the CommitLog
 
     def write_backlog(self) -> WriteBacklog:
-        """How far behind the writer thread is (read without locking, for admission control)."""
-        return self._writer.backlog()
+        """How far behind the writer thread is (read without locking, for admission control):
+        puts that joined a queued job count one each."""
+        backlog = self._writer.backlog()
+        queued = self._queued_puts
+        if queued is not None and backlog.pending and len(queued.puts) > 1:
+            return dataclasses.replace(backlog, pending=backlog.pending + len(queued.puts) - 1)
+        return backlog
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """The queue's next offset (its message count including deleted ones); 0 if unknown."""

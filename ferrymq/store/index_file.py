@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from ferrymq.common import speedups
 from ferrymq.common.java_hash import java_string_hash
-from ferrymq.store.mapped_file import fdatasync
+from ferrymq.store.mapped_file import AheadAllocator, fdatasync
 
 INDEX_HEADER = struct.Struct(">qqqqii")
 INDEX_HEADER_SIZE = INDEX_HEADER.size  # 40
@@ -141,6 +141,7 @@ class IndexFile:
         # The writer's mapping of header + slot table; None until the first write, False where the
         # region cannot be allocated (then slots are written with pwrite).
         self._slot_map: mmap.mmap | bool | None = None
+        self._allocator = AheadAllocator(self.size, ahead=1 << 20)  # for the entries, appended in order
         if create:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             try:
@@ -239,7 +240,9 @@ class IndexFile:
                                                    header.begin_timestamp, store_timestamp)
         n = first + len(postings)
         try:
-            _pwrite(self._fd, entries, self._entry_pos(first))
+            pos = self._entry_pos(first)
+            self._allocator.before_write(self._fd, pos, pos + len(entries))
+            _pwrite(self._fd, entries, pos)
             for (slot, _), number in zip(linked, range(first, n)):
                 if slot_map is not None:
                     _SLOT.pack_into(slot_map, INDEX_HEADER_SIZE + slot * 4, number)

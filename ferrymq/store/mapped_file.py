@@ -49,7 +49,8 @@ def _load_fallocate():
 
 
 _fallocate = _load_fallocate()
-_PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+_KEEP_SIZE = 0x01  # FALLOC_FL_KEEP_SIZE
+_PUNCH_HOLE = 0x02 | _KEEP_SIZE  # FALLOC_FL_PUNCH_HOLE
 _ZEROS = bytes(1 << 20)
 
 
@@ -66,6 +67,48 @@ def punch_hole(fd: int, pos: int, length: int) -> bool:
     if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
         return False
     raise OSError(err, f"punching a hole: {os.strerror(err)}")
+
+
+def allocate_blocks(fd: int, pos: int, length: int) -> bool:
+    """Allocate the blocks of ``length`` bytes from ``pos`` (they read as zeros; the file's size
+    is unchanged). False where the file system cannot or the disk has no room: the writes that
+    follow then allocate as they go, and meet a full disk themselves."""
+    if _fallocate is None or length <= 0:
+        return False
+    if _fallocate(fd, _KEEP_SIZE, pos, length) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.ENOSPC, errno.EDQUOT):
+        return False
+    raise OSError(err, f"allocating blocks: {os.strerror(err)}")
+
+
+class AheadAllocator:
+    """Allocates a sparse file's blocks a few MiB ahead of a writer that appends.
+
+    A write into blocks the file system has already allocated costs a fraction of one that
+    allocates them (ext4's delayed allocation does its bookkeeping per write call: 1.2 KiB
+    appends measured 9.6 against 1.8 µs here), so appends go into blocks allocated
+    ``ahead`` bytes at a time, never the whole file at once: the disk guard keeps counting
+    what was written, give or take one chunk per file being written."""
+
+    def __init__(self, size: int, ahead: int = 4 << 20) -> None:
+        self.size = size
+        self.ahead = ahead
+        self.allocated = 0  # blocks below this are allocated
+
+    def before_write(self, fd: int, pos: int, end: int) -> None:
+        """Called before writing [pos, end): allocates the next chunk when the write reaches
+        past what is allocated. A refusal (no room, no support) is retried a chunk further on."""
+        if end > self.allocated:
+            start = max(pos, self.allocated)
+            stop = min(self.size, max(end, start + self.ahead))
+            allocate_blocks(fd, start, stop - start)
+            self.allocated = stop
+
+    def forget_from(self, pos: int) -> None:
+        """The file was cut back to ``pos`` (a hole punched): allocate again from there."""
+        self.allocated = min(self.allocated, pos)
 
 
 def _write_zeros(fd: int, pos: int, end: int) -> None:
@@ -87,6 +130,7 @@ class MappedFile:
         self.write_position = 0
         self.flushed_position = 0
         self._fd = -1
+        self._allocator = AheadAllocator(size)
         self._view: memoryview | None = None  # the read-only mapping, made by the first ``view``
         self._open_lock = threading.Lock()
         if create:
@@ -134,8 +178,11 @@ class MappedFile:
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write at the write position; returns the file position written at. Caller holds the write lock."""
         pos = self.write_position
-        if len(data) > self.size - pos:
+        end = pos + len(data)
+        if end > self.size:
             raise ValueError(f"{len(data)} bytes do not fit in {self.path} at {pos}")
+        if end > self._allocator.allocated:
+            self._allocator.before_write(self.fd, pos, end)
         self.write_at(pos, data)
         self.write_position = pos + len(data)
         return pos
@@ -198,6 +245,7 @@ class MappedFile:
                     _write_zeros(fd, pos, max(pos, min(self.write_position, self.size)))
         self.write_position = pos
         self.flushed_position = min(self.flushed_position, pos)
+        self._allocator.forget_from(pos)
 
     def close(self) -> None:
         with self._open_lock:

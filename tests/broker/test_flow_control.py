@@ -74,13 +74,13 @@ def send_request(topic: str, i: int, body: bytes) -> RemotingCommand:
 async def test_a_raw_flood_gets_system_busy_while_other_clients_are_served(threaded_cluster, monkeypatch):
     cluster = threaded_cluster
     cluster.broker.config.send_thread_pool_queue_capacity = 64  # a small queue, so the flood overruns it
-    # A disk that takes 2 ms a write: the flood outruns the writer on any machine (a fast writer
-    # on a loaded one kept up with it, and no send was refused).
+    # A disk that takes 2 ms a message (8 MB/s): the flood outruns the writer on any machine (a
+    # fast writer on a loaded one kept up with it, and no send was refused).
     # (The class's: the cluster's broker holds the one MessageStore of this process.)
     put_group = MessageStore.put_group
 
     def slow_disk_put_group(self, puts, **kwargs):
-        time.sleep(0.002)
+        time.sleep(0.002 * len(puts))
         return put_group(self, puts, **kwargs)
 
     monkeypatch.setattr(MessageStore, "put_group", slow_disk_put_group)
