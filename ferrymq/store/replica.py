@@ -13,6 +13,7 @@ Synchronous: the broker runs ``ReplicaAppender.append`` in the store's writer th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ferrymq.common.message import (
@@ -26,7 +27,7 @@ from ferrymq.common.message import (
     decode_record,
 )
 from ferrymq.store.commit_log import CommitLog
-from ferrymq.store.dispatch import Dispatcher
+from ferrymq.store.dispatch import Dispatcher, StoredPut
 
 
 class ReplicaDataError(ValueError):
@@ -48,6 +49,30 @@ class ReplicaProgress:
     confirmed: int  # the CommitLog's max offset now: what the slave reports to its master
     # (topic, queue id, the queue's new max offset, the messages that arrived there)
     arrivals: list[tuple[str, int, int, list[MessageExt]]] = field(default_factory=list)
+
+
+def stored_puts(decoded: list[tuple[int, MessageExt]]) -> Iterator[tuple[int, list[StoredPut]]]:
+    """Contiguous records (CommitLog offset, message) as the master's puts that wrote them:
+    runs of one store time (a master's put group shares one), each a list of puts (records of
+    one queue with consecutive queue offsets), so they are dispatched as the master dispatched
+    them, each run's ConsumeQueue entries and index keys with one write per file."""
+    puts: list[StoredPut] = []
+    store_ts = None
+    for phys, m in decoded:
+        if m.store_timestamp != store_ts:
+            if puts:
+                yield store_ts, puts
+            puts, store_ts = [], m.store_timestamp
+        to_queue = SysFlag.is_dispatched(m.sys_flag)
+        last = puts[-1] if puts else None
+        if (last is not None and last.topic == m.topic and last.queue_id == m.queue_id and last.to_queue == to_queue
+                and (not to_queue or last.queue_offset + len(last.msgs) == m.queue_offset)):
+            last.msgs.append(m)
+            last.sizes.append(m.store_size)
+        else:
+            puts.append(StoredPut(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], to_queue))
+    if puts:
+        yield store_ts, puts
 
 
 class ReplicaAppender:
@@ -130,13 +155,11 @@ class ReplicaAppender:
         dispatcher, queue_offsets = self._dispatcher, self._log.queue_offsets
 
         def dispatch() -> None:  # under the CommitLog's lock, as a put's dispatch
-            for phys, m in decoded:
-                dispatcher.record_entry(m, phys)
-                dispatcher.index_record(m, phys, m.store_timestamp)
-                if SysFlag.is_dispatched(m.sys_flag):
-                    queue_offsets[f"{m.topic}-{m.queue_id}"] = m.queue_offset + 1
-            if decoded:
-                dispatcher.last_dispatched_ts = decoded[-1][1].store_timestamp
+            for store_ts, puts in stored_puts(decoded):
+                dispatcher.appended_run(puts, store_ts)
+                for put in puts:
+                    if put.to_queue:
+                        queue_offsets[f"{put.topic}-{put.queue_id}"] = put.queue_offset + len(put.msgs)
 
         last_ts = decoded[-1][1].store_timestamp if decoded else 0
         try:
