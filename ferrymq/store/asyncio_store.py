@@ -80,6 +80,10 @@ OFFLOAD_SECONDS = 10.0
 DISPATCH_RETRY_SECONDS = 1.0
 # A pull from one of a queue's newest entries (1.25 MiB of ConsumeQueue) reads on the loop.
 RECENT_QUEUE_ENTRIES = 65536
+# A slave's transfer from the master's newest CommitLog bytes reads on the loop (page-cache copies).
+RECENT_TRANSFER_BYTES = 16 << 20
+# A slave writes a transfer up to this size on the loop, as a master's put, when the writer is idle.
+LOOP_REPLICA_BYTES = 256 << 10
 
 # topic, queue id, the queue's new max offset, the messages just stored there
 ArrivalListener = Callable[[str, int, int, Sequence[MessageExt]], None]
@@ -590,13 +594,25 @@ class AsyncMessageStore:
         return self.sync_store.replica_appender()
 
     async def transfer_data(self, offset: int, limit: int) -> bytes | None:
-        """A master: up to ``limit`` CommitLog bytes from ``offset`` for a slave; None if none yet."""
+        """A master: up to ``limit`` CommitLog bytes from ``offset`` for a slave; None if none yet.
+        On the loop when they were written lately (a slave keeping up: its SYNC_MASTER round trip
+        gets no thread hop), else in the read pool."""
+        if not self.appends_offloaded and self.sync_store.max_phy_offset - offset <= RECENT_TRANSFER_BYTES:
+            return self.sync_store.transfer_data(offset, limit)
         return await self._read(self.sync_store.transfer_data, offset, limit)
 
     async def append_replica(self, appender: ReplicaAppender, offset: int, data: bytes) -> int:
-        """A slave: bytes of the master's CommitLog, written and dispatched in the writer thread
-        (held pulls wake as for a put); returns the CommitLog offset now confirmed."""
-        progress = await self._write(appender.append, offset, data)
+        """A slave: bytes of the master's CommitLog, written and dispatched (held pulls wake as
+        for a put); returns the CommitLog offset now confirmed. On the loop, as a master's put,
+        when the writer thread is idle and the transfer small (a slave keeping up), else in the
+        writer thread (catching up: megabytes a transfer)."""
+        if (len(data) <= LOOP_REPLICA_BYTES and self._append_on_loop and self._writer.idle
+                and time.monotonic() >= self._offloaded_until):
+            started = time.monotonic()
+            progress = appender.append(offset, data)
+            self._check_append_time(started)
+        else:
+            progress = await self._write(appender.append, offset, data)
         for wrote in self.write_listeners:
             wrote()
         for topic, queue_id, max_offset, msgs in progress.arrivals:
