@@ -51,6 +51,7 @@ def _load_fallocate():
 _fallocate = _load_fallocate()
 _KEEP_SIZE = 0x01  # FALLOC_FL_KEEP_SIZE
 _PUNCH_HOLE = 0x02 | _KEEP_SIZE  # FALLOC_FL_PUNCH_HOLE
+RESERVE_AHEAD = 4 << 20  # how far ahead of an appending writer blocks are allocated
 _ZEROS = bytes(1 << 20)
 
 
@@ -92,7 +93,7 @@ class AheadAllocator:
     ``ahead`` bytes at a time, never the whole file at once: the disk guard keeps counting
     what was written, give or take one chunk per file being written."""
 
-    def __init__(self, size: int, ahead: int = 4 << 20) -> None:
+    def __init__(self, size: int, ahead: int = RESERVE_AHEAD) -> None:
         self.size = size
         self.ahead = ahead
         self.allocated = 0  # blocks below this are allocated

@@ -151,3 +151,41 @@ async def test_under_sync_flush_the_sends_of_a_round_are_answered_after_the_fsyn
             assert await queue_bodies(c, "Durable", q) == [b"first"] + [f"d{i}".encode() for i in range(q, 40, 4)]
     finally:
         await c.stop()
+
+
+async def test_puts_queued_behind_the_writer_thread_are_written_as_one_group_each_with_its_own_result(tmp_path):
+    """With appends in the writer thread (a slow disk, or configured), the puts that queue up
+    while it writes join one job: fewer writes than puts, each put its own offset, in the order
+    they came, and a put handed over after another kind of write is written after it."""
+    def msg(queue_id: int, body: bytes) -> MessageExt:
+        return MessageExt("Backlog", body, queue_id=queue_id, born_timestamp=1, born_host=("10.0.0.1", 1))
+
+    inner = MessageStore(StoreConfig(str(tmp_path / "store")), store_host=("127.0.0.1", 10911))
+    store = AsyncMessageStore(inner, append_on_loop=False)
+    await store.load(("127.0.0.1", 10911))
+    groups: list[int] = []
+    put_group = inner.put_group
+
+    def counting_put_group(puts, **kwargs):
+        groups.append(len(puts))
+        return put_group(puts, **kwargs)
+
+    inner.put_group = counting_put_group
+    try:
+        puts = [asyncio.ensure_future(store.put_message(msg(i % 2, b"m%d" % i))) for i in range(200)]
+        later = asyncio.ensure_future(store.put_group([msg(0, b"group")]))  # not a send: closes the queued job
+        after = asyncio.ensure_future(store.put_message(msg(0, b"after")))
+        results = await asyncio.gather(*puts)
+        assert all(r.status is PutStatus.PUT_OK for r in results)
+        assert [r.queue_offset for r in results[0::2]] == list(range(100))
+        assert [r.queue_offset for r in results[1::2]] == list(range(100))
+        assert (await later)[0].queue_offset == 100 and (await after).queue_offset == 101
+        assert sum(groups) == 202 and len(groups) < 50, groups
+        bodies: list[bytes] = []
+        while len(bodies) < 102:
+            got = inner.get_messages("g", "Backlog", 0, len(bodies), 32)
+            assert got.records, bodies
+            bodies += [m.body for m in decode_records(b"".join(got.records))]
+        assert bodies == [b"m%d" % i for i in range(0, 200, 2)] + [b"group", b"after"]
+    finally:
+        await store.shutdown()

@@ -154,3 +154,32 @@ def test_an_unmapped_segment_without_hole_punching_is_shrunk_and_regrown_sparse(
     assert os.path.getsize(seg.path) == 1 << 20 and seg.read_raw(990, 20) == b"x" * 10 + bytes(10)
     assert os.stat(seg.path).st_blocks * 512 < 100_000  # the dropped tail holds no blocks
     seg.close()
+
+
+def test_appends_go_into_blocks_allocated_a_chunk_ahead_never_the_whole_segment(tmp_path):
+    size = 64 << 20
+    seg = MappedFile(str(tmp_path / segment_name(0)), 0, size, create=True)
+    seg.append(b"r" * 1200)
+    allocated = os.stat(seg.path).st_blocks * 512
+    if allocated < mapped_file.RESERVE_AHEAD and not mapped_file.allocate_blocks(seg.fd, 0, 4096):
+        pytest.skip("this file system allocates no blocks ahead (no fallocate)")
+    assert mapped_file.RESERVE_AHEAD <= allocated < 2 * mapped_file.RESERVE_AHEAD
+    seg.append(b"s" * mapped_file.RESERVE_AHEAD)  # past the chunk: the next one is allocated
+    assert os.stat(seg.path).st_blocks * 512 >= mapped_file.RESERVE_AHEAD + 1200
+    assert os.stat(seg.path).st_blocks * 512 < size // 4
+    assert seg.read(0, 1201) == b"r" * 1200 + b"s"
+    assert seg.read_raw(seg.write_position, 8) == bytes(8)  # allocated ahead, still zeros
+    seg.truncate(600)  # the tail's blocks go (a hole) and are allocated again as appends come
+    seg.append(b"t" * 100)
+    assert seg.read(0, 700) == b"r" * 600 + b"t" * 100
+    seg.close()
+
+
+def test_a_refused_allocation_leaves_appends_to_allocate_as_they_go(tmp_path, monkeypatch):
+    monkeypatch.setattr(mapped_file, "allocate_blocks", lambda fd, pos, length: False)  # a full disk's answer
+    seg = MappedFile(str(tmp_path / segment_name(0)), 0, 16 << 20, create=True)
+    for i in range(100):
+        seg.append(b"%04d" % i * 300)
+    assert seg.read(0, 1200) == b"0000" * 300 and seg.write_position == 120_000
+    assert os.stat(seg.path).st_blocks * 512 < 1 << 20  # sparse as before
+    seg.close()
