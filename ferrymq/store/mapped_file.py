@@ -182,15 +182,16 @@ class MappedFile:
         end = pos + len(data)
         if end > self.size:
             raise ValueError(f"{len(data)} bytes do not fit in {self.path} at {pos}")
-        if end > self._allocator.allocated:
-            self._allocator.before_write(self.fd, pos, end)
         self.write_at(pos, data)
         self.write_position = pos + len(data)
         return pos
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
-        """Raw positional write that does not move write_position (used to stamp blanks)."""
+        """Raw positional write that does not move write_position (used to stamp blanks, and by a
+        slave copying its master's bytes); into blocks allocated ahead when it is at the end."""
         fd = self.fd
+        if pos + len(data) > self._allocator.allocated:
+            self._allocator.before_write(fd, pos, pos + len(data))
         written = os.pwrite(fd, data, pos)
         while written < len(data):  # short writes are rare (signals, quotas); finish the job
             data, pos = memoryview(data)[written:], pos + written
