@@ -252,7 +252,7 @@ def main() -> int:
     ap.add_argument("--expect-schedule-rate", type=float, default=1500.0,
                     help="timers/s assumed to place the fire row's due time after the last ack")
     ap.add_argument("--json", default=None, help="also write the figures here")
-    ap.add_argument("--no-record", action="store_true", help="do not write bench/results/timers-<date>.json")
+    ap.add_argument("--no-record", action="store_true", help="do not write bench/results/timers-<date>.json (a run of both brokers and all rows writes it)")
     a = ap.parse_args()
     a.load_seconds = a.load_seconds or (25 if a.quick else 40)
     a.timers = a.timers or (1000 if a.quick else 4000)
@@ -306,7 +306,10 @@ async def amain(a) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(doc, indent=2))
         print(f"results written to {a.json}")
-    if not a.no_record:
+    partial = a.only is not None or set(a.rows) != {"lateness", "fire", "pending"}
+    if partial and not a.no_record:
+        print("a partial run (--only or --rows): not written to bench/results (--json PATH keeps it)")
+    elif not a.no_record:
         path = RESULTS_DIR / f"timers-{'quick-' if a.quick else ''}{datetime.date.today().isoformat()}.json"
         path.write_text(json.dumps(doc, indent=2))
         print(f"results written to {path}")

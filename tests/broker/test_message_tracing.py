@@ -55,6 +55,22 @@ def _attrs(span) -> dict:
     return out
 
 
+async def in_sdk_thread(fn):
+    """``fn`` (calls of the rocketmq Python SDK) in a worker thread that has an event loop of its
+    own, as a main thread has: the SDK creates some grpc.aio calls in the calling thread (the
+    telemetry stream of a new channel), and in a bare worker thread that fails ("There is no
+    current event loop in thread 'asyncio_0'"), the route lookup with it."""
+    def run():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            return fn()
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+    return await asyncio.to_thread(run)
+
+
 async def test_a_traced_message_gets_store_deliver_and_ack_spans_in_its_own_trace(tmp_path):
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
 
@@ -98,11 +114,11 @@ async def test_a_traced_message_gets_store_deliver_and_ack_spans_in_its_own_trac
             finally:
                 consumer.shutdown()
 
-        await asyncio.to_thread(produce)
+        await in_sdk_thread(produce)
         async with PullConsumer("pullers", namesrv_addr=cluster.namesrv_addr) as puller:
             pulled = await puller.pull(MessageQueue(topic, cluster.broker.config.broker_name, 0), 0)
             assert len(pulled.messages) == 3
-        assert await asyncio.to_thread(receive_and_ack) == 3
+        assert await in_sdk_thread(receive_and_ack) == 3
     finally:
         await cluster.stop()  # the broker's stop exports the spans still queued
         await receiver.runner.cleanup()

@@ -435,9 +435,20 @@ def test_a_slave_whose_disk_is_full_catches_up_once_space_is_freed(pair, small_f
                 assert {r.status for r in before} == {SendStatus.SEND_OK}
 
                 filler = await asyncio.to_thread(fill_completely, mount)
-                during = [await producer.send(Message(TOPIC, bytes(16 * 1024), properties={"KEYS": f"full-{i}"}))
-                          for i in range(6)]
-                statuses = {r.status for r in during}
+
+                async def send(i: int):
+                    return await producer.send(Message(TOPIC, bytes(16 * 1024), properties={"KEYS": f"full-{i}"}))
+
+                # The slave's CommitLog blocks were allocated ahead of its writer before the disk
+                # filled (at most to the end of its 1 MiB segment here): it stores into them, then
+                # meets the full disk.
+                during = []
+                while len(during) < 200 and (not during or during[-1].status is SendStatus.SEND_OK):
+                    during.append(await send(len(during)))
+                assert during[-1].status is not SendStatus.SEND_OK, "3 MiB more and the slave never met the full disk"
+                assert len(during) <= 80, "more than the segment's allocated blocks were stored"
+                during += [await send(len(during)) for _ in range(5)]
+                statuses = {r.status for r in during[-6:]}
                 assert SendStatus.SEND_OK not in statuses
                 assert statuses <= {SendStatus.FLUSH_SLAVE_TIMEOUT, SendStatus.SLAVE_NOT_AVAILABLE}
                 end = acked_end(during)  # stored on the master all the same
