@@ -274,7 +274,7 @@ async def amain(a) -> int:
         work = Path(tmp)
         makers = []  # each makes a fresh broker in a directory of its own
         if a.only != "apache":
-            makers.append(lambda d: FerryBroker(d))
+            makers.append(FerryBroker)
         if a.only != "ferrymq":
             if await apache_available("FerryMQ only") and await java53_available():
                 from testkit.java_client import ROCKETMQ5_VERSION
@@ -294,8 +294,10 @@ async def amain(a) -> int:
                 try:
                     out = await bench_broker(broker, a, run_id, rows)
                     mine = results.setdefault(broker.name, {})
-                    out["problems"] = mine.get("problems", []) + out.get("problems", [])
-                    mine.update({k: v for k, v in out.items() if k != "problems" or v})
+                    problems = mine.get("problems", []) + out.pop("problems", [])
+                    mine.update(out)
+                    if problems:
+                        mine["problems"] = problems
                 except Exception as e:  # noqa: BLE001 - one broker's failure is reported, the other still runs
                     log(f"{broker.name}: failed: {e!r}")
                     results.setdefault(broker.name, {})["error"] = repr(e)

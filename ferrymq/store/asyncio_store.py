@@ -606,8 +606,7 @@ class AsyncMessageStore:
         for a put); returns the CommitLog offset now confirmed. On the loop, as a master's put,
         when the writer thread is idle and the transfer small (a slave keeping up), else in the
         writer thread (catching up: megabytes a transfer)."""
-        if (len(data) <= LOOP_REPLICA_BYTES and self._append_on_loop and self._writer.idle
-                and time.monotonic() >= self._offloaded_until):
+        if len(data) <= LOOP_REPLICA_BYTES and self._writer.idle and not self.appends_offloaded:
             started = time.monotonic()
             progress = appender.append(offset, data)
             self._check_append_time(started)

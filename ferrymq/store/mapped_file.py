@@ -183,7 +183,7 @@ class MappedFile:
         if end > self.size:
             raise ValueError(f"{len(data)} bytes do not fit in {self.path} at {pos}")
         self.write_at(pos, data)
-        self.write_position = pos + len(data)
+        self.write_position = end
         return pos
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
