@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test venv unit compat bench bench-quick clean
 
-$(STAMP): pyproject.toml ferrymq/common/_message_codec.c ferrymq/remoting/_header_codec.c
+$(STAMP): pyproject.toml ferrymq/common/_message_codec.c ferrymq/remoting/_header_codec.c ferrymq/grpc/_hpack.c
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
 	@$(PY) -m pip install --quiet -e '.[dev,spark]'

@@ -1,13 +1,14 @@
 """Loading the compiled twins of hot pure-Python codecs, when they are there.
 
-Two C extensions (``ferrymq/common/_message_codec.c``: records, properties, batch bodies, Java
+Three C extensions (``ferrymq/common/_message_codec.c``: records, properties, batch bodies, Java
 string hashes, and a put's run of records in one call per step: encode, stamp, place, ConsumeQueue
-entries, index postings; ``ferrymq/remoting/_header_codec.c``: JSON remoting headers) are built
-wherever a C compiler and the Python headers are there. ``load`` returns one, or None when it
-was not built or ``FERRYMQ_NO_EXTENSIONS`` is set to anything but ""/"0". Modules with a
-compiled twin pick it at import time, so a process runs one implementation throughout. The
-pure-Python versions are the specification: tests/common/test_speedups.py runs both over the
-same inputs.
+entries, index postings; ``ferrymq/remoting/_header_codec.c``: JSON remoting headers;
+``ferrymq/grpc/_hpack.c``: HPACK's Huffman decoding for the gRPC endpoint) are built wherever a
+C compiler and the Python headers are there. ``load`` returns one, or None when it was not built
+or ``FERRYMQ_NO_EXTENSIONS`` is set to anything but ""/"0". Modules with a compiled twin pick it
+at import time, so a process runs one implementation throughout. The pure-Python versions are
+the specification: tests/common/test_speedups.py runs both over the same inputs
+(tests/grpc/test_hpack.py for HPACK's).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from types import ModuleType
 
 __all__ = ["EXTENSIONS", "disabled", "load"]
 
-EXTENSIONS = ("ferrymq.common._message_codec", "ferrymq.remoting._header_codec")
+EXTENSIONS = ("ferrymq.common._message_codec", "ferrymq.remoting._header_codec", "ferrymq.grpc._hpack")
 
 disabled = os.environ.get("FERRYMQ_NO_EXTENSIONS", "") not in ("", "0")
 

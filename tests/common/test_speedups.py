@@ -1,5 +1,6 @@
 """The compiled codecs (ferrymq/common/_message_codec.c, ferrymq/remoting/_header_codec.c)
-against their pure-Python specifications.
+against their pure-Python specifications; HPACK's Huffman decoder (ferrymq/grpc/_hpack.c) has its
+own in tests/grpc/test_hpack.py, run here again without the extensions.
 
 Every function is run in both versions over the same inputs, hand-picked and random, and
 must give the same result or the same error. The byte-level vectors of the record layout
@@ -21,6 +22,7 @@ import pytest
 
 from ferrymq.common import java_hash, message, speedups
 from ferrymq.common.message import MessageExt, encode_batch_body, encode_record
+from ferrymq.grpc import hpack
 from ferrymq.remoting import json_header
 from ferrymq.remoting.codes import LanguageCode, SerializeType
 from ferrymq.remoting.command import RemotingCommand, encode_frame, py_java_number
@@ -56,6 +58,7 @@ def test_the_extension_is_built_unless_disabled():
         assert speedups.load(name) is not None, f"{name} was not compiled: run `make venv` (needs gcc)"
     assert message.decode_properties is native.decode_properties
     assert java_hash.java_string_hash is native.java_string_hash
+    assert hpack.huffman_decode is speedups.load("ferrymq.grpc._hpack").huffman_decode
 
 
 @needs_native
@@ -413,7 +416,7 @@ def test_codec_vectors_hold_in_pure_python_too():
     env = {**os.environ, "FERRYMQ_NO_EXTENSIONS": "1"}
     tests = ["tests/common/test_message.py", "tests/common/test_java_hash.py", "tests/common/test_speedups.py",
              "tests/fuzz", "tests/store/test_store_index.py", "tests/remoting/test_remoting_codec.py",
-             "tests/remoting/test_remoting_bad_input.py", "-k", "not short_fuzzing_run"]
+             "tests/remoting/test_remoting_bad_input.py", "tests/grpc/test_hpack.py", "-k", "not short_fuzzing_run"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
