@@ -1,8 +1,10 @@
 """The real Apache RocketMQ name server (4.9.7) and broker (4.9.7, or 5.3.1 with
 ``broker_version=ROCKETMQ5_VERSION``, or 5.3.2 with ``ROCKETMQ532_VERSION``) as subprocesses (:class:`ApacheRocketMQ`),
 optionally with Apache's gRPC proxy in cluster mode in front (``proxy_version=PROXY_VERSION``, 5.2.0:
-``rocketmq-proxy`` 5.3.x is not on every Maven mirror), and a minimal remoting probe (:func:`remoting_request`,
-:func:`namesrv_cluster_info`). The jars come from :mod:`testkit.java_client`.
+``rocketmq-proxy`` 5.3.x is not on every Maven mirror) or in local mode, the broker in the proxy's own
+process (``proxy_mode="local"``: one JVM serving gRPC and remoting, the broker of the proxy's version),
+and a minimal remoting probe (:func:`remoting_request`, :func:`namesrv_cluster_info`). The jars come
+from :mod:`testkit.java_client`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from testkit.java_client import (_JDK17_OPENS, PROXY_VERSION, ROCKETMQ_VERSION, 
                                  _require_tool, ensure_rocketmq_jars, write_rocketmq_home)
 from testkit.ports import free_port
 
-__all__ = ["PROXY_VERSION", "ApacheRocketMQ", "grpc_query_route", "namesrv_cluster_info", "remoting_request"]
+__all__ = ["PROXY_MODES", "PROXY_VERSION", "ApacheRocketMQ", "grpc_query_route", "namesrv_cluster_info",
+           "remoting_request"]
 
 NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
 BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
@@ -45,6 +48,10 @@ PROXY_JVM_OPTS = (
     "-Xms192m", "-Xmx192m", "-XX:MaxDirectMemorySize=128m", "-XX:+UseSerialGC",
     "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
 )
+# "cluster": the proxy a process of its own, the broker found through the name server;
+# "local": ProxyStartup -pm local builds the broker (BrokerStartup.createBrokerController) in its
+# own process from a broker.conf (-bc), so one JVM (broker_jvm_opts) serves gRPC and remoting.
+PROXY_MODES = ("cluster", "local")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,6 +134,15 @@ class ApacheRocketMQ:
     ``"5.3.2"`` (``ROCKETMQ532_VERSION``) its 5.3.2 broker, registered with the 4.9.7 name server
     (5's name server is not on Maven Central); each JVM gets its own version's jars only.
 
+    ``proxy_version=PROXY_VERSION`` adds Apache's gRPC proxy (:attr:`grpc_endpoint`): a process
+    of its own in front of the broker (``proxy_mode="cluster"``, the default) or, with
+    ``proxy_mode="local"``, the broker itself (``ProxyStartup -pm local``): one JVM, started with
+    ``broker_jvm_opts``, that serves gRPC on :attr:`grpc_endpoint` and remoting on
+    :attr:`broker_addr`; its broker is the proxy's version (``broker_version`` becomes it).
+    :attr:`broker_pid` is the process doing the broker's work in either case (for CPU accounting).
+    ``proxy_tls=True``: the proxy also accepts TLS (``tls.server.mode=permissive``, a self-signed
+    certificate: the proxy's ``tlsTestModeEnable``) beside plaintext on the same port.
+
     Use as a context manager (``with ApacheRocketMQ() as mq: mq.namesrv_addr``) or call
     :meth:`start` / :meth:`stop`. Ports are free 127.0.0.1 ports (the broker's P-2 VIP and P+1 HA
     ports included), the store, ROCKETMQ_HOME and all logs live in ``workdir`` (a fresh temp dir
@@ -138,6 +154,8 @@ class ApacheRocketMQ:
     broker_conf: dict[str, str] = field(default_factory=dict)  # extra/overriding broker.conf keys
     broker_version: str = ROCKETMQ_VERSION
     proxy_version: str | None = None  # PROXY_VERSION: Apache's gRPC proxy (cluster mode) in front
+    proxy_mode: str = "cluster"  # or "local": the broker runs inside the proxy's process
+    proxy_tls: bool = False  # the proxy accepts TLS too (permissive), else plaintext only
     proxy_conf: dict = field(default_factory=dict)  # extra/overriding rmq-proxy.json keys
     plain_acl: str | None = None  # written to $ROCKETMQ_HOME/conf/plain_acl.yml (with aclEnable=true)
     namesrv_jvm_opts: Sequence[str] = NAMESRV_JVM_OPTS
@@ -154,6 +172,17 @@ class ApacheRocketMQ:
     timings: dict[str, float] = field(default_factory=dict)  # seconds: namesrv, broker, total
     _procs: list[_Proc] = field(default_factory=list, repr=False)
     _own_workdir: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.proxy_mode not in PROXY_MODES:
+            raise ValueError(f"proxy_mode={self.proxy_mode!r}: one of {', '.join(PROXY_MODES)}")
+        if self.proxy_mode == "local":
+            if not self.proxy_version:
+                raise ValueError("proxy_mode='local' needs proxy_version (e.g. PROXY_VERSION)")
+            if self.broker_version not in (ROCKETMQ_VERSION, self.proxy_version):
+                raise ValueError(f"proxy_mode='local' runs the proxy's own broker ({self.proxy_version}), "
+                                 f"not broker_version={self.broker_version}")
+            self.broker_version = self.proxy_version
 
     def __repr__(self) -> str:
         return (f"ApacheRocketMQ(namesrv={self.namesrv_addr}, broker={self.broker_addr}, "
@@ -174,6 +203,19 @@ class ApacheRocketMQ:
         """The proxy's gRPC endpoint (RocketMQ 5 clients); only with ``proxy_version``."""
         assert self.proxy_version, "no proxy: ApacheRocketMQ(proxy_version=PROXY_VERSION)"
         return f"127.0.0.1:{self.proxy_grpc_port}"
+
+    @property
+    def local_mode(self) -> bool:
+        return self.proxy_mode == "local"
+
+    @property
+    def broker_pid(self) -> int | None:
+        """The pid of the process that runs the broker: the broker's, or in local mode the proxy's."""
+        name = "proxy" if self.local_mode else "broker"
+        for proc in self._procs:
+            if proc.name == name and proc.popen.poll() is None:
+                return proc.popen.pid
+        return None
 
     @property
     def broker_vip_addr(self) -> str:
@@ -199,8 +241,9 @@ class ApacheRocketMQ:
         t0 = time.monotonic()
         java = _require_tool("java")
         cp = str(ensure_rocketmq_jars() / "*")
-        broker_cp = str(ensure_rocketmq_jars(self.broker_version) / "*")
         proxy_cp = str(ensure_rocketmq_jars(self.proxy_version) / "*") if self.proxy_version else None
+        # local mode: the broker's classes are the proxy's (its own version's rocketmq-broker jar)
+        broker_cp = proxy_cp if self.local_mode else str(ensure_rocketmq_jars(self.broker_version) / "*")
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="ferrymq-apache-rocketmq-"))
             self._own_workdir = True
@@ -244,10 +287,10 @@ class ApacheRocketMQ:
             f"-Drocketmq.client.logRoot={wd / 'logs'}",
             "-Drocketmq.client.logUseSlf4j=true",
             f"-Dlogback.configurationFile={home / 'conf' / 'logback_client.xml'}",
-            # Plain TCP only. The default "permissive" mode also accepts TLS, and builds a
-            # self-signed certificate at start-up (~1.4 s of RSA key generation per server).
-            "-Dtls.server.mode=disabled",
         ]
+        # Plain TCP only. The default "permissive" mode also accepts TLS, and builds a
+        # self-signed certificate at start-up (~1.4 s of RSA key generation per server).
+        plain = "-Dtls.server.mode=disabled"
 
         ns_conf = wd / "namesrv.conf"
         ns_conf.write_text(_properties({
@@ -255,7 +298,7 @@ class ApacheRocketMQ:
             "rocketmqHome": str(home),
             "kvConfigPath": str(wd / "namesrv" / "kvConfig.json"),
         }))
-        ns = self._spawn("namesrv", [java, *self.namesrv_jvm_opts, *common, "-cp", cp,
+        ns = self._spawn("namesrv", [java, *self.namesrv_jvm_opts, *common, plain, "-cp", cp,
                                      NAMESRV_MAIN, "-c", str(ns_conf)])
         self._wait(ns, lambda: b"boot success" in ns.stdout_path.read_bytes()
                    and _port_open(self.namesrv_port), "name server start-up")
@@ -288,15 +331,22 @@ class ApacheRocketMQ:
         conf.update({k: str(v) for k, v in self.broker_conf.items()})
         broker_conf = wd / "broker.conf"
         broker_conf.write_text(_properties(conf))
-        broker = self._spawn("broker", [java, *self.broker_jvm_opts, *common, "-cp", broker_cp,
+        if self.local_mode:
+            assert proxy_cp
+            self._launch_proxy(java, proxy_cp, common, home, broker_conf)
+            return
+        broker = self._spawn("broker", [java, *self.broker_jvm_opts, *common, plain, "-cp", broker_cp,
                                          BROKER_MAIN, "-c", str(broker_conf)])
         self._wait(broker, self._broker_registered, "broker registration with the name server")
         if proxy_cp:
             self._launch_proxy(java, proxy_cp, common, home)
 
-    def _launch_proxy(self, java: str, proxy_cp: str, common: list[str], home: Path) -> None:
-        """Apache's proxy in cluster mode: gRPC for RocketMQ 5 clients, the broker behind it found
-        through the name server; ready when it answers a QueryRoute for the cluster's topic."""
+    def _launch_proxy(self, java: str, proxy_cp: str, common: list[str], home: Path,
+                      broker_conf: Path | None = None) -> None:
+        """Apache's proxy: gRPC for RocketMQ 5 clients. In cluster mode the broker behind it is
+        found through the name server; in local mode (``broker_conf``) the proxy builds the broker
+        in its own JVM from that file. Ready when the broker is registered with the name server
+        and the proxy answers a QueryRoute (:meth:`_proxy_routes`)."""
         assert self.workdir is not None
         taken = {self.namesrv_port, self.broker_port, self.broker_port - 2, self.broker_port + 1}
         self.proxy_grpc_port = self.proxy_grpc_port or free_port(exclude=taken)
@@ -304,7 +354,7 @@ class ApacheRocketMQ:
         conf = {
             "rocketMQClusterName": self.cluster_name,
             "namesrvAddr": self.namesrv_addr,
-            "proxyMode": "cluster",
+            "proxyMode": self.proxy_mode,
             "grpcServerPort": self.proxy_grpc_port,
             "remotingListenPort": self.proxy_remoting_port,
             "localServeAddr": "127.0.0.1",
@@ -317,17 +367,30 @@ class ApacheRocketMQ:
         conf.update(self.proxy_conf)
         conf_path = self.workdir / "rmq-proxy.json"
         conf_path.write_text(json.dumps(conf, indent=2))
-        proxy = self._spawn("proxy", [java, *self.proxy_jvm_opts, *common, f"-DRMQ_PROXY_HOME={home}",
-                                       "-cp", proxy_cp, PROXY_MAIN, "-pm", "cluster", "-pc", str(conf_path)])
+        jvm_opts = self.broker_jvm_opts if broker_conf else self.proxy_jvm_opts
+        tls = "-Dtls.server.mode=permissive" if self.proxy_tls else "-Dtls.server.mode=disabled"
+        args = ["-pm", self.proxy_mode, "-pc", str(conf_path)]
+        if broker_conf:
+            args += ["-bc", str(broker_conf)]
+        proxy = self._spawn("proxy", [java, *jvm_opts, *common, tls, f"-DRMQ_PROXY_HOME={home}",
+                                       "-cp", proxy_cp, PROXY_MAIN, *args])
+        if broker_conf:
+            self._wait(proxy, self._broker_registered, "the local-mode broker's registration with the name server")
         self._wait(proxy, self._proxy_routes, "gRPC QueryRoute answered by the proxy")
 
     def _proxy_routes(self) -> bool:
-        try:
-            code, queues = grpc_query_route(self.grpc_endpoint, self.cluster_name, timeout=1.0)
-        except Exception as e:  # grpc.RpcError: not listening yet
-            raise CompatError(str(e)) from e
         from ferrymq.grpc.protocol import Code
 
+        # In local mode the broker in the proxy's JVM marks the cluster's topic a system topic,
+        # which the proxy refuses to route (ILLEGAL_TOPIC): ask for a topic nobody created, and
+        # take "not found" (the name server's answer, relayed) as ready.
+        topic = "FerryProxyReadyProbe" if self.local_mode else self.cluster_name
+        try:
+            code, queues = grpc_query_route(self.grpc_endpoint, topic, timeout=1.0)
+        except Exception as e:  # grpc.RpcError: not listening yet
+            raise CompatError(str(e)) from e
+        if self.local_mode:
+            return code == Code.TOPIC_NOT_FOUND
         return code == Code.OK and queues > 0
 
     def _spawn(self, name: str, cmd: list[str]) -> _Proc:
@@ -372,7 +435,7 @@ class ApacheRocketMQ:
             return False
 
     def stop(self, graceful: bool = False) -> None:
-        """Stop the broker, then the name server; idempotent.
+        """Stop the proxy and the broker, then the name server; idempotent.
 
         By default SIGKILL: the store is thrown away, and the broker's orderly shutdown (SIGTERM)
         takes over 5 s (DefaultMessageStore.shutdown sleeps 3 s). ``graceful=True`` sends

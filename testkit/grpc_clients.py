@@ -107,11 +107,13 @@ def parse_events(stdout: str) -> list[dict]:
     return events
 
 
-def run_grpc_java(mode: str, timeout: float = 120, check: bool = True, **options) -> JavaEvents:
-    """Run ``ferrymq.compat5.Grpc5 <mode> key=value...`` (see the Java file for the modes)."""
+def run_grpc_java(mode: str, timeout: float = 120, check: bool = True, jvm_args: tuple[str, ...] = (),
+                  **options) -> JavaEvents:
+    """Run ``ferrymq.compat5.Grpc5 <mode> key=value...`` (see the Java file for the modes);
+    ``jvm_args`` after the defaults (a benchmark's load generator: full JIT, a bigger heap)."""
     cp = ensure_java5_classes()
     home = session_dir() / "java5-home"  # the client writes ~/logs/rocketmq/rocketmq-client.log
-    cmd = [_tool("java"), *JVM_OPTS, f"-Duser.home={home}", "-cp", cp, GRPC5_MAIN, mode,
+    cmd = [_tool("java"), *JVM_OPTS, *jvm_args, f"-Duser.home={home}", "-cp", cp, GRPC5_MAIN, mode,
            *(f"{k}={v}" for k, v in options.items())]
     return _run(cmd, f"Java 5 client {mode}", timeout, check)
 

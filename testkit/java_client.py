@@ -77,7 +77,8 @@ ROCKETMQ5_VERSION = "5.3.1"  # in tests/compat/java53/pom.xml
 # Maven (-Drocketmq.version); jars in .cache/rocketmq-5.3.2/lib
 ROCKETMQ532_VERSION = "5.3.2"
 # Apache's gRPC proxy (rocketmq-proxy, and its broker) from tests/compat/proxy52/pom.xml: 5.3.x's
-# proxy is not served by every Maven mirror, 5.2.0's is; jars in .cache/rocketmq-5.2.0/lib
+# proxy is not served by every Maven mirror (Maven Central as reached here answers "Could not find
+# artifact" for rocketmq-proxy 5.3.0 and 5.3.1), 5.2.0's is; jars in .cache/rocketmq-5.2.0/lib
 PROXY_VERSION = "5.2.0"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
