@@ -1,68 +1,42 @@
-"""The gRPC endpoint's TLS certificate: the broker's own (tlsServerCertPath/KeyPath) when it
+"""The gRPC endpoint's TLS: the broker's own certificate (tlsServerCertPath/KeyPath) when it
 has one, else a self-signed one made at start (as Apache's proxy does in its default test
-mode): the Java, Go and C# 5.x clients speak TLS by default and accept any certificate. The
-broker's own is watched for a renewal on disk (tlsCertReloadIntervalSeconds), as the remoting
-ports' is (remoting/cert_reload.py)."""
+mode): the Java, Go and C# 5.x clients speak TLS by default and accept any certificate. HTTP/2
+is offered by ALPN ("h2"), as gRPC clients require. The broker's own files are watched for a
+renewal (tlsCertReloadIntervalSeconds), as the remoting ports' are (remoting/cert_reload.py)."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
 import logging
-import threading
-import time
+import tempfile
 from pathlib import Path
 
-import grpc
-
-from ferrymq.remoting.cert_reload import FileWatch, describe, read_pair
+from ferrymq.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
-
-def server_credentials(cert_path: str, key_path: str, hosts: list[str], reload_interval: float) -> grpc.ServerCredentials:
-    """The port's TLS credentials; with files and ``reload_interval`` > 0, a renewal of the
-    files is served to new connections (see RenewedCertificates). Blocking (reads files or
-    makes a key): run it in a thread."""
-    if not (cert_path and key_path):
-        cert, key = self_signed(hosts)
-        log.info("gRPC TLS: a self-signed certificate made at start (set tlsServerCertPath/KeyPath for yours)")
-        return grpc.ssl_server_credentials([(key, cert)])  # nothing on disk to renew
-    renewals = RenewedCertificates(cert_path, key_path, reload_interval) if reload_interval > 0 else None
-    pair = [(Path(key_path).read_bytes(), Path(cert_path).read_bytes())]  # after the watch began: no renewal missed
-    if renewals is None:
-        return grpc.ssl_server_credentials(pair)
-    return grpc.dynamic_ssl_server_credentials(grpc.ssl_server_certificate_configuration(pair), renewals)
+ALPN = ("h2",)
 
 
-class RenewedCertificates:
-    """grpcio's certificate configuration fetcher: grpcio calls it from its own threads before
-    each new handshake, so it looks at the files (a stat each) at most once per interval and
-    reads them only when they changed. None keeps the configuration in use, which is also
-    what a renewal that does not load gets (logged once, retried when the files change again)."""
-
-    def __init__(self, cert_path: str, key_path: str, interval: float) -> None:
-        self._cert_path, self._key_path = cert_path, key_path
-        self._interval = interval
-        self._watch = FileWatch((cert_path, key_path))
-        self._next_look = time.monotonic() + interval
-        self._lock = threading.Lock()  # concurrent handshakes: one of them looks
-
-    def __call__(self) -> grpc.ServerCertificateConfiguration | None:
-        with self._lock:
-            now = time.monotonic()
-            if now < self._next_look:
-                return None
-            self._next_look = now + self._interval
-            if not self._watch.changed():
-                return None
-            try:
-                cert, key = read_pair(self._cert_path, self._key_path)
-            except (OSError, ValueError) as exc:
-                log.warning("gRPC: renewed TLS files not loaded, still serving the previous certificate: %s", exc)
-                return None
-        log.info("gRPC: TLS certificate reloaded for new connections: %s", describe(cert))
-        return grpc.ssl_server_certificate_configuration([(key, cert)])
+def server_tls(mode: str, cert_path: str, key_path: str, hosts: list[str], reload_interval: float) -> ServerTls:
+    """The port's TLS (``mode`` permissive or enforcing); with files and ``reload_interval`` > 0
+    a renewal of the files reaches new connections (ServerTls.keep_reloading). Blocking (reads
+    files or makes a key): run it in a thread."""
+    if cert_path and key_path:
+        tls = ServerTls.build(mode, cert_path, key_path, reload_interval=reload_interval, alpn=ALPN)
+        assert tls is not None  # mode is not disabled
+        return tls
+    cert, key = self_signed(hosts)
+    log.info("gRPC TLS: a self-signed certificate made at start (set tlsServerCertPath/KeyPath for yours)")
+    with tempfile.TemporaryDirectory(prefix="ferrymq-grpc-tls-") as scratch:  # read once, then gone
+        cert_file, key_file = Path(scratch, "cert.pem"), Path(scratch, "key.pem")
+        key_file.touch(mode=0o600)
+        key_file.write_bytes(key)
+        cert_file.write_bytes(cert)
+        tls = ServerTls.build(mode, str(cert_file), str(key_file), alpn=ALPN)  # nothing on disk to renew
+    assert tls is not None
+    return tls
 
 
 def self_signed(hosts: list[str]) -> tuple[bytes, bytes]:

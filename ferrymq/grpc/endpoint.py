@@ -1,9 +1,8 @@
-"""The broker's gRPC listener: a grpcio asyncio server for ``MessagingService`` on
-``grpcListenPort``, the announcement of its endpoint to the name servers, and client expiry.
+"""The broker's gRPC listener: ``MessagingService`` on ``grpcListenPort`` (gRPC on FerryMQ's
+own HTTP/2, server.py), the announcement of its endpoint to the name servers, and client expiry.
 
-``grpcTlsMode``: ``permissive`` (default: TLS and plaintext on the port, through the
-first-byte switch of tls_switch.py in front of two loopback listeners), ``disabled``
-(plaintext only, grpc on the port itself), ``enforcing`` (TLS only, grpc on the port itself).
+``grpcTlsMode``: ``permissive`` (default: TLS and plaintext on the port, told apart by each
+connection's first byte), ``disabled`` (plaintext only), ``enforcing`` (TLS only).
 """
 
 from __future__ import annotations
@@ -13,19 +12,21 @@ import contextlib
 import logging
 from typing import Callable
 
-import grpc
-
 from ferrymq.common.tasks import within
-from ferrymq.grpc.certificates import server_credentials
+from ferrymq.grpc.certificates import server_tls
 from ferrymq.grpc.clients import GrpcClients
-from ferrymq.grpc.protocol import rpc
+from ferrymq.grpc.protocol import spb
 from ferrymq.grpc.routes import RouteDirectory
+from ferrymq.grpc.server import GrpcServer, service_methods
 from ferrymq.grpc.service import MessagingService
-from ferrymq.grpc.tls_switch import TlsSwitch
+from ferrymq.remoting.tls_listener import TlsListener
 
 log = logging.getLogger(__name__)
 
 ANNOUNCE_PERIOD_S = 10.0
+STOP_GRACE_S = 1.0  # held ReceiveMessage calls get this long to end when the broker stops
+# answered on the read that completed them, a task only if they wait (the send path is made for it)
+EAGER_METHODS = frozenset({"SendMessage"})
 CLIENT_EXPIRY_PERIOD_S = 10.0
 
 
@@ -44,42 +45,31 @@ class GrpcEndpoint:
         self.tls_mode = tls_mode
         self.cert_path, self.key_path, self.cert_hosts = cert_path, key_path, list(cert_hosts)
         self.cert_reload_interval = cert_reload_interval  # seconds; 0: the files are read once
-        self._server: grpc.aio.Server | None = None
-        self._switch: TlsSwitch | None = None
+        self._server: GrpcServer | None = None
+        self._plain: asyncio.Server | None = None
+        self._listener: TlsListener | None = None
         self._tasks: list[asyncio.Task] = []
         self._announced = asyncio.Event()
 
     async def start(self) -> None:
-        options = [("grpc.max_receive_message_length", self.max_message_bytes),
-                   ("grpc.max_send_message_length", self.max_message_bytes),
-                   ("grpc.so_reuseport", 0)]
-        server = grpc.aio.server(options=options)
-        rpc.add_MessagingServiceServicer_to_server(self.service, server)
-        credentials = None
-        if self.tls_mode != "disabled":
-            credentials = await asyncio.to_thread(server_credentials, self.cert_path, self.key_path, self.cert_hosts,
-                                                  self.cert_reload_interval)
-        if self.tls_mode == "permissive":
-            plain = server.add_insecure_port("127.0.0.1:0")
-            secure = server.add_secure_port("127.0.0.1:0", credentials)
-            await server.start()
-            self._server = server
-            self._switch = TlsSwitch(self.host, self.port, tls_port=secure, plain_port=plain)
-            self.port = await self._switch.start()
-            self.service.peer_of = self._switch.peer_of
+        descriptor = spb.DESCRIPTOR.services_by_name["MessagingService"]
+        server = GrpcServer(service_methods(self.service, descriptor, spb, EAGER_METHODS), self.max_message_bytes)
+        loop = asyncio.get_running_loop()
+        tasks = []
+        if self.tls_mode == "disabled":
+            self._plain = await loop.create_server(server.connection, self.host, self.port)
+            self.port = self._plain.sockets[0].getsockname()[1]
         else:
-            address = f"{self.host}:{self.port}"
-            bound = (server.add_insecure_port(address) if credentials is None
-                     else server.add_secure_port(address, credentials))
-            if bound == 0:
-                raise OSError(f"gRPC port {address} could not be bound")
-            self.port = bound
-            await server.start()
-            self._server = server
+            tls = await asyncio.to_thread(server_tls, self.tls_mode, self.cert_path, self.key_path, self.cert_hosts,
+                                          self.cert_reload_interval)
+            self._listener = TlsListener(tls, server.connection, "gRPC")
+            self.port = await self._listener.start(self.host, self.port)
+            if tls.reload_interval > 0:
+                tasks.append(loop.create_task(tls.keep_reloading("gRPC"), name="grpc-certificate-reload"))
+        self._server = server
         if self.service.trace is not None:
             self.service.trace.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._announce_loop(), name="grpc-announce"),
+        self._tasks = [*tasks, loop.create_task(self._announce_loop(), name="grpc-announce"),
                        loop.create_task(self._expire_loop(), name="grpc-client-expiry")]
         log.info("gRPC endpoint (RocketMQ 5 clients) listening on %s:%d, TLS %s", self.host, self.port,
                  {"permissive": "and plaintext", "disabled": "off", "enforcing": "only"}[self.tls_mode])
@@ -111,13 +101,17 @@ class GrpcEndpoint:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        if self._switch is not None:
-            await self._switch.stop()
-            self._switch = None
+        if self._plain is not None:  # no new connections
+            self._plain.close()
+        if self._listener is not None:
+            await self._listener.stop()
         if self._server is not None:
-            # held ReceiveMessage calls get their grace second; then the listener closes
-            await self._server.stop(grace=1.0)
+            await self._server.stop(grace=STOP_GRACE_S)
             self._server = None
+        if self._plain is not None:
+            await self._plain.wait_closed()
+            self._plain = None
+        self._listener = None
         if self.service.trace is not None:  # after the calls: what they reported is written first
             await self.service.trace.stop()
             with contextlib.suppress(Exception):

@@ -22,8 +22,6 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-import grpc
-
 from ferrymq.broker.config import BrokerConfig
 from ferrymq.broker.consumer_manager import ClientChannel, ConsumerManager
 from ferrymq.broker.message_filter import FilterRefused, message_filter
@@ -48,9 +46,10 @@ from ferrymq.grpc.auth import GrpcAuth
 from ferrymq.grpc.clients import GrpcClients
 from ferrymq.grpc.messages import (MessageRefused, OutgoingSend, duration_ms, grpc_producer_group, incoming, outgoing,
                                    parse_transaction_id, to_timestamp, transaction_id)
-from ferrymq.grpc.protocol import Code, pb, rpc, spb, status
+from ferrymq.grpc.protocol import Code, pb, spb, status
 from ferrymq.grpc.pulling import PullOffsets
 from ferrymq.grpc.routes import RouteDirectory, RouteUnavailable, assignments, message_queues
+from ferrymq.grpc.server import CallContext, CallEnded
 from ferrymq.grpc.settings import LONG_POLLING_TIMEOUT_MS, RECEIVE_BATCH_SIZE, server_settings
 from ferrymq.grpc.telemetry import TelemetrySession
 from ferrymq.grpc.trace import DeliveryKey, GrpcTrace
@@ -103,15 +102,12 @@ class Peer:
     attributes: dict
 
     @classmethod
-    def of(cls, context: grpc.aio.ServicerContext,
-           relayed: Callable[[int], tuple[str, int] | None] = lambda port: None) -> "Peer":
-        """``relayed``: the real client behind a connection the TLS switch relays (by its port)."""
+    def of(cls, context: CallContext) -> "Peer":
         peer = context.peer() or ""  # "ipv4:127.0.0.1:5555", "ipv6:[::1]:5555"
         _, _, rest = peer.partition(":")
         host, _, port_text = rest.rpartition(":")
         port = int(port_text) if port_text.isdigit() else 0
-        real = relayed(port) if port else None
-        return cls(real or (host.strip("[]") or "0.0.0.0", port), {})
+        return cls((host.strip("[]") or "0.0.0.0", port), {})
 
 
 def no_pop(call: str) -> str:
@@ -119,11 +115,11 @@ def no_pop(call: str) -> str:
     return f"{call} is not available: this broker has no POP service"
 
 
-def metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+def metadata(context: CallContext) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
 
-class MessagingService(rpc.MessagingServiceServicer):
+class MessagingService:
     def __init__(self, *, config: BrokerConfig, store_config: StoreConfig, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, send: SendHandler, transactions: TransactionService,
                  retry: RetryService, pop: PopService | None, directory: RouteDirectory, clients: GrpcClients,
@@ -149,8 +145,6 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.trace = trace  # None: traceTopicEnable off, no trace records (trace.py)
         self._sessions: dict[str, TelemetrySession] = {}  # client id -> its producer stream
         self.levels_ms = store_config.delay_level_millis()
-        # set by the endpoint when a TLS switch relays connections: loopback port -> real client
-        self.peer_of: Callable[[int], tuple[str, int] | None] = lambda port: None
 
     # ------------------------------------------------------------------ access
 
@@ -158,7 +152,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         """With ACL on, the Status refusing this call (UNAUTHORIZED / FORBIDDEN), else None."""
         if self.auth is None:
             return None
-        host = Peer.of(context, self.peer_of).remote_address[0]
+        host = Peer.of(context).remote_address[0]
         refusal = self.auth.check(metadata(context), host, topics={topic: perm} if topic else None, group=group)
         return None if refusal is None else status(refusal.code, refusal.message)
 
@@ -220,7 +214,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         md = metadata(context)
         client_id = md.get("x-mq-client-id", "")
         if client_id:
-            host, port = Peer.of(context, self.peer_of).remote_address
+            host, port = Peer.of(context).remote_address
             self.clients.seen(client_id, client_type=client_type, group=group, language=md.get("x-mq-language", ""),
                               remote=f"{host}:{port}", version=md.get("x-mq-client-version", ""),
                               subscriptions=subscriptions, sql_topics=sql_topics)
@@ -255,7 +249,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         if denied:
             yield spb.TelemetryCommand(status=denied)
             return
-        session = TelemetrySession(metadata(context).get("x-mq-client-id", ""), Peer.of(context, self.peer_of).remote_address)
+        session = TelemetrySession(metadata(context).get("x-mq-client-id", ""), Peer.of(context).remote_address)
         reader = asyncio.ensure_future(self._read_telemetry(request_iterator, context, session))
         try:
             while (command := await session.outbox.get()) is not None:
@@ -283,8 +277,8 @@ class MessagingService(rpc.MessagingServiceServicer):
                 else:
                     session.outbox.put_nowait(spb.TelemetryCommand(status=status(
                         Code.NOT_IMPLEMENTED, f"telemetry command {kind} is not served by FerryMQ")))
-        except grpc.aio.AioRpcError as exc:  # the client went away mid-stream
-            log.debug("telemetry stream of %s ended: %s", session, exc.code())
+        except CallEnded as exc:  # the client went away mid-stream
+            log.debug("telemetry stream of %s ended: %s", session, exc)
         finally:
             session.close()
 
@@ -354,7 +348,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         denied = self._denied(context, topic=request.messages[0].topic.name, perm=AclPerm.PUB)
         if denied:
             return spb.SendMessageResponse(status=denied)
-        peer = Peer.of(context, self.peer_of)
+        peer = Peer.of(context)
         client_id = metadata(context).get("x-mq-client-id", "")
         entries = [await self._send_one(m, peer, client_id) for m in request.messages]
         failed = next((e.status for e in entries if e.status.code != Code.OK), None)
@@ -411,7 +405,7 @@ class MessagingService(rpc.MessagingServiceServicer):
             transaction_id=request.transaction_id,
             transaction_state=TRANSACTION_STATES.get(request.resolution, "UNKNOW"),
             from_transaction_check=request.source == pb.TransactionSource.SOURCE_SERVER_CHECK),
-            Peer.of(context, self.peer_of).remote_address)
+            Peer.of(context).remote_address)
 
     # ------------------------------------------------------------------ consumer
 
@@ -463,7 +457,7 @@ class MessagingService(rpc.MessagingServiceServicer):
             yield spb.ReceiveMessageResponse(status=status())
             yield spb.ReceiveMessageResponse(delivery_timestamp=to_timestamp(int(time.time() * 1000)))
             if self.trace is not None:
-                client = Peer.of(context, self.peer_of).remote_address
+                client = Peer.of(context).remote_address
                 for popped in result.messages:
                     m, handle = popped.message, receipt.decode(popped.receipt_handle, group, topic)
                     # not for a message whose TRACE_ON is false, as the clients' trace hook
@@ -567,7 +561,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         handle = receipt.decode(receipt_handle, group, topic)
         if handle is not None:
             self.trace.ended(self._delivery(group, topic, handle), success=success,
-                             client=Peer.of(context, self.peer_of).remote_address)
+                             client=Peer.of(context).remote_address)
 
     @staticmethod
     def _delivery(group: str, topic: str, handle: receipt.Receipt) -> DeliveryKey:
@@ -594,7 +588,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         if handle.broker_name != self.config.broker_name:  # as Apache's proxy: to the broker the handle names
             return await self._recall_elsewhere(topic, handle.broker_name, request.recall_handle)
         outcome = await self.recalls.recall(topic, request.recall_handle, producer_group=grpc_producer_group(topic),
-                                            born_host=Peer.of(context, self.peer_of).remote_address)
+                                            born_host=Peer.of(context).remote_address)
         return self._recall_answer(outcome.code, outcome.remark, outcome.msg_id)
 
     @staticmethod
@@ -633,7 +627,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         if remaining is not None:  # answer before the client's deadline
             poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 2_000))
         self._client(context, group=request.group.name)
-        async for response in self.pulling.pull(request, Peer.of(context, self.peer_of), poll_ms):
+        async for response in self.pulling.pull(request, Peer.of(context), poll_ms):
             yield response
 
     async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context) -> spb.UpdateOffsetResponse:

@@ -12,7 +12,8 @@ from typing import Callable
 from ferrymq.remoting.codes import DEFAULT_MAX_FRAME
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection, DispatchRounds, RequestHandler, not_supported
-from ferrymq.remoting.tls import TLS_RECORD_HANDSHAKE, ServerTls, TlsMode, first_byte
+from ferrymq.remoting.tls import ServerTls
+from ferrymq.remoting.tls_listener import TlsListener
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class RemotingServer:
         self._close_listeners: list[ConnectionListener] = []
         self._server: asyncio.Server | None = None
         self._tls = tls
-        self._tls_listener: _TlsListener | None = None
+        self._tls_listener: TlsListener | None = None
         self._watches_certificate = True  # False for a mirror: its primary reloads the shared ServerTls
         self._certificate_reloader: asyncio.Task | None = None
         # RocketMQ's serverChannelMaxIdleTimeSeconds: a connection with no traffic this long is
@@ -118,7 +119,7 @@ class RemotingServer:
             self._server = await asyncio.get_running_loop().create_server(self._new_connection, self.host, self.port)
             self.port = self._server.sockets[0].getsockname()[1]
         else:
-            self._tls_listener = _TlsListener(self._tls, self._new_connection, self.name)
+            self._tls_listener = TlsListener(self._tls, self._new_connection, self.name)
             self.port = await self._tls_listener.start(self.host, self.port)
         if self.max_idle_seconds > 0:
             self._idle_sweeper = asyncio.get_running_loop().create_task(self._close_idle(), name=f"{self.name}-idle")
@@ -194,83 +195,3 @@ class RemotingServer:
         if processor is None:
             return not_supported(request)
         return await processor(request, connection)
-
-
-class _TlsListener:
-    """Accepts connections itself so it can look at each one's first byte before choosing
-    TLS or plaintext (RocketMQ's HandshakeHandler), then serves it with a protocol from ``new_connection``."""
-
-    FIRST_BYTE_TIMEOUT = 120.0  # a silent connection is dropped, as the idle timeout would
-    HANDSHAKE_TIMEOUT = 10.0
-
-    def __init__(self, tls: ServerTls, new_connection: Callable[[], asyncio.Protocol], name: str) -> None:
-        self._tls = tls
-        self._new_connection = new_connection
-        self._name = name
-        self._sock: socket.socket | None = None
-        self._accepting: asyncio.Task | None = None
-        self._opening: set[asyncio.Task] = set()
-
-    async def start(self, host: str, port: int) -> int:
-        loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, _, _, _, address = infos[0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-            sock.listen(1024)
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
-        self._sock = sock
-        self._accepting = loop.create_task(self._accept_loop(sock), name=f"{self._name} accept")
-        return sock.getsockname()[1]
-
-    async def stop(self) -> None:
-        tasks = [t for t in (self._accepting, *self._opening) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if self._sock is not None:
-            self._sock.close()
-
-    async def _accept_loop(self, sock: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                conn, _ = await loop.sock_accept(sock)
-            except OSError as exc:  # EMFILE and friends: keep serving the connections we have
-                log.warning("%s server: accept failed: %s", self._name, exc)
-                await asyncio.sleep(0.1)
-                continue
-            task = loop.create_task(self._open(conn))
-            self._opening.add(task)
-            task.add_done_callback(self._opening.discard)
-
-    async def _open(self, conn: socket.socket) -> None:
-        conn.setblocking(False)
-        try:
-            peer = conn.getpeername()[0]
-        except OSError:
-            conn.close()
-            return
-        try:
-            first = await first_byte(conn, self.FIRST_BYTE_TIMEOUT)
-            use_tls = first == TLS_RECORD_HANDSHAKE
-            if first is None or (not use_tls and self._tls.mode is TlsMode.ENFORCING):
-                if first is not None:
-                    log.warning("%s server: plaintext connection from %s closed: TLS is enforced", self._name, peer)
-                conn.close()
-                return
-            loop = asyncio.get_running_loop()
-            await loop.connect_accepted_socket(
-                self._new_connection, conn, ssl=self._tls.context if use_tls else None,
-                ssl_handshake_timeout=self.HANDSHAKE_TIMEOUT if use_tls else None)
-        except (OSError, ssl.SSLError, TimeoutError) as exc:
-            log.warning("%s server: TLS handshake with %s failed: %s", self._name, peer, exc)
-            conn.close()
-        except asyncio.CancelledError:
-            conn.close()
-            raise

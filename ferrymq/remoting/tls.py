@@ -47,6 +47,7 @@ class ServerTlsFiles:
     key_file: str
     trust_cert_file: str = ""
     need_client_auth: str = "none"
+    alpn: tuple[str, ...] = ()  # protocols offered in the handshake ("h2" for gRPC)
 
     def paths(self) -> tuple[str, ...]:
         """The files a context is made of (the CA only when clients are checked against it)."""
@@ -62,6 +63,8 @@ class ServerTlsFiles:
         if self.need_client_auth != "none":
             context.load_verify_locations(self.trust_cert_file)
         context.verify_mode = _CLIENT_AUTH[self.need_client_auth]
+        if self.alpn:
+            context.set_alpn_protocols(list(self.alpn))
         return context
 
 
@@ -97,12 +100,13 @@ class ServerTls:
 
     @classmethod
     def build(cls, mode: str, cert_file: str = "", key_file: str = "", trust_cert_file: str = "",
-              need_client_auth: str = "none", reload_interval: float = 0.0) -> "ServerTls | None":
+              need_client_auth: str = "none", reload_interval: float = 0.0,
+              alpn: tuple[str, ...] = ()) -> "ServerTls | None":
         """None when disabled; ConfigError naming what is wrong (a missing file, a bad mode)."""
         tls_mode = cls.check(mode, cert_file, key_file, trust_cert_file, need_client_auth)
         if tls_mode is TlsMode.DISABLED:
             return None
-        files = ServerTlsFiles(cert_file, key_file, trust_cert_file, need_client_auth)
+        files = ServerTlsFiles(cert_file, key_file, trust_cert_file, need_client_auth, alpn)
         watch = FileWatch(files.paths())  # before the load: a renewal from now on is seen
         try:
             context = files.load()

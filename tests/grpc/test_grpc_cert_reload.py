@@ -23,7 +23,7 @@ RELOAD_INTERVAL = 1.0
 
 @pytest.fixture(params=["enforcing", "permissive"])
 async def target(request, tmp_path, secret_volume) -> AsyncIterator[str]:
-    """The gRPC port, TLS on the port itself (enforcing) or behind the first-byte switch."""
+    """The gRPC port, TLS only (enforcing) or TLS and plaintext told apart by the first byte."""
     cluster = await InProcessCluster(tmp_path / "store", settings={
         "grpcListenPort": 0, "grpcTlsMode": request.param, "tlsServerCertPath": secret_volume.path("tls.crt"),
         "tlsServerKeyPath": secret_volume.path("tls.key"), "tlsCertReloadIntervalSeconds": RELOAD_INTERVAL}).start()
@@ -69,7 +69,7 @@ async def test_a_renewed_certificate_is_served_to_new_channels_and_old_ones_keep
 
 async def test_a_key_that_does_not_match_keeps_the_old_certificate(
         target: str, secret_volume: SecretVolume, cert_a, cert_b, caplog: pytest.LogCaptureFixture):
-    caplog.set_level(logging.WARNING, logger="ferrymq.grpc.certificates")
+    caplog.set_level(logging.WARNING, logger="ferrymq.remoting.tls")
     secret_volume.publish(tls_secret(cert_b, key_of=cert_a))  # a half-done renewal: B's certificate, A's key
 
     async def refused_and_a_still_served() -> bool:  # the files are looked at on new handshakes
