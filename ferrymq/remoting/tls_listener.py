@@ -72,6 +72,10 @@ class TlsListener:
 
     async def _open(self, conn: socket.socket) -> None:
         conn.setblocking(False)
+        if conn.family in (socket.AF_INET, socket.AF_INET6):
+            # asyncio turns Nagle off only for sockets it made as IPPROTO_TCP; a request answered in
+            # several writes (a gRPC stream's frames) would otherwise wait for the peer's delayed ACK
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             peer = conn.getpeername()[0]
         except OSError:
