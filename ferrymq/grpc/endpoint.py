@@ -19,6 +19,7 @@ from ferrymq.grpc.protocol import spb
 from ferrymq.grpc.routes import RouteDirectory
 from ferrymq.grpc.server import GrpcServer, service_methods
 from ferrymq.grpc.service import MessagingService
+from ferrymq.remoting.connection import DispatchRounds
 from ferrymq.remoting.tls_listener import TlsListener
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,8 @@ class GrpcEndpoint:
     def __init__(self, service: MessagingService, directory: RouteDirectory, clients: GrpcClients, *,
                  host: str, port: int, max_message_bytes: int, client_expiry_ms: Callable[[], int],
                  tls_mode: str = "permissive", cert_path: str = "", key_path: str = "",
-                 cert_hosts: tuple[str, ...] = (), cert_reload_interval: float = 0.0) -> None:
+                 cert_hosts: tuple[str, ...] = (), cert_reload_interval: float = 0.0,
+                 rounds: DispatchRounds | None = None) -> None:
         self.service = service
         self.directory = directory
         self.clients = clients
@@ -45,6 +47,7 @@ class GrpcEndpoint:
         self.tls_mode = tls_mode
         self.cert_path, self.key_path, self.cert_hosts = cert_path, key_path, list(cert_hosts)
         self.cert_reload_interval = cert_reload_interval  # seconds; 0: the files are read once
+        self.rounds = rounds  # the store's dispatch rounds: the sends of one read written together
         self._server: GrpcServer | None = None
         self._plain: asyncio.Server | None = None
         self._listener: TlsListener | None = None
@@ -53,7 +56,8 @@ class GrpcEndpoint:
 
     async def start(self) -> None:
         descriptor = spb.DESCRIPTOR.services_by_name["MessagingService"]
-        server = GrpcServer(service_methods(self.service, descriptor, spb, EAGER_METHODS), self.max_message_bytes)
+        server = GrpcServer(service_methods(self.service, descriptor, spb, EAGER_METHODS), self.max_message_bytes,
+                            self.rounds)
         loop = asyncio.get_running_loop()
         tasks = []
         if self.tls_mode == "disabled":

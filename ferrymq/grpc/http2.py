@@ -8,7 +8,8 @@ what the call answers leaves through ``Stream.send_headers`` / ``send_data``, wh
 the peer's windows and never block.
 
 Frames written while a read is being handled leave in one write at its end; frames written at
-other times leave at once. A protocol error closes the connection with GOAWAY naming it; a
+other times leave together at the end of the loop's pass (the answers of sends one store write
+completed). A protocol error closes the connection with GOAWAY naming it; a
 stream error resets that stream alone. Server push and priorities are not used (PRIORITY frames
 are read and ignored, as RFC 9113 lets a server do).
 """
@@ -52,7 +53,8 @@ INITIAL_WINDOW = 4 << 20
 CONNECTION_WINDOW = 16 << 20
 MAX_FRAME = 1 << 20
 MAX_HEADER_LIST = 64 << 10
-PING_FLOOD = 10_000  # unanswered control frames queued for a peer that does not read: goodbye
+PING_ACK_DELAY = 0.05  # at most this long a PING's ACK waits for frames to travel with
+MAX_HELD_PING_ACKS = 8  # more PINGs than that unanswered: their ACKs leave at once
 
 _FRAME_HEADER = struct.Struct(">BHBBI")  # length as 8 + 16 bits, type, flags, stream id
 _SETTING = struct.Struct(">HI")
@@ -80,6 +82,23 @@ class Receiver(Protocol):
     def end(self) -> None: ...
 
     def reset(self, code: int) -> None: ...
+
+
+class ReadHooks(Protocol):
+    """Told when the frames of one read start and stop being handled (the gRPC server opens the
+    store's dispatch round for the sends a read completes, as a remoting connection does)."""
+
+    def read_began(self) -> None: ...
+
+    def read_ended(self) -> None: ...
+
+
+class _NoHooks:
+    def read_began(self) -> None:
+        pass
+
+    def read_ended(self) -> None:
+        pass
 
 
 class Stream:
@@ -229,8 +248,10 @@ class Http2Connection(asyncio.Protocol):
 
     def __init__(self, on_stream: Callable[[Stream, bool], None],
                  on_open: Callable[["Http2Connection"], None] = lambda c: None,
-                 on_close: Callable[["Http2Connection"], None] = lambda c: None) -> None:
+                 on_close: Callable[["Http2Connection"], None] = lambda c: None,
+                 hooks: ReadHooks = _NoHooks()) -> None:
         self._on_stream = on_stream
+        self._hooks = hooks
         self._on_open = on_open
         self._on_close = on_close
         self.transport: asyncio.Transport | None = None
@@ -247,8 +268,12 @@ class Http2Connection(asyncio.Protocol):
         self._send_window = DEFAULT_WINDOW  # the connection's, towards the peer
         self._recv_unacked = 0  # received on the connection, not yet refunded
         self._blocked: dict[int, Stream] = {}  # streams with data waiting for a window
-        # writes
-        self._batch: list[bytes] | None = None  # frames of the read being handled
+        # writes: the frames of one read, or of one pass of the loop, leave in one write
+        self._out: list[bytes] = []
+        self._reading = False
+        self._flush_scheduled = False
+        self._ping_acks: list[bytes] = []  # held until the next write (_ack_ping)
+        self._ping_timer: asyncio.TimerHandle | None = None
         self._paused = False
         self._writable: asyncio.Future | None = None
         self._going_away = False
@@ -270,20 +295,25 @@ class Http2Connection(asyncio.Protocol):
         self._on_open(self)
 
     def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        buf += data
-        self._batch = batch = []
+        self._buf += data
+        self._reading = True
         try:
-            self._read_frames()
+            self._hooks.read_began()
+            try:
+                self._read_frames()
+            finally:
+                self._hooks.read_ended()  # calls resumed there answer into this read's write
         except ConnectionError_ as exc:
             self._fail(exc.code, str(exc))
         finally:
-            self._batch = None
-            if batch and not self._closed:
-                self.transport.write(b"".join(batch))
+            self._reading = False
+            self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._ping_timer is not None:
+            self._ping_timer.cancel()
+            self._ping_timer = None
         streams, self.streams = self.streams, {}
         self._blocked.clear()
         for stream in streams.values():
@@ -314,10 +344,39 @@ class Http2Connection(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if self._closed:
             return
-        if self._batch is not None:
-            self._batch.append(data)
-        else:
-            self.transport.write(data)
+        self._out.append(data)
+        if not self._reading and not self._flush_scheduled:  # answers finished in one pass leave together
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._out and not self._closed:
+            out, self._out = self._out, []
+            if self._ping_acks:  # after the DATA they travel with (see _ack_ping); the timer finds none
+                out.extend(self._ping_acks)
+                self._ping_acks = []
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _ack_ping(self, payload: bytes) -> None:
+        """A PING's ACK leaves with the next frames we write, or after PING_ACK_DELAY. gRPC clients
+        (grpc-java, grpc-go) ping on each DATA frame they read while no ping of theirs is out, to
+        measure the bandwidth-delay product: acknowledged alone, each answer to a lone sender
+        costs a second write and a second wake-up on both sides. Travelling after the next
+        answer's DATA, the ACK also keeps the client from pinging on that DATA."""
+        self._ping_acks.append(frame(PING, ACK, 0, payload))
+        if len(self._ping_acks) >= MAX_HELD_PING_ACKS:
+            self._send_ping_acks()
+        elif self._ping_timer is None:  # left to run out when the ACKs left earlier: no timer per PING
+            self._ping_timer = asyncio.get_running_loop().call_later(PING_ACK_DELAY, self._send_ping_acks)
+
+    def _send_ping_acks(self) -> None:
+        self._ping_timer = None
+        if self._ping_acks and not self._closed:
+            acks, self._ping_acks = self._ping_acks, []
+            self._out.extend(acks)
+            if not self._reading:
+                self._flush()
 
     def flush_stream(self, stream: Stream) -> None:
         frames, used = stream.take_queue(self._send_window, self.peer_max_frame)
@@ -358,10 +417,8 @@ class Http2Connection(asyncio.Protocol):
     def _fail(self, code: int, message: str) -> None:
         log.info("HTTP/2 connection from %s:%d closed: %s", *self.peer, message)
         self._going_away = True
-        batch, self._batch = self._batch, None
-        out = b"".join(batch or ()) + frame(GOAWAY, 0, 0, _U32.pack(self._last_stream) + _U32.pack(code) +
-                                            message.encode()[:256])
-        self.transport.write(out)
+        self._out.append(frame(GOAWAY, 0, 0, _U32.pack(self._last_stream) + _U32.pack(code) + message.encode()[:256]))
+        self._flush()
         self.close()
 
     # -- reading --------------------------------------------------------------------------------
@@ -410,7 +467,7 @@ class Http2Connection(asyncio.Protocol):
             if stream_id or len(payload) != 8:
                 raise ConnectionError_(PROTOCOL_ERROR if stream_id else FRAME_SIZE_ERROR, "a malformed PING")
             if not flags & ACK:
-                self.write(frame(PING, ACK, 0, payload))
+                self._ack_ping(payload)
         elif kind == RST_STREAM:
             if not stream_id or len(payload) != 4:
                 raise ConnectionError_(PROTOCOL_ERROR if not stream_id else FRAME_SIZE_ERROR, "a malformed RST_STREAM")

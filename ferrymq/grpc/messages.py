@@ -21,7 +21,7 @@ from ferrymq.broker.timer_send import beyond_max_delay, max_delay_ms
 from ferrymq.common.message import MessageExt, Prop, decompress_body, encode_properties
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX
 from ferrymq.common.validators import validate_topic
-from ferrymq.grpc.protocol import Code, pb
+from ferrymq.grpc.protocol import Code, DigestType, Encoding, MessageType, pb
 from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store.config import StoreConfig
 
@@ -98,11 +98,11 @@ def to_duration(ms: int) -> Duration:
 
 
 def _digest(kind: int, body: bytes) -> str:
-    if kind == pb.DigestType.CRC32:
+    if kind == DigestType.CRC32:
         return format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
-    if kind == pb.DigestType.MD5:
+    if kind == DigestType.MD5:
         return hashlib.md5(body).hexdigest().upper()
-    if kind == pb.DigestType.SHA1:
+    if kind == DigestType.SHA1:
         return hashlib.sha1(body).hexdigest().upper()
     raise MessageRefused(Code.BAD_REQUEST, f"unsupported body digest type {kind}")
 
@@ -111,20 +111,20 @@ def check_body(message: pb.Message) -> bytes:
     """The body as stored: digest checked against what was sent, GZIP undone."""
     system = message.system_properties
     body = message.body
-    if system.HasField("body_digest") and system.body_digest.type != pb.DigestType.DIGEST_TYPE_UNSPECIFIED:
+    if system.HasField("body_digest") and system.body_digest.type != DigestType.DIGEST_TYPE_UNSPECIFIED:
         expected = system.body_digest.checksum
         actual = _digest(system.body_digest.type, body)
         # CRC32 hex: Python pads to 8 digits, Java does not; digests compare without case
         if expected.upper().lstrip("0") != actual.lstrip("0"):
             raise MessageRefused(Code.MESSAGE_CORRUPTED,
-                                 f"body digest mismatch: {pb.DigestType.Name(system.body_digest.type)} "
+                                 f"body digest mismatch: {DigestType.Name(system.body_digest.type)} "
                                  f"{expected} sent, {actual} computed")
-    if system.body_encoding == pb.Encoding.GZIP:
+    if system.body_encoding == Encoding.GZIP:
         try:
             body = gzip.decompress(body)
         except (OSError, EOFError) as exc:
             raise MessageRefused(Code.MESSAGE_CORRUPTED, f"body marked GZIP does not decompress: {exc}") from None
-    elif system.body_encoding not in (pb.Encoding.ENCODING_UNSPECIFIED, pb.Encoding.IDENTITY):
+    elif system.body_encoding not in (Encoding.ENCODING_UNSPECIFIED, Encoding.IDENTITY):
         raise MessageRefused(Code.BAD_REQUEST, f"unsupported body encoding {system.body_encoding}")
     if not body:
         raise MessageRefused(Code.MESSAGE_BODY_EMPTY, "message body is empty")
@@ -134,24 +134,24 @@ def check_body(message: pb.Message) -> bytes:
 def message_type_of(message: pb.Message) -> int:
     """The type the message's content implies (what it carries), checked against what it says."""
     system = message.system_properties
-    carried = pb.MessageType.NORMAL
+    carried = MessageType.NORMAL
     if system.message_group:
-        carried = pb.MessageType.FIFO
+        carried = MessageType.FIFO
     if system.HasField("delivery_timestamp"):
-        if carried == pb.MessageType.FIFO:
+        if carried == MessageType.FIFO:
             raise MessageRefused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                                  "a message cannot have both a message group and a delivery timestamp")
-        carried = pb.MessageType.DELAY
+        carried = MessageType.DELAY
     declared = system.message_type
-    if declared == pb.MessageType.TRANSACTION:
-        if carried != pb.MessageType.NORMAL:
+    if declared == MessageType.TRANSACTION:
+        if carried != MessageType.NORMAL:
             raise MessageRefused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                                  "a transactional message cannot have a message group or a delivery timestamp")
         return declared
-    if declared not in (pb.MessageType.MESSAGE_TYPE_UNSPECIFIED, carried):
+    if declared not in (MessageType.MESSAGE_TYPE_UNSPECIFIED, carried):
         raise MessageRefused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                             f"message type {pb.MessageType.Name(declared)} conflicts with its properties "
-                             f"({pb.MessageType.Name(carried)})")
+                             f"message type {MessageType.Name(declared)} conflicts with its properties "
+                             f"({MessageType.Name(carried)})")
     return carried
 
 
@@ -197,12 +197,12 @@ def outgoing(message: pb.Message, *, queue_id: int, store_config: StoreConfig,
         props[BORN_HOST] = system.born_host
     if system.trace_context:
         props[TRACE_CONTEXT] = system.trace_context
-    if message_type == pb.MessageType.FIFO:
+    if message_type == MessageType.FIFO:
         props[SHARDING_KEY] = system.message_group
-    elif message_type == pb.MessageType.DELAY:
+    elif message_type == MessageType.DELAY:
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         props[Prop.TIMER_DELIVER_MS] = str(delivery_time(message, store_config, now))
-    elif message_type == pb.MessageType.TRANSACTION:
+    elif message_type == MessageType.TRANSACTION:
         props[Prop.TRAN_MSG] = "true"
         props[Prop.PGROUP] = grpc_producer_group(message.topic.name)
         if system.HasField("orphaned_transaction_recovery_duration"):
@@ -216,12 +216,12 @@ def outgoing(message: pb.Message, *, queue_id: int, store_config: StoreConfig,
 
 def _stored_type(msg: MessageExt) -> int:
     if msg.properties.get(SHARDING_KEY):
-        return pb.MessageType.FIFO
+        return MessageType.FIFO
     if msg.properties.get(Prop.TRAN_MSG, "").lower() == "true":
-        return pb.MessageType.TRANSACTION
+        return MessageType.TRANSACTION
     if msg.delay_level > 0 or msg.properties.get(Prop.REAL_TOPIC) or Prop.TIMER_DELIVER_MS in msg.properties:
-        return pb.MessageType.DELAY
-    return pb.MessageType.NORMAL
+        return MessageType.DELAY
+    return MessageType.NORMAL
 
 
 def incoming(msg: MessageExt, *, topic: str, receipt_handle: str, delivery_attempt: int,
@@ -230,10 +230,10 @@ def incoming(msg: MessageExt, *, topic: str, receipt_handle: str, delivery_attem
     body = decompress_body(msg)
     props = msg.properties
     system = pb.SystemProperties(
-        message_id=msg.client_msg_id, body_encoding=pb.Encoding.IDENTITY,
+        message_id=msg.client_msg_id, body_encoding=Encoding.IDENTITY,
         # MD5, upper-case hex: every official client compares it the same way (their CRC32
         # strings differ: Java does not pad to 8 digits, Python does)
-        body_digest=pb.Digest(type=pb.DigestType.MD5, checksum=_digest(pb.DigestType.MD5, body)),
+        body_digest=pb.Digest(type=DigestType.MD5, checksum=_digest(DigestType.MD5, body)),
         message_type=_stored_type(msg),
         born_timestamp=to_timestamp(msg.born_timestamp), born_host=props.get(BORN_HOST) or msg.born_host[0],
         store_timestamp=to_timestamp(msg.store_timestamp), store_host=f"{msg.store_host[0]}:{msg.store_host[1]}",

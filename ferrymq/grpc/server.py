@@ -12,7 +12,9 @@ what the service reads of a call: ``peer()``, ``invocation_metadata()``, ``time_
 ``grpc-timeout`` is a deadline: past it the call is cancelled and answered DEADLINE_EXCEEDED. A
 stream reset by the client, or its connection closing, cancels the call. Methods listed as
 eager start on the read that completed them and become a task only if they wait (the send
-path, common/eager.py), so an acknowledged send costs no task and no extra pass of the loop.
+path, common/eager.py), so an acknowledged send costs no task and no extra pass of the loop;
+with the store's dispatch rounds, the sends one read completes are written together (one write
+per file), as a remoting connection's are, and answered in one write.
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ import struct
 import zlib
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Coroutine
 
 from google.protobuf.message import DecodeError
 
-from ferrymq.common.eager import start_eagerly
+from ferrymq.common.eager import Resumption, start_eagerly
 from ferrymq.common.tasks import within
 from ferrymq.grpc.hpack import Encoder
 from ferrymq.grpc.http2 import DATA, HEADERS, NO_ERROR, Http2Connection, Stream
+from ferrymq.remoting.connection import DispatchRounds
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ ACCEPTED_ENCODINGS = "identity,deflate,gzip"
 _encoder = Encoder()
 RESPONSE_HEADERS = _encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
 TRAILERS_OK = _encoder.encode([("grpc-status", "0")])
+_TRANSPORT_HEADERS = frozenset({"content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding"})
 
 
 class CallEnded(Exception):
@@ -87,27 +91,42 @@ class Method:
 class CallContext:
     """What a service method reads of its call."""
 
-    __slots__ = ("_stream", "_deadline", "_loop")
+    __slots__ = ("_stream", "_deadline", "_loop", "_metadata", "_text")
 
     def __init__(self, stream: Stream, deadline: float | None, loop: asyncio.AbstractEventLoop) -> None:
         self._stream, self._deadline, self._loop = stream, deadline, loop
+        self._metadata: tuple[tuple[str, str | bytes], ...] | None = None
+        self._text: dict[str, str] | None = None
+
+    @property
+    def peer_address(self) -> tuple[str, int]:
+        return self._stream.peer
 
     def peer(self) -> str:
+        """As grpcio spells it: "ipv4:127.0.0.1:5555", "ipv6:[::1]:5555"."""
         host, port = self._stream.peer
         return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
-        out: list[tuple[str, str | bytes]] = []
-        for name, value in self._stream.headers:
-            if name.startswith(":") or name in ("content-type", "te", "grpc-timeout", "grpc-encoding",
-                                                "grpc-accept-encoding"):
-                continue
-            if name.endswith("-bin"):
-                with contextlib.suppress(ValueError):
-                    out.append((name, base64.b64decode(value + "=" * (-len(value) % 4))))
-                continue
-            out.append((name, value))
-        return tuple(out)
+        """The request's headers but the pseudo-headers and gRPC's own; ``-bin`` values decoded."""
+        if self._metadata is None:
+            out: list[tuple[str, str | bytes]] = []
+            for name, value in self._stream.headers:
+                if name.startswith(":") or name in _TRANSPORT_HEADERS:
+                    continue
+                if name.endswith("-bin"):
+                    with contextlib.suppress(ValueError):
+                        out.append((name, base64.b64decode(value + "=" * (-len(value) % 4))))
+                    continue
+                out.append((name, value))
+            self._metadata = tuple(out)
+        return self._metadata
+
+    def metadata(self) -> dict[str, str]:
+        """The text headers of ``invocation_metadata`` by name (one dict per call: do not change it)."""
+        if self._text is None:
+            self._text = {k: v for k, v in self.invocation_metadata() if isinstance(v, str)}
+        return self._text
 
     def time_remaining(self) -> float | None:
         return None if self._deadline is None else max(0.0, self._deadline - self._loop.time())
@@ -117,7 +136,7 @@ class Call:
     """One call on one stream: the stream's receiver, the service coroutine's runner."""
 
     __slots__ = ("_server", "_stream", "_method", "_context", "_buf", "_requests", "_ended", "_waiter", "_task",
-                 "_deadline_timer", "_headers_sent", "_finished", "_inflate", "_failed")
+                 "_deadline", "_deadline_timer", "_headers_sent", "_finished", "_inflate", "_failed")
 
     def __init__(self, server: "GrpcServer", stream: Stream, method: Method, deadline: float | None,
                  inflate: Callable[[bytes], bytes] | None) -> None:
@@ -135,7 +154,8 @@ class Call:
         self._finished = False
         self._failed = False
         self._inflate = inflate
-        self._deadline_timer = (loop.call_at(deadline, self._deadline_passed) if deadline is not None else None)
+        self._deadline = deadline
+        self._deadline_timer: asyncio.TimerHandle | None = None  # armed once the call waits
         server.calls.add(self)
         if method.client_streaming:
             self._start(self._run_streaming_in())
@@ -210,12 +230,19 @@ class Call:
 
     def _start(self, coro) -> None:
         self._task = asyncio.get_running_loop().create_task(coro, name=f"grpc {self._method.name}")
+        self._arm_deadline()
 
     def _start_eagerly(self, coro) -> None:
         try:
-            self._task = start_eagerly(coro, name=f"grpc {self._method.name}")
+            self._task = start_eagerly(coro, name=f"grpc {self._method.name}", parked=self._server.parked_list())
         except Exception as exc:  # raised before its first wait: as from a plain call
             self._crashed(exc)
+        if not self._finished:  # it waits (or parked): now its deadline matters
+            self._arm_deadline()
+
+    def _arm_deadline(self) -> None:
+        if self._deadline is not None and self._deadline_timer is None and not self._finished:
+            self._deadline_timer = asyncio.get_running_loop().call_at(self._deadline, self._deadline_passed)
 
     async def _run_unary(self, request: Any) -> None:
         try:
@@ -338,9 +365,14 @@ class GrpcServer:
     """The calls of ``methods`` on the connections it is given (``connection()`` is the protocol
     factory of a listener); ``max_message_bytes`` bounds one request message, compressed or not."""
 
-    def __init__(self, methods: dict[str, Method], max_message_bytes: int) -> None:
+    def __init__(self, methods: dict[str, Method], max_message_bytes: int,
+                 rounds: DispatchRounds | None = None) -> None:
         self.methods = methods
         self.max_message_bytes = max_message_bytes
+        self._rounds = rounds
+        self._parked: list[Coroutine[Any, Any, None]] | None = None  # eager calls parked in this read's round
+        self._eager_in_read = 0
+        self._resumed: set[asyncio.Task] = set()
         self.calls: set[Call] = set()
         self.connections: set[Http2Connection] = set()
         self._idle: asyncio.Event | None = None  # set when the last call ends, while stopping
@@ -351,7 +383,42 @@ class GrpcServer:
             self._idle.set()
 
     def connection(self) -> Http2Connection:
-        return Http2Connection(self._stream, on_open=self.connections.add, on_close=self.connections.discard)
+        return Http2Connection(self._stream, on_open=self.connections.add, on_close=self.connections.discard,
+                               hooks=self)
+
+    # -- the store's dispatch round of one read (remoting/connection.py does the same) ------------
+
+    def read_began(self) -> None:
+        self._eager_in_read = 0  # the round opens with the read's second eager call (parked_list)
+
+    def parked_list(self) -> "list[Coroutine[Any, Any, None]] | None":
+        """Where an eager call started by this read parks (None: run it through). A read's first
+        call runs through, as a remoting connection's lone request does; from the second on they
+        are written together."""
+        self._eager_in_read += 1
+        if self._rounds is None or self._eager_in_read < 2:
+            return None
+        if self._parked is None:
+            self._parked = []
+            self._rounds.open_round()
+        return self._parked
+
+    def read_ended(self) -> None:
+        parked, self._parked = self._parked, None
+        if parked is None:
+            return
+        try:
+            self._rounds.close_round()  # type: ignore[union-attr]
+        finally:  # the parked calls go on (and answer) whatever the round did
+            resumption = Resumption()
+            for coro in parked:
+                try:
+                    resumption.resume(coro)
+                except Exception:
+                    log.exception("a gRPC call failed when resumed")
+            for task in resumption.start():
+                self._resumed.add(task)
+                task.add_done_callback(self._resumed.discard)
 
     def _stream(self, stream: Stream, end_stream: bool) -> None:
         headers = dict(stream.headers)

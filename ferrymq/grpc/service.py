@@ -46,7 +46,7 @@ from ferrymq.grpc.auth import GrpcAuth
 from ferrymq.grpc.clients import GrpcClients
 from ferrymq.grpc.messages import (MessageRefused, OutgoingSend, duration_ms, grpc_producer_group, incoming, outgoing,
                                    parse_transaction_id, to_timestamp, transaction_id)
-from ferrymq.grpc.protocol import Code, pb, spb, status
+from ferrymq.grpc.protocol import Code, MessageType, pb, spb, status
 from ferrymq.grpc.pulling import PullOffsets
 from ferrymq.grpc.routes import RouteDirectory, RouteUnavailable, assignments, message_queues
 from ferrymq.grpc.server import CallContext, CallEnded
@@ -79,8 +79,8 @@ SEND_CODES = {
     ResponseCode.SYSTEM_ERROR: Code.INTERNAL_SERVER_ERROR,
 }
 # v2 message type -> RocketMQ's MessageType in a Pub record
-TRACE_MESSAGE_TYPES = {pb.MessageType.NORMAL: "Normal", pb.MessageType.FIFO: "Order", pb.MessageType.DELAY: "Delay",
-                       pb.MessageType.TRANSACTION: "Trans"}
+TRACE_MESSAGE_TYPES = {MessageType.NORMAL: "Normal", MessageType.FIFO: "Order", MessageType.DELAY: "Delay",
+                       MessageType.TRANSACTION: "Trans"}
 # EndTransaction's resolution -> LocalTransactionState in an EndTransaction record
 TRANSACTION_STATES = {pb.TransactionResolution.COMMIT: "COMMIT_MESSAGE",
                       pb.TransactionResolution.ROLLBACK: "ROLLBACK_MESSAGE"}
@@ -103,20 +103,12 @@ class Peer:
 
     @classmethod
     def of(cls, context: CallContext) -> "Peer":
-        peer = context.peer() or ""  # "ipv4:127.0.0.1:5555", "ipv6:[::1]:5555"
-        _, _, rest = peer.partition(":")
-        host, _, port_text = rest.rpartition(":")
-        port = int(port_text) if port_text.isdigit() else 0
-        return cls((host.strip("[]") or "0.0.0.0", port), {})
+        return cls(context.peer_address, {})
 
 
 def no_pop(call: str) -> str:
     """Why a consumer call is refused on a broker without its POP service (names the call)."""
     return f"{call} is not available: this broker has no POP service"
-
-
-def metadata(context: CallContext) -> dict[str, str]:
-    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
 
 class MessagingService:
@@ -153,7 +145,7 @@ class MessagingService:
         if self.auth is None:
             return None
         host = Peer.of(context).remote_address[0]
-        refusal = self.auth.check(metadata(context), host, topics={topic: perm} if topic else None, group=group)
+        refusal = self.auth.check(context.metadata(), host, topics={topic: perm} if topic else None, group=group)
         return None if refusal is None else status(refusal.code, refusal.message)
 
     # ------------------------------------------------------------------ routes
@@ -211,7 +203,7 @@ class MessagingService:
 
     def _client(self, context, client_type: str = "", group: str = "",
                 subscriptions: dict[str, str] | None = None, sql_topics: frozenset[str] = frozenset()) -> str:
-        md = metadata(context)
+        md = context.metadata()
         client_id = md.get("x-mq-client-id", "")
         if client_id:
             host, port = Peer.of(context).remote_address
@@ -221,7 +213,7 @@ class MessagingService:
         return client_id
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context) -> spb.HeartbeatResponse:
-        if not metadata(context).get("x-mq-client-id"):
+        if not context.metadata().get("x-mq-client-id"):
             return spb.HeartbeatResponse(status=status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id header is missing"))
         denied = self._denied(context, group=request.group.name)
         if denied:
@@ -237,7 +229,7 @@ class MessagingService:
         denied = self._denied(context)
         if denied:
             return spb.NotifyClientTerminationResponse(status=denied)
-        client_id = metadata(context).get("x-mq-client-id", "")
+        client_id = context.metadata().get("x-mq-client-id", "")
         self.clients.gone(client_id)
         return spb.NotifyClientTerminationResponse(status=status())
 
@@ -249,7 +241,7 @@ class MessagingService:
         if denied:
             yield spb.TelemetryCommand(status=denied)
             return
-        session = TelemetrySession(metadata(context).get("x-mq-client-id", ""), Peer.of(context).remote_address)
+        session = TelemetrySession(context.metadata().get("x-mq-client-id", ""), Peer.of(context).remote_address)
         reader = asyncio.ensure_future(self._read_telemetry(request_iterator, context, session))
         try:
             while (command := await session.outbox.get()) is not None:
@@ -331,7 +323,7 @@ class MessagingService:
         answer = SendMessageResponseHeader.read(response)
         offset = answer.queue_offset or 0
         tx_id = ""
-        if out.message_type == pb.MessageType.TRANSACTION:
+        if out.message_type == MessageType.TRANSACTION:
             # what EndTransaction needs to find the half message: its CommitLog and queue offsets
             _, _, commit_log_offset = decode_offset_msg_id(answer.msg_id)
             tx_id = transaction_id(commit_log_offset, offset, out.message_id)
@@ -349,7 +341,7 @@ class MessagingService:
         if denied:
             return spb.SendMessageResponse(status=denied)
         peer = Peer.of(context)
-        client_id = metadata(context).get("x-mq-client-id", "")
+        client_id = context.metadata().get("x-mq-client-id", "")
         entries = [await self._send_one(m, peer, client_id) for m in request.messages]
         failed = next((e.status for e in entries if e.status.code != Code.OK), None)
         return spb.SendMessageResponse(status=failed or status(), entries=entries)
@@ -400,7 +392,7 @@ class MessagingService:
         """The EndTransaction record, as the remoting producer's trace hook writes it."""
         self.trace.transaction_ended(TraceEvent(
             END_TRANSACTION, request.message_id, timestamp=int(time.time() * 1000), region_id=self.config.region_id,
-            group=metadata(context).get("x-mq-client-id") or grpc_producer_group(request.topic.name),
+            group=context.metadata().get("x-mq-client-id") or grpc_producer_group(request.topic.name),
             topic=request.topic.name, store_host=self.config.advertised_addr(), msg_type="Trans",
             transaction_id=request.transaction_id,
             transaction_state=TRANSACTION_STATES.get(request.resolution, "UNKNOW"),
@@ -551,7 +543,7 @@ class MessagingService:
         return reply(status=status())
 
     def _is_push_consumer(self, context) -> bool:
-        client = self.clients.table.get(metadata(context).get("x-mq-client-id", ""))
+        client = self.clients.table.get(context.metadata().get("x-mq-client-id", ""))
         return client is not None and client.client_type == "PUSH_CONSUMER"
 
     def _trace_end(self, context, group: str, topic: str, receipt_handle: str, *, success: bool) -> None:

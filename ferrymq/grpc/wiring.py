@@ -115,5 +115,5 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
                             client_expiry_ms=lambda: config.channel_expired_timeout, tls_mode=config.grpc_tls_mode,
                             cert_path=config.tls_server_cert_path, key_path=config.tls_server_key_path,
                             cert_hosts=(config.advertised_host(), config.listen_host),
-                            cert_reload_interval=config.tls_cert_reload_interval_seconds)
+                            cert_reload_interval=config.tls_cert_reload_interval_seconds, rounds=store)
     return endpoint
