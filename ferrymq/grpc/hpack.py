@@ -244,6 +244,18 @@ class Decoder:
         self._evict()  # older entries only: the new one fits
         self._entries.appendleft(field)
 
+    def _literal(self, block, pos: int, index: int, prefix_max: int) -> tuple[tuple[str, str], int]:
+        """A literal field after its first byte: its name (indexed when ``index`` > 0, the
+        prefix's value continued when it is ``prefix_max``) and its value."""
+        if index == prefix_max:
+            index, pos = _integer_rest(block, pos, index)
+        if index:
+            name = self._field(index)[0]
+        else:
+            name, pos = _string(block, pos)
+        value, pos = _string(block, pos)
+        return (name, value), pos
+
     def _field(self, index: int) -> tuple[str, str]:
         if index <= _STATIC_COUNT:
             if index == 0:
@@ -280,15 +292,7 @@ class Decoder:
                 else:
                     field = self._field(index)  # to raise the error
             elif first & 0x40:  # literal with incremental indexing
-                index = first & 0x3F
-                if index == 0x3F:
-                    index, pos = _integer_rest(block, pos, index)
-                if index:
-                    name = self._field(index)[0]
-                else:
-                    name, pos = _string(block, pos)
-                value, pos = _string(block, pos)
-                field = (name, value)
+                field, pos = self._literal(block, pos, first & 0x3F, 0x3F)
                 self._add(field)
             elif first & 0x20:  # dynamic table size update
                 if list_size:
@@ -302,15 +306,7 @@ class Decoder:
                 self._evict()
                 continue
             else:  # literal without indexing (0000) or never indexed (0001)
-                index = first & 0x0F
-                if index == 0x0F:
-                    index, pos = _integer_rest(block, pos, index)
-                if index:
-                    name = self._field(index)[0]
-                else:
-                    name, pos = _string(block, pos)
-                value, pos = _string(block, pos)
-                field = (name, value)
+                field, pos = self._literal(block, pos, first & 0x0F, 0x0F)
             list_size += len(field[0]) + len(field[1]) + ENTRY_OVERHEAD
             if list_size <= max_list_bytes:
                 headers.append(field)

@@ -5,28 +5,14 @@ messages per scenario."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.support import missing_prerequisite
+from tests.bench import load_bench_module
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _import_grpc_bench():
-    """bench/ is no package: load bench/grpc_bench.py by path (it puts bench/ on sys.path itself)."""
-    spec = importlib.util.spec_from_file_location("bench_grpc_bench", BENCH / "grpc_bench.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-grpc_bench = _import_grpc_bench()
+grpc_bench = load_bench_module("grpc_bench")
 
 
 def args(**over) -> argparse.Namespace:

@@ -3,23 +3,10 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench import load_bench_module
 
-
-def _import_targets():
-    """bench/ is no package: load bench/targets.py by path (registered, as dataclasses need)."""
-    spec = importlib.util.spec_from_file_location("bench_targets", BENCH / "targets.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-targets = _import_targets()
+targets = load_bench_module("targets")
 
 
 # ---------------------------------------------------------------------------------------------
