@@ -53,6 +53,7 @@ INITIAL_WINDOW = 4 << 20
 CONNECTION_WINDOW = 16 << 20
 MAX_FRAME = 1 << 20
 MAX_HEADER_LIST = 64 << 10
+STREAM_REFUND_STEP = 16 << 10  # a stream's received bytes are given back in steps of at least this
 PING_ACK_DELAY = 0.05  # at most this long a PING's ACK waits for frames to travel with
 MAX_HELD_PING_ACKS = 8  # more PINGs than that unanswered: their ACKs leave at once
 
@@ -106,7 +107,7 @@ class Stream:
     the peer's flow-control windows, in order: headers never overtake data)."""
 
     __slots__ = ("id", "headers", "receiver", "_conn", "window", "_queue", "_closed_local", "_closed_remote",
-                 "_drained")
+                 "_drained", "unacked")
 
     def __init__(self, conn: "Http2Connection", stream_id: int, headers: list[tuple[str, str]]) -> None:
         self.id = stream_id
@@ -118,6 +119,7 @@ class Stream:
         self._closed_local = False  # we sent END_STREAM or RST_STREAM
         self._closed_remote = False  # the peer sent END_STREAM
         self._drained: asyncio.Future | None = None
+        self.unacked = 0  # received on this stream, not yet given back in a WINDOW_UPDATE
 
     @property
     def peer(self) -> tuple[str, int]:
@@ -325,10 +327,15 @@ class Http2Connection(asyncio.Protocol):
         self._on_close(self)
 
     def pause_writing(self) -> None:
+        """A peer that does not read what we write (our answers, its PINGs' ACKs) gets nothing
+        more read until it does: its requests cannot pile up answers in our memory."""
         self._paused = True
+        self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._paused = False
+        if not self._closed:
+            self.transport.resume_reading()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
         self._writable = None
@@ -498,14 +505,19 @@ class Http2Connection(asyncio.Protocol):
         self._refund(len(payload))
         stream = self.streams.get(stream_id)
         data = self._unpad(flags, payload)
-        if stream is None or stream.ended_by_peer:
+        if stream is None:
             if stream_id > self._last_stream:
                 raise ConnectionError_(PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
+            return  # a stream we ended or reset: what the peer sent before it knew is ignored
+        if stream.ended_by_peer:
             self.write(frame(RST_STREAM, 0, stream_id, _U32.pack(STREAM_CLOSED)))
             return
         end = bool(flags & END_STREAM)
-        if not end and len(payload) >= 1024:  # the stream's window: refunded as it is used
-            self.write(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(len(payload))))
+        if not end:  # the stream's window, refunded as it is used (in steps: no update per small frame)
+            stream.unacked += len(payload)
+            if stream.unacked >= STREAM_REFUND_STEP:
+                self.write(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.unacked)))
+                stream.unacked = 0
         receiver = stream.receiver
         if data and receiver is not None:
             receiver.data(data)

@@ -249,3 +249,107 @@ async def test_a_header_block_that_does_not_decode_closes_with_compression_error
     goaway = [f for f in await asyncio.to_thread(talk) if f[0] == 7]
     assert goaway and int.from_bytes(goaway[0][3][4:8], "big") == 9  # COMPRESSION_ERROR
 
+
+
+async def test_a_long_stream_of_small_messages_gets_its_window_back(served):
+    """A client that keeps to its windows (as every gRPC client does) sends 5 MB in 300-byte
+    messages on one bidirectional stream, more than the 4 MiB the server gives a stream: the
+    server hands the window back as it reads, and answers every message."""
+    count = 17_000
+    telemetry = spb.TelemetryCommand(status=pb.Status(message="m" * 280)).SerializeToString()
+    message = struct.pack(">BI", 0, len(telemetry)) + telemetry
+
+    def talk() -> bool:
+        import threading
+        sock = raw(served[2])
+        sock.settimeout(10)
+        lock, moved = threading.Lock(), threading.Condition()
+        windows = {"conn": 65_535, "stream": None}  # the server's SETTINGS give the stream's
+        trailers = [False]
+
+        def send(data: bytes) -> None:
+            with lock:
+                sock.sendall(data)
+
+        def read() -> None:
+            buf = b""
+            try:
+                while not trailers[0]:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                    while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                        n = int.from_bytes(buf[:3], "big")
+                        kind, flags, sid, payload = buf[3], buf[4], int.from_bytes(buf[5:9], "big"), buf[9:9 + n]
+                        buf = buf[9 + n:]
+                        with moved:
+                            if kind == 4 and not flags & 1:  # SETTINGS: the initial stream window
+                                for i in range(0, len(payload), 6):
+                                    if int.from_bytes(payload[i:i + 2], "big") == 4:
+                                        windows["stream"] = int.from_bytes(payload[i + 2:i + 6], "big")
+                                send(frame(4, 1, 0))
+                            elif kind == 8:
+                                windows["conn" if sid == 0 else "stream"] += int.from_bytes(payload, "big")
+                            elif kind == 0 and payload:  # the answers: the server gets its window back
+                                send(frame(8, 0, 0, struct.pack(">I", len(payload))) +
+                                     frame(8, 0, sid, struct.pack(">I", len(payload))))
+                            elif kind == 1 and flags & 1:
+                                trailers[0] = True
+                            moved.notify_all()
+            except OSError:
+                return
+
+        reader = threading.Thread(target=read, daemon=True)
+        block = Encoder().encode([(":method", "POST"), (":scheme", "http"), (":authority", "x"),
+                                  (":path", "/apache.rocketmq.v2.MessagingService/Telemetry"),
+                                  ("content-type", "application/grpc"), ("te", "trailers")])
+        sock.sendall(PREFACE + frame(4, 0, 0))
+        reader.start()
+        send(frame(1, 0x4, 1, block))
+        for _ in range(count):
+            with moved:
+                if not moved.wait_for(lambda: windows["stream"] is not None and
+                                      min(windows["conn"], windows["stream"]) >= len(message), timeout=5):
+                    return False  # stalled: no window came back
+                windows["conn"] -= len(message)
+                windows["stream"] -= len(message)
+            send(frame(0, 0, 1, message))
+        send(frame(0, 1, 1))
+        reader.join(20)
+        sock.close()
+        return trailers[0]
+
+    ended = await asyncio.to_thread(talk)
+    assert ended, "the stream stalled: the server did not give its window back"
+
+
+async def test_a_client_that_pings_without_reading_is_stopped_by_back_pressure(served):
+    """PINGs sent by a client that reads nothing: the server stops reading once its answers
+    (the ACKs) fill the transport's buffer, so the client's sends block instead of the server's
+    memory growing with them."""
+    server = served[1]
+    pings = frame(6, 0, 0, b"12345678") * (1 << 16)  # 1.1 MB a round
+
+    def flood() -> int:
+        sock = raw(served[2])
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(2)
+        sock.sendall(PREFACE + frame(4, 0, 0))
+        sent = 0
+        try:
+            for _ in range(40):
+                sock.sendall(pings)
+                sent += len(pings)
+        except (TimeoutError, OSError):
+            pass
+        flood.sock = sock  # closed below, once the server's buffer was looked at
+        return sent
+
+    sent = await asyncio.to_thread(flood)
+    try:
+        assert sent < 40 * len(pings), "the server read every PING of a client that reads nothing"
+        [conn] = server.connections
+        assert conn.transport.get_write_buffer_size() < 4 << 20
+    finally:
+        flood.sock.close()
