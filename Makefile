@@ -38,7 +38,7 @@ test-durations: $(STAMP) chromium
 ## test-slow: the single tests of 25 s or more (kill -9 with failover or under SYNC_FLUSH load, the controller down for
 ## long, a promoted slave firing timers, a consumer moving to the slave, the gRPC Java client's
 ## push/FIFO/simple consumers, the Node.js client, 100 000 messages read by Spark, a Spark job
-## crashing between write and commit, the short fuzzing run, the chaos tests of tests/chaos with
+## crashing between write and commit, the Topic's publish job run four times, the short fuzzing run, the chaos tests of tests/chaos with
 ## the official Java workload), about 10 min; CI runs it after make test
 .PHONY: test-slow
 test-slow: $(STAMP)

@@ -36,6 +36,8 @@ def write_file(source, name: str, ids: range) -> None:
                                        for i in ids))
 
 
+@pytest.mark.slow  # four Spark runs: 150-290 s alone, past the suite's 300 s beside other modules (make test-slow)
+@pytest.mark.timeout(900)
 def test_each_run_publishes_the_new_files_rows_once_with_keys_and_tags(broker_process, tmp_path):
     namesrv = broker_process.namesrv_addr
     for topic in ("Outbox", DEFAULT_COMMIT_TOPIC):
