@@ -5,7 +5,8 @@
 loop keeps only weak ones), logs a task that dies of an exception once, and cancels and
 awaits all of them on ``close()``. ``run_every`` is the one periodic loop: a failing round is
 logged once per failure streak and the next round still runs. ``within`` bounds an await in
-time, as ``asyncio.wait_for`` does, without losing a cancellation.
+time, as ``asyncio.wait_for`` does, without losing a cancellation. ``IdleLimit`` bounds the
+silence of a stream read in a loop: one timer for the whole loop, not one per read.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import logging
 from typing import Awaitable, Callable, Coroutine, TypeVar
 
-__all__ = ["InFlight", "TaskSet", "run_every", "within"]
+__all__ = ["IdleLimit", "InFlight", "TaskSet", "run_every", "within"]
 
 T = TypeVar("T")
 
@@ -29,6 +30,49 @@ async def within(aw: Awaitable[T], seconds: float | None) -> T:
     """
     async with asyncio.timeout(seconds):
         return await aw
+
+
+class IdleLimit:
+    """``async with IdleLimit(seconds, what):`` raises ``TimeoutError(what)`` in the task once
+    ``seconds`` pass without a call to ``touch()`` (a connection that reads in a loop calls it
+    after each read).
+
+    ``touch`` only notes the time: the one timer looks at it when it fires and, if something was
+    read meanwhile, sleeps again until the new deadline. A ``within`` around each read would arm
+    and cancel a timer per read, which a replication stream of small frames pays per message.
+    """
+
+    __slots__ = ("_seconds", "_what", "_loop", "_task", "_last", "_timer", "_expired")
+
+    def __init__(self, seconds: float, what: str) -> None:
+        self._seconds = seconds
+        self._what = what
+        self._expired = False
+
+    async def __aenter__(self) -> "IdleLimit":
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._last = self._loop.time()
+        self._timer = self._loop.call_at(self._last + self._seconds, self._check)
+        return self
+
+    def touch(self) -> None:
+        self._last = self._loop.time()
+
+    def _check(self) -> None:
+        deadline = self._last + self._seconds
+        if self._loop.time() < deadline:
+            self._timer = self._loop.call_at(deadline, self._check)
+        else:
+            self._expired = True
+            self._task.cancel()
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        self._timer.cancel()
+        # Our own cancellation, not someone else's (the task's uncancel count says whether another
+        # cancel() came too: then it stays a cancellation, as asyncio.timeout does).
+        if self._expired and exc_type is asyncio.CancelledError and self._task.uncancel() == 0:
+            raise TimeoutError(self._what) from exc
 
 
 class InFlight:

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from ferrymq.common.tasks import InFlight, TaskSet, run_every, within
+from ferrymq.common.tasks import IdleLimit, InFlight, TaskSet, run_every, within
 
 
 async def test_close_cancels_and_awaits_every_task():
@@ -141,3 +141,47 @@ async def test_within_times_out_and_cancels_what_it_waited_for():
         await within(never, 0.05)
     assert never.cancelled()
     assert await within(asyncio.sleep(0, "done"), None) == "done"
+
+
+async def test_idle_limit_fires_only_after_a_silence_as_long_as_the_limit():
+    queue: asyncio.Queue[int] = asyncio.Queue()
+
+    async def feed():  # an item every 20 ms for 0.3 s: never silent for the 0.1 s limit
+        for i in range(15):
+            await asyncio.sleep(0.02)
+            queue.put_nowait(i)
+
+    feeder = asyncio.create_task(feed())
+    got = []
+    loop = asyncio.get_running_loop()
+    with pytest.raises(TimeoutError, match="nothing for 0.1 s"):
+        async with IdleLimit(0.1, "nothing for 0.1 s") as idle:
+            while True:
+                got.append(await queue.get())
+                idle.touch()
+                last = loop.time()
+    assert got == list(range(15))  # every item read: the limit ran from the last touch, not the first
+    assert loop.time() - last >= 0.1
+    await feeder
+
+
+async def test_idle_limit_leaves_another_cancellation_a_cancellation():
+    entered = asyncio.Event()
+
+    async def reader():
+        async with IdleLimit(10, "idle"):
+            entered.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(reader())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_idle_limit_ends_quietly_when_the_block_ends():
+    async with IdleLimit(0.05, "idle") as idle:
+        idle.touch()
+    await asyncio.sleep(0.1)  # its timer is gone: nothing cancels this task later
+    assert not asyncio.current_task().cancelling()

@@ -45,11 +45,13 @@ from ferrymq.broker.ha.frames import (
     encode_transfer,
     is_hello,
 )
-from ferrymq.common.tasks import TaskSet, within
+from ferrymq.common.tasks import IdleLimit, TaskSet, within
 from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.results import AppendResult, PutStatus
 
 log = logging.getLogger(__name__)
+
+_READ_SIZE = 64 * 1024  # offset reports are 8 bytes: a read takes whatever a slave sent meanwhile
 
 
 @dataclass(frozen=True)
@@ -306,7 +308,7 @@ class HAMaster:
             done, _ = await asyncio.wait((reading, sending), return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 error = task.exception()
-                if isinstance(error, (OSError, asyncio.IncompleteReadError, HAFrameError, TimeoutError)):
+                if isinstance(error, (OSError, HAFrameError, TimeoutError)):
                     log.info("slave %s disconnected: %s", state.address, error or "connection closed")
                 elif error is not None:
                     log.error("slave %s: replication failed", state.address, exc_info=error)
@@ -327,34 +329,56 @@ class HAMaster:
 
     async def _read_reports(self, reader: asyncio.StreamReader, state: SlaveState,
                             first_report: asyncio.Future) -> None:
+        """Reads what the socket has: of several offset reports in a row only the last counts
+        (each is the slave's whole CommitLog end), a hello or goodbye in its place."""
         housekeeping = self.settings.housekeeping_interval_ms / 1000
-        while True:
-            try:
-                data = await within(reader.readexactly(OFFSET_REPORT.size), housekeeping)
-                if not first_report.done() and state.identity is None and is_hello(data):
-                    hello = decode_hello_rest(await within(
-                        reader.readexactly(HELLO.size - OFFSET_REPORT.size), housekeeping))
-                    state.identity, state.epoch = hello.identity, hello.epoch
-                    log.info("slave %s is broker %d (epoch %d)", state.address, hello.identity, hello.epoch)
-                    self._membership_changed()
-                    continue
-                if data == GOODBYE and state.identity is not None:
-                    state.leaving = True
-                    self._member_caught_up.pop(state.identity, None)
-                    log.info("slave %s (broker %d) is shutting down: proposing the in-sync set without it",
-                             state.address, state.identity)
-                    self._membership_changed()
-                    continue
-            except asyncio.TimeoutError:
-                raise TimeoutError(f"no offset report for {housekeeping:g} s (haHousekeepingInterval)") from None
-            offset = decode_offset_report(data)
-            if not first_report.done():
-                first_report.set_result(offset)
-            state.acknowledge(offset)
-            if self.in_sync is None:
-                self._acknowledged(offset)
-            elif self._counts(state):
-                self._member_acknowledged(state.identity, offset)
+        unread = bytearray()
+        size = OFFSET_REPORT.size
+        async with IdleLimit(housekeeping, f"no offset report for {housekeeping:g} s (haHousekeepingInterval)") as idle:
+            while True:
+                data = await reader.read(_READ_SIZE)
+                if not data:
+                    raise ConnectionResetError("the slave closed the connection")
+                idle.touch()
+                unread += data
+                pos, end, offset = 0, len(unread), None
+                while end - pos >= size:
+                    frame = bytes(unread[pos:pos + size])
+                    if not first_report.done() and state.identity is None and is_hello(frame):
+                        if end - pos < HELLO.size:
+                            break
+                        hello = decode_hello_rest(bytes(unread[pos + size:pos + HELLO.size]))
+                        pos += HELLO.size
+                        state.identity, state.epoch = hello.identity, hello.epoch
+                        log.info("slave %s is broker %d (epoch %d)", state.address, hello.identity, hello.epoch)
+                        self._membership_changed()
+                        continue
+                    pos += size
+                    if frame == GOODBYE and state.identity is not None:
+                        if offset is not None:  # what it reported before saying goodbye
+                            self._slave_reported(state, offset)
+                            offset = None
+                        state.leaving = True
+                        self._member_caught_up.pop(state.identity, None)
+                        log.info("slave %s (broker %d) is shutting down: proposing the in-sync set without it",
+                                 state.address, state.identity)
+                        self._membership_changed()
+                        continue
+                    offset = decode_offset_report(frame)
+                    if not first_report.done():
+                        first_report.set_result(offset)
+                        self._slave_reported(state, offset)
+                        offset = None
+                del unread[:pos]
+                if offset is not None:
+                    self._slave_reported(state, offset)
+
+    def _slave_reported(self, state: SlaveState, offset: int) -> None:
+        state.acknowledge(offset)
+        if self.in_sync is None:
+            self._acknowledged(offset)
+        elif self._counts(state):
+            self._member_acknowledged(state.identity, offset)
 
     def _member_acknowledged(self, identity: int, offset: int) -> None:
         if offset <= self._member_acked.get(identity, -1):

@@ -3,9 +3,9 @@
 Connects to the master's HA address (haMasterAddress, or what the name server's
 REGISTER_BROKER answer says), reports its CommitLog max offset (where to start), then
 reads transfers: each must start exactly where the slave's data ends, or the connection is
-dropped and started again from the CommitLog's end. The bytes are written and dispatched in
-the store's writer thread (store/replica.py); the new offset is reported after each write
-and every haSendHeartbeatInterval. Nothing read for haHousekeepingInterval closes the
+dropped and started again from the CommitLog's end. The bytes are written and dispatched by
+the store (store/replica.py); transfers that arrived together are written as one, and the new
+offset is reported after each write and every haSendHeartbeatInterval. Nothing read for haHousekeepingInterval closes the
 connection. A lost connection is retried after a short pause (doubling up to 5 s).
 """
 
@@ -25,7 +25,7 @@ from ferrymq.broker.ha.frames import (
     decode_transfer_header,
     encode_offset_report,
 )
-from ferrymq.common.tasks import within
+from ferrymq.common.tasks import IdleLimit, within
 from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.replica import ReplicaAppender, ReplicaDataError
 
@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 MAX_TRANSFER_BODY = 4 * 1024 * 1024  # the Java slave's read buffer: no master sends more at once
 _RETRY_MIN_S, _RETRY_MAX_S = 0.2, 5.0
 _CONNECT_TIMEOUT_S = 5.0
+_READ_SIZE = 1024 * 1024  # what one read takes from the socket's buffer at most
 # What ends a session and is retried: the network, the master's frames, data that does not continue the log.
-_SESSION_ERRORS = (OSError, asyncio.IncompleteReadError, HAFrameError, ReplicaDataError, TimeoutError)
+_SESSION_ERRORS = (OSError, HAFrameError, ReplicaDataError, TimeoutError)
 
 
 @dataclass(frozen=True)
@@ -154,22 +155,44 @@ class HASlave:
             await writer.drain()
 
     async def _receive(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str) -> None:
+        """Reads what the socket has and applies its transfers: contiguous ones (a master that
+        wrote several while this slave was busy) as one append and one report."""
         housekeeping = self.settings.housekeeping_interval_ms / 1000
-        appender = self.appender
-        while True:
-            try:
-                header = decode_transfer_header(
-                    await within(reader.readexactly(TRANSFER_HEADER.size), housekeeping), MAX_TRANSFER_BODY)
-                body = await within(reader.readexactly(header.size), housekeeping) if header.size else b""
-            except asyncio.TimeoutError:
-                raise TimeoutError(f"nothing from the master for {housekeeping:g} s (haHousekeepingInterval)") from None
-            self.master_offset = header.offset + header.size
-            if header.heartbeat:
-                if header.offset != appender.expected_offset and self.store.max_phy_offset != 0:
-                    raise ReplicaDataError(f"master is at offset {header.offset}, this slave at "
-                                           f"{appender.expected_offset}")
-                continue
-            confirmed = await self.store.append_replica(appender, header.offset, body)
-            if confirmed > self.confirmed_offset:
-                self._report(writer, confirmed)
-                await writer.drain()
+        appender, store = self.appender, self.store
+        unread = bytearray()  # received, not yet a whole frame
+        async with IdleLimit(housekeeping, f"nothing from the master for {housekeeping:g} s (haHousekeepingInterval)") as idle:
+            while True:
+                data = await reader.read(_READ_SIZE)
+                if not data:
+                    raise ConnectionResetError("the master closed the connection")
+                idle.touch()
+                unread += data
+                pos, end = 0, len(unread)
+                chunk_at, chunk = -1, bytearray()  # contiguous transfer bodies of this read
+                while end - pos >= TRANSFER_HEADER.size:
+                    header = decode_transfer_header(unread[pos:pos + TRANSFER_HEADER.size], MAX_TRANSFER_BODY)
+                    body_at = pos + TRANSFER_HEADER.size
+                    if end - body_at < header.size:
+                        break
+                    pos = body_at + header.size
+                    self.master_offset = header.offset + header.size
+                    if chunk and (header.heartbeat or header.offset != chunk_at + len(chunk)):
+                        await self._apply(writer, chunk_at, chunk)
+                        chunk_at, chunk = -1, bytearray()
+                    if header.heartbeat:
+                        if header.offset != appender.expected_offset and store.max_phy_offset != 0:
+                            raise ReplicaDataError(f"master is at offset {header.offset}, this slave at "
+                                                   f"{appender.expected_offset}")
+                        continue
+                    if not chunk:
+                        chunk_at = header.offset
+                    chunk += unread[body_at:pos]
+                del unread[:pos]
+                if chunk:
+                    await self._apply(writer, chunk_at, chunk)
+
+    async def _apply(self, writer: asyncio.StreamWriter, offset: int, data: bytearray) -> None:
+        confirmed = await self.store.append_replica(self.appender, offset, data)
+        if confirmed > self.confirmed_offset:
+            self._report(writer, confirmed)
+            await writer.drain()
