@@ -29,7 +29,9 @@ from ferrymq.common.message import (
     decode_properties,
     decode_record,
     decode_records,
+    decode_run,
     py_decode_batch_body,
+    py_decode_run,
     py_decode_properties,
     py_encode_properties,
     encode_batch_body,
@@ -189,11 +191,13 @@ def _record_roundtrip(m: MessageExt) -> None:
 
 def records(data: bytes) -> None:
     """CommitLog records and pull bodies (back-to-back records), as a consumer reads them:
-    decode, the recovery walk's cheap check, then the client's inflate and tag filter."""
+    decode, the recovery walk's cheap check, then the client's inflate and tag filter; the
+    compiled run decoder, where built, answers as the Python one."""
     if not data:
         return
     check_crc = bool(data[0] & 1)
     body = data[1:]
+    assert decode_run(body, 0, len(body)) == py_decode_run(body, 0, len(body)), body
     size = check_record(body, 0, check_crc=check_crc)
     if size > 0:  # what recovery keeps, the reader must read
         first, end = decode_record(body, 0, check_crc=check_crc)

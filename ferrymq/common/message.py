@@ -525,11 +525,32 @@ def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_cr
     return _decode(_readable(buf), pos, check_crc)
 
 
+def py_decode_run(buf: bytes | bytearray | memoryview, pos: int, limit: int) -> tuple[int, list[MessageExt]]:
+    """The message records back to back from ``pos`` that lie wholly before ``limit`` (clamped
+    to the buffer), each as ``check_record`` accepts it (no CRC) and ``_decode`` builds it.
+    Stops without raising at the first position holding anything else; returns that position
+    and the messages before it (the caller tells a torn write from a blank or garbage there)."""
+    if pos < 0:
+        raise ValueError(f"decode_run() needs a position >= 0, not {pos}")
+    data = memoryview(buf)[: max(limit, 0)]  # so that check_record's "wholly inside buf" means "before limit"
+    out: list[MessageExt] = []
+    while check_record(data, pos) > 0:
+        m, pos = _decode(data, pos, False)
+        out.append(m)
+    return pos, out
+
+
+decode_run = _native.decode_run if _native is not None else py_decode_run
+
+
 def decode_records(buf: bytes | bytearray | memoryview, *, check_crc: bool = False) -> list[MessageExt]:
     """Back-to-back records (a pull/query body) until the buffer ends or a blank record."""
     data = _readable(buf)
-    out: list[MessageExt] = []
-    pos, n = 0, len(data)
+    n = len(data)
+    # decode_run takes the well-formed prefix in one call; what stops it is the end, a blank record,
+    # or a malformed one, for which _decode below raises the error it always did.
+    out: list[MessageExt]
+    pos, out = (0, []) if check_crc else decode_run(data, 0, n)
     while pos < n:
         if n - pos >= RECORD_HEADER.size and RECORD_HEADER.unpack_from(data, pos)[1] == BLANK_MAGIC:
             break

@@ -1,8 +1,9 @@
 """Loading the compiled twins of hot pure-Python codecs, when they are there.
 
 Three C extensions (``ferrymq/common/_message_codec.c``: records, properties, batch bodies, Java
-string hashes, and a put's run of records in one call per step: encode, stamp, place, ConsumeQueue
-entries, index postings; ``ferrymq/remoting/_header_codec.c``: JSON remoting headers;
+string hashes, a put's run of records in one call per step: encode, stamp, place, ConsumeQueue
+entries, index postings, and a run of records decoded back into messages;
+``ferrymq/remoting/_header_codec.c``: JSON remoting headers;
 ``ferrymq/grpc/_hpack.c``: HPACK's Huffman decoding for the gRPC endpoint) are built wherever a
 C compiler and the Python headers are there. ``load`` returns one, or None when it was not built
 or ``FERRYMQ_NO_EXTENSIONS`` is set to anything but ""/"0". Modules with a compiled twin pick it

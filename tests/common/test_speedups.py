@@ -11,6 +11,7 @@ compiled version in this process and against pure Python in a subprocess below.
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 import random
 import struct
@@ -57,6 +58,7 @@ def test_the_extension_is_built_unless_disabled():
     for name in speedups.EXTENSIONS:
         assert speedups.load(name) is not None, f"{name} was not compiled: run `make venv` (needs gcc)"
     assert message.decode_properties is native.decode_properties
+    assert message.decode_run is native.decode_run
     assert java_hash.java_string_hash is native.java_string_hash
     assert hpack.huffman_decode is speedups.load("ferrymq.grpc._hpack").huffman_decode
 
@@ -260,6 +262,184 @@ def test_stamping_refuses_sizes_that_do_not_fit_in_both():
         assert _outcome(native.stamp_records, bytearray(data), bad, 0, 0, 0) == \
             _outcome(message.py_stamp_records, bytearray(data), bad, 0, 0, 0)
         assert _outcome(native.stamp_records, bytearray(data), bad, 0, 0, 0)[0] == "ValueError"
+
+
+# A run of records read back (pull bodies, CommitLog reads): decode_run, stopping where
+# check_record would refuse a message record.
+
+_HOSTS = ["10.0.0.1", "127.0.0.1", "::1", "fe80::1", "2001:db8::7", "::ffff:10.1.2.3", "1:2:3:4:5:6:7:8", "::"]
+
+
+def _separator_free_text(rng: random.Random, longest: int) -> str:
+    return "".join(rng.choice(_ALPHABET.replace("\x01", "").replace("\x02", "")) for _ in range(rng.randrange(1, longest + 1)))
+
+
+def _stored_messages(rng: random.Random, count: int) -> list[MessageExt]:
+    """Messages as a store keeps them: IPv4 and IPv6 hosts (random ones too), empty and large
+    bodies, no properties or unicode ones, unicode topics; encode_record gives them their record's
+    derived fields, so each equals what its record decodes to."""
+    msgs = []
+    for _ in range(count):
+        born, store = (rng.choice([*_HOSTS, message.unpack_ip(rng.randbytes(rng.choice([4, 16])))]) for _ in range(2))
+        body = rng.randbytes(rng.randrange(60_000, 200_000)) if rng.random() < 0.03 else \
+            rng.choice([b"", b"x", rng.randbytes(rng.randrange(1, 300))])
+        m = MessageExt(_random_text(rng, 10), body, flag=rng.randrange(-2**31, 2**31),
+                       properties={_separator_free_text(rng, 8): _separator_free_text(rng, 16)
+                                   for _ in range(rng.choice([0, 0, 1, 4]))},
+                       queue_id=rng.randrange(-2**31, 2**31), sys_flag=rng.randrange(0, 0x800),
+                       born_timestamp=rng.randrange(-2**63, 2**63), born_host=(born, rng.randrange(-2**31, 2**31)),
+                       store_host=(store, rng.choice([10911, rng.randrange(65536)])), reconsume_times=rng.randrange(100))
+        m.queue_offset, m.commit_log_offset = rng.randrange(-2**63, 2**63), rng.randrange(2**63)
+        m.store_timestamp, m.prepared_transaction_offset = rng.randrange(2**40), rng.randrange(-2**63, 2**63)
+        encode_record(m)
+        msgs.append(m)
+    return msgs
+
+
+@needs_native
+def test_a_decoded_run_matches_python_from_any_position_up_to_any_limit():
+    """The run decoded from inside a buffer (garbage ahead of it) up to a limit that may cut a
+    record: the whole records before the limit, in both versions, equal to the messages encoded."""
+    rng = random.Random(23)
+    for _ in range(300):
+        msgs = _stored_messages(rng, rng.randrange(0, 10))
+        records = [bytes(encode_record(m)) for m in msgs]
+        start = rng.randrange(0, 40)
+        buf = rng.randbytes(start) + b"".join(records)
+        ends = list(itertools.accumulate(map(len, records), initial=start))
+        limit = rng.choice([len(buf), len(buf) + rng.randrange(1, 100), rng.randrange(start, len(buf) + 1),
+                            rng.choice(ends) + rng.randrange(-3, 4)])
+        whole = max(sum(end <= limit for end in ends) - 1, 0)  # records wholly before the limit, if it is past start
+        expected = (ends[whole], msgs[:whole])
+        for data in (buf, bytearray(buf), memoryview(buf)):
+            assert native.decode_run(data, start, limit) == message.py_decode_run(data, start, limit) == expected
+        if records:  # from the second record on, as a caller resuming a segment
+            assert native.decode_run(buf, ends[1], len(buf)) == message.py_decode_run(buf, ends[1], len(buf)) \
+                == (len(buf), msgs[1:])
+
+
+@needs_native
+def test_a_run_with_invalid_utf8_in_topic_and_properties_decodes_with_replacement_in_both():
+    """Bad sequences become U+FFFD, as Java's new String(bytes, UTF_8) and _decode have them."""
+    topic, props = b"T\xff\xfe", b"a\x01\xff\xfe\x02\xe2\x82\x01b\x02c\x01\xed\xa0\x80\x02\xc3"
+    args = (topic, b"body", props, 0, 1, 0, 2, 3, message.SysFlag.STOREHOST_V6, 4, message.pack_ip("10.0.0.1"), 5, 6,
+            message.pack_ip("::1"), 7, 0, 8)
+    record = bytes(message.py_pack_record(*args))
+    stop, (m,) = native.decode_run(record, 0, len(record))
+    assert (stop, [m]) == message.py_decode_run(record, 0, len(record))
+    assert stop == len(record) and m.topic == "T\ufffd\ufffd"
+    assert m.properties == {"a": "\ufffd\ufffd", "\ufffd": "b", "c": "\ufffd\ufffd\ufffd"}
+    assert (m.born_host, m.store_host) == (("10.0.0.1", 5), ("::1", 7))
+
+
+def _record_fields(record: bytes) -> dict[str, tuple[int, int]]:
+    """Where a record's fields of its layout are, as (position, width): TOTALSIZE, sysflag (its host
+    bits size the record), BODY, TOPIC and PROPERTIES lengths."""
+    sys_flag = struct.unpack_from(">i", record, message.SYS_FLAG_POS)[0]
+    body_at = message._fixed_for(sys_flag).size
+    topic_at = body_at + struct.unpack_from(">i", record, body_at - 4)[0]
+    return {"total": (0, 4), "sys_flag": (message.SYS_FLAG_POS, 4), "body_len": (body_at - 4, 4),
+            "topic_len": (topic_at, 1), "props_len": (topic_at + 1 + record[topic_at], 2)}
+
+
+def _one_by_one(data: bytes | bytearray | memoryview, check_crc: bool = False) -> list[MessageExt]:
+    """decode_records as it was before decode_run: each record through decode_record."""
+    out, pos = [], 0
+    while pos < len(data):
+        if len(data) - pos >= 8 and struct.unpack_from(">i", data, pos + 4)[0] == message.BLANK_MAGIC:
+            break
+        m, pos = message.decode_record(data, pos, check_crc=check_crc)
+        out.append(m)
+    return out
+
+
+_BLANK = struct.pack(">ii", 120, message.BLANK_MAGIC) + bytes(112)
+
+
+@needs_native
+def test_a_damaged_run_stops_where_python_stops():
+    """Byte flips, cuts, garbage, blank records and length fields overwritten (negative, huge, one
+    off) in runs of records: both versions stop at the same position with the same messages, and
+    decode_records answers (or fails) as decoding the records one by one did."""
+    rng = random.Random(24)
+    for _ in range(2000):
+        msgs = _stored_messages(rng, rng.randrange(1, 5))
+        records = [bytearray(encode_record(m)) for m in msgs]
+        fields = [(record, list(_record_fields(bytes(record)).values())) for record in records]
+        for _ in range(rng.randrange(1, 3)):
+            record = rng.choice(records)
+            kind = rng.randrange(5)
+            if kind == 0:  # a length field (or the sysflag) of an encoded record overwritten, in its width
+                record, positions = rng.choice(fields)
+                at, width = rng.choice(positions)
+                if at + width <= len(record):
+                    old = int.from_bytes(record[at:at + width], "big", signed=True)
+                    value = rng.choice([-1, -2**31, 2**31 - 1, old + 1, old - 1, old ^ 0x30, rng.randrange(-2**31, 2**31)])
+                    record[at:at + width] = (value & (1 << 8 * width) - 1).to_bytes(width, "big")
+            elif kind == 1:  # a byte flipped anywhere
+                record[rng.randrange(len(record))] ^= 1 << rng.randrange(8)
+            elif kind == 2:  # a record cut (to one byte at least: every piece stays one to pick)
+                del record[rng.randrange(1, len(record) + 1):]
+            elif kind == 3:  # a blank record in the middle
+                records.insert(rng.randrange(len(records) + 1), bytearray(_BLANK))
+            else:  # garbage after the records
+                records.append(bytearray(rng.choice([rng.randbytes(rng.randrange(1, 200)), bytes(rng.randrange(1, 200))])))
+        buf = b"".join(records)
+        pos = rng.choice([0, 0, len(records[0]), rng.randrange(len(buf) + 10)])
+        limit = rng.choice([len(buf), len(buf) + 7, rng.randrange(len(buf) + 1), -1])
+        for data in (buf, bytearray(buf)):
+            assert _outcome(native.decode_run, data, pos, limit) == _outcome(message.py_decode_run, data, pos, limit)
+        assert _outcome(message.decode_records, buf) == _outcome(_one_by_one, buf)
+
+
+@needs_native
+def test_a_run_stops_at_a_blank_record_garbage_or_a_negative_length_in_both():
+    a, b, c = (bytes(encode_record(m)) for m in _stored_messages(random.Random(25), 3))
+    negative_total = bytearray(b)
+    negative_total[0:4] = struct.pack(">i", -len(b))
+    negative_body = bytearray(b)
+    at = _record_fields(b)["body_len"][0]
+    negative_body[at:at + 4] = struct.pack(">i", -1)
+    cases = [
+        (a + _BLANK + c, len(a)),
+        (a + b + b"\x00" * 20, len(a + b)),
+        (a + b + b"garbage!" + c, len(a + b)),
+        (a + bytes(negative_total) + c, len(a)),
+        (a + bytes(negative_body) + c, len(a)),
+        (a + b[:7], len(a)),  # not even a header left
+        (a + b + c, len(a + b + c)),
+    ]
+    for buf, stop in cases:
+        assert native.decode_run(buf, 0, len(buf))[0] == message.py_decode_run(buf, 0, len(buf))[0] == stop
+        assert native.decode_run(buf, 0, len(buf)) == message.py_decode_run(buf, 0, len(buf))
+    for pos, limit in ((len(a) + 1, 10**6), (10**6, 10**6), (0, -5), (0, 0)):
+        assert native.decode_run(a, pos, limit) == message.py_decode_run(a, pos, limit) == (pos, [])
+    assert _outcome(native.decode_run, a, -1, len(a)) == _outcome(message.py_decode_run, a, -1, len(a)) \
+        == ("ValueError", "decode_run() needs a position >= 0, not -1")
+
+
+def test_decode_records_keeps_its_answers_and_errors():
+    """Good records then a malformed one: the ValueError of decoding that record alone, at its
+    position; a blank record or the end: the messages before it (whichever decode_run runs)."""
+    msgs = _stored_messages(random.Random(26), 3)
+    good = b"".join(bytes(encode_record(m)) for m in msgs)
+    assert message.decode_records(good) == message.decode_records(bytearray(good + _BLANK)) == msgs
+    assert message.decode_records(good, check_crc=True) == msgs
+    bad_magic = bytearray(encode_record(msgs[0]))
+    bad_magic[4:8] = struct.pack(">i", 0x12345678)
+    negative_body = bytearray(encode_record(msgs[0]))
+    at = _record_fields(bytes(negative_body))["body_len"][0]
+    negative_body[at:at + 4] = struct.pack(">i", -1)
+    n = len(good)
+    for tail, error in [(b"\x01\x02", f"truncated record at {n}: 2 bytes left"),
+                        (bytes(bad_magic), f"bad magic 0x12345678 at {n}"),
+                        (bytes(negative_body), f"bad body length -1 in record at {n}"),
+                        (bytes(encode_record(msgs[1]))[:-1], f"record at {n} claims {msgs[1].store_size} bytes, "
+                                                             f"{msgs[1].store_size - 1} available")]:
+        for data in (good + tail, bytearray(good + tail), memoryview(good + tail)):
+            with pytest.raises(ValueError) as raised:
+                message.decode_records(data)
+            assert str(raised.value) == error == _outcome(_one_by_one, data)[1]
 
 
 # JSON headers as peers write them: Java's fastjson (escaped control characters in properties),
