@@ -23,8 +23,7 @@ from ferrymq.common.message import (
     RECORD_HEADER,
     MessageExt,
     SysFlag,
-    check_record,
-    decode_record,
+    decode_run,
 )
 from ferrymq.store.commit_log import CommitLog
 from ferrymq.store.dispatch import Dispatcher, StoredPut
@@ -51,14 +50,14 @@ class ReplicaProgress:
     arrivals: list[tuple[str, int, int, list[MessageExt]]] = field(default_factory=list)
 
 
-def stored_puts(decoded: list[tuple[int, MessageExt]]) -> Iterator[tuple[int, list[StoredPut]]]:
-    """Contiguous records (CommitLog offset, message) as the master's puts that wrote them:
-    runs of one store time (a master's put group shares one), each a list of puts (records of
-    one queue with consecutive queue offsets), so they are dispatched as the master dispatched
+def stored_puts(phys: int, msgs: list[MessageExt]) -> Iterator[tuple[int, list[StoredPut]]]:
+    """Contiguous records (the first at CommitLog offset ``phys``) as the master's puts that wrote
+    them: runs of one store time (a master's put group shares one), each a list of puts (records
+    of one queue with consecutive queue offsets), so they are dispatched as the master dispatched
     them, each run's ConsumeQueue entries and index keys with one write per file."""
     puts: list[StoredPut] = []
     store_ts = None
-    for phys, m in decoded:
+    for m in msgs:
         if m.store_timestamp != store_ts:
             if puts:
                 yield store_ts, puts
@@ -71,6 +70,7 @@ def stored_puts(decoded: list[tuple[int, MessageExt]]) -> Iterator[tuple[int, li
             last.sizes.append(m.store_size)
         else:
             puts.append(StoredPut(m.topic, m.queue_id, m.queue_offset, phys, [m], [m.store_size], to_queue))
+        phys += m.store_size
     if puts:
         yield store_ts, puts
 
@@ -112,65 +112,63 @@ class ReplicaAppender:
         progress = ReplicaProgress(self._log.max_offset)
         arrivals: dict[tuple[str, int], tuple[int, list[MessageExt]]] = {}
         while True:
-            run_end, records = self._next_run()
+            run_end, msgs = self._next_run()
             if run_end == 0:
                 break
-            self._write_run(run_end, records, arrivals)
+            self._write_run(run_end, msgs, arrivals)
         progress.confirmed = self._log.max_offset
         progress.arrivals = [(t, q, mx, msgs) for (t, q), (mx, msgs) in arrivals.items()]
         return progress
 
-    def _next_run(self) -> tuple[int, list[tuple[int, int]]]:
-        """The longest prefix of ``_pending`` made of whole units in one segment: (its length,
-        [(position, size)] of its records); (0, []) when not even one unit is complete."""
+    def _next_run(self) -> tuple[int, list[MessageExt]]:
+        """The longest prefix of ``_pending`` made of whole units in one segment: (its length, its
+        records decoded); (0, []) when not even one unit is complete. The records are decoded in
+        one call (``decode_run``); what stopped it is then looked at here: the data's end, a
+        record not whole yet, a segment's blank tail, or bytes that are not a record."""
         buf, at, seg_size = self._pending, self._pending_at, self._log.segment_size
         seg_end = at - at % seg_size + seg_size
-        pos, records = 0, []
-        while at + pos < seg_end and len(buf) - pos >= RECORD_HEADER.size:
-            total, magic = RECORD_HEADER.unpack_from(buf, pos)
-            if magic == BLANK_MAGIC:
-                tail = seg_end - (at + pos)
-                if total != tail:
-                    raise ReplicaDataError(f"blank record at offset {at + pos} says {total} bytes to the end of its "
-                                           f"file, {tail} with mappedFileSizeCommitLog {seg_size} (not the master's?)")
-                if len(buf) - pos < tail:
-                    break  # the whole blank tail is written at once, so the log never ends inside it
+        pos, msgs = decode_run(buf, 0, min(len(buf), seg_end - at))
+        if at + pos >= seg_end or len(buf) - pos < RECORD_HEADER.size:
+            return pos, msgs
+        total, magic = RECORD_HEADER.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC:
+            tail = seg_end - (at + pos)
+            if total != tail:
+                raise ReplicaDataError(f"blank record at offset {at + pos} says {total} bytes to the end of its "
+                                       f"file, {tail} with mappedFileSizeCommitLog {seg_size} (not the master's?)")
+            if len(buf) - pos >= tail:  # the whole blank tail is written at once, so the log never ends inside it
                 pos += tail
-                break
-            if magic != MESSAGE_MAGIC or total < MIN_RECORD_SIZE or at + pos + total > seg_end:
-                raise ReplicaDataError(f"no record at offset {at + pos} of the master's data "
-                                       f"(magic 0x{magic & 0xFFFFFFFF:08X}, size {total})")
-            if len(buf) - pos < total:
-                break
-            if check_record(buf, pos) != total:
-                raise ReplicaDataError(f"malformed record at offset {at + pos} of the master's data")
-            records.append((pos, total))
-            pos += total
-        return pos, records
+            return pos, msgs
+        if magic != MESSAGE_MAGIC or total < MIN_RECORD_SIZE or at + pos + total > seg_end:
+            raise ReplicaDataError(f"no record at offset {at + pos} of the master's data "
+                                   f"(magic 0x{magic & 0xFFFFFFFF:08X}, size {total})")
+        if len(buf) - pos >= total:  # whole, yet not a record decode_run accepts
+            raise ReplicaDataError(f"malformed record at offset {at + pos} of the master's data")
+        return pos, msgs  # the next record is not whole yet
 
-    def _write_run(self, run_end: int, records: list[tuple[int, int]],
+    def _write_run(self, run_end: int, msgs: list[MessageExt],
                    arrivals: dict[tuple[str, int], tuple[int, list[MessageExt]]]) -> None:
-        start, chunk = self._pending_at, bytes(self._pending[:run_end])
-        decoded = [(start + pos, decode_record(chunk, pos)[0]) for pos, _ in records]
+        start = self._pending_at
+        chunk = bytes(self._pending) if run_end == len(self._pending) else bytes(self._pending[:run_end])
         dispatcher, queue_offsets = self._dispatcher, self._log.queue_offsets
 
         def dispatch() -> None:  # under the CommitLog's lock, as a put's dispatch
-            for store_ts, puts in stored_puts(decoded):
+            for store_ts, puts in stored_puts(start, msgs):
                 dispatcher.appended_run(puts, store_ts)
                 for put in puts:
                     if put.to_queue:
                         queue_offsets[f"{put.topic}-{put.queue_id}"] = put.queue_offset + len(put.msgs)
 
-        last_ts = decoded[-1][1].store_timestamp if decoded else 0
+        last_ts = msgs[-1].store_timestamp if msgs else 0
         try:
             self._log.append_copy(start, chunk, last_ts, dispatch)
         except ValueError as exc:
             raise ReplicaDataError(str(exc)) from None
         del self._pending[:run_end]
         self._pending_at = start + run_end
-        for _, m in decoded:
+        for m in msgs:
             if SysFlag.is_dispatched(m.sys_flag):
                 key = (m.topic, m.queue_id)
-                msgs = arrivals.get(key, (0, []))[1]
-                msgs.append(m)
-                arrivals[key] = (m.queue_offset + 1, msgs)
+                msgs_there = arrivals.get(key, (0, []))[1]
+                msgs_there.append(m)
+                arrivals[key] = (m.queue_offset + 1, msgs_there)

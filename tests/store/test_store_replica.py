@@ -139,6 +139,45 @@ def test_a_transfer_that_does_not_continue_the_log_is_refused(open_store, tmp_pa
     assert appender.expected_offset == slave.commit_log.max_offset
 
 
+@pytest.mark.parametrize("damage, error", [
+    ("properties_length", "malformed record"),  # a whole record whose fields do not add up to its size
+    ("size_past_the_file", "no record"),  # a record claiming more than its CommitLog file has left
+    ("magic", "no record"),
+])
+def test_a_damaged_record_after_good_ones_is_refused_and_nothing_of_the_transfer_is_kept(
+        open_store, tmp_path, damage, error):
+    master = open_store(tmp_path / "master")
+    fill(master, 20)
+    slave = open_store(tmp_path / "slave")
+    appender = slave.replica_appender()
+    good = read_for_transfer(master.commit_log, 0, master.commit_log.max_offset)
+    sizes, pos = [], 0
+    while pos < len(good):
+        sizes.append(int.from_bytes(good[pos:pos + 4], "big"))
+        pos += sizes[-1]
+    data = bytearray(good)
+    third = sum(sizes[:2])  # the third record of the transfer
+    if damage == "properties_length":
+        end = third + sizes[2]  # the record's last field is its properties, after their 2-byte length
+        for back in range(2, sizes[2]):
+            if int.from_bytes(data[end - back - 2:end - back], "big") == back:
+                data[end - back - 2:end - back] = (back - 1).to_bytes(2, "big")
+                break
+        else:
+            pytest.fail("no properties length found in the record")
+    elif damage == "size_past_the_file":
+        data[third:third + 4] = (slave.commit_log.segment_size + 1).to_bytes(4, "big")
+    else:
+        data[third + 4:third + 8] = b"\x00\x00\x00\x00"
+    with pytest.raises(ReplicaDataError, match=error):
+        appender.append(0, bytes(data))
+    assert slave.commit_log.max_offset == 0 and slave.get_max_offset_in_queue("TopicA", 0) == 0
+    appender.reset()
+    copy(master, slave, appender)  # the master's own bytes still go in afterwards
+    assert commit_log_bytes(slave) == commit_log_bytes(master)
+    assert_same_queues(master, slave)
+
+
 def test_a_blank_tail_of_another_file_size_is_refused(open_store, tmp_path):
     """A slave whose mappedFileSizeCommitLog differs from its master's cannot copy it."""
     master = open_store(tmp_path / "master")
