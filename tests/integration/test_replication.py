@@ -313,6 +313,32 @@ def test_metrics_show_each_brokers_role_and_replication_lag(pair):
     assert re.search(r"ferrymq_broker_replication_lag_bytes\{[^}]*\} 0\.0", slave)
 
 
+def test_a_quiet_link_outlives_the_housekeeping_interval_on_heartbeats(pair):
+    """No sends for three housekeeping intervals: the master's heartbeats keep the slave's
+    connection (and the slave's offset reports the master's), so nobody reconnects and a SYNC
+    send afterwards is acknowledged at once."""
+    p = pair("SYNC_MASTER", ["haHousekeepingInterval=1500", "haSendHeartbeatInterval=300"])
+    p.start_master()
+    p.start_slave()
+
+    async def scenario():
+        await create_topic(p.namesrv, TOPIC)
+        producer = Producer("ha-producer", namesrv_addr=p.namesrv, send_timeout=10, retry_times=0)
+        await producer.start()
+        try:
+            await wait_until(lambda: _send_ok(producer), 30, "the slave replicating")
+            await asyncio.sleep(4.5)
+            after = await send_all(producer, 20, "after-quiet", concurrency=4)
+            assert {r.status for r in after} == {SendStatus.SEND_OK}
+        finally:
+            await producer.close()
+
+    asyncio.run(scenario())
+    master_log, slave_log = p.processes["master"].log(), p.processes["slave"].log()
+    assert master_log.count("connected") == 1 and "disconnected" not in master_log, master_log[-3000:]
+    assert slave_log.count("replicating from master") == 1 and "stopped" not in slave_log, slave_log[-3000:]
+
+
 @pytest.mark.parametrize("role", ["SYNC_MASTER", "ASYNC_MASTER"])
 def test_replication_link_cut_and_restored(pair, role):
     """A partition between master and slave (a proxy that stops forwarding): an ASYNC master

@@ -45,7 +45,7 @@ from ferrymq.broker.ha.frames import (
     encode_transfer,
     is_hello,
 )
-from ferrymq.common.tasks import IdleLimit, TaskSet, within
+from ferrymq.common.tasks import IdleLimit, TaskSet
 from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.results import AppendResult, PutStatus
 
@@ -412,32 +412,45 @@ class HAMaster:
         heartbeat = settings.heartbeat_interval_ms / 1000
         last_write = time.monotonic()
         warned = False
-        while True:
-            wake.clear()  # before reading: data stored after this read sets it again
-            data = await store.transfer_data(offset, settings.transfer_batch_size)
-            if not data and offset < store.min_phy_offset and not warned:
-                warned = True
-                log.warning("slave %s needs offset %d, which retention deleted (the CommitLog starts at %d): it "
-                            "cannot catch up from this master", state.address, offset, store.min_phy_offset)
-            if data:
-                writer.write(encode_transfer(offset, data))
-                await writer.drain()
-                offset += len(data)
-                state.next_transfer_offset = offset
-                last_write = time.monotonic()
-                state.probe_from(store.max_phy_offset, last_write)
-                continue
-            state.probe_from(store.max_phy_offset, time.monotonic())
-            idle = time.monotonic() - last_write
-            if idle >= heartbeat:
-                writer.write(encode_transfer(offset))
-                await writer.drain()
-                last_write = time.monotonic()
-                continue
-            try:
-                await within(wake.wait(), heartbeat - idle)
-            except asyncio.TimeoutError:
-                pass
+        loop = asyncio.get_running_loop()
+        beat: asyncio.TimerHandle | None = None  # wakes the stream when a heartbeat may be due
+
+        def beat_due() -> None:
+            nonlocal beat
+            beat = None
+            wake.set()
+
+        try:
+            while True:
+                wake.clear()  # before reading: data stored after this read sets it again
+                data = await store.transfer_data(offset, settings.transfer_batch_size)
+                if not data and offset < store.min_phy_offset and not warned:
+                    warned = True
+                    log.warning("slave %s needs offset %d, which retention deleted (the CommitLog starts at %d): "
+                                "it cannot catch up from this master", state.address, offset, store.min_phy_offset)
+                if data:
+                    writer.write(encode_transfer(offset, data))
+                    await writer.drain()
+                    offset += len(data)
+                    state.next_transfer_offset = offset
+                    last_write = time.monotonic()
+                    state.probe_from(store.max_phy_offset, last_write)
+                    continue
+                state.probe_from(store.max_phy_offset, time.monotonic())
+                idle = time.monotonic() - last_write
+                if idle >= heartbeat:
+                    writer.write(encode_transfer(offset))
+                    await writer.drain()
+                    last_write = time.monotonic()
+                    continue
+                # The heartbeat's timer stays armed across waits (new data wakes the stream far more
+                # often than a heartbeat is due): no timer armed and cancelled per transfer.
+                if beat is None:
+                    beat = loop.call_later(heartbeat - idle, beat_due)
+                await wake.wait()
+        finally:
+            if beat is not None:
+                beat.cancel()
 
 
 def _settle(future: asyncio.Future, status: PutStatus) -> None:
