@@ -601,6 +601,13 @@ class AsyncMessageStore:
             return self.sync_store.transfer_data(offset, limit)
         return await self._read(self.sync_store.transfer_data, offset, limit)
 
+    def recent_transfer_data(self, offset: int, limit: int) -> bytes | None:
+        """``transfer_data`` read here and now when the bytes were written lately; None when there
+        are none or they are not that recent (``transfer_data`` then reads them in the pool)."""
+        if self.appends_offloaded or self.sync_store.max_phy_offset - offset > RECENT_TRANSFER_BYTES:
+            return None
+        return self.sync_store.transfer_data(offset, limit)
+
     async def append_replica(self, appender: ReplicaAppender, offset: int, data: bytes) -> int:
         """A slave: bytes of the master's CommitLog, written and dispatched (held pulls wake as
         for a put); returns the CommitLog offset now confirmed. On the loop, as a master's put,

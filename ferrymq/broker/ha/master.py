@@ -91,14 +91,18 @@ class SlaveState:
 
 
 class HAMaster:
-    def __init__(self, store: AsyncMessageStore, settings: HAMasterSettings, sync_timeout_ms: Callable[[], int]) -> None:
-        """``sync_timeout_ms``: a callable giving syncFlushTimeout now (it may change live)."""
+    def __init__(self, store: AsyncMessageStore, settings: HAMasterSettings, sync_timeout_ms: Callable[[], int],
+                 *, push_on_write: bool = False) -> None:
+        """``sync_timeout_ms``: a callable giving syncFlushTimeout now (it may change live).
+        ``push_on_write``: puts wait for the slaves (SYNC_MASTER), so new data is sent from the put
+        itself; otherwise the put's answer goes first and the streams' tasks send it."""
         self.store = store
+        self._push_on_write = push_on_write
         self.settings = settings
         self._sync_timeout_ms = sync_timeout_ms
         self._server: asyncio.AbstractServer | None = None
         self._tasks = TaskSet("HA master", log)
-        self._connections: dict[int, tuple[SlaveState, asyncio.Event]] = {}
+        self._connections: dict[int, _Stream] = {}
         self._ids = itertools.count()
         self.acked_offset = 0  # the highest offset any slave acknowledged (push2SlaveMaxOffset)
         self.acknowledged_end = 0  # SYNC_MASTER: end of the last put answered PUT_OK (a successor must hold it)
@@ -149,7 +153,7 @@ class HAMaster:
 
     @property
     def slaves(self) -> list[SlaveState]:
-        return [state for state, _ in self._connections.values()]
+        return [stream.state for stream in self._connections.values()]
 
     # ------------------------------------------------------------------ SYNC_MASTER
 
@@ -287,8 +291,34 @@ class HAMaster:
     # ------------------------------------------------------------------ connections
 
     def _on_write(self) -> None:
-        for _, wake in self._connections.values():
-            wake.set()
+        """New data. With ``push_on_write`` a stream parked for it sends it from here, at once (a
+        SYNC_MASTER put's round trip then has no task hop before the transfer); once per loop pass,
+        so the puts of a busy pass still go out together, by the stream's task."""
+        push = self._push_on_write
+        for stream in self._connections.values():
+            if not (push and stream.parked and not stream.just_pushed and self._push(stream)):
+                stream.wake.set()
+
+    def _push(self, stream: "_Stream") -> bool:
+        """Send what the CommitLog has past the stream's offset, if it was written lately (read on the
+        loop) and fits one transfer, and the socket takes it at once; False: left to the task."""
+        transport = stream.writer.transport
+        if transport.is_closing() or transport.get_write_buffer_size():
+            return False
+        store = self.store
+        data = store.recent_transfer_data(stream.offset, self.settings.transfer_batch_size)
+        if not data:
+            return False
+        stream.writer.write(encode_transfer(stream.offset, data))
+        stream.offset += len(data)
+        stream.state.next_transfer_offset = stream.offset
+        stream.last_write = time.monotonic()
+        stream.state.probe_from(store.max_phy_offset, stream.last_write)
+        if stream.offset < store.max_phy_offset:
+            return False  # more than one transfer: the task goes on
+        stream.just_pushed = True
+        asyncio.get_running_loop().call_soon(stream.pass_ended)
+        return True
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -297,13 +327,13 @@ class HAMaster:
 
     async def _run_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                               state: SlaveState) -> None:
-        wake = asyncio.Event()
+        stream = _Stream(writer, state)
         key = next(self._ids)
-        self._connections[key] = (state, wake)
+        self._connections[key] = stream
         log.info("slave %s connected", state.address)
         first_report = asyncio.get_running_loop().create_future()
         reading = asyncio.create_task(self._read_reports(reader, state, first_report))
-        sending = asyncio.create_task(self._send(writer, state, wake, first_report))
+        sending = asyncio.create_task(self._send(stream, first_report))
         try:
             done, _ = await asyncio.wait((reading, sending), return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -396,10 +426,9 @@ class HAMaster:
         self._release(confirmed)
         self.store.set_visible_limit(confirmed if self.waited_for else None)
 
-    async def _send(self, writer: asyncio.StreamWriter, state: SlaveState, wake: asyncio.Event,
-                    first_report: asyncio.Future) -> None:
+    async def _send(self, stream: "_Stream", first_report: asyncio.Future) -> None:
         requested = await first_report
-        store, settings = self.store, self.settings
+        store, settings, state, writer, wake = self.store, self.settings, stream.state, stream.writer, stream.wake
         if requested == 0:  # a new slave starts at the master's last CommitLog file
             head = store.max_phy_offset
             requested = head - head % settings.commit_log_file_size
@@ -407,10 +436,10 @@ class HAMaster:
             log.warning("slave %s asks for offset %d, beyond this master's CommitLog end %d: it gets data once "
                         "the master's log reaches it (was the master's store replaced?)", state.address, requested,
                         store.max_phy_offset)
-        state.next_transfer_offset = offset = requested
-        log.info("slave %s: transferring the CommitLog from offset %d", state.address, offset)
+        state.next_transfer_offset = stream.offset = requested
+        log.info("slave %s: transferring the CommitLog from offset %d", state.address, requested)
         heartbeat = settings.heartbeat_interval_ms / 1000
-        last_write = time.monotonic()
+        stream.last_write = time.monotonic()
         warned = False
         loop = asyncio.get_running_loop()
         beat: asyncio.TimerHandle | None = None  # wakes the stream when a heartbeat may be due
@@ -423,6 +452,7 @@ class HAMaster:
         try:
             while True:
                 wake.clear()  # before reading: data stored after this read sets it again
+                offset = stream.offset
                 data = await store.transfer_data(offset, settings.transfer_batch_size)
                 if not data and offset < store.min_phy_offset and not warned:
                     warned = True
@@ -430,27 +460,49 @@ class HAMaster:
                                 "it cannot catch up from this master", state.address, offset, store.min_phy_offset)
                 if data:
                     writer.write(encode_transfer(offset, data))
+                    stream.offset = offset + len(data)
+                    state.next_transfer_offset = stream.offset
                     await writer.drain()
-                    offset += len(data)
-                    state.next_transfer_offset = offset
-                    last_write = time.monotonic()
-                    state.probe_from(store.max_phy_offset, last_write)
+                    stream.last_write = time.monotonic()
+                    state.probe_from(store.max_phy_offset, stream.last_write)
                     continue
                 state.probe_from(store.max_phy_offset, time.monotonic())
-                idle = time.monotonic() - last_write
+                idle = time.monotonic() - stream.last_write
                 if idle >= heartbeat:
                     writer.write(encode_transfer(offset))
                     await writer.drain()
-                    last_write = time.monotonic()
+                    stream.last_write = time.monotonic()
                     continue
                 # The heartbeat's timer stays armed across waits (new data wakes the stream far more
                 # often than a heartbeat is due): no timer armed and cancelled per transfer.
                 if beat is None:
                     beat = loop.call_later(heartbeat - idle, beat_due)
-                await wake.wait()
+                stream.parked = True  # _on_write may now send new data itself
+                try:
+                    await wake.wait()
+                finally:
+                    stream.parked = False
         finally:
             if beat is not None:
                 beat.cancel()
+
+
+class _Stream:
+    """One slave's connection as the master's sending side sees it."""
+
+    __slots__ = ("writer", "state", "wake", "offset", "last_write", "parked", "just_pushed")
+
+    def __init__(self, writer: asyncio.StreamWriter, state: SlaveState) -> None:
+        self.writer = writer
+        self.state = state
+        self.wake = asyncio.Event()  # set by new data (or the heartbeat's timer)
+        self.offset = -1  # where the next transfer starts, once the slave said where to begin
+        self.last_write = 0.0  # when the stream last sent a transfer or heartbeat (time.monotonic)
+        self.parked = False  # its task waits for new data
+        self.just_pushed = False  # _on_write sent a transfer in this loop pass
+
+    def pass_ended(self) -> None:
+        self.just_pushed = False
 
 
 def _settle(future: asyncio.Future, status: PutStatus) -> None:
