@@ -11,6 +11,7 @@ import datetime
 import itertools
 import os
 import random
+import re
 import socket
 import struct
 import threading
@@ -50,14 +51,16 @@ def offset_msg_id(host: str, port: int, physical_offset: int) -> str:
     return offset_msg_id_prefix(host, port) + f"{physical_offset:016X}"
 
 
+_HEX = re.compile(r"[0-9A-Fa-f]*")
+
+
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     """Offset msgId -> (host, port, physical offset)."""
     if len(msg_id) not in (32, 56):
         raise ValueError(f"offset msgId must be 32 or 56 hex chars, got {len(msg_id)}: {msg_id!r}")
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError as exc:
-        raise ValueError(f"offset msgId is not hex: {msg_id!r}") from exc
+    if not _HEX.fullmatch(msg_id):  # bytes.fromhex alone skips whitespace: 56 chars could decode as 16 bytes
+        raise ValueError(f"offset msgId is not hex: {msg_id!r}")
+    raw = bytes.fromhex(msg_id)
     ip_len = len(raw) - _PORT_OFFSET.size
     port, offset = _PORT_OFFSET.unpack_from(raw, ip_len)
     if offset < 0:

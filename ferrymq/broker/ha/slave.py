@@ -5,8 +5,9 @@ REGISTER_BROKER answer says), reports its CommitLog max offset (where to start),
 reads transfers: each must start exactly where the slave's data ends, or the connection is
 dropped and started again from the CommitLog's end. The bytes are written and dispatched by
 the store (store/replica.py); transfers that arrived together are written as one, and the new
-offset is reported after each write and every haSendHeartbeatInterval. Nothing read for haHousekeepingInterval closes the
-connection. A lost connection is retried after a short pause (doubling up to 5 s).
+offset is reported after each write and every haSendHeartbeatInterval. Nothing read for
+haHousekeepingInterval closes the connection. A lost connection is retried after a short pause
+(doubling up to 5 s).
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ class HASlave:
         housekeeping = self.settings.housekeeping_interval_ms / 1000
         appender, store = self.appender, self.store
         unread = bytearray()  # received, not yet a whole frame
-        async with IdleLimit(housekeeping, f"nothing from the master for {housekeeping:g} s (haHousekeepingInterval)") as idle:
+        silent = f"nothing from the master for {housekeeping:g} s (haHousekeepingInterval)"
+        async with IdleLimit(housekeeping, silent) as idle:
             while True:
                 data = await reader.read(_READ_SIZE)
                 if not data:
