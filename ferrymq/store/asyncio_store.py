@@ -597,16 +597,17 @@ class AsyncMessageStore:
         """A master: up to ``limit`` CommitLog bytes from ``offset`` for a slave; None if none yet.
         On the loop when they were written lately (a slave keeping up: its SYNC_MASTER round trip
         gets no thread hop), else in the read pool."""
-        if not self.appends_offloaded and self.sync_store.max_phy_offset - offset <= RECENT_TRANSFER_BYTES:
+        if self._recent_transfer(offset):
             return self.sync_store.transfer_data(offset, limit)
         return await self._read(self.sync_store.transfer_data, offset, limit)
 
     def recent_transfer_data(self, offset: int, limit: int) -> bytes | None:
         """``transfer_data`` read here and now when the bytes were written lately; None when there
         are none or they are not that recent (``transfer_data`` then reads them in the pool)."""
-        if self.appends_offloaded or self.sync_store.max_phy_offset - offset > RECENT_TRANSFER_BYTES:
-            return None
-        return self.sync_store.transfer_data(offset, limit)
+        return self.sync_store.transfer_data(offset, limit) if self._recent_transfer(offset) else None
+
+    def _recent_transfer(self, offset: int) -> bool:
+        return not self.appends_offloaded and self.sync_store.max_phy_offset - offset <= RECENT_TRANSFER_BYTES
 
     async def append_replica(self, appender: ReplicaAppender, offset: int, data: bytes) -> int:
         """A slave: bytes of the master's CommitLog, written and dispatched (held pulls wake as

@@ -44,6 +44,7 @@ from ferrymq.broker.ha.frames import (
     decode_offset_report,
     encode_transfer,
     is_hello,
+    read_more,
 )
 from ferrymq.common.tasks import IdleLimit, TaskSet
 from ferrymq.store.asyncio_store import AsyncMessageStore
@@ -306,15 +307,11 @@ class HAMaster:
         if transport.is_closing() or transport.get_write_buffer_size():
             return False
         store = self.store
-        data = store.recent_transfer_data(stream.offset, self.settings.transfer_batch_size)
+        data = store.recent_transfer_data(stream.state.next_transfer_offset, self.settings.transfer_batch_size)
         if not data:
             return False
-        stream.writer.write(encode_transfer(stream.offset, data))
-        stream.offset += len(data)
-        stream.state.next_transfer_offset = stream.offset
-        stream.last_write = time.monotonic()
-        stream.state.probe_from(store.max_phy_offset, stream.last_write)
-        if stream.offset < store.max_phy_offset:
+        stream.sent(data, store.max_phy_offset)
+        if stream.state.next_transfer_offset < store.max_phy_offset:
             return False  # more than one transfer: the task goes on
         stream.just_pushed = True
         asyncio.get_running_loop().call_soon(stream.pass_ended)
@@ -366,11 +363,7 @@ class HAMaster:
         size = OFFSET_REPORT.size
         async with IdleLimit(housekeeping, f"no offset report for {housekeeping:g} s (haHousekeepingInterval)") as idle:
             while True:
-                data = await reader.read(_READ_SIZE)
-                if not data:
-                    raise ConnectionResetError("the slave closed the connection")
-                idle.touch()
-                unread += data
+                await read_more(reader, unread, _READ_SIZE, idle, "slave")
                 pos, end, offset = 0, len(unread), None
                 while end - pos >= size:
                     frame = bytes(unread[pos:pos + size])
@@ -436,7 +429,7 @@ class HAMaster:
             log.warning("slave %s asks for offset %d, beyond this master's CommitLog end %d: it gets data once "
                         "the master's log reaches it (was the master's store replaced?)", state.address, requested,
                         store.max_phy_offset)
-        state.next_transfer_offset = stream.offset = requested
+        state.next_transfer_offset = requested
         log.info("slave %s: transferring the CommitLog from offset %d", state.address, requested)
         heartbeat = settings.heartbeat_interval_ms / 1000
         stream.last_write = time.monotonic()
@@ -452,19 +445,15 @@ class HAMaster:
         try:
             while True:
                 wake.clear()  # before reading: data stored after this read sets it again
-                offset = stream.offset
+                offset = state.next_transfer_offset
                 data = await store.transfer_data(offset, settings.transfer_batch_size)
                 if not data and offset < store.min_phy_offset and not warned:
                     warned = True
                     log.warning("slave %s needs offset %d, which retention deleted (the CommitLog starts at %d): "
                                 "it cannot catch up from this master", state.address, offset, store.min_phy_offset)
                 if data:
-                    writer.write(encode_transfer(offset, data))
-                    stream.offset = offset + len(data)
-                    state.next_transfer_offset = stream.offset
+                    stream.sent(data, store.max_phy_offset)
                     await writer.drain()
-                    stream.last_write = time.monotonic()
-                    state.probe_from(store.max_phy_offset, stream.last_write)
                     continue
                 state.probe_from(store.max_phy_offset, time.monotonic())
                 idle = time.monotonic() - stream.last_write
@@ -490,16 +479,23 @@ class HAMaster:
 class _Stream:
     """One slave's connection as the master's sending side sees it."""
 
-    __slots__ = ("writer", "state", "wake", "offset", "last_write", "parked", "just_pushed")
+    __slots__ = ("writer", "state", "wake", "last_write", "parked", "just_pushed")
 
     def __init__(self, writer: asyncio.StreamWriter, state: SlaveState) -> None:
         self.writer = writer
-        self.state = state
+        self.state = state  # its next_transfer_offset: where the next transfer starts
         self.wake = asyncio.Event()  # set by new data (or the heartbeat's timer)
-        self.offset = -1  # where the next transfer starts, once the slave said where to begin
         self.last_write = 0.0  # when the stream last sent a transfer or heartbeat (time.monotonic)
         self.parked = False  # its task waits for new data
         self.just_pushed = False  # _on_write sent a transfer in this loop pass
+
+    def sent(self, data: bytes, master_end: int) -> None:
+        """Write ``data`` as the transfer at the stream's offset, which moves past it."""
+        state = self.state
+        self.writer.write(encode_transfer(state.next_transfer_offset, data))
+        state.next_transfer_offset += len(data)
+        self.last_write = time.monotonic()
+        state.probe_from(master_end, self.last_write)
 
     def pass_ended(self) -> None:
         self.just_pushed = False

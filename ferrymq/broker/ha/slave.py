@@ -25,6 +25,7 @@ from ferrymq.broker.ha.frames import (
     HAFrameError,
     decode_transfer_header,
     encode_offset_report,
+    read_more,
 )
 from ferrymq.common.tasks import IdleLimit, within
 from ferrymq.store.asyncio_store import AsyncMessageStore
@@ -164,11 +165,7 @@ class HASlave:
         silent = f"nothing from the master for {housekeeping:g} s (haHousekeepingInterval)"
         async with IdleLimit(housekeeping, silent) as idle:
             while True:
-                data = await reader.read(_READ_SIZE)
-                if not data:
-                    raise ConnectionResetError("the master closed the connection")
-                idle.touch()
-                unread += data
+                await read_more(reader, unread, _READ_SIZE, idle, "master")
                 pos, end = 0, len(unread)
                 chunk_at, chunk = -1, bytearray()  # contiguous transfer bodies of this read
                 while end - pos >= TRANSFER_HEADER.size:
