@@ -116,29 +116,27 @@ async def _finish_together(future: asyncio.Future, coros: list[Coroutine[Any, An
     """Wait for ``future`` once, then (after calling ``before``) continue every coroutine
     suspended on it, in order.
 
-    One that waits again after that (rare: a replication wait, a full socket) gets a task of its
-    own, awaited here. A cancellation of this task goes to every coroutine, as a task's would;
-    the first exception a coroutine raises is raised here after the others have run."""
+    Those that wait again after that (a SYNC_FLUSH send's replication wait, a full socket) are
+    finished as ``Resumption`` finishes them (together when they wait on one future), awaited
+    here. A cancellation of this task goes to every coroutine, as a task's would; the first
+    exception a coroutine raises is raised here after the others have run."""
     thrown: BaseException | None = None
     try:
         await _Done(future)
     except BaseException as exc:
         thrown = exc
-    loop = asyncio.get_running_loop()
-    later: list[asyncio.Task] = []
+    again = Resumption(before)
     failure: BaseException | None = None
     if before is not None:
         before()
     for coro in coros:
         try:
-            pending = coro.send(None) if thrown is None else coro.throw(thrown)
+            again.waiting(coro, coro.send(None) if thrown is None else coro.throw(thrown))
         except StopIteration:
             continue
         except BaseException as exc:
             failure = failure or exc
-            continue
-        later.append(loop.create_task(_finish(_Resume(coro, pending))))
-    for task in later:
+    for task in again.start():
         try:
             await task
         except BaseException as exc:
@@ -167,6 +165,10 @@ class Resumption:
             pending = coro.send(None)
         except StopIteration:
             return
+        self.waiting(coro, pending)
+
+    def waiting(self, coro: Coroutine[Any, Any, Any], pending: Any) -> None:
+        """``coro``, continued elsewhere, now waits on ``pending`` (what it yielded)."""
         if pending is PARK:
             coro.close()
             raise RuntimeError("a coroutine parked where no caller takes parked coroutines")

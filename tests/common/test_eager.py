@@ -190,6 +190,30 @@ async def test_waiting_together_each_gets_the_futures_error_and_one_that_waits_a
     assert seen[-1] == "done"
 
 
+async def test_coroutines_that_wait_together_twice_are_continued_together_both_times():
+    # A SYNC_FLUSH send on a SYNC_MASTER: the round's fsync, then the round's replication wait.
+    loop = asyncio.get_running_loop()
+    fsync, replica = loop.create_future(), loop.create_future()
+    answers, befores = [], []
+
+    async def send(name):
+        await Parked()
+        flushed = await fsync
+        answers.append((name, flushed, await replica))
+
+    resumption = Resumption(lambda: befores.append(len(answers)))
+    for coro in _parked(send("a"), send("b"), send("c")):
+        resumption.resume(coro)
+    [task] = resumption.start()
+    fsync.set_result(True)
+    await asyncio.sleep(0.01)
+    assert befores == [0] and not answers and not task.done()
+    replica.set_result("PUT_OK")
+    await asyncio.wait_for(task, 5)
+    assert answers == [("a", True, "PUT_OK"), ("b", True, "PUT_OK"), ("c", True, "PUT_OK")]
+    assert befores == [0, 0]  # the answers of the second wait leave together too
+
+
 async def test_cancelling_the_shared_task_cancels_every_coroutine_waiting_in_it():
     fsync = asyncio.get_running_loop().create_future()
     outcomes = []

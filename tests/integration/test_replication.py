@@ -98,8 +98,10 @@ async def slave_caught_up(p: BrokerPair, end: int) -> bool:
     return len(master) == end - start and commit_log_range(p.slave_dir, start, end) == master
 
 
-def test_sync_master_acknowledges_only_what_the_slave_has_byte_for_byte(pair):
-    p = pair("SYNC_MASTER", ["syncFlushTimeout=10000"])
+# SYNC_FLUSH: a round's sends wait for its fsync and then for its replication, together both times.
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_sync_master_acknowledges_only_what_the_slave_has_byte_for_byte(pair, flush):
+    p = pair("SYNC_MASTER", ["syncFlushTimeout=10000", f"flushDiskType={flush}"])
     p.start_master()
     p.start_slave()
 

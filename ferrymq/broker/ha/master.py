@@ -109,6 +109,7 @@ class HAMaster:
         self.acknowledged_end = 0  # SYNC_MASTER: end of the last put answered PUT_OK (a successor must hold it)
         self._waiters: list[tuple[int, int, asyncio.Future]] = []  # heap of (end offset, seq, future)
         self._seq = itertools.count()
+        self._last_wait: tuple[int, asyncio.Future[PutStatus]] | None = None  # the latest of _waiters
         self.port = settings.port
         # Controller mode (track_in_sync): the committed in-sync set without the master, its
         # version, the master's epoch, and each member's best acknowledgement (kept across its
@@ -164,12 +165,19 @@ class HAMaster:
 
     def replication_wait(self, result: AppendResult) -> asyncio.Future[PutStatus]:
         """A future of PUT_OK once a slave (controller mode: every in-sync member) has the put,
-        FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, or SLAVE_NOT_AVAILABLE at once."""
-        return self.held_up_to(result.wrote_offset + result.wrote_bytes)
+        FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, or SLAVE_NOT_AVAILABLE at once.
+
+        Puts written together (a round's) wait for the group's end, all for the same one: they
+        share one future and are answered together, as their SYNC_FLUSH waits are (the group
+        is sent to the slaves in one transfer anyway)."""
+        return self.held_up_to(max(result.wrote_offset + result.wrote_bytes, result.group_end))
 
     def held_up_to(self, end: int) -> asyncio.Future[PutStatus]:
         """``replication_wait`` for the CommitLog up to ``end`` (a master handing over waits
         until its in-sync slaves hold everything it stored)."""
+        last = self._last_wait
+        if last is not None and last[0] == end and not last[1].done():
+            return last[1]  # waits for the same end share one future
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PutStatus] = loop.create_future()
         if self.in_sync is not None and not self.waited_for:  # the master is the whole set
@@ -182,6 +190,7 @@ class HAMaster:
             self.acknowledged_end = max(self.acknowledged_end, end)
         else:
             heapq.heappush(self._waiters, (end, next(self._seq), future))
+            self._last_wait = (end, future)
             timer = loop.call_later(max(0, self._sync_timeout_ms()) / 1000, _settle, future,
                                     PutStatus.FLUSH_SLAVE_TIMEOUT)
             future.add_done_callback(lambda _: timer.cancel())
