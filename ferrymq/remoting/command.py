@@ -160,6 +160,13 @@ class RemotingCommand:
             serialize_type=self.serialize_type,
         )
 
+    def text_response(self, code: int, ext_fields: dict[str, str]) -> RemotingCommand:
+        """``response(code, ext_fields=ext_fields)`` for fields that are Java text already (what
+        ``to_header_map`` returns: str values, no None), taken as they are, not converted again:
+        the path of the hottest answers (a send's)."""
+        return RemotingCommand(int(code), opaque=self.opaque, flag=FLAG_RESPONSE, ext_fields=ext_fields,
+                               serialize_type=self.serialize_type)
+
     # --- typed access to custom header fields ------------------------------------------
     # An empty string counts as absent everywhere: a ROCKETMQ header from a 4.9.4+ peer
     # cannot even carry one, so treating both serializations alike avoids surprises.

@@ -9,6 +9,7 @@ queueOffset, MSG_REGION and TRACE_ON from every successful answer.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -28,7 +29,6 @@ from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
-from ferrymq.remoting.headers import SendMessageResponseHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store.results import PutStatus
 
@@ -45,6 +45,25 @@ PUT_STATUS_CODES = {
 }
 
 
+def answer_fields(msg_id: str, queue_id: int, queue_offset: int, region: str | None, trace_on: bool,
+                  recall_handle: str | None) -> dict[str, str]:
+    """A stored send's answer fields as Java text: ``to_header_map`` of
+    ``SendMessageResponseHeader.fields_of(...)`` (same keys, order and text; None left out),
+    built in one step (tests/broker/test_send_request_path.py holds the two together)."""
+    fields = {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset)}
+    if region is not None:
+        fields["MSG_REGION"] = region
+    fields["TRACE_ON"] = "true" if trace_on else "false"
+    if recall_handle is not None:
+        fields["recallHandle"] = recall_handle
+    return fields
+
+
+# validate_topic per send, remembered: a broker sees few topic names, over and over. Bounded, so
+# a client inventing names costs evictions, not memory.
+_topic_error = functools.lru_cache(maxsize=4096)(validate_topic)
+
+
 class SendProcessor:
     def __init__(self, ctx: BrokerContext, schedule: ScheduleMessageService, transactions: TransactionService) -> None:
         self.ctx = ctx
@@ -55,7 +74,7 @@ class SendProcessor:
         header = SendMessageHeader.from_request(req)
         ctx = self.ctx
         topic = header.topic
-        error = validate_topic(topic)
+        error = _topic_error(topic)
         if error:
             return req.response(ResponseCode.SYSTEM_ERROR, remark=f"topic[{topic}] is invalid: {error}")
         if topic in FORBIDDEN_SEND_TOPICS:
@@ -124,7 +143,7 @@ class SendProcessor:
                     m.properties[Prop.TRAN_MSG], m.properties[Prop.PGROUP] = "true", header.producer_group
                     divert_to_half(m)
                 result = await ctx.store.put_messages(msgs, wait=wait)
-            elif not may_carry_timers(req.body or b"", batch_props) or SysFlag.transaction_type(header.sys_flag):
+            elif not may_carry_timers(elements, batch_props) or SysFlag.transaction_type(header.sys_flag):
                 # the batch as sent (the fast path; a transactional batch is the store's to refuse)
                 result = await ctx.store.put_messages(msgs, wait=wait)
             else:  # messages asking for a timer or a delay level wait on their own (docs/timers.md#batches)
@@ -164,9 +183,8 @@ class SendProcessor:
                                first_offset=result.queue_offset, msg_ids=result.msg_ids)
         if not result.ok:  # stored (the flush or replication wait may have failed) answers with the offsets
             return req.response(code, remark=result.remark or result.status.name)
-        return req.response(code, ext_fields=SendMessageResponseHeader.fields_of(
-            msg_id=",".join(result.msg_ids), queue_id=queue_id, queue_offset=result.queue_offset,
-            region=ctx.config.region_id, trace_on=ctx.config.trace_on, recall_handle=recall_handle))
+        return req.text_response(code, answer_fields(",".join(result.msg_ids), queue_id, result.queue_offset,
+                                                     ctx.config.region_id, ctx.config.trace_on, recall_handle))
 
     def _dead_letter_target(self, header: SendMessageHeader, msg: MessageExt) -> str | None:
         """A retry-topic message that used up its reconsume budget goes to the group's DLQ."""

@@ -1,0 +1,56 @@
+"""The per-request steps of a send that stand in for a general one (unit): a stored send's answer
+fields built directly against ``to_header_map(SendMessageResponseHeader.fields_of(...))``, and the
+look for timers in a batch at its messages' property names, not in its encoded body."""
+
+from __future__ import annotations
+
+import itertools
+
+from ferrymq.broker.batch_timers import may_carry_timers
+from ferrymq.broker.processors.send import answer_fields
+from ferrymq.common.message import Message, Prop, decode_batch_body, encode_batch_body, py_decode_batch_body
+from ferrymq.remoting.command import RemotingCommand, encode_frame
+from ferrymq.remoting.header_fields import to_header_map
+from ferrymq.remoting.headers import SendMessageResponseHeader
+
+
+def test_answer_fields_are_the_response_headers_java_text() -> None:
+    cases = itertools.product(("7F00000100002A9F0000000000000000", "A,B,C", ""), (0, 7, 2**31 - 1),
+                              (0, 123456, 2**63 - 1), ("DefaultRegion", "", None), (True, False),
+                              (None, "aGFuZGxl"))
+    for msg_id, queue_id, queue_offset, region, trace_on, recall_handle in cases:
+        expected = to_header_map(SendMessageResponseHeader.fields_of(
+            msg_id=msg_id, queue_id=queue_id, queue_offset=queue_offset, region=region, trace_on=trace_on,
+            recall_handle=recall_handle))
+        got = answer_fields(msg_id, queue_id, queue_offset, region, trace_on, recall_handle)
+        assert got == expected and list(got) == list(expected)  # the same keys in the same order
+
+
+def test_a_text_response_is_the_response_with_those_fields() -> None:
+    request = RemotingCommand.request(320, {"b": "T"})
+    request.opaque = 77
+    fields = answer_fields("ID", 3, 9, "DefaultRegion", True, None)
+    direct = request.text_response(0, fields)
+    general = request.response(0, ext_fields=fields)
+    assert direct == general and type(direct.code) is int
+    assert encode_frame(direct) == encode_frame(general)
+
+
+def batch(*props: dict[str, str], body: bytes = b"x" * 64) -> list[tuple[int, bytes, dict[str, str]]]:
+    elements = decode_batch_body(encode_batch_body([Message("T", body, properties=dict(p)) for p in props]))
+    assert elements == py_decode_batch_body(encode_batch_body([Message("T", body, properties=dict(p)) for p in props]))
+    return elements
+
+
+def test_a_batch_may_carry_timers_when_a_message_or_the_batch_names_one() -> None:
+    for name in (Prop.TIMER_DELAY_SEC, Prop.TIMER_DELAY_MS, Prop.TIMER_DELIVER_MS, Prop.DELAY):
+        assert may_carry_timers(batch({"KEYS": "k"}, {name: "5"}), {})
+    for name in (Prop.TIMER_DELAY_SEC, Prop.TIMER_DELAY_MS, Prop.TIMER_DELIVER_MS):
+        assert may_carry_timers(batch({}), {name: "5"})
+
+
+def test_a_batch_without_them_does_not_whatever_its_bodies_say() -> None:
+    assert not may_carry_timers(batch({}, {"KEYS": "k", "TAGS": "a"}), {})
+    assert not may_carry_timers(batch({}, body=b"TIMER_DELAY_SEC\x015\x02DELAY\x013\x02"), {})
+    assert not may_carry_timers(batch({"TIMER_DELAYED": "no"}), {Prop.DELAY: "0"})
+    assert not may_carry_timers([], {})
