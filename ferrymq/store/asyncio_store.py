@@ -612,19 +612,25 @@ class AsyncMessageStore:
     async def append_replica(self, appender: ReplicaAppender, offset: int, data: bytes) -> int:
         """A slave: bytes of the master's CommitLog, written and dispatched (held pulls wake as
         for a put); returns the CommitLog offset now confirmed. On the loop, as a master's put,
-        when the writer thread is idle and the transfer small (a slave keeping up), else in the
-        writer thread (catching up: megabytes a transfer)."""
-        if len(data) <= LOOP_REPLICA_BYTES and self._writer.idle and not self.appends_offloaded:
+        when the writer thread is idle and the transfer small (a slave keeping up): its dispatch
+        then runs right after, as a put's does, so the slave confirms first; else in the writer
+        thread, dispatched there (catching up: megabytes a transfer)."""
+        on_loop = len(data) <= LOOP_REPLICA_BYTES and self._writer.idle and not self.appends_offloaded
+        if on_loop:
             started = time.monotonic()
-            progress = appender.append(offset, data)
+            progress = appender.append(offset, data, defer_dispatch=True)
             self._check_append_time(started)
         else:
             progress = await self._write(appender.append, offset, data)
         for wrote in self.write_listeners:
             wrote()
         for topic, queue_id, max_offset, msgs in progress.arrivals:
-            for listener in self.arrival_listeners:
-                listener(topic, queue_id, max_offset, msgs)
+            if on_loop:  # announced once dispatched
+                self._arrivals.append((topic, queue_id, max_offset, msgs, 0))
+            else:
+                self._notify_arrival(topic, queue_id, max_offset, msgs)
+        if on_loop:
+            self._dispatch_soon()
         return progress.confirmed
 
     async def reset_replica(self, appender: ReplicaAppender) -> int:

@@ -250,13 +250,7 @@ class MessageStore:
             return [refused(first.status, first.remark or first.status.name) for _ in puts]
 
         def dispatch(placed: list[Appended], store_ts: int) -> None:  # under the CommitLog's lock
-            run = [p.stored_at(a) for (_, p), a in zip(pending, placed)]
-            if defer_dispatch or self._visible_limit is not None:
-                self._undispatched.append((run, store_ts, run[-1].end))
-                return
-            with self._dispatch_lock:
-                self._dispatch_undispatched()  # a queue's entries go in in CommitLog order
-                self.dispatcher.appended_run(run, store_ts)
+            self.appended_run([p.stored_at(a) for (_, p), a in zip(pending, placed)], store_ts, defer_dispatch)
 
         while pending:
             failure = None
@@ -287,6 +281,17 @@ class MessageStore:
             for r in stored:
                 r.group_end = group_end
         return results  # type: ignore[return-value]  # every slot is set by now
+
+    def appended_run(self, run: list[StoredPut], store_ts: int, defer: bool) -> None:
+        """Under the CommitLog's lock: a run of puts just written (a put group's, or records a
+        slave copied) goes to the ConsumeQueues and IndexFile now, or with ``defer`` (or while a
+        visibility limit is set) at the next ``dispatch_pending``."""
+        if defer or self._visible_limit is not None:
+            self._undispatched.append((run, store_ts, run[-1].end))
+            return
+        with self._dispatch_lock:
+            self._dispatch_undispatched()  # a queue's entries go in in CommitLog order
+            self.dispatcher.appended_run(run, store_ts)
 
     @property
     def dispatch_backlog(self) -> int:
@@ -440,7 +445,7 @@ class MessageStore:
 
     def replica_appender(self) -> ReplicaAppender:
         """A slave's writer of the bytes its master sends."""
-        return ReplicaAppender(self.commit_log, self.dispatcher)
+        return ReplicaAppender(self.commit_log, self.appended_run)
 
     def truncate(self, offset: int) -> int:
         """Drop every record at and after ``offset`` from the CommitLog, and their ConsumeQueue

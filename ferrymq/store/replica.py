@@ -5,15 +5,18 @@ A master sends its CommitLog as raw bytes in chunks that may split records. A sl
 the unfinished tail of a chunk in memory and writes only whole units into its CommitLog:
 complete records (checked for a sane layout) and a segment's whole blank tail. So its
 CommitLog holds exactly the master's bytes, never a torn record, and its max offset is what
-it confirms to the master. Each record written is dispatched to ConsumeQueue and IndexFile
-through the Dispatcher exactly as recovery dispatches a record it reads back.
+it confirms to the master. The records written go to ConsumeQueue and IndexFile as the
+master's put dispatched them: at once, or (``defer_dispatch``) queued for the store's next
+``dispatch_pending``, so a slave keeping up confirms a transfer before indexing it, as a
+master answers a send before (RocketMQ's slave: its reput thread indexes what it appended).
 
-Synchronous: the broker runs ``ReplicaAppender.append`` in the store's writer thread.
+Synchronous: the broker runs ``ReplicaAppender.append`` on its loop for a small transfer and
+in the store's writer thread for a large one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ferrymq.common.message import (
@@ -26,7 +29,11 @@ from ferrymq.common.message import (
     decode_run,
 )
 from ferrymq.store.commit_log import CommitLog
-from ferrymq.store.dispatch import Dispatcher, StoredPut
+from ferrymq.store.dispatch import StoredPut
+
+# Under the CommitLog's lock: a run of records just written (its puts, their store time), and
+# whether its dispatch may wait for the store's next dispatch_pending (MessageStore.appended_run).
+RunDispatch = Callable[[list[StoredPut], int, bool], None]
 
 
 class ReplicaDataError(ValueError):
@@ -78,9 +85,9 @@ def stored_puts(phys: int, msgs: list[MessageExt]) -> Iterator[tuple[int, list[S
 class ReplicaAppender:
     """One replication stream into a slave's CommitLog; ``reset`` at each (re)connection."""
 
-    def __init__(self, commit_log: CommitLog, dispatcher: Dispatcher) -> None:
+    def __init__(self, commit_log: CommitLog, dispatch_run: RunDispatch) -> None:
         self._log = commit_log
-        self._dispatcher = dispatcher
+        self._dispatch_run = dispatch_run
         self._pending = bytearray()  # received, not yet written: an unfinished record or blank tail
         self._pending_at = commit_log.max_offset  # CommitLog offset of _pending[0]
 
@@ -99,10 +106,12 @@ class ReplicaAppender:
     def pending_bytes(self) -> int:
         return len(self._pending)
 
-    def append(self, offset: int, data: bytes | bytearray | memoryview) -> ReplicaProgress:
+    def append(self, offset: int, data: bytes | bytearray | memoryview, *,
+               defer_dispatch: bool = False) -> ReplicaProgress:
         """Take a chunk of the master's CommitLog starting at ``offset``; write and dispatch
-        every unit it completes. Raises ReplicaDataError when it cannot continue the log
-        (the connection is then dropped and started again from the CommitLog's end)."""
+        every unit it completes (``defer_dispatch``: queue their dispatch, see above). Raises
+        ReplicaDataError when it cannot continue the log (the connection is then dropped and
+        started again from the CommitLog's end)."""
         if offset != self.expected_offset:
             if self._log.max_offset == 0 and not self._pending and not self._log.segments:
                 self._pending_at = offset  # an empty store takes the master's data from wherever it starts
@@ -115,7 +124,7 @@ class ReplicaAppender:
             run_end, msgs = self._next_run()
             if run_end == 0:
                 break
-            self._write_run(run_end, msgs, arrivals)
+            self._write_run(run_end, msgs, arrivals, defer_dispatch)
         progress.confirmed = self._log.max_offset
         progress.arrivals = [(t, q, mx, msgs) for (t, q), (mx, msgs) in arrivals.items()]
         return progress
@@ -147,14 +156,14 @@ class ReplicaAppender:
         return pos, msgs  # the next record is not whole yet
 
     def _write_run(self, run_end: int, msgs: list[MessageExt],
-                   arrivals: dict[tuple[str, int], tuple[int, list[MessageExt]]]) -> None:
+                   arrivals: dict[tuple[str, int], tuple[int, list[MessageExt]]], defer: bool) -> None:
         start = self._pending_at
         chunk = bytes(self._pending) if run_end == len(self._pending) else bytes(self._pending[:run_end])
-        dispatcher, queue_offsets = self._dispatcher, self._log.queue_offsets
+        dispatch_run, queue_offsets = self._dispatch_run, self._log.queue_offsets
 
         def dispatch() -> None:  # under the CommitLog's lock, as a put's dispatch
             for store_ts, puts in stored_puts(start, msgs):
-                dispatcher.appended_run(puts, store_ts)
+                dispatch_run(puts, store_ts, defer)
                 for put in puts:
                     if put.to_queue:
                         queue_offsets[f"{put.topic}-{put.queue_id}"] = put.queue_offset + len(put.msgs)

@@ -29,7 +29,7 @@ def fill(store, count: int, seed: int = 1) -> list:
     return sent
 
 
-def copy(master, slave_store, appender, upto: int | None = None, seed: int = 2) -> None:
+def copy(master, slave_store, appender, upto: int | None = None, seed: int = 2, defer_dispatch: bool = False) -> None:
     """Feed the master's bytes to the slave in random chunk sizes, as transfers would."""
     rng = random.Random(seed)
     end = master.commit_log.max_offset if upto is None else upto
@@ -37,7 +37,7 @@ def copy(master, slave_store, appender, upto: int | None = None, seed: int = 2) 
     while offset < end:
         data = read_for_transfer(master.commit_log, offset, min(rng.randint(1, 9000), end - offset))
         assert data, f"no master data at {offset}"
-        appender.append(offset, data)
+        appender.append(offset, data, defer_dispatch=defer_dispatch)
         offset += len(data)
 
 
@@ -73,6 +73,34 @@ def test_copy_in_random_chunks_is_byte_identical_and_serves_the_same_pulls_and_q
     found = slave.query_message("TopicA", "key-7", 32, 0, 2**62).records or slave.query_message(
         "TopicB", "key-7", 32, 0, 2**62).records
     assert len(found) == 1
+
+
+def test_a_deferred_copy_is_confirmed_before_it_is_indexed_and_a_failed_index_write_is_retried(
+        open_store, tmp_path, monkeypatch):
+    # A slave keeping up confirms a transfer first and indexes it right after; an index write that
+    # fails then (a full or failing disk) must not take back what it already confirmed.
+    master = open_store(tmp_path / "master")
+    fill(master, 300)
+    slave = open_store(tmp_path / "slave")
+    copy(master, slave, slave.replica_appender(), defer_dispatch=True)
+    assert commit_log_bytes(slave) == commit_log_bytes(master)
+    assert slave.dispatch_backlog > 0
+    assert all(slave.get_max_offset_in_queue(t, q) == 0 for t, n in TOPICS for q in range(n))
+
+    real = slave.dispatcher.appended_run
+    calls = []
+
+    def failing_once(run, store_ts):
+        calls.append(len(run))
+        if len(calls) == 1:
+            raise OSError(5, "Input/output error")
+        real(run, store_ts)
+
+    monkeypatch.setattr(slave.dispatcher, "appended_run", failing_once)
+    assert slave.dispatch_pending() is False
+    assert commit_log_bytes(slave) == commit_log_bytes(master)  # nothing confirmed was taken back
+    assert slave.dispatch_pending() is True and slave.dispatch_backlog == 0
+    assert_same_queues(master, slave)
 
 
 def test_a_slave_restarted_mid_record_resumes_from_its_last_whole_record(open_store, tmp_path):
