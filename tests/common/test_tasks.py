@@ -145,23 +145,26 @@ async def test_within_times_out_and_cancels_what_it_waited_for():
 
 async def test_idle_limit_fires_only_after_a_silence_as_long_as_the_limit():
     queue: asyncio.Queue[int] = asyncio.Queue()
+    # An item every 20 ms for 0.8 s: longer than the 0.5 s limit, never silent for it (the margin
+    # is wide so a loaded machine's scheduling stalls do not look like silence).
+    items = 40
 
-    async def feed():  # an item every 20 ms for 0.3 s: never silent for the 0.1 s limit
-        for i in range(15):
+    async def feed():
+        for i in range(items):
             await asyncio.sleep(0.02)
             queue.put_nowait(i)
 
     feeder = asyncio.create_task(feed())
     got = []
     loop = asyncio.get_running_loop()
-    with pytest.raises(TimeoutError, match="nothing for 0.1 s"):
-        async with IdleLimit(0.1, "nothing for 0.1 s") as idle:
+    with pytest.raises(TimeoutError, match="nothing for 0.5 s"):
+        async with IdleLimit(0.5, "nothing for 0.5 s") as idle:
             while True:
                 got.append(await queue.get())
                 idle.touch()
                 last = loop.time()
-    assert got == list(range(15))  # every item read: the limit ran from the last touch, not the first
-    assert loop.time() - last >= 0.1
+    assert got == list(range(items))  # every item read: the limit ran from the last touch, not the first
+    assert loop.time() - last >= 0.5
     await feeder
 
 
