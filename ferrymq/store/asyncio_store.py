@@ -624,13 +624,12 @@ class AsyncMessageStore:
             progress = await self._write(appender.append, offset, data)
         for wrote in self.write_listeners:
             wrote()
-        for topic, queue_id, max_offset, msgs in progress.arrivals:
-            if on_loop:  # announced once dispatched
-                self._arrivals.append((topic, queue_id, max_offset, msgs, 0))
-            else:
-                self._notify_arrival(topic, queue_id, max_offset, msgs)
-        if on_loop:
+        if on_loop:  # announced once dispatched
+            self._arrivals.extend((*arrival, 0) for arrival in progress.arrivals)
             self._dispatch_soon()
+        else:
+            for arrival in progress.arrivals:
+                self._notify_arrival(*arrival)
         return progress.confirmed
 
     async def reset_replica(self, appender: ReplicaAppender) -> int:

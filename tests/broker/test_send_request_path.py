@@ -1,5 +1,5 @@
-"""The per-request steps of a send that stand in for a general one (unit): a stored send's answer
-fields built directly against ``to_header_map(SendMessageResponseHeader.fields_of(...))``, and the
+"""The per-request steps of a send that stand in for a general one (unit): a header's answer
+fields built directly (``text_of``) against ``to_header_map(fields_of(...))``, and the
 look for timers in a batch at its messages' property names, not in its encoded body."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import itertools
 
 from ferrymq.broker.batch_timers import may_carry_timers
-from ferrymq.broker.processors.send import answer_fields
 from ferrymq.common.message import Message, Prop, decode_batch_body, encode_batch_body, py_decode_batch_body
 from ferrymq.remoting.command import RemotingCommand, encode_frame
 from ferrymq.remoting.header_fields import to_header_map
 from ferrymq.remoting.headers import SendMessageResponseHeader
+from ferrymq.remoting.headers.base import BOOL, INT, LONG, Header
 
 
 def test_answer_fields_are_the_response_headers_java_text() -> None:
@@ -22,14 +22,39 @@ def test_answer_fields_are_the_response_headers_java_text() -> None:
         expected = to_header_map(SendMessageResponseHeader.fields_of(
             msg_id=msg_id, queue_id=queue_id, queue_offset=queue_offset, region=region, trace_on=trace_on,
             recall_handle=recall_handle))
-        got = answer_fields(msg_id, queue_id, queue_offset, region, trace_on, recall_handle)
+        got = SendMessageResponseHeader.text_of(msg_id=msg_id, queue_id=queue_id, queue_offset=queue_offset,
+                                                region=region, trace_on=trace_on, recall_handle=recall_handle)
         assert got == expected and list(got) == list(expected)  # the same keys in the same order
+
+
+def _all_headers(cls=Header):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _all_headers(sub)
+
+
+def test_every_headers_text_of_is_its_fields_java_text() -> None:
+    samples = {INT: (7, -1, True), LONG: (2**40, 0), BOOL: (True, False)}
+    headers = [h for h in _all_headers() if h.SPEC]
+    assert len(headers) > 20
+    for cls in headers:
+        for round_ in range(3):
+            values = {}
+            for attr, (_, kind, _, required) in zip(cls.ATTRS, cls.SPEC):
+                options = (*samples.get(kind, ("text", "")), None)
+                values[attr] = options[(round_ + len(values)) % len(options)]
+                if required and values[attr] is None:
+                    values[attr] = options[0]
+            expected = to_header_map(cls.fields_of(**values))
+            got = cls.text_of(**values)
+            assert got == expected and list(got) == list(expected), cls.__name__
 
 
 def test_a_text_response_is_the_response_with_those_fields() -> None:
     request = RemotingCommand.request(320, {"b": "T"})
     request.opaque = 77
-    fields = answer_fields("ID", 3, 9, "DefaultRegion", True, None)
+    fields = SendMessageResponseHeader.text_of(msg_id="ID", queue_id=3, queue_offset=9, region="DefaultRegion",
+                                               trace_on=True, recall_handle=None)
     direct = request.text_response(0, fields)
     general = request.response(0, ext_fields=fields)
     assert direct == general and type(direct.code) is int

@@ -29,6 +29,7 @@ from ferrymq.common.validators import validate_topic
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
+from ferrymq.remoting.headers import SendMessageResponseHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store.results import PutStatus
 
@@ -43,20 +44,6 @@ PUT_STATUS_CODES = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
-
-
-def answer_fields(msg_id: str, queue_id: int, queue_offset: int, region: str | None, trace_on: bool,
-                  recall_handle: str | None) -> dict[str, str]:
-    """A stored send's answer fields as Java text: ``to_header_map`` of
-    ``SendMessageResponseHeader.fields_of(...)`` (same keys, order and text; None left out),
-    built in one step (tests/broker/test_send_request_path.py holds the two together)."""
-    fields = {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset)}
-    if region is not None:
-        fields["MSG_REGION"] = region
-    fields["TRACE_ON"] = "true" if trace_on else "false"
-    if recall_handle is not None:
-        fields["recallHandle"] = recall_handle
-    return fields
 
 
 # validate_topic per send, remembered: a broker sees few topic names, over and over. Bounded, so
@@ -183,8 +170,9 @@ class SendProcessor:
                                first_offset=result.queue_offset, msg_ids=result.msg_ids)
         if not result.ok:  # stored (the flush or replication wait may have failed) answers with the offsets
             return req.response(code, remark=result.remark or result.status.name)
-        return req.text_response(code, answer_fields(",".join(result.msg_ids), queue_id, result.queue_offset,
-                                                     ctx.config.region_id, ctx.config.trace_on, recall_handle))
+        return req.text_response(code, SendMessageResponseHeader.text_of(
+            msg_id=",".join(result.msg_ids), queue_id=queue_id, queue_offset=result.queue_offset,
+            region=ctx.config.region_id, trace_on=ctx.config.trace_on, recall_handle=recall_handle))
 
     def _dead_letter_target(self, header: SendMessageHeader, msg: MessageExt) -> str | None:
         """A retry-topic message that used up its reconsume budget goes to the group's DLQ."""

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any, ClassVar, TypeVar
 
 from ferrymq.remoting.command import FIELD_BOOL, FIELD_INT, FIELD_LONG, FIELD_STR, HeaderSpec, RemotingCommand
+from ferrymq.remoting.header_fields import to_header_text
 
 __all__ = ["BOOL", "INT", "LONG", "STR", "Header", "header", "wire"]
 
@@ -41,27 +42,41 @@ def header(cls: type[H]) -> type[H]:
     cls.SPEC = tuple((f.metadata["wire"], f.metadata["kind"], f.metadata["default"], f.metadata["required"])
                      for f in fields)
     cls.ATTRS = tuple(f.name for f in fields)
-    cls._from_values, cls.to_ext_fields, cls.fields_of = _compiled_codec(cls.SPEC, cls.ATTRS)
+    cls._from_values, cls.to_ext_fields, cls.fields_of, cls.text_of = _compiled_codec(cls.SPEC, cls.ATTRS)
     cls.TOPIC_FIELDS = tuple(f.metadata["wire"] for f in fields if f.metadata["topic"])
     cls.CONSUMER_GROUP_FIELDS = tuple(f.metadata["wire"] for f in fields if f.metadata["group"] == "consumer")
     cls.PRODUCER_GROUP_FIELDS = tuple(f.metadata["wire"] for f in fields if f.metadata["group"] == "producer")
     return cls
 
 
-def _compiled_codec(spec: HeaderSpec, attrs: tuple[str, ...]) -> tuple[Any, Any, Any]:
+_TEXT_OF_KIND = {  # a field's value as Java text, by kind: the common type directly, else to_header_text
+    FIELD_STR: "{v} if type({v}) is str else text({v})",
+    FIELD_INT: "str({v}) if type({v}) is int else text({v})",
+    FIELD_LONG: "str({v}) if type({v}) is int else text({v})",
+    FIELD_BOOL: "('true' if {v} else 'false') if type({v}) is bool else text({v})",
+}
+
+
+def _compiled_codec(spec: HeaderSpec, attrs: tuple[str, ...]) -> tuple[Any, Any, Any, Any]:
     """The header's conversions as straight-line code (SEND and PULL answers are on the hot path):
     values in spec order -> header; header -> ext-field dict; keyword values -> ext-field dict
-    without building the header (``fields_of``, for the hottest answers)."""
+    without building the header (``fields_of``); keyword values -> the dict of Java text an answer
+    carries, None left out (``text_of``: ``to_header_map(fields_of(...))`` in one step, for the
+    hottest answers)."""
     build = ", ".join(f"{attr}=values[{i}]" for i, attr in enumerate(attrs))
     fields = ", ".join(f"{name!r}: self.{attr}" for (name, *_), attr in zip(spec, attrs))
     params = ", ".join(attr if required else f"{attr}=defaults[{i}]"
                        for i, ((_, _, _, required), attr) in enumerate(zip(spec, attrs)))
     direct = ", ".join(f"{name!r}: {attr}" for (name, *_), attr in zip(spec, attrs))
-    namespace: dict[str, Any] = {"defaults": tuple(default for _, _, default, _ in spec)}
+    texts = "".join(f"    if {attr} is not None:\n        d[{name!r}] = {_TEXT_OF_KIND[kind].format(v=attr)}\n"
+                    for (name, kind, _, _), attr in zip(spec, attrs))
+    namespace: dict[str, Any] = {"defaults": tuple(default for _, _, default, _ in spec), "text": to_header_text}
     exec(f"def from_values(cls, values):\n    return cls({build})\n"  # noqa: S102 - our own field names
          f"def to_ext_fields(self):\n    return {{{fields}}}\n"
-         f"def fields_of(*, {params}):\n    return {{{direct}}}\n", namespace)
-    return classmethod(namespace["from_values"]), namespace["to_ext_fields"], staticmethod(namespace["fields_of"])
+         f"def fields_of(*, {params}):\n    return {{{direct}}}\n"
+         f"def text_of(*, {params}):\n    d = {{}}\n{texts}    return d\n", namespace)
+    return (classmethod(namespace["from_values"]), namespace["to_ext_fields"], staticmethod(namespace["fields_of"]),
+            staticmethod(namespace["text_of"]))
 
 
 class Header:
@@ -90,6 +105,11 @@ class Header:
     @staticmethod
     def fields_of(**values: Any) -> dict[str, object]:  # compiled per class by @header
         """``cls(**values).to_ext_fields()`` without building the header (same keywords, same defaults)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def text_of(**values: Any) -> dict[str, str]:  # compiled per class by @header
+        """``to_header_map(fields_of(**values))`` in one step: the fields as the Java text an answer carries."""
         raise NotImplementedError
 
     @classmethod
