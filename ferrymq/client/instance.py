@@ -154,8 +154,10 @@ class ClientInstance:
         route = TopicRouteData.from_json(response.body or b"{}")
         self.routes[topic] = route
         self._denied.discard(topic)
+        known = self.broker_addresses()
         for broker in route.broker_datas:
             self.broker_addrs[broker.broker_name] = dict(broker.broker_addrs)
+        self._greet(self.broker_addresses() - known)
         read, self._route_read = self._route_read, asyncio.Event()
         read.set()
         return route
@@ -273,11 +275,19 @@ class ClientInstance:
         """Every broker address of every route this client knows."""
         return {a for addrs in self.broker_addrs.values() for a in addrs.values()}
 
-    async def send_heartbeats(self) -> None:
+    def _greet(self, addrs: set[str]) -> None:
+        """Brokers a route names for the first time hear this client's heartbeat now, not at the
+        next periodic one: a consumer that started before its topic existed is otherwise unknown
+        to the topic's brokers (no queues for it) for up to a heartbeat interval."""
+        if addrs and self._started and (self.producer_groups or self.consumer_data):
+            self._tasks.spawn(self.send_heartbeats(addrs), name="heartbeat-new-brokers")
+
+    async def send_heartbeats(self, addrs: set[str] | None = None) -> None:
+        """Tell ``addrs`` (default: every known broker) this client's groups and subscriptions."""
         if not self.producer_groups and not self.consumer_data:
             return
         body = self.heartbeat_data().to_json()
-        for addr in self.broker_addresses():
+        for addr in sorted(self.broker_addresses() if addrs is None else addrs):
             try:
                 await self.invoke_broker(addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=body))
             except MQClientError as e:

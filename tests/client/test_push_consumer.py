@@ -10,6 +10,7 @@ import time
 import pytest
 
 from ferrymq.client.admin import AdminClient
+from ferrymq.client.config import ClientConfig
 from ferrymq.client.listener import ConsumeConcurrentlyStatus
 from ferrymq.client.push_config import ConsumeFromWhere, MessageModel
 from ferrymq.client.push_consumer import PushConsumer
@@ -43,6 +44,24 @@ async def test_tag_filter_consumes_only_subscribed_tags_and_commits_offsets(clus
     assert all(len(rec.of(k)) == 1 for k in expected)
     committed = {q: cluster.broker.offsets.query("tag-group", "TagT", q) for q in range(4)}
     assert sum(committed.values()) == 60, committed
+
+
+async def test_a_consumer_started_before_its_topic_exists_consumes_it_without_waiting_for_a_heartbeat(cluster):
+    """The topic is created after the consumer started (no route then): the broker the new
+    route names hears the consumer's heartbeat when the route is read, so the group has a
+    member there and the messages are consumed. The periodic heartbeat is off (an hour), so
+    only that first heartbeat can make the broker know the group."""
+    ns = cluster.namesrv_addr
+    rec = Recorder()
+    consumer = PushConsumer("late-topic-group", config=ClientConfig(namesrv_addr=ns, heartbeat_broker_interval=3600))
+    consumer.subscribe("LateT").register_listener(rec.listener("c"))
+    await consumer.start()
+    try:
+        await create_topic(ns, "LateT", 4)
+        await produce(ns, "LateT", 20, prefix="late")
+        await wait_until(lambda: rec.keys() >= {f"late-{i}" for i in range(20)}, 30, "the messages of the new topic")
+    finally:
+        await consumer.shutdown()
 
 
 async def test_offsets_survive_a_consumer_restart_without_redelivery(cluster):
