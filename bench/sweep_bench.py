@@ -10,14 +10,16 @@ ASYNC_FLUSH), not the cross product (which would take a day on 2 cores):
 * ``base``                              1 KiB, 64 senders;
 * ``size128``, ``size4k``, ``size16k``  the base with other body sizes;
 * ``senders1``, ``senders16``, ``senders256``  the base with other sender counts;
-* ``batch8``, ``batch32``, ``batch128`` batches of K 1 KiB messages, 4 batches in flight, each
-  point 4 times ``--messages`` (50 000 messages last under 1.5 s at these rates);
+* ``batch8``, ``batch32``, ``batch128`` batches of K 1 KiB messages, 4 batches in flight;
 * ``pull``, ``litepull``, ``push``, ``pushorderly``  a consumer of each kind draining 1 KiB
   messages from a topic of their own, which ``--messages`` batch sends fill just before, each in a
   new consumer group from the first offset: one puller per queue (BenchLoad's pull, which drains
   the whole topic, as in broker_bench), then DefaultLitePullConsumer, DefaultMQPushConsumer
   concurrently and orderly (each the first ``--messages`` of the topic);
 * ``syncflush``                         the base with both brokers on SYNC_FLUSH.
+
+The batch and drain points move 4 times ``--messages`` (fill and drain alike): at 30-130k msgs/s
+50 000 messages last 0.4-1.5 s, and one slow round trip or pause would move such a figure.
 
 The load is the same for every broker: ``ferrymq.compat.BenchLoad``, the official RocketMQ 4.9.7
 Java client, in a JVM of its own per point (the 4.9.7 client speaks to 5.3.1 brokers too).
@@ -73,8 +75,8 @@ class Point:
     size: int = KIB
     flush: str = "ASYNC_FLUSH"
     fill: str | None = None  # BenchLoad's scenario run first, not measured (a drain's messages)
-    # --messages times this: a batch point moves 30-100k msgs/s, and 50 000 messages would measure
-    # it over half a second to a second and a half, where one slow round trip moves the figure
+    # --messages times this: the batch and drain points move 30-130k msgs/s, and 50 000 messages
+    # would measure them over 0.4-1.5 s, where one slow round trip or pause moves the figure
     scale: int = 1
 
     @property
@@ -93,7 +95,7 @@ class Point:
 
 
 BATCHES_IN_FLIGHT = 4
-BATCH_SCALE = 4  # a batch point sends 4 x --messages (still bounded by --seconds)
+BATCH_SCALE = 4  # a batch or drain point moves 4 x --messages (still bounded by --seconds)
 DRAIN_FILL = f"batch32x{BATCHES_IN_FLIGHT}"
 POINTS = {p.name: p for p in [
     Point("base", "sync64"),
@@ -104,7 +106,7 @@ POINTS = {p.name: p for p in [
     Point("senders16", "sync16"),
     Point("senders256", "sync256"),
     *(Point(f"batch{k}", f"batch{k}x{BATCHES_IN_FLIGHT}", scale=BATCH_SCALE) for k in (8, 32, 128)),
-    *(Point(c, c, fill=DRAIN_FILL) for c in ("pull", "litepull", "push", "pushorderly")),
+    *(Point(c, c, fill=DRAIN_FILL, scale=BATCH_SCALE) for c in ("pull", "litepull", "push", "pushorderly")),
     Point("syncflush", "sync64", flush="SYNC_FLUSH"),
 ]}
 QUICK_POINTS = ("base", "size16k", "batch32", "push")
@@ -227,7 +229,7 @@ def _fmt(v: float | None, fmt: str) -> str:
 def print_table(info: dict, rows: list[dict], brokers: list[str], args) -> None:
     print("")
     print(f"FerryMQ sweep against Apache RocketMQ: median of {args.rounds} round(s), load = the official "
-          f"4.9.7 Java client (BenchLoad), {args.messages} messages ({BATCH_SCALE}x at batch points) "
+          f"4.9.7 Java client (BenchLoad), {args.messages} messages ({BATCH_SCALE}x at batch and drain points) "
           f"or {args.seconds:g} s per point")
     print(f"date {info['date']}   cpu {info['cpu']}   nproc {info['nproc']}   ferrymq {info['ferrymq_commit']}   "
           f"python loop {info['python_loop_s']} s")
