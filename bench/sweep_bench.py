@@ -75,9 +75,7 @@ class Point:
     size: int = KIB
     flush: str = "ASYNC_FLUSH"
     fill: str | None = None  # BenchLoad's scenario run first, not measured (a drain's messages)
-    # --messages times this: the batch and drain points move 30-130k msgs/s, and 50 000 messages
-    # would measure them over 0.4-1.5 s, where one slow round trip or pause moves the figure
-    scale: int = 1
+    scale: int = 1  # the point moves scale x --messages (FAST_POINT_SCALE: see the module's docstring)
 
     @property
     def topic(self) -> str:
@@ -95,7 +93,7 @@ class Point:
 
 
 BATCHES_IN_FLIGHT = 4
-BATCH_SCALE = 4  # a batch or drain point moves 4 x --messages (still bounded by --seconds)
+FAST_POINT_SCALE = 4  # the batch and drain points' scale (still bounded by --seconds)
 DRAIN_FILL = f"batch32x{BATCHES_IN_FLIGHT}"
 POINTS = {p.name: p for p in [
     Point("base", "sync64"),
@@ -105,8 +103,8 @@ POINTS = {p.name: p for p in [
     Point("senders1", "sync1"),
     Point("senders16", "sync16"),
     Point("senders256", "sync256"),
-    *(Point(f"batch{k}", f"batch{k}x{BATCHES_IN_FLIGHT}", scale=BATCH_SCALE) for k in (8, 32, 128)),
-    *(Point(c, c, fill=DRAIN_FILL, scale=BATCH_SCALE) for c in ("pull", "litepull", "push", "pushorderly")),
+    *(Point(f"batch{k}", f"batch{k}x{BATCHES_IN_FLIGHT}", scale=FAST_POINT_SCALE) for k in (8, 32, 128)),
+    *(Point(c, c, fill=DRAIN_FILL, scale=FAST_POINT_SCALE) for c in ("pull", "litepull", "push", "pushorderly")),
     Point("syncflush", "sync64", flush="SYNC_FLUSH"),
 ]}
 QUICK_POINTS = ("base", "size16k", "batch32", "push")
@@ -229,7 +227,7 @@ def _fmt(v: float | None, fmt: str) -> str:
 def print_table(info: dict, rows: list[dict], brokers: list[str], args) -> None:
     print("")
     print(f"FerryMQ sweep against Apache RocketMQ: median of {args.rounds} round(s), load = the official "
-          f"4.9.7 Java client (BenchLoad), {args.messages} messages ({BATCH_SCALE}x at batch and drain points) "
+          f"4.9.7 Java client (BenchLoad), {args.messages} messages ({FAST_POINT_SCALE}x at batch and drain points) "
           f"or {args.seconds:g} s per point")
     print(f"date {info['date']}   cpu {info['cpu']}   nproc {info['nproc']}   ferrymq {info['ferrymq_commit']}   "
           f"python loop {info['python_loop_s']} s")
