@@ -14,7 +14,22 @@ from ferrymq.grpc.wiring import broker_grpc
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer
 from ferrymq.store.config import StoreConfig
 
-__all__ = ["InProcessCluster", "missing_prerequisite", "require"]
+__all__ = ["InProcessCluster", "evict_from_page_cache", "missing_prerequisite", "require"]
+
+
+def evict_from_page_cache(root: Path | str) -> None:
+    """Write every file under ``root`` to disk and drop its pages from the page cache (pages a
+    process has mapped stay): the next read of them goes to the disk, as after a restart or under
+    memory pressure."""
+    for path in Path(root).rglob("*"):
+        if not path.is_file():
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def missing_prerequisite(what: str) -> None:

@@ -15,10 +15,11 @@ right behind it, so they run after the answer leaves and before the loop reads a
 (any request a client sends after reading the answer finds the message). The arrival is
 announced after that callback. A failed dispatch (a full disk) is retried every
 ``DISPATCH_RETRY_SECONDS`` while the store refuses new puts; the stored messages stay.
-With ``append_on_loop`` false every append goes to the writer thread. A pull of data written
-lately (one of its queue's newest entries, its record within the in-memory window of the
-CommitLog head) reads on the loop too: page-cache copies, cheaper than the read pool's thread
-hop each way. Everything else that may touch the disk (older reads, fsyncs, retention, load
+With ``append_on_loop`` false every append goes to the writer thread. A pull whose data is in
+the page cache reads on the loop too (page-cache copies, cheaper than the read pool's thread
+hop each way): one of its queue's newest entries as it is, an older one with reads that never
+wait for the disk (preadv RWF_NOWAIT), which hand the pull to the pool when a page is not
+cached. Everything else that may touch the disk (reads from disk, fsyncs, retention, load
 and shutdown) runs in threads; reads use a small pool so a cold read never delays a send. After a write the arrival is announced on
 the loop to wake held pulls for that queue.
 
@@ -63,6 +64,7 @@ from ferrymq.common.eager import Parked
 from ferrymq.common.message import MessageExt, record_store_timestamp
 from ferrymq.store.flush import GroupCommitStats, settle_flush_wait
 from ferrymq.store.loop_bridge import FlushWaits, LoopCompletions, WriteBacklog, WriterThread
+from ferrymq.store.mapped_file import NotCached
 from ferrymq.store.message_store import MessageStore
 from ferrymq.store.replica import ReplicaAppender
 from ferrymq.store.results import AppendResult, GetResult, PutStatus, QueryMessageResult
@@ -78,7 +80,8 @@ log = logging.getLogger(__name__)
 OFFLOAD_SECONDS = 10.0
 # How soon a dispatch that failed (a full disk) is tried again.
 DISPATCH_RETRY_SECONDS = 1.0
-# A pull from one of a queue's newest entries (1.25 MiB of ConsumeQueue) reads on the loop.
+# A pull from one of a queue's newest entries (1.25 MiB of ConsumeQueue, written lately) reads on
+# the loop without asking the page cache first; an older one only what the page cache holds.
 RECENT_QUEUE_ENTRIES = 65536
 # A slave's transfer from the master's newest CommitLog bytes reads on the loop (page-cache copies).
 RECENT_TRANSFER_BYTES = 16 << 20
@@ -411,27 +414,27 @@ class AsyncMessageStore:
     async def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                            tag_filter: Callable[[int], bool] | None = None,
                            record_filter: Callable[[bytes], bool] | None = None) -> GetResult:
-        """A pull's read: on the loop when what it reads was written lately (page-cache copies,
-        as appends are), else in the read pool so a cold read never stalls the loop."""
-        if self._recent_entries(topic, queue_id, offset):
-            result = self.sync_store.get_messages(group, topic, queue_id, offset, max_msg_nums, tag_filter,
-                                                  record_filter, hot_only=True)
+        """A pull's read: on the loop when what it reads is in the page cache (a copy, as appends
+        are), else in the read pool so a read from disk never stalls the loop.
+
+        A queue's newest entries (the last RECENT_QUEUE_ENTRIES, written lately) are read on the
+        loop as they are; older ones with reads that never wait for the disk (``nowait``), which
+        decline when a page left the page cache. Either declines when the first record is outside
+        the CommitLog's in-memory window (accessMessageInMemoryMaxRatio), after one ConsumeQueue
+        read. Appends kept off the loop by a slow disk keep reads off it too."""
+        if not self.appends_offloaded:
+            recent = self.sync_store.get_max_offset_in_queue(topic, queue_id) - offset <= RECENT_QUEUE_ENTRIES
+            try:
+                result = self.sync_store.get_messages(group, topic, queue_id, offset, max_msg_nums, tag_filter,
+                                                      record_filter, hot_only=True, nowait=not recent)
+            except NotCached:
+                result = None
             if result is not None:
                 self.reads_on_loop += 1
                 return result
         self.reads_in_pool += 1
         return await self._read(self.sync_store.get_messages, group, topic, queue_id, offset, max_msg_nums, tag_filter,
                                 record_filter)
-
-    def _recent_entries(self, topic: str, queue_id: int, offset: int) -> bool:
-        """Whether a read from ``offset`` may be tried on the loop: the queue's entry is among its
-        last RECENT_QUEUE_ENTRIES (ConsumeQueue pages written lately) and appends themselves are on
-        the loop (configured so, and no slow disk keeps them off it). The read itself then declines
-        (``hot_only``) when the first record is outside the in-memory window of the CommitLog head
-        (accessMessageInMemoryMaxRatio): one ConsumeQueue read decides, not a read of its own."""
-        if self.appends_offloaded:
-            return False
-        return self.sync_store.get_max_offset_in_queue(topic, queue_id) - offset <= RECENT_QUEUE_ENTRIES
 
     async def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
         return await self._read(self.sync_store.query_message, topic, key, max_num, begin, end)

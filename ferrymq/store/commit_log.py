@@ -275,14 +275,15 @@ class CommitLog:
 
     # ------------------------------------------------------------ reading
 
-    def get_data(self, phys_offset: int, size: int) -> bytes | None:
-        """``size`` bytes at ``phys_offset`` if all of them are written and within one segment."""
+    def get_data(self, phys_offset: int, size: int, *, nowait: bool = False) -> bytes | None:
+        """``size`` bytes at ``phys_offset`` if all of them are written and within one segment.
+        ``nowait``: only from the page cache (else NotCached)."""
         if phys_offset < self.min_offset or phys_offset + size > self._max_offset or size < 0:
             return None
         seg = self._files.find(phys_offset)
         if seg is None or phys_offset + size > seg.end_offset:
             return None
-        data = seg.read(phys_offset - seg.start_offset, size)
+        data = seg.read(phys_offset - seg.start_offset, size, nowait=nowait)
         return data if len(data) == size else None
 
     def store_timestamp(self, phys_offset: int) -> int:
@@ -303,11 +304,12 @@ class CommitLog:
             return None
         return head[:total] if total <= len(head) else self.get_data(phys_offset, total)
 
-    def read_many(self, entries: Sequence[tuple[int, int]]) -> list[bytes | None]:
+    def read_many(self, entries: Sequence[tuple[int, int]], *, nowait: bool = False) -> list[bytes | None]:
         """Records for ascending (phys offset, size) pairs, reading nearby ones with one pread.
 
         A queue's records are interleaved with other queues' in the CommitLog, so runs
         are merged across small gaps; None marks a record that is no longer readable.
+        ``nowait``: only from the page cache (else NotCached).
         """
         out: list[bytes | None] = []
         i, count = 0, len(entries)
@@ -320,9 +322,9 @@ class CommitLog:
                 if phys < run_end or phys - run_end > _MAX_RUN_GAP or phys + next_size > seg_end:
                     break
                 run_end, j = phys + next_size, j + 1
-            data = self.get_data(start, run_end - start)
+            data = self.get_data(start, run_end - start, nowait=nowait)
             if data is None:  # part of the run is gone: fall back to one read each
-                out.extend(self.get_data(p, s) for p, s in entries[i:j])
+                out.extend(self.get_data(p, s, nowait=nowait) for p, s in entries[i:j])
             else:
                 out.extend(data[p - start : p - start + s] for p, s in entries[i:j])
             i = j

@@ -68,14 +68,15 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------ reading
 
-    def read_entries(self, offset: int, max_entries: int) -> bytes | None:
+    def read_entries(self, offset: int, max_entries: int, *, nowait: bool = False) -> bytes | None:
         """Raw entries from ``offset``, at most ``max_entries``, never crossing into the next
-        segment (as Java's getIndexBuffer). None when no segment holds ``offset``."""
+        segment (as Java's getIndexBuffer). None when no segment holds ``offset``. ``nowait``:
+        only from the page cache (else NotCached)."""
         pos = offset * CQ_ENTRY_SIZE
         seg = self._files.find(pos)
         if seg is None:
             return None
-        return seg.read(pos - seg.start_offset, max_entries * CQ_ENTRY_SIZE)
+        return seg.read(pos - seg.start_offset, max_entries * CQ_ENTRY_SIZE, nowait=nowait)
 
     def entry(self, offset: int) -> tuple[int, int, int] | None:
         """(commitLogOffset, size, tagsCode) of one entry, None if not written."""

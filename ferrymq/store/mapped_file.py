@@ -38,6 +38,38 @@ _CLOSED = -2
 fdatasync = getattr(os, "fdatasync", os.fsync)  # size never changes, so data-only sync suffices
 
 
+class NotCached(Exception):
+    """A read asked only for page-cache data (``nowait``) and some of it is on disk."""
+
+
+# preadv(RWF_NOWAIT) (Linux 4.14+) reads only what the page cache holds; where the file system
+# does not support it, every such read answers NotCached and the caller reads in its pool.
+_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", None)
+_nowait_reads = _RWF_NOWAIT is not None and hasattr(os, "preadv")
+
+
+def read_cached(fd: int, length: int, pos: int) -> bytes:
+    """``length`` bytes at ``pos`` if the page cache holds every one of them, else NotCached:
+    never waits for the disk (a short read means part of the range is not cached)."""
+    global _nowait_reads
+    if not _nowait_reads:
+        raise NotCached
+    buf = bytearray(length)
+    try:
+        got = os.preadv(fd, [buf], pos, _RWF_NOWAIT)
+    except BlockingIOError:
+        raise NotCached from None
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        _nowait_reads = False
+        log.info("this file system does not read page-cache-only (RWF_NOWAIT): older data is read in the pool")
+        raise NotCached from None
+    if got != length:
+        raise NotCached
+    return bytes(buf)
+
+
 def _load_fallocate():
     try:
         fallocate = ctypes.CDLL(None, use_errno=True).fallocate
@@ -197,12 +229,15 @@ class MappedFile:
             data, pos = memoryview(data)[written:], pos + written
             written = os.pwrite(fd, data, pos)
 
-    def read(self, pos: int, length: int) -> bytes:
-        """Up to ``length`` bytes from ``pos``, never past the written data."""
+    def read(self, pos: int, length: int, *, nowait: bool = False) -> bytes:
+        """Up to ``length`` bytes from ``pos``, never past the written data. ``nowait``: only
+        from the page cache, NotCached when part of it is on disk (``read_cached``)."""
         length = min(length, self.write_position - pos)
         if length <= 0 or pos < 0:
             return b""
         try:
+            if nowait:
+                return read_cached(self.fd, length, pos)
             return os.pread(self.fd, length, pos)  # the file never shrinks, so this is never short
         except (FileNotFoundError, ValueError):  # deleted (or closed) under a late reader: gone
             return b""

@@ -530,6 +530,7 @@ class MessageStore:
         record_filter: Callable[[bytes], bool] | None = None,
         *,
         hot_only: bool = False,
+        nowait: bool = False,
     ) -> GetResult | None:
         """A pull: statuses and nextBeginOffset as RocketMQ 4.9 (docs/wire-format.md#pull-statuses).
 
@@ -539,6 +540,8 @@ class MessageStore:
         ``group`` is accepted for parity with RocketMQ (it only feeds its statistics).
         ``hot_only``: read no record outside the CommitLog's in-memory window; None instead
         when the first one is (the caller reads again where a cold read may block).
+        ``nowait``: read only from the page cache; NotCached when part of what the pull reads is
+        on disk (the ConsumeQueue entries or the records), before anything is consumed.
         """
         self._check_running()
         cq = self.queues.get(topic, queue_id)
@@ -555,7 +558,8 @@ class MessageStore:
             # RocketMQ 4.x sends the consumer back to the start when nothing was ever deleted.
             nxt = min_offset if min_offset == 0 else max_offset
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
-        return self._read_queue(cq, offset, max_msg_nums, tag_filter, min_offset, max_offset, record_filter, hot_only)
+        return self._read_queue(cq, offset, max_msg_nums, tag_filter, min_offset, max_offset, record_filter, hot_only,
+                                nowait)
 
     def _read_queue(
         self,
@@ -567,6 +571,7 @@ class MessageStore:
         max_offset: int,
         record_filter: Callable[[bytes], bool] | None = None,
         hot_only: bool = False,
+        nowait: bool = False,
     ) -> GetResult | None:
         cl = self.commit_log
         max_phy, cl_min, window = cl.max_offset, cl.min_offset, self.in_memory_window
@@ -574,7 +579,7 @@ class MessageStore:
         # Without a tag filter the common pull takes at most max_msg_nums entries and looks at the
         # next: those are read first, the whole scan window only if the general scan needs it.
         first_read = min(scan_entries, max_msg_nums + 1) if tag_filter is None else scan_entries
-        data = cq.read_entries(offset, first_read)
+        data = cq.read_entries(offset, first_read, nowait=nowait)
         if data is None:  # the ConsumeQueue file holding offset is gone
             return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
         first_phys = CQ_ENTRY.unpack_from(data)[0] if data else -1
@@ -583,7 +588,7 @@ class MessageStore:
             return None
         fast = tag_filter is None and first_in_memory and first_phys >= cl_min
         if not fast and first_read < scan_entries and len(data) == first_read * CQ_ENTRY_SIZE:
-            data = cq.read_entries(offset, scan_entries)  # (cold or removed records: scan as far as RocketMQ does)
+            data = cq.read_entries(offset, scan_entries, nowait=nowait)  # (cold or removed records: scan as far as RocketMQ does)
             if data is None:
                 return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
         if fast:
@@ -591,14 +596,15 @@ class MessageStore:
             # nothing removed, every record in the page cache.
             status = GetStatus.FOUND
             picked, scanned, last_phys = self._pick_in_memory(data, max_msg_nums)
-            # In the page cache: copied out of the CommitLog's mapping, only the records themselves.
-            joined = cl.read_joined(picked) if record_filter is None else None
+            # In the page cache: copied out of the CommitLog's mapping, only the records themselves
+            # (unless the caller cannot wait for a page that left it: then preads that never wait).
+            joined = cl.read_joined(picked) if record_filter is None and not nowait else None
         else:
             status, picked, scanned, last_phys = self._pick(data, max_msg_nums, tag_filter, max_phy, cl_min, window)
             joined = None
 
         records: Sequence[bytes] = joined if joined is not None else (
-            [r for r in cl.read_many(picked) if r is not None] if picked else [])
+            [r for r in cl.read_many(picked, nowait=nowait) if r is not None] if picked else [])
         if picked and not records:  # deleted between the checks above and the read
             status = GetStatus.MESSAGE_WAS_REMOVING
         elif records and record_filter is not None:

@@ -288,11 +288,13 @@ async def test_short_polling_holds_a_pull_only_short_polling_time_mills(tmp_path
     assert 0.2 < took < 5.0, took
 
 
-async def test_pulls_of_recent_data_read_on_the_loop_older_ones_in_the_read_pool(cluster, monkeypatch):
-    """A pull from one of a queue's newest entries reads on the event loop (no thread hop);
-    one further behind, or whose records left the in-memory window, goes to the read pool.
-    All answer the same records."""
+async def test_pulls_of_cached_data_read_on_the_loop_reads_from_disk_in_the_read_pool(cluster, monkeypatch):
+    """A pull whose data is in the page cache reads on the event loop (no thread hop): from one
+    of a queue's newest entries as it is, from older ones after reads that never wait for the
+    disk. One that would wait for the disk, or whose records left the in-memory window, goes to
+    the read pool. All answer the same records."""
     import ferrymq.store.asyncio_store as asyncio_store
+    from tests.support import evict_from_page_cache
     monkeypatch.setattr(asyncio_store, "RECENT_QUEUE_ENTRIES", 10)
     mq = MessageQueue("Recent", "broker-a", 0)
     store = cluster.broker.store
@@ -300,18 +302,24 @@ async def test_pulls_of_recent_data_read_on_the_loop_older_ones_in_the_read_pool
             PullConsumer("g", namesrv_addr=cluster.namesrv_addr) as consumer:
         for i in range(40):
             await producer.send(Message("Recent", f"m{i}".encode()), queue=mq)
+        await store.flush_commit_log()
+        await store.flush_consume_queues()
         on_loop, in_pool = store.reads_on_loop, store.reads_in_pool
-        old = await consumer.pull(mq, 0, max_nums=8)  # 40 entries behind the head
-        assert (store.reads_on_loop, store.reads_in_pool) == (on_loop, in_pool + 1)
-        recent = await consumer.pull(mq, 35, max_nums=8)  # 5 behind
+        old = await consumer.pull(mq, 0, max_nums=8)  # 40 entries behind the head, cached
+        assert (store.reads_on_loop, store.reads_in_pool) == (on_loop + 1, in_pool)
+        evict_from_page_cache(cluster.data_dir)  # (nothing has mapped these pages yet)
+        from_disk = await consumer.pull(mq, 0, max_nums=8)
         assert (store.reads_on_loop, store.reads_in_pool) == (on_loop + 1, in_pool + 1)
+        recent = await consumer.pull(mq, 35, max_nums=8)  # 5 behind
+        assert (store.reads_on_loop, store.reads_in_pool) == (on_loop + 2, in_pool + 1)
         # Recent entries whose records are no longer in the CommitLog's in-memory window: the
         # read on the loop declines after its ConsumeQueue read, and the pool reads them.
         # (The class's, over the instance's: the cluster's broker holds the one MessageStore here.)
         monkeypatch.setattr(MessageStore, "in_memory_window", property(lambda self: 0), raising=False)
         cold = await consumer.pull(mq, 35, max_nums=8)
-        assert (store.reads_on_loop, store.reads_in_pool) == (on_loop + 1, in_pool + 2)
-    assert [m.body for m in old.messages] == [f"m{i}".encode() for i in range(8)]
+        assert (store.reads_on_loop, store.reads_in_pool) == (on_loop + 2, in_pool + 2)
+    assert [m.body for m in old.messages] == [m.body for m in from_disk.messages] == \
+        [f"m{i}".encode() for i in range(8)]
     assert [m.body for m in recent.messages] == [m.body for m in cold.messages] == \
         [f"m{i}".encode() for i in range(35, 40)]
     assert recent.next_begin_offset == cold.next_begin_offset == 40

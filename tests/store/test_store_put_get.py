@@ -231,6 +231,41 @@ def test_unfiltered_pulls_of_records_in_memory_answer_as_the_general_scan(open_s
             assert fast == scanned and fast.status is GetStatus.FOUND
 
 
+def test_pulls_that_must_not_wait_for_the_disk_read_the_page_cache_or_decline(open_store, tmp_path):
+    """``nowait`` pulls (the broker's on-loop reads of older data) raise NotCached instead of
+    waiting when their ConsumeQueue entries or their records are not in the page cache; while
+    they are, they answer exactly as ordinary pulls, filtered or not."""
+    import random
+
+    from ferrymq.store.mapped_file import NotCached
+    from tests.support import evict_from_page_cache
+
+    rng = random.Random(5)
+    store = open_store(mapped_file_size_commit_log=8 << 20)
+    for i in range(200):  # two queues interleaved, small and large bodies; T1 on every third
+        put_all(store, [make_msg(queue_id=i % 2, body=b"y" * rng.choice([10, 3000, 20000]), tags=f"T{i % 3}")])
+    tag_filter = lambda code: code == java_string_hash("T1")  # noqa: E731
+    pulls = [(rng.randrange(2), rng.randrange(100), rng.choice([1, 8, 32]), rng.choice([None, tag_filter]))
+             for _ in range(40)]
+
+    def pull(queue_id, offset, nums, tags, **kw):
+        return store.get_messages("g", "TopicTest", queue_id, offset, nums, tags, **kw)
+
+    root = tmp_path / "store"
+    store.flush()
+    for p in pulls:  # (before any ordinary pull: pages the store has mapped stay in the cache)
+        evict_from_page_cache(root)
+        with pytest.raises(NotCached):  # its ConsumeQueue entries are on disk only
+            pull(*p, nowait=True)
+        for path in (root / "consumequeue").rglob("0" * 20):
+            path.read_bytes()  # now cached; the records are not
+        with pytest.raises(NotCached):
+            pull(*p, nowait=True)
+    ordinary = [pull(*p) for p in pulls]  # (they read from the disk)
+    assert all(r.status is GetStatus.FOUND and r.records for r in ordinary)
+    assert [pull(*p, nowait=True) for p in pulls] == ordinary
+
+
 def test_message_was_removing_and_offset_found_null(open_store):
     store = open_store()
     put_all(store, [make_msg(body=b"x" * 1000) for _ in range(150)])  # 60 per CommitLog file, 100 per CQ file
