@@ -17,9 +17,9 @@ announced after that callback. A failed dispatch (a full disk) is retried every
 ``DISPATCH_RETRY_SECONDS`` while the store refuses new puts; the stored messages stay.
 With ``append_on_loop`` false every append goes to the writer thread. A pull whose data is in
 the page cache reads on the loop too (page-cache copies, cheaper than the read pool's thread
-hop each way): one of its queue's newest entries as it is, an older one with reads that never
-wait for the disk (preadv RWF_NOWAIT), which hand the pull to the pool when a page is not
-cached. Everything else that may touch the disk (reads from disk, fsyncs, retention, load
+hop each way): one of its queue's newest entries as it is, an older one after asking the page
+cache (its ConsumeQueue entries read with preadv RWF_NOWAIT, its records' pages counted with
+cachestat(2)), which hands the pull to the pool when a page is not cached. Everything else that may touch the disk (reads from disk, fsyncs, retention, load
 and shutdown) runs in threads; reads use a small pool so a cold read never delays a send. After a write the arrival is announced on
 the loop to wake held pulls for that queue.
 
@@ -418,8 +418,8 @@ class AsyncMessageStore:
         are), else in the read pool so a read from disk never stalls the loop.
 
         A queue's newest entries (the last RECENT_QUEUE_ENTRIES, written lately) are read on the
-        loop as they are; older ones with reads that never wait for the disk (``nowait``), which
-        decline when a page left the page cache. Either declines when the first record is outside
+        loop as they are; older ones only from the page cache (``nowait``), which declines when a
+        page left it. Either declines when the first record is outside
         the CommitLog's in-memory window (accessMessageInMemoryMaxRatio), after one ConsumeQueue
         read. Appends kept off the loop by a slow disk keep reads off it too."""
         if not self.appends_offloaded:

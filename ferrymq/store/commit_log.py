@@ -31,7 +31,7 @@ from ferrymq.common.message import (
     record_store_timestamp,
     stamp_records,
 )
-from ferrymq.store.mapped_file import MappedFile, MappedFileQueue
+from ferrymq.store.mapped_file import MappedFile, MappedFileQueue, page_cache_holds
 from ferrymq.store.results import JoinedRecords
 
 log = logging.getLogger(__name__)
@@ -329,6 +329,20 @@ class CommitLog:
                 out.extend(data[p - start : p - start + s] for p, s in entries[i:j])
             i = j
         return out
+
+    def cached(self, entries: Sequence[tuple[int, int]]) -> bool:
+        """Whether the page cache holds every page from the first of these ascending (phys offset,
+        size) records to the end of the last, all in one segment: ``read_joined`` of them then
+        copies without a disk read."""
+        start, (last, last_size) = entries[0][0], entries[-1]
+        seg = self._files.find(start)
+        if seg is None or last + last_size > seg.end_offset:
+            return False
+        try:
+            fd = seg.fd
+        except ValueError:  # closed: deleted by retention meanwhile
+            return False
+        return page_cache_holds(fd, start - seg.start_offset, last + last_size - start)
 
     def read_joined(self, entries: Sequence[tuple[int, int]]) -> JoinedRecords | None:
         """The records at ascending (phys offset, size) pairs copied back to back into one

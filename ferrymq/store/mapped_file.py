@@ -24,6 +24,7 @@ import logging
 import mmap
 import os
 import re
+import sys
 import threading
 import time
 
@@ -68,6 +69,53 @@ def read_cached(fd: int, length: int, pos: int) -> bytes:
     if got != length:
         raise NotCached
     return bytes(buf)
+
+
+class _CacheRange(ctypes.Structure):
+    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+
+class _CacheStat(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in
+                ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
+
+
+_SYS_CACHESTAT = 451  # cachestat(2), Linux 6.5+: one number on every architecture
+
+
+def _load_cachestat():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        syscall = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    syscall.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.POINTER(_CacheRange), ctypes.POINTER(_CacheStat),
+                        ctypes.c_uint]
+    syscall.restype = ctypes.c_long
+    return syscall
+
+
+_cachestat = _load_cachestat()
+
+
+def page_cache_holds(fd: int, pos: int, length: int) -> bool:
+    """Whether the page cache holds every page of ``length`` bytes at ``pos`` (one cachestat
+    call: a mapping's pages can then be copied without a disk read). False where the kernel
+    cannot tell (older than 6.5, or a sandbox refusing the call): the caller reads in its pool."""
+    global _cachestat
+    if _cachestat is None or length <= 0:
+        return _cachestat is not None
+    first, last = pos // OS_PAGE_SIZE, (pos + length - 1) // OS_PAGE_SIZE
+    stat = _CacheStat()
+    if _cachestat(_SYS_CACHESTAT, fd, ctypes.byref(_CacheRange(pos, length)), ctypes.byref(stat), 0) != 0:
+        err = ctypes.get_errno()
+        if err in (errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP):
+            _cachestat = None
+            log.info("cachestat(2) is not available here (%s): records past a queue's newest entries are "
+                     "read in the pool", os.strerror(err))
+        return False
+    return stat.nr_cache >= last - first + 1
 
 
 def _load_fallocate():

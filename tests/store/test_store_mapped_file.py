@@ -183,3 +183,27 @@ def test_a_refused_allocation_leaves_appends_to_allocate_as_they_go(tmp_path, mo
     assert seg.read(0, 1200) == b"0000" * 300 and seg.write_position == 120_000
     assert os.stat(seg.path).st_blocks * 512 < 1 << 20  # sparse as before
     seg.close()
+
+
+def test_page_cache_holds_tells_cached_pages_from_pages_on_disk(tmp_path, monkeypatch):
+    """What the broker asks before copying records out of a mapping on its event loop: every
+    page of the range cached, or not (then it reads in its pool); where the kernel cannot tell,
+    always "not"."""
+    from tests.support import evict_from_page_cache
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(64 * 4096))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        evict_from_page_cache(tmp_path)
+        assert not mapped_file.page_cache_holds(fd, 0, 4096)
+        os.pread(fd, 3 * 4096, 8 * 4096)  # pages 8-10 (and maybe some read ahead)
+        assert mapped_file.page_cache_holds(fd, 8 * 4096 + 100, 2 * 4096)  # touches pages 8-10
+        evict_from_page_cache(tmp_path)
+        os.pread(fd, 1, 8 * 4096)
+        assert not mapped_file.page_cache_holds(fd, 0, 64 * 4096)  # not the whole file
+        os.pread(fd, 64 * 4096, 0)
+        assert mapped_file.page_cache_holds(fd, 0, 64 * 4096)
+        monkeypatch.setattr(mapped_file, "_cachestat", None)
+        assert not mapped_file.page_cache_holds(fd, 0, 4096)
+    finally:
+        os.close(fd)
