@@ -612,27 +612,35 @@ class AsyncMessageStore:
     def _recent_transfer(self, offset: int) -> bool:
         return not self.appends_offloaded and self.sync_store.max_phy_offset - offset <= RECENT_TRANSFER_BYTES
 
-    async def append_replica(self, appender: ReplicaAppender, offset: int, data: bytes) -> int:
-        """A slave: bytes of the master's CommitLog, written and dispatched (held pulls wake as
-        for a put); returns the CommitLog offset now confirmed. On the loop, as a master's put,
-        when the writer thread is idle and the transfer small (a slave keeping up): its dispatch
-        then runs right after, as a put's does, so the slave confirms first; else in the writer
-        thread, dispatched there (catching up: megabytes a transfer)."""
-        on_loop = len(data) <= LOOP_REPLICA_BYTES and self._writer.idle and not self.appends_offloaded
-        if on_loop:
-            started = time.monotonic()
-            progress = appender.append(offset, data, defer_dispatch=True)
-            self._check_append_time(started)
-        else:
-            progress = await self._write(appender.append, offset, data)
+    def append_replica_now(self, appender: ReplicaAppender, offset: int, data: bytes | bytearray) -> int | None:
+        """``append_replica`` on the loop, when it may run there: a small transfer (a slave keeping
+        up) while the writer thread is idle, written as a master's put is; its dispatch runs right
+        after, as a put's does, so the slave confirms first. None when it may not (then
+        ``append_replica`` writes it in the writer thread)."""
+        if len(data) > LOOP_REPLICA_BYTES or not self._writer.idle or self.appends_offloaded:
+            return None
+        started = time.monotonic()
+        progress = appender.append(offset, data, defer_dispatch=True)
+        self._check_append_time(started)
         for wrote in self.write_listeners:
             wrote()
-        if on_loop:  # announced once dispatched
-            self._arrivals.extend((*arrival, 0) for arrival in progress.arrivals)
-            self._dispatch_soon()
-        else:
-            for arrival in progress.arrivals:
-                self._notify_arrival(*arrival)
+        self._arrivals.extend((*arrival, 0) for arrival in progress.arrivals)  # announced once dispatched
+        self._dispatch_soon()
+        return progress.confirmed
+
+    async def append_replica(self, appender: ReplicaAppender, offset: int, data: bytes | bytearray) -> int:
+        """A slave: bytes of the master's CommitLog, written and dispatched (held pulls wake as
+        for a put); returns the CommitLog offset now confirmed. On the loop when it may run there
+        (``append_replica_now``), else in the writer thread, dispatched there (catching up:
+        megabytes a transfer)."""
+        confirmed = self.append_replica_now(appender, offset, data)
+        if confirmed is not None:
+            return confirmed
+        progress = await self._write(appender.append, offset, data)
+        for wrote in self.write_listeners:
+            wrote()
+        for arrival in progress.arrivals:
+            self._notify_arrival(*arrival)
         return progress.confirmed
 
     async def reset_replica(self, appender: ReplicaAppender) -> int:

@@ -17,11 +17,8 @@ proposes at once rather than after haMaxTimeSlaveNotCatchup (a controlled shutdo
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from dataclasses import dataclass
-
-from ferrymq.common.tasks import IdleLimit
 
 OFFSET_REPORT = struct.Struct(">q")
 TRANSFER_HEADER = struct.Struct(">qi")
@@ -107,13 +104,3 @@ def decode_transfer_header(data: bytes, max_body: int) -> TransferHeader:
     if size > max_body:
         raise HAFrameError(f"transfer of {size} bytes exceeds the {max_body} bytes accepted")
     return TransferHeader(offset, size)
-
-
-async def read_more(reader: asyncio.StreamReader, unread: bytearray, size: int, idle: IdleLimit, peer: str) -> None:
-    """Add what the socket has (up to ``size`` bytes, at least one) to ``unread`` for the caller to
-    cut into frames, and tell ``idle`` the connection spoke; the peer closing it raises."""
-    data = await reader.read(size)
-    if not data:
-        raise ConnectionResetError(f"the {peer} closed the connection")
-    idle.touch()
-    unread += data

@@ -1,9 +1,10 @@
 """The master's side of replication (RocketMQ 4.x HAService, AcceptSocketService, HAConnection).
 
-Listens on haListenPort; each slave connection runs two tasks: one reads the slave's offset
-reports (the first says where to start; each later one acknowledges what the slave has),
-one streams CommitLog bytes from there in chunks of at most haTransferBatchSize, sending a
-heartbeat (size 0) when nothing was sent for haSendHeartbeatInterval. A slave silent for
+Listens on haListenPort. A slave's offset reports (the first says where to start; each later
+one acknowledges what the slave has) are read as they arrive (ha/link.py: a report releases the
+sends waiting for it in the loop pass that read it); a task per slave streams CommitLog bytes
+from there in chunks of at most haTransferBatchSize, sending a heartbeat (size 0) when nothing
+was sent for haSendHeartbeatInterval. A slave silent for
 haHousekeepingInterval is dropped. New data wakes the streams (a store arrival listener),
 no polling.
 
@@ -28,6 +29,7 @@ failover agent fences on that, without polling.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import logging
@@ -44,15 +46,13 @@ from ferrymq.broker.ha.frames import (
     decode_offset_report,
     encode_transfer,
     is_hello,
-    read_more,
 )
+from ferrymq.broker.ha.link import HALink
 from ferrymq.common.tasks import IdleLimit, TaskSet
 from ferrymq.store.asyncio_store import AsyncMessageStore
 from ferrymq.store.results import AppendResult, PutStatus
 
 log = logging.getLogger(__name__)
-
-_READ_SIZE = 64 * 1024  # offset reports are 8 bytes: a read takes whatever a slave sent meanwhile
 
 
 @dataclass(frozen=True)
@@ -129,14 +129,15 @@ class HAMaster:
     async def start(self, *, any_port_if_taken: bool = False) -> None:
         """Listen; ``any_port_if_taken``: the port was only derived (listenPort + 1), so when it
         is taken take any free one (slaves learn it from the name server's answer)."""
+        loop = asyncio.get_running_loop()
         try:
-            self._server = await asyncio.start_server(self._serve, self.settings.host, self.settings.port)
+            self._server = await loop.create_server(self._accept, self.settings.host, self.settings.port)
         except OSError as exc:
             if not any_port_if_taken:
                 raise
             log.warning("HA port %d unavailable (%s): listening on a free port; slaves find it through the name "
                         "server (haServerAddr), not by haMasterAddress=host:listenPort+1", self.settings.port, exc)
-            self._server = await asyncio.start_server(self._serve, self.settings.host, 0)
+            self._server = await loop.create_server(self._accept, self.settings.host, 0)
         self.port = self._server.sockets[0].getsockname()[1]
         self.store.write_listeners.append(self._on_write)
         log.info("HA service listening on %s:%d", self.settings.host, self.port)
@@ -312,8 +313,8 @@ class HAMaster:
     def _push(self, stream: "_Stream") -> bool:
         """Send what the CommitLog has past the stream's offset, if it was written lately (read on the
         loop) and fits one transfer, and the socket takes it at once; False: left to the task."""
-        transport = stream.writer.transport
-        if transport.is_closing() or transport.get_write_buffer_size():
+        link = stream.link
+        if link.closing or link.backlog:
             return False
         store = self.store
         data = store.recent_transfer_data(stream.state.next_transfer_offset, self.settings.transfer_batch_size)
@@ -326,84 +327,90 @@ class HAMaster:
         asyncio.get_running_loop().call_soon(stream.pass_ended)
         return True
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        state = SlaveState(f"{peer[0]}:{peer[1]}" if peer else "?")
-        self._tasks.spawn(self._run_connection(reader, writer, state), f"ha-slave-{state.address}")
+    def _accept(self) -> HALink:
+        """A slave connecting: its offset reports are read as they arrive (``_reports``), its
+        transfers sent by a task of its own (``_run_connection``)."""
+        state = SlaveState("?")
+        first_report = asyncio.get_running_loop().create_future()
+        return HALink(functools.partial(self._reports, state, first_report), "slave",
+                      functools.partial(self._connected, state, first_report))
 
-    async def _run_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                              state: SlaveState) -> None:
-        stream = _Stream(writer, state)
+    def _connected(self, state: SlaveState, first_report: asyncio.Future, link: HALink) -> None:
+        peer = link.transport.get_extra_info("peername")
+        state.address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._tasks.spawn(self._run_connection(link, state, first_report), f"ha-slave-{state.address}")
+
+    async def _run_connection(self, link: HALink, state: SlaveState, first_report: asyncio.Future) -> None:
+        stream = _Stream(link, state)
         key = next(self._ids)
         self._connections[key] = stream
         log.info("slave %s connected", state.address)
-        first_report = asyncio.get_running_loop().create_future()
-        reading = asyncio.create_task(self._read_reports(reader, state, first_report))
+        housekeeping = self.settings.housekeeping_interval_ms / 1000
         sending = asyncio.create_task(self._send(stream, first_report))
         try:
-            done, _ = await asyncio.wait((reading, sending), return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                error = task.exception()
-                if isinstance(error, (OSError, HAFrameError, TimeoutError)):
-                    log.info("slave %s disconnected: %s", state.address, error or "connection closed")
-                elif error is not None:
-                    log.error("slave %s: replication failed", state.address, exc_info=error)
+            async with IdleLimit(housekeeping, f"no offset report for {housekeeping:g} s (haHousekeepingInterval)") \
+                    as idle:
+                link.touched = idle.touch
+                link.release()
+                await asyncio.wait((link.ended, sending), return_when=asyncio.FIRST_COMPLETED)
+            ended = [t.exception() for t in (link.ended, sending) if t.done() and not t.cancelled()]
+            error = next((e for e in ended if e is not None), None)
+            if isinstance(error, (OSError, HAFrameError)):
+                log.info("slave %s disconnected: %s", state.address, error or "connection closed")
+            elif error is not None:
+                log.error("slave %s: replication failed", state.address, exc_info=error)
+        except TimeoutError as exc:
+            log.info("slave %s disconnected: %s", state.address, exc)
         finally:
             self._connections.pop(key, None)
             self._membership_changed()
             if not self._connections:  # waits that timed out are dropped here, not only by later acks
                 self._waiters = [w for w in self._waiters if not w[2].done()]
                 heapq.heapify(self._waiters)
-            for task in (reading, sending):
-                task.cancel()
-            await asyncio.gather(reading, sending, return_exceptions=True)
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except (OSError, asyncio.CancelledError):
-                pass
+            sending.cancel()
+            await asyncio.gather(sending, return_exceptions=True)
+            link.close()
+            if not first_report.done():
+                first_report.cancel()
 
-    async def _read_reports(self, reader: asyncio.StreamReader, state: SlaveState,
-                            first_report: asyncio.Future) -> None:
-        """Reads what the socket has: of several offset reports in a row only the last counts
-        (each is the slave's whole CommitLog end), a hello or goodbye in its place."""
-        housekeeping = self.settings.housekeeping_interval_ms / 1000
-        unread = bytearray()
+    def _reports(self, state: SlaveState, first_report: asyncio.Future, unread: bytearray) -> None:
+        """What a slave sent (HALink calls it as it arrives): of several offset reports in a row
+        only the last counts (each is the slave's whole CommitLog end), a hello or goodbye in
+        its place."""
         size = OFFSET_REPORT.size
-        async with IdleLimit(housekeeping, f"no offset report for {housekeeping:g} s (haHousekeepingInterval)") as idle:
-            while True:
-                await read_more(reader, unread, _READ_SIZE, idle, "slave")
-                pos, end, offset = 0, len(unread), None
-                while end - pos >= size:
-                    frame = bytes(unread[pos:pos + size])
-                    if not first_report.done() and state.identity is None and is_hello(frame):
-                        if end - pos < HELLO.size:
-                            break
-                        hello = decode_hello_rest(bytes(unread[pos + size:pos + HELLO.size]))
-                        pos += HELLO.size
-                        state.identity, state.epoch = hello.identity, hello.epoch
-                        log.info("slave %s is broker %d (epoch %d)", state.address, hello.identity, hello.epoch)
-                        self._membership_changed()
-                        continue
-                    pos += size
-                    if frame == GOODBYE and state.identity is not None:
-                        if offset is not None:  # what it reported before saying goodbye
-                            self._slave_reported(state, offset)
-                            offset = None
-                        state.leaving = True
-                        self._member_caught_up.pop(state.identity, None)
-                        log.info("slave %s (broker %d) is shutting down: proposing the in-sync set without it",
-                                 state.address, state.identity)
-                        self._membership_changed()
-                        continue
-                    offset = decode_offset_report(frame)
-                    if not first_report.done():
-                        first_report.set_result(offset)
+        pos, end, offset = 0, len(unread), None
+        try:
+            while end - pos >= size:
+                frame = bytes(unread[pos:pos + size])
+                if not first_report.done() and state.identity is None and is_hello(frame):
+                    if end - pos < HELLO.size:
+                        break
+                    hello = decode_hello_rest(bytes(unread[pos + size:pos + HELLO.size]))
+                    pos += HELLO.size
+                    state.identity, state.epoch = hello.identity, hello.epoch
+                    log.info("slave %s is broker %d (epoch %d)", state.address, hello.identity, hello.epoch)
+                    self._membership_changed()
+                    continue
+                pos += size
+                if frame == GOODBYE and state.identity is not None:
+                    if offset is not None:  # what it reported before saying goodbye
                         self._slave_reported(state, offset)
                         offset = None
-                del unread[:pos]
-                if offset is not None:
+                    state.leaving = True
+                    self._member_caught_up.pop(state.identity, None)
+                    log.info("slave %s (broker %d) is shutting down: proposing the in-sync set without it",
+                             state.address, state.identity)
+                    self._membership_changed()
+                    continue
+                offset = decode_offset_report(frame)
+                if not first_report.done():
+                    first_report.set_result(offset)
                     self._slave_reported(state, offset)
+                    offset = None
+        finally:
+            del unread[:pos]
+        if offset is not None:
+            self._slave_reported(state, offset)
 
     def _slave_reported(self, state: SlaveState, offset: int) -> None:
         state.acknowledge(offset)
@@ -430,7 +437,7 @@ class HAMaster:
 
     async def _send(self, stream: "_Stream", first_report: asyncio.Future) -> None:
         requested = await first_report
-        store, settings, state, writer, wake = self.store, self.settings, stream.state, stream.writer, stream.wake
+        store, settings, state, link, wake = self.store, self.settings, stream.state, stream.link, stream.wake
         if requested == 0:  # a new slave starts at the master's last CommitLog file
             head = store.max_phy_offset
             requested = head - head % settings.commit_log_file_size
@@ -462,13 +469,13 @@ class HAMaster:
                                 "it cannot catch up from this master", state.address, offset, store.min_phy_offset)
                 if data:
                     stream.sent(data, store.max_phy_offset)
-                    await writer.drain()
+                    await link.drain()
                     continue
                 state.probe_from(store.max_phy_offset, time.monotonic())
                 idle = time.monotonic() - stream.last_write
                 if idle >= heartbeat:
-                    writer.write(encode_transfer(offset))
-                    await writer.drain()
+                    link.write(encode_transfer(offset))
+                    await link.drain()
                     stream.last_write = time.monotonic()
                     continue
                 # The heartbeat's timer stays armed across waits (new data wakes the stream far more
@@ -488,10 +495,10 @@ class HAMaster:
 class _Stream:
     """One slave's connection as the master's sending side sees it."""
 
-    __slots__ = ("writer", "state", "wake", "last_write", "parked", "just_pushed")
+    __slots__ = ("link", "state", "wake", "last_write", "parked", "just_pushed")
 
-    def __init__(self, writer: asyncio.StreamWriter, state: SlaveState) -> None:
-        self.writer = writer
+    def __init__(self, link: HALink, state: SlaveState) -> None:
+        self.link = link
         self.state = state  # its next_transfer_offset: where the next transfer starts
         self.wake = asyncio.Event()  # set by new data (or the heartbeat's timer)
         self.last_write = 0.0  # when the stream last sent a transfer or heartbeat (time.monotonic)
@@ -501,7 +508,7 @@ class _Stream:
     def sent(self, data: bytes, master_end: int) -> None:
         """Write ``data`` as the transfer at the stream's offset, which moves past it."""
         state = self.state
-        self.writer.write(encode_transfer(state.next_transfer_offset, data))
+        self.link.write(encode_transfer(state.next_transfer_offset, data))
         state.next_transfer_offset += len(data)
         self.last_write = time.monotonic()
         state.probe_from(master_end, self.last_write)
