@@ -65,7 +65,7 @@ bench-quick: $(STAMP)
 ## bench-sweep: issue 33's sweep, FerryMQ against Apache RocketMQ 5.3.1 and 4.9.7 (body sizes,
 ## sender counts, batches in flight, each consumer kind, SYNC_FLUSH; one axis at a time around
 ## 1 KiB x 64 senders), median of 3 rounds, one table of ratios and broker CPU per message and the
-## worst point; every round in bench/results/sweep-<date>-<time>.json; 15-22 min
+## worst point; every round in bench/results/sweep-<date>-<time>.json; 15-23 min
 .PHONY: bench-sweep bench-sweep-quick
 bench-sweep: $(STAMP)
 	@$(PY) bench/sweep_bench.py
