@@ -19,9 +19,10 @@ With ``append_on_loop`` false every append goes to the writer thread. A pull who
 the page cache reads on the loop too (page-cache copies, cheaper than the read pool's thread
 hop each way): one of its queue's newest entries as it is, an older one after asking the page
 cache (its ConsumeQueue entries read with preadv RWF_NOWAIT, its records' pages counted with
-cachestat(2)), which hands the pull to the pool when a page is not cached. Everything else that may touch the disk (reads from disk, fsyncs, retention, load
-and shutdown) runs in threads; reads use a small pool so a cold read never delays a send. After a write the arrival is announced on
-the loop to wake held pulls for that queue.
+cachestat(2)), which hands the pull to the pool when a page is not cached. Everything else
+that may touch the disk (reads from disk, fsyncs, retention, load and shutdown) runs in
+threads; reads use a small pool so a cold read never delays a send. After a write the arrival
+is announced on the loop to wake held pulls for that queue.
 
 Dispatch rounds: when one read from a connection holds several requests, the connection opens
 a round (``open_round``), runs the requests eagerly, and closes it (``close_round``) before any
@@ -419,9 +420,9 @@ class AsyncMessageStore:
 
         A queue's newest entries (the last RECENT_QUEUE_ENTRIES, written lately) are read on the
         loop as they are; older ones only from the page cache (``nowait``), which declines when a
-        page left it. Either declines when the first record is outside
-        the CommitLog's in-memory window (accessMessageInMemoryMaxRatio), after one ConsumeQueue
-        read. Appends kept off the loop by a slow disk keep reads off it too."""
+        page left it. Either declines when the first record is outside the CommitLog's in-memory
+        window (accessMessageInMemoryMaxRatio), after one ConsumeQueue read. Appends kept off the
+        loop by a slow disk keep reads off it too."""
         if not self.appends_offloaded:
             recent = self.sync_store.get_max_offset_in_queue(topic, queue_id) - offset <= RECENT_QUEUE_ENTRIES
             try:

@@ -333,7 +333,8 @@ class CommitLog:
     def cached(self, entries: Sequence[tuple[int, int]]) -> bool:
         """Whether the page cache holds every page from the first of these ascending (phys offset,
         size) records to the end of the last, all in one segment: ``read_joined`` of them then
-        copies without a disk read."""
+        copies without a disk read (unless memory pressure evicts a page in between: one read
+        from the disk where the caller wanted none, not an error)."""
         start, (last, last_size) = entries[0][0], entries[-1]
         seg = self._files.find(start)
         if seg is None or last + last_size > seg.end_offset:

@@ -80,7 +80,7 @@ class _CacheStat(ctypes.Structure):
                 ("nr_cache", "nr_dirty", "nr_writeback", "nr_evicted", "nr_recently_evicted")]
 
 
-_SYS_CACHESTAT = 451  # cachestat(2), Linux 6.5+: one number on every architecture
+_SYS_CACHESTAT = 451  # cachestat(2), Linux 6.5+ (the same number on x86-64 and arm64)
 
 
 def _load_cachestat():
