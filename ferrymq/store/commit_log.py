@@ -31,7 +31,7 @@ from ferrymq.common.message import (
     record_store_timestamp,
     stamp_records,
 )
-from ferrymq.store.mapped_file import MappedFile, MappedFileQueue, page_cache_holds
+from ferrymq.store.mapped_file import MappedFile, MappedFileQueue, NotCached, page_cache_holds
 from ferrymq.store.results import JoinedRecords
 
 log = logging.getLogger(__name__)
@@ -330,27 +330,15 @@ class CommitLog:
             i = j
         return out
 
-    def cached(self, entries: Sequence[tuple[int, int]]) -> bool:
-        """Whether the page cache holds every page from the first of these ascending (phys offset,
-        size) records to the end of the last, all in one segment: ``read_joined`` of them then
-        copies without a disk read (unless memory pressure evicts a page in between: one read
-        from the disk where the caller wanted none, not an error)."""
-        start, (last, last_size) = entries[0][0], entries[-1]
-        seg = self._files.find(start)
-        if seg is None or last + last_size > seg.end_offset:
-            return False
-        try:
-            fd = seg.fd
-        except ValueError:  # closed: deleted by retention meanwhile
-            return False
-        return page_cache_holds(fd, start - seg.start_offset, last + last_size - start)
-
-    def read_joined(self, entries: Sequence[tuple[int, int]]) -> JoinedRecords | None:
+    def read_joined(self, entries: Sequence[tuple[int, int]], *, nowait: bool = False) -> JoinedRecords | None:
         """The records at ascending (phys offset, size) pairs copied back to back into one
         buffer out of their segment's mapping: only their own bytes, where ``read_many``'s pread
         of a span copies the other queues' records between them too. For records in the page
         cache (a copy out of a mapping holds the GIL, and a page not in memory would hold it
-        for a disk read). None unless all of them are written and in one segment."""
+        for a disk read). None unless all of them are written and in one segment. ``nowait``:
+        NotCached unless the page cache holds every page from the first record to the end of the
+        last (one cachestat call; a page evicted between it and the copy is one disk read where
+        the caller wanted none, not an error)."""
         start, (last, last_size) = entries[0][0], entries[-1]
         if start < self.min_offset or last + last_size > self._max_offset:
             return None
@@ -358,6 +346,8 @@ class CommitLog:
         if seg is None or last + last_size > seg.end_offset:
             return None
         try:
+            if nowait and not page_cache_holds(seg.fd, start - seg.start_offset, last + last_size - start):
+                raise NotCached
             view = seg.view()
         except ValueError:  # closed: deleted by retention meanwhile
             return None

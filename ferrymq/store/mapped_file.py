@@ -83,12 +83,17 @@ class _CacheStat(ctypes.Structure):
 _SYS_CACHESTAT = 451  # cachestat(2), Linux 6.5+ (the same number on x86-64 and arm64)
 
 
-def _load_cachestat():
-    if not sys.platform.startswith("linux"):
-        return None
+def _libc_function(name: str):
+    """A function of the C library (errno kept for ctypes.get_errno), None where there is none."""
     try:
-        syscall = ctypes.CDLL(None, use_errno=True).syscall
+        return getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
+        return None
+
+
+def _load_cachestat():
+    syscall = _libc_function("syscall") if sys.platform.startswith("linux") else None
+    if syscall is None:
         return None
     syscall.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.POINTER(_CacheRange), ctypes.POINTER(_CacheStat),
                         ctypes.c_uint]
@@ -119,9 +124,8 @@ def page_cache_holds(fd: int, pos: int, length: int) -> bool:
 
 
 def _load_fallocate():
-    try:
-        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
-    except (OSError, AttributeError):  # not Linux (or no libc symbol): zeros are written instead
+    fallocate = _libc_function("fallocate")
+    if fallocate is None:  # not Linux (or no libc symbol): zeros are written instead
         return None
     fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
     fallocate.restype = ctypes.c_int

@@ -48,7 +48,6 @@ from ferrymq.store.dir_lock import StoreDirLock
 from ferrymq.store.dispatch import ConsumeQueueTable, Dispatcher, StoredPut
 from ferrymq.store.flush import FlushDone, GroupCommitService, StoreFlusher
 from ferrymq.store.index_service import IndexService
-from ferrymq.store.mapped_file import NotCached
 from ferrymq.store.recovery import StoreRecovery
 from ferrymq.store.replica import ReplicaAppender, read_for_transfer
 from ferrymq.store.results import (
@@ -599,9 +598,7 @@ class MessageStore:
             picked, scanned, last_phys = self._pick_in_memory(data, max_msg_nums)
             # In the page cache: copied out of the CommitLog's mapping, only the records themselves
             # (a caller that cannot wait for the disk asks the page cache first: one call).
-            if nowait and not cl.cached(picked):
-                raise NotCached
-            joined = cl.read_joined(picked) if record_filter is None else None
+            joined = cl.read_joined(picked, nowait=nowait) if record_filter is None else None
         else:
             status, picked, scanned, last_phys = self._pick(data, max_msg_nums, tag_filter, max_phy, cl_min, window)
             joined = None

@@ -34,7 +34,7 @@ class HALink(asyncio.Protocol):
         self.touched: Callable[[], None] = _nothing  # called on every read (an idle limit's clock)
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.transport: asyncio.Transport | None = None
-        self.unread = bytearray()  # read, not yet a whole frame (or held back: ``hold``)
+        self._unread = bytearray()  # read, not yet a whole frame (or held back: ``hold``)
         self._held = True  # received is not called until ``release``
         self._drained: asyncio.Future[None] | None = None  # while the socket's buffer is over its limit
 
@@ -47,7 +47,7 @@ class HALink(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.touched()
-        self.unread += data
+        self._unread += data
         if not self._held:
             self._deliver()
 
@@ -81,7 +81,7 @@ class HALink(asyncio.Protocol):
         self._held = False
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
-        if self.unread:
+        if self._unread:
             self._deliver()
 
     def write(self, frame: bytes) -> None:
@@ -124,6 +124,6 @@ class HALink(asyncio.Protocol):
 
     def _deliver(self) -> None:
         try:
-            self._received(self.unread)
+            self._received(self._unread)
         except Exception as exc:  # noqa: BLE001 - ends the connection; the owner decides from ``ended``
             self.end(exc)
