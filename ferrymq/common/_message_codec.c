@@ -19,6 +19,7 @@
  *   queue_entries(...)         ferrymq.store.dispatch.py_queue_entries
  *   index_postings(...)        ferrymq.store.index_service.py_index_postings
  *   decode_run(...)            ferrymq.common.message.py_decode_run
+ *   batch_messages(...)        ferrymq.common.message.py_batch_messages
  *
  * The last four are a put's whole run of messages in one call each (encode the records, stamp
  * their offsets, give the messages their place, make their ConsumeQueue entries): a batch of 32
@@ -226,6 +227,53 @@ put_i64(unsigned char *p, long long v)
 
 #define BATCH_HEAD 20 /* TOTALSIZE, MAGIC(0), BODYCRC(0), FLAG, BODY length: five i32 */
 
+/* One element of a batch body from *pos: its flag, where its body and properties lie; *pos moves
+ * past it. 0, or -1 with ValueError set (the texts of py_decode_batch_body's errors). */
+typedef struct { int32_t flag; Py_ssize_t body_at, body_len, props_at, props_len; } batch_element;
+
+static int
+next_batch_element(const unsigned char *buf, Py_ssize_t n, Py_ssize_t *pos, batch_element *e)
+{
+    Py_ssize_t at = *pos;
+    if (n - at < BATCH_HEAD + 2) {
+        PyErr_Format(PyExc_ValueError, "truncated batch element at %zd", at);
+        return -1;
+    }
+    int32_t total = get_i32(buf + at), body_len = get_i32(buf + at + 16);
+    Py_ssize_t p = at + BATCH_HEAD;
+    if (body_len < 0 || p + body_len + 2 > n) {
+        PyErr_Format(PyExc_ValueError, "bad body length %d in batch element at %zd", (int)body_len, at);
+        return -1;
+    }
+    e->flag = get_i32(buf + at + 12);
+    e->body_at = p;
+    e->body_len = body_len;
+    p += body_len;
+    e->props_len = ((Py_ssize_t)buf[p] << 8) | buf[p + 1];
+    e->props_at = p + 2;
+    if ((Py_ssize_t)total != e->props_at + e->props_len - at || e->props_at + e->props_len > n) {
+        PyErr_Format(PyExc_ValueError, "batch element at %zd: fields add up to %zd bytes, TOTALSIZE says %d",
+                     at, e->props_at + e->props_len - at, (int)total);
+        return -1;
+    }
+    *pos = e->props_at + e->props_len;
+    return 0;
+}
+
+/* A new dict of an element's properties (invalid UTF-8 replaced), or NULL with an error set. */
+static PyObject *
+batch_element_properties(const unsigned char *buf, const batch_element *e)
+{
+    PyObject *props = PyDict_New();
+    if (props == NULL || e->props_len == 0)
+        return props;
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)buf + e->props_at, e->props_len, "replace");
+    if (text == NULL || decode_properties_into(text, props) < 0)
+        Py_CLEAR(props);
+    Py_XDECREF(text);
+    return props;
+}
+
 static PyObject *
 decode_batch_body(PyObject *module, PyObject *arg)
 {
@@ -233,48 +281,24 @@ decode_batch_body(PyObject *module, PyObject *arg)
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     const unsigned char *buf = (const unsigned char *)view.buf;
-    Py_ssize_t n = view.len, pos = 0;
+    Py_ssize_t pos = 0;
+    batch_element e;
     PyObject *out = PyList_New(0);
     if (out == NULL)
         goto fail;
-    while (pos < n) {
-        if (n - pos < BATCH_HEAD + 2) {
-            PyErr_Format(PyExc_ValueError, "truncated batch element at %zd", pos);
+    while (pos < view.len) {
+        if (next_batch_element(buf, view.len, &pos, &e) < 0)
             goto fail;
-        }
-        int32_t total = get_i32(buf + pos), flag = get_i32(buf + pos + 12), body_len = get_i32(buf + pos + 16);
-        Py_ssize_t p = pos + BATCH_HEAD;
-        if (body_len < 0 || p + body_len + 2 > n) {
-            PyErr_Format(PyExc_ValueError, "bad body length %d in batch element at %zd", (int)body_len, pos);
+        PyObject *props = batch_element_properties(buf, &e);
+        if (props == NULL)
             goto fail;
-        }
-        Py_ssize_t body_at = p;
-        p += body_len;
-        Py_ssize_t props_len = ((Py_ssize_t)buf[p] << 8) | buf[p + 1];
-        p += 2;
-        if ((Py_ssize_t)total != p + props_len - pos || p + props_len > n) {
-            PyErr_Format(PyExc_ValueError, "batch element at %zd: fields add up to %zd bytes, TOTALSIZE says %d",
-                         pos, p + props_len - pos, (int)total);
-            goto fail;
-        }
-        PyObject *props_text = PyUnicode_DecodeUTF8((const char *)buf + p, props_len, "replace");
-        if (props_text == NULL)
-            goto fail;
-        PyObject *props = PyDict_New();
-        if (props == NULL || (props_len > 0 && decode_properties_into(props_text, props) < 0)) {
-            Py_DECREF(props_text);
-            Py_XDECREF(props);
-            goto fail;
-        }
-        Py_DECREF(props_text);
-        PyObject *item = Py_BuildValue("(iy#N)", (int)flag, (const char *)buf + body_at, (Py_ssize_t)body_len, props);
+        PyObject *item = Py_BuildValue("(iy#N)", (int)e.flag, (const char *)buf + e.body_at, e.body_len, props);
         if (item == NULL)
             goto fail;
         int rc = PyList_Append(out, item);
         Py_DECREF(item);
         if (rc < 0)
             goto fail;
-        pos = p + props_len;
     }
     PyBuffer_Release(&view);
     return out;
@@ -473,7 +497,7 @@ not_implemented:
 static PyObject *s_topic, *s_body, *s_properties, *s_queue_id, *s_flag, *s_queue_offset, *s_commit_log_offset,
     *s_sys_flag, *s_born_timestamp, *s_born_host, *s_store_timestamp, *s_store_host, *s_reconsume_times,
     *s_prepared_transaction_offset, *s_body_crc, *s_store_size, *s_tags, *s_crc32, *s_uniq_key, *s_keys, *s_hash,
-    *s_space;
+    *s_space, *s_wait;
 static PyObject *zlib_crc32;  /* zlib.crc32: the interpreter's own, so both versions agree by construction */
 static PyObject *pack_ip_fn;  /* ferrymq.common.message_id.pack_ip (cached IP literal -> bytes), on first use */
 
@@ -494,7 +518,7 @@ init_names(void)
     INTERN(s_reconsume_times, "reconsume_times"); INTERN(s_prepared_transaction_offset, "prepared_transaction_offset");
     INTERN(s_body_crc, "body_crc"); INTERN(s_store_size, "store_size"); INTERN(s_tags, "TAGS");
     INTERN(s_crc32, "crc32"); INTERN(s_uniq_key, "UNIQ_KEY"); INTERN(s_keys, "KEYS"); INTERN(s_hash, "#");
-    INTERN(s_space, " ");
+    INTERN(s_space, " "); INTERN(s_wait, "WAIT");
 #undef INTERN
     PyObject *zlib = PyImport_ImportModule("zlib");
     if (zlib == NULL)
@@ -1052,7 +1076,7 @@ load_message_ext(void)
     if (!ok) {
         Py_DECREF(cls);
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "decode_run() needs MessageExt as the slots dataclass it was written for");
+            PyErr_SetString(PyExc_TypeError, "the codec needs MessageExt as the slots dataclass it was written for");
         return -1;
     }
     message_ext_type = (PyTypeObject *)cls;
@@ -1202,6 +1226,86 @@ done:
 
 /* ------------------------------------------------------------------ module */
 
+/* ------------------------------------------------------------------ a batch's messages */
+
+/* batch_messages(topic, body, extra, screened, queue_id, sys_flag, born_timestamp, born_host,
+ *                store_host, reconsume_times) -> ([MessageExt], screened_seen, all_wait)
+ * A SEND_BATCH_MESSAGE body's messages, built as decode_run builds records (no __init__ per
+ * message): each element's properties updated with extra's, every other field shared; whether
+ * any message's properties name one of screened (a tuple of str), and whether none has WAIT
+ * "false". Errors as decode_batch_body's. */
+static PyObject *
+batch_messages(PyObject *module, PyObject *args)
+{
+    PyObject *topic, *body_obj, *extra, *screened, *queue_id, *sys_flag, *born_ts, *born_host, *store_host, *reconsume;
+    if (!PyArg_ParseTuple(args, "UOO!O!OOOOOO:batch_messages", &topic, &body_obj, &PyDict_Type, &extra,
+                          &PyTuple_Type, &screened, &queue_id, &sys_flag, &born_ts, &born_host, &store_host, &reconsume))
+        return NULL;
+    if (message_ext_type == NULL && load_message_ext() < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(body_obj, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 0;
+    int seen = 0, all_wait = 1;
+    batch_element e;
+    PyObject *zero = PyLong_FromLong(0), *result = NULL, *out = PyList_New(0);
+    if (zero == NULL || out == NULL)
+        goto done;
+    while (pos < view.len) {
+        if (next_batch_element(buf, view.len, &pos, &e) < 0)
+            goto done;
+        PyObject *props = batch_element_properties(buf, &e);
+        if (props == NULL)
+            goto done;
+        if (PyDict_Update(props, extra) < 0) {
+            Py_DECREF(props);
+            goto done;
+        }
+        for (Py_ssize_t i = 0; !seen && i < PyTuple_GET_SIZE(screened); i++) {
+            seen = PyDict_Contains(props, PyTuple_GET_ITEM(screened, i));
+            if (seen < 0) {
+                Py_DECREF(props);
+                goto done;
+            }
+        }
+        if (all_wait) {
+            PyObject *wait = PyDict_GetItemWithError(props, s_wait);
+            if (wait == NULL && PyErr_Occurred()) {
+                Py_DECREF(props);
+                goto done;
+            }
+            all_wait = !(wait != NULL && PyUnicode_Check(wait) && PyUnicode_CompareWithASCIIString(wait, "false") == 0);
+        }
+        PyObject *v[MESSAGE_EXT_FIELDS] = {
+            Py_NewRef(topic), PyBytes_FromStringAndSize((const char *)buf + e.body_at, e.body_len),
+            PyLong_FromLong(e.flag), props, Py_NewRef(queue_id), Py_NewRef(zero), Py_NewRef(zero),
+            Py_NewRef(sys_flag), Py_NewRef(born_ts), Py_NewRef(born_host), Py_NewRef(zero), Py_NewRef(store_host),
+            Py_NewRef(reconsume), Py_NewRef(zero), Py_NewRef(zero), Py_NewRef(zero)};
+        PyObject *m = NULL;
+        if (v[F_BODY] != NULL && v[F_FLAG] != NULL)
+            m = message_ext_type->tp_alloc(message_ext_type, 0);
+        if (m == NULL) {
+            for (int i = 0; i < MESSAGE_EXT_FIELDS; i++)
+                Py_XDECREF(v[i]);
+            goto done;
+        }
+        for (int i = 0; i < MESSAGE_EXT_FIELDS; i++)  /* the slots of a new instance are empty: they take v's references */
+            *(PyObject **)((char *)m + message_ext_offsets[i]) = v[i];
+        int rc = PyList_Append(out, m);
+        Py_DECREF(m);
+        if (rc < 0)
+            goto done;
+    }
+    result = Py_BuildValue("(OOO)", out, seen ? Py_True : Py_False, all_wait ? Py_True : Py_False);
+done:
+    Py_XDECREF(out);
+    Py_XDECREF(zero);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode() of a str (signed int32)."},
     {"decode_properties", decode_properties, METH_O, "name\\x01value\\x02... -> dict"},
@@ -1217,6 +1321,8 @@ static PyMethodDef methods[] = {
     {"place_records", place_records, METH_VARARGS, "give a run's messages their offsets and store time -> msgIds"},
     {"queue_entries", queue_entries, METH_VARARGS, "a run's ConsumeQueue entries"},
     {"index_postings", index_postings, METH_VARARGS, "append a run's index keys with their CommitLog offsets"},
+    {"batch_messages", batch_messages, METH_VARARGS,
+     "a batch body's messages, sharing all but flag, body and properties -> (msgs, screened_seen, all_wait)"},
     {"decode_run", decode_run, METH_VARARGS,
      "the well-formed message records from pos before limit -> (where it stopped, [MessageExt])"},
     {NULL, NULL, 0, NULL},

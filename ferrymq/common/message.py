@@ -628,15 +628,22 @@ def py_decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]
 decode_batch_body = _native.decode_batch_body if _native is not None else py_decode_batch_body
 
 
-def batch_messages(topic: str, elements: Iterable[tuple[int, bytes, dict[str, str]]], extra_properties: Mapping[str, str],
-                   *, queue_id: int, sys_flag: int, born_timestamp: int, born_host: tuple[str, int],
-                   store_host: tuple[str, int], reconsume_times: int) -> list[MessageExt]:
-    """The messages of a decoded batch body (``decode_batch_body``'s elements, whose property
-    dicts get ``extra_properties`` added in place), sharing everything but flag, body and
-    properties. Positional: keyword construction was most of a batch message's cost."""
-    out = []
-    for flag, body, props in elements:
+def py_batch_messages(topic: str, body: bytes, extra_properties: dict[str, str], screened: tuple[str, ...],
+                      queue_id: int, sys_flag: int, born_timestamp: int, born_host: tuple[str, int],
+                      store_host: tuple[str, int], reconsume_times: int) -> tuple[list[MessageExt], bool, bool]:
+    """A SEND_BATCH_MESSAGE body's messages (errors as ``decode_batch_body``'s), each element's
+    properties updated with ``extra_properties`` and every other field shared; with whether any
+    message's properties name one of ``screened``, and whether every message waits (no WAIT
+    "false"). The broker's batch send learns both here, so that nothing else walks the messages
+    before the store does (bench/RESULTS.md, batch32's profile)."""
+    msgs, seen, all_wait = [], False, True
+    for flag, element_body, props in py_decode_batch_body(body):
         props.update(extra_properties)
-        out.append(MessageExt(topic, body, flag, props, queue_id, 0, 0, sys_flag, born_timestamp, born_host, 0,
-                              store_host, reconsume_times))
-    return out
+        msgs.append(MessageExt(topic, element_body, flag, props, queue_id, 0, 0, sys_flag, born_timestamp, born_host,
+                               0, store_host, reconsume_times))
+        seen = seen or any(name in props for name in screened)
+        all_wait = all_wait and props.get(Prop.WAIT) != "false"
+    return msgs, seen, all_wait
+
+
+batch_messages = _native.batch_messages if _native is not None else py_batch_messages

@@ -321,11 +321,13 @@ class AsyncMessageStore:
         return await self._replicated(await self._flushed(result, wait and msg.wait_store_msg_ok), replica)
 
     async def put_messages(self, msgs: list[MessageExt], *, wait: bool = True) -> AppendResult:
+        """Store a batch (one topic and queue); answer per the flush policy. ``wait``: whether
+        the sender waits for it, which the caller decides from the request's WAIT flag and each
+        message's (``batch_messages`` tells the send path; this does not look at each message)."""
         if not msgs:
             return self.sync_store.put_messages(msgs)  # refused: an empty batch
         result = await self._append(msgs)
         self._announce(msgs[0].topic, msgs[0].queue_id, result, msgs)
-        wait = wait and all(m.wait_store_msg_ok for m in msgs)
         replica = self._replica_wait(result, wait)
         return await self._replicated(await self._flushed(result, wait), replica)
 

@@ -390,12 +390,13 @@ class MessageStore:
             return refused(PutStatus.MESSAGE_ILLEGAL, "empty batch")
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
         if batch:
+            transaction_mask, delay = SysFlag.TRANSACTION_MASK, Prop.DELAY  # (a loop of 32 at batch32: no calls)
             for m in msgs:
                 if m.topic != topic or m.queue_id != queue_id:
                     return refused(PutStatus.MESSAGE_ILLEGAL, "all messages of a batch must have the same topic and queue")
-                if SysFlag.transaction_type(m.sys_flag) != SysFlag.TRANSACTION_NOT_TYPE:
+                if m.sys_flag & transaction_mask:  # TRANSACTION_NOT_TYPE is 0
                     return refused(PutStatus.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
-                if Prop.DELAY in m.properties and m.delay_level > 0:
+                if delay in m.properties and m.delay_level > 0:
                     return refused(PutStatus.MESSAGE_ILLEGAL, "batch messages cannot have a delay level")
         if (topic, queue_id) not in self.queues:  # known queues were validated when created
             error = validate_topic(topic)

@@ -1,13 +1,13 @@
 """The per-request steps of a send that stand in for a general one (unit): a header's answer
 fields built directly (``text_of``) against ``to_header_map(fields_of(...))``, and the
-look for timers in a batch at its messages' property names, not in its encoded body."""
+look for timers and WAIT in a batch at its messages' properties, not in its encoded body."""
 
 from __future__ import annotations
 
 import itertools
 
-from ferrymq.broker.batch_timers import may_carry_timers
-from ferrymq.common.message import Message, Prop, decode_batch_body, encode_batch_body, py_decode_batch_body
+from ferrymq.broker.batch_timers import SPLIT_PROPS
+from ferrymq.common.message import Message, Prop, batch_messages, encode_batch_body, py_batch_messages
 from ferrymq.remoting.command import RemotingCommand, encode_frame
 from ferrymq.remoting.header_fields import to_header_map
 from ferrymq.remoting.headers import SendMessageResponseHeader
@@ -61,21 +61,29 @@ def test_a_text_response_is_the_response_with_those_fields() -> None:
     assert encode_frame(direct) == encode_frame(general)
 
 
-def batch(*props: dict[str, str], body: bytes = b"x" * 64) -> list[tuple[int, bytes, dict[str, str]]]:
-    elements = decode_batch_body(encode_batch_body([Message("T", body, properties=dict(p)) for p in props]))
-    assert elements == py_decode_batch_body(encode_batch_body([Message("T", body, properties=dict(p)) for p in props]))
-    return elements
+def screen(*props: dict[str, str], body: bytes = b"x" * 64, extra: dict[str, str] | None = None) -> tuple[bool, bool]:
+    """What the send path learns of a batch before storing it: (a message names a timer or a
+    delay level, every message waits), from both versions of ``batch_messages``."""
+    encoded = encode_batch_body([Message("T", body, properties=dict(p)) for p in props])
+    outcomes = {f(*("T", encoded, dict(extra or {}), SPLIT_PROPS, 0, 0, 1, ("10.0.0.1", 1), ("10.0.0.2", 2), 0))[1:]
+                for f in (batch_messages, py_batch_messages)}
+    assert len(outcomes) == 1
+    return outcomes.pop()
 
 
 def test_a_batch_may_carry_timers_when_a_message_or_the_batch_names_one() -> None:
     for name in (Prop.TIMER_DELAY_SEC, Prop.TIMER_DELAY_MS, Prop.TIMER_DELIVER_MS, Prop.DELAY):
-        assert may_carry_timers(batch({"KEYS": "k"}, {name: "5"}), {})
-    for name in (Prop.TIMER_DELAY_SEC, Prop.TIMER_DELAY_MS, Prop.TIMER_DELIVER_MS):
-        assert may_carry_timers(batch({}), {name: "5"})
+        assert screen({"KEYS": "k"}, {name: "5"})[0]
+        assert screen({}, extra={name: "5"})[0]
 
 
 def test_a_batch_without_them_does_not_whatever_its_bodies_say() -> None:
-    assert not may_carry_timers(batch({}, {"KEYS": "k", "TAGS": "a"}), {})
-    assert not may_carry_timers(batch({}, body=b"TIMER_DELAY_SEC\x015\x02DELAY\x013\x02"), {})
-    assert not may_carry_timers(batch({"TIMER_DELAYED": "no"}), {Prop.DELAY: "0"})
-    assert not may_carry_timers([], {})
+    assert not screen({}, {"KEYS": "k", "TAGS": "a"})[0]
+    assert not screen({}, body=b"TIMER_DELAY_SEC\x015\x02DELAY\x013\x02")[0]
+    assert not screen({"TIMER_DELAYED": "no"}, extra={"CLUSTER": "c"})[0]
+
+
+def test_one_message_saying_wait_false_answers_the_batch_at_once() -> None:
+    assert screen({}, {"KEYS": "k"}) == (False, True)
+    assert screen({}, {Prop.WAIT: "false"}, {}) == (False, False)
+    assert screen({Prop.WAIT: "true"}, {Prop.WAIT: "no"}) == (False, True)

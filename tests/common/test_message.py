@@ -308,7 +308,12 @@ def test_batch_messages_are_the_messages_keyword_construction_makes():
     elements = [(0, b"a", {"UNIQ_KEY": "u1"}), (7, b"bb", {"UNIQ_KEY": "u2", "CLUSTER": "theirs"})]
     shared = dict(queue_id=3, sys_flag=0x1, born_timestamp=1_700_000_000_000, born_host=("10.0.0.1", 5),
                   store_host=("10.0.0.2", 10911), reconsume_times=2)
-    msgs = batch_messages("T", [(f, b, dict(p)) for f, b, p in elements], {"CLUSTER": "DefaultCluster"}, **shared)
+    body = encode_batch_body([Message("T", b, f, dict(p)) for f, b, p in elements])
+    msgs, screened, waits = batch_messages("T", body, {"CLUSTER": "DefaultCluster"}, ("DELAY",), *shared.values())
     assert msgs == [MessageExt(topic="T", body=b, flag=f, properties={**p, "CLUSTER": "DefaultCluster"}, **shared)
                     for f, b, p in elements]
     assert msgs[0].queue_offset == msgs[0].commit_log_offset == msgs[0].store_timestamp == 0
+    assert (screened, waits) == (False, True)
+    assert batch_messages("T", body, {}, ("CLUSTER", "DELAY"), *shared.values())[1] is True
+    with pytest.raises(ValueError, match="truncated batch element"):
+        batch_messages("T", body + b"\x00", {}, (), *shared.values())

@@ -99,12 +99,26 @@ def _batch(rng: random.Random) -> bytes:
     return encode_batch_body(msgs)
 
 
+def _batch_args(rng: random.Random, body) -> tuple:
+    """batch_messages' arguments for ``body``: the batch's extra properties and the names to look
+    for drawn from the same small alphabet as the messages' (so both hit now and then); the
+    same draw for both versions (the caller's rng state is restored)."""
+    state = rng.getstate()
+    extra = {rng.choice((_random_text(rng, 2) or "k", "WAIT")): rng.choice(("false", "true", "v"))
+             for _ in range(rng.randrange(3))}
+    screened = tuple(_random_text(rng, 2) or "WAIT" for _ in range(rng.randrange(3)))
+    rng.setstate(state)
+    return "T", body, extra, screened, 3, 0x10, 1_700_000_000_000, ("::1", 5), ("10.0.0.2", 10911), 1
+
+
 @needs_native
 def test_batch_body_decoding_matches_python_on_good_and_broken_bodies():
     rng = random.Random(13)
     for _ in range(1500):
         body = _batch(rng)
         assert native.decode_batch_body(body) == message.py_decode_batch_body(body)
+        args = _batch_args(rng, body)
+        assert native.batch_messages(*args) == message.py_batch_messages(*args)
         broken = bytearray(body)
         for _ in range(rng.randrange(1, 4)):  # flip bytes, cut the end or add garbage
             kind = rng.randrange(3)
@@ -116,6 +130,8 @@ def test_batch_body_decoding_matches_python_on_good_and_broken_bodies():
                 broken += rng.randbytes(rng.randrange(1, 30))
         for data in (bytes(broken), broken, memoryview(broken)):
             assert _outcome(native.decode_batch_body, data) == _outcome(message.py_decode_batch_body, data)
+            assert _outcome(native.batch_messages, *_batch_args(rng, data)) == _outcome(message.py_batch_messages,
+                                                                                          *_batch_args(rng, data))
     invalid_utf8 = struct.pack(">iiiii", 26, 0, 0, 0, 0) + struct.pack(">H", 4) + b"a\x01\xff\xfe"
     assert native.decode_batch_body(invalid_utf8) == message.py_decode_batch_body(invalid_utf8) == [(0, b"", {"a": "\ufffd\ufffd"})]
 

@@ -14,7 +14,7 @@ import logging
 import random
 import time
 
-from ferrymq.broker.batch_timers import header_delay_refusal, may_carry_timers, merged_result, puts_of, split_batch
+from ferrymq.broker.batch_timers import SPLIT_PROPS, header_delay_refusal, merged_result, puts_of, split_batch
 from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.flow_control import send_refusal
 from ferrymq.broker.recall import handle_for
@@ -22,7 +22,7 @@ from ferrymq.broker.schedule import ScheduleMessageService, divert_to_schedule, 
 from ferrymq.broker.timer_send import TimerRefusal, asks_for_timer, divert_to_timer
 from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
 from ferrymq.broker.transactions import TransactionService, divert_to_half, is_transactional
-from ferrymq.common.message import MessageExt, Prop, SysFlag, batch_messages, decode_batch_body, decode_properties
+from ferrymq.common.message import MessageExt, Prop, SysFlag, batch_messages, decode_properties
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, Perm, dlq_topic
 from ferrymq.common.transaction_batches import SEND_HALF_MESSAGES
 from ferrymq.common.validators import validate_topic
@@ -101,9 +101,7 @@ class SendProcessor:
         batch_props[Prop.MSG_REGION] = ctx.config.region_id
         batch_props[Prop.TRACE_ON] = "true" if ctx.config.trace_on else "false"
         born_host = (conn.remote_address[0], conn.remote_address[1])
-        common = dict(queue_id=queue_id, sys_flag=header.sys_flag,
-                      born_timestamp=header.born_timestamp or int(time.time() * 1000),
-                      born_host=born_host, store_host=ctx.store_host, reconsume_times=header.reconsume_times)
+        born_timestamp = header.born_timestamp or int(time.time() * 1000)
 
         recall_handle = None
         halves = req.code == SEND_HALF_MESSAGES
@@ -115,22 +113,24 @@ class SendProcessor:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="batch request does not support retry group " + topic)
             try:
-                elements = decode_batch_body(req.body or b"")
+                msgs, may_split, waits = batch_messages(
+                    topic, req.body or b"", batch_props, SPLIT_PROPS, queue_id, header.sys_flag, born_timestamp, born_host,
+                    ctx.store_host, header.reconsume_times)
             except ValueError as e:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"malformed batch body: {e}")
-            if not elements:
+            if not msgs:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
             refusal = header_delay_refusal(batch_props, ctx.store_config)
             if refusal is not None:
                 return req.response(refusal.code, remark=refusal.remark)
-            msgs = batch_messages(topic, elements, batch_props, **common)
+            wait = wait and waits  # a message of the batch saying WAIT=false answers the batch at once
             if halves:  # half messages until the producer commits them; a timer waits for the commit
                 self.transactions.ensure_topics()
                 for m in msgs:
                     m.properties[Prop.TRAN_MSG], m.properties[Prop.PGROUP] = "true", header.producer_group
                     divert_to_half(m)
                 result = await ctx.store.put_messages(msgs, wait=wait)
-            elif not may_carry_timers(elements, batch_props) or SysFlag.transaction_type(header.sys_flag):
+            elif not may_split or SysFlag.transaction_type(header.sys_flag):
                 # the batch as sent (the fast path; a transactional batch is the store's to refuse)
                 result = await ctx.store.put_messages(msgs, wait=wait)
             else:  # messages asking for a timer or a delay level wait on their own (docs/timers.md#batches)
@@ -142,7 +142,9 @@ class SendProcessor:
                 else:  # none waits after all (a timer due already, or the words in a body)
                     result = await ctx.store.put_messages(msgs, wait=wait)
         else:
-            msg = MessageExt(topic=topic, body=req.body or b"", flag=header.flag, properties=batch_props, **common)
+            msg = MessageExt(topic=topic, body=req.body or b"", flag=header.flag, properties=batch_props, queue_id=queue_id,
+                             sys_flag=header.sys_flag, born_timestamp=born_timestamp, born_host=born_host,
+                             store_host=ctx.store_host, reconsume_times=header.reconsume_times)
             dlq = self._dead_letter_target(header, msg)
             if dlq is not None:
                 msg.topic, msg.queue_id = dlq, 0
