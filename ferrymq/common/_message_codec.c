@@ -498,7 +498,7 @@ static PyObject *s_topic, *s_body, *s_properties, *s_queue_id, *s_flag, *s_queue
     *s_sys_flag, *s_born_timestamp, *s_born_host, *s_store_timestamp, *s_store_host, *s_reconsume_times,
     *s_prepared_transaction_offset, *s_body_crc, *s_store_size, *s_tags, *s_crc32, *s_uniq_key, *s_keys, *s_hash,
     *s_space, *s_wait;
-static PyObject *zlib_crc32;  /* zlib.crc32: the interpreter's own, so both versions agree by construction */
+static PyObject *crc32_fn;  /* ferrymq.common.crc.crc32: the Python codec's own, so both agree by construction */
 static PyObject *pack_ip_fn;  /* ferrymq.common.message_id.pack_ip (cached IP literal -> bytes), on first use */
 
 #define SYSFLAG_BORNHOST_V6 0x10
@@ -520,12 +520,12 @@ init_names(void)
     INTERN(s_crc32, "crc32"); INTERN(s_uniq_key, "UNIQ_KEY"); INTERN(s_keys, "KEYS"); INTERN(s_hash, "#");
     INTERN(s_space, " "); INTERN(s_wait, "WAIT");
 #undef INTERN
-    PyObject *zlib = PyImport_ImportModule("zlib");
-    if (zlib == NULL)
+    PyObject *crc_module = PyImport_ImportModule("ferrymq.common.crc");
+    if (crc_module == NULL)
         return -1;
-    zlib_crc32 = PyObject_GetAttr(zlib, s_crc32);
-    Py_DECREF(zlib);
-    return zlib_crc32 == NULL ? -1 : 0;
+    crc32_fn = PyObject_GetAttr(crc_module, s_crc32);
+    Py_DECREF(crc_module);
+    return crc32_fn == NULL ? -1 : 0;
 }
 
 /* An int attribute of a message, in a C long long; -1 with an error set on failure. */
@@ -695,7 +695,7 @@ encode_records(PyObject *module, PyObject *args)
             PyErr_SetString(PyExc_ValueError, "record field out of range");
             goto next;
         }
-        if ((crc_obj = PyObject_CallOneArg(zlib_crc32, body)) == NULL)
+        if ((crc_obj = PyObject_CallOneArg(crc32_fn, body)) == NULL)
             goto next;
         crc = PyLong_AsLongLong(crc_obj) & 0x7FFFFFFF;
         Py_ssize_t born_len = PyBytes_GET_SIZE(born_ip), store_len = PyBytes_GET_SIZE(store_ip);
@@ -1335,7 +1335,7 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__message_codec(void)
 {
-    if (zlib_crc32 == NULL && init_names() < 0)
+    if (crc32_fn == NULL && init_names() < 0)
         return NULL;
     return PyModuleDef_Init(&module_def);
 }

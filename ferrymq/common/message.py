@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from ferrymq.common.message_id import offset_msg_id, offset_msg_id_prefix, pack_ip, unpack_ip
 from ferrymq.common import speedups
+from ferrymq.common.crc import crc32
 
 _native = speedups.load("ferrymq.common._message_codec")
 
@@ -290,7 +291,7 @@ def _fixed_for(sys_flag: int) -> struct.Struct:
 
 
 def body_crc(body: bytes) -> int:
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 def encode_record(m: MessageExt, encoded_properties: bytes | None = None) -> bytearray:
@@ -315,7 +316,7 @@ def encode_record(m: MessageExt, encoded_properties: bytes | None = None) -> byt
     if len(store_ip) == 16:
         sys_flag |= SysFlag.STOREHOST_V6
     body = m.body
-    crc = zlib.crc32(body) & 0x7FFFFFFF
+    crc = crc32(body) & 0x7FFFFFFF
     try:
         buf = pack_record(
             topic, body, props, crc, m.queue_id, m.flag, m.queue_offset, m.commit_log_offset, sys_flag,
@@ -464,7 +465,7 @@ def check_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc
         return -1
     if check_crc:
         (crc,) = _I32.unpack_from(buf, pos + 8)
-        if zlib.crc32(memoryview(buf)[body_pos:topic_pos]) & 0x7FFFFFFF != crc:
+        if crc32(memoryview(buf)[body_pos:topic_pos]) & 0x7FFFFFFF != crc:
             return -1
     return total
 
@@ -503,7 +504,7 @@ def _decode(buf: bytes | memoryview, pos: int, check_crc: bool) -> tuple[Message
     props = decode_properties(str(buf[p:end], "utf-8", "replace"))
     if type(body) is not bytes:
         body = bytes(body)
-    if check_crc and zlib.crc32(body) & 0x7FFFFFFF != crc:
+    if check_crc and crc32(body) & 0x7FFFFFFF != crc:
         raise ValueError(f"body CRC mismatch in record at {pos}")
     m = MessageExt(
         topic=topic, body=body, flag=flag, properties=props, queue_id=queue_id, queue_offset=queue_offset,
