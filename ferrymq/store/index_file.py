@@ -94,8 +94,21 @@ def py_index_entries(postings: list[tuple[str, int]], slots: array, slot_num: in
     return bytes(entries), linked, new_slots
 
 
+def py_link_slots(slot_map: mmap.mmap | bytearray, base: int, linked: list[tuple[int, int]], first: int) -> None:
+    """Point each slot of ``linked`` (``index_entries``' (slot, previous) pairs) at its entry,
+    numbered from ``first``, in a mapped slot table starting at ``base`` (big-endian, as the file).
+    The compiled twin is ferrymq/common/_message_codec.c's ``link_slots``."""
+    for number, (slot, _) in enumerate(linked, first):
+        _SLOT.pack_into(slot_map, base + slot * 4, number)
+
+
 if _native is not None:
     _native_index_entries = _native.index_entries
+    _native_link_slots = _native.link_slots
+
+    def link_slots(slot_map: mmap.mmap | bytearray, base: int, linked: list[tuple[int, int]], first: int) -> None:
+        if _native_link_slots(slot_map, base, linked, first) is NotImplemented:  # (Python raises what it must)
+            py_link_slots(slot_map, base, linked, first)
 
     def index_entries(postings: list[tuple[str, int]], slots: array, slot_num: int, first: int, begin_ts: int,
                       store_timestamp: int) -> tuple[bytes, list[tuple[int, int]], int]:
@@ -104,7 +117,7 @@ if _native is not None:
             return py_index_entries(postings, slots, slot_num, first, begin_ts, store_timestamp)
         return got
 else:
-    index_entries = py_index_entries
+    index_entries, link_slots = py_index_entries, py_link_slots
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -243,10 +256,10 @@ class IndexFile:
             pos = self._entry_pos(first)
             self._allocator.before_write(self._fd, pos, pos + len(entries))
             _pwrite(self._fd, entries, pos)
-            for (slot, _), number in zip(linked, range(first, n)):
-                if slot_map is not None:
-                    _SLOT.pack_into(slot_map, INDEX_HEADER_SIZE + slot * 4, number)
-                else:
+            if slot_map is not None:
+                link_slots(slot_map, INDEX_HEADER_SIZE, linked, first)
+            else:
+                for (slot, _), number in zip(linked, range(first, n)):
                     _pwrite(self._fd, _SLOT.pack(number), INDEX_HEADER_SIZE + slot * 4)
         except BaseException:
             for slot, previous in reversed(linked):

@@ -618,6 +618,28 @@ def test_index_postings_the_compiled_version_leaves_to_python(postings):
     assert slots == python_slots
 
 
+@needs_native
+def test_linking_slots_in_a_mapped_table_matches_python():
+    """The slots an index put links, written into the mapped slot table: the same bytes from
+    both versions; a shape the compiled one does not take (a slot outside the table, not a pair
+    of ints, a number past int32) leaves the table untouched and Python decides."""
+    from ferrymq.store.index_file import link_slots, py_link_slots
+    rng = random.Random(17)
+    for _ in range(2000):
+        size, base = rng.choice([1, 7, 64]), rng.choice([0, 40])
+        first = rng.choice([0, 1, rng.randrange(2, 10_000), 2**31 - 3])
+        linked = [(rng.choice([rng.randrange(size), size, -1, "x"]) if rng.random() < 0.05 else rng.randrange(size), 0)
+                  for _ in range(rng.randrange(0, 8))]
+        table = bytearray(rng.randbytes(base + size * 4))
+        want, got = bytearray(table), bytearray(table)
+        if native.link_slots(got, base, linked, first) is NotImplemented:
+            assert got == table
+            assert _outcome(link_slots, got, base, linked, first) == _outcome(py_link_slots, want, base, linked, first)
+        else:
+            py_link_slots(want, base, linked, first)
+        assert got == want, (linked, first, base)
+
+
 def test_codec_vectors_hold_in_pure_python_too():
     """The layout's byte vectors, the codec tests and the fuzz regressions, run again with
     the extension switched off: both implementations answer to the same specification."""
