@@ -19,7 +19,7 @@ from ferrymq.broker.context import BrokerContext
 from ferrymq.broker.flow_control import send_refusal
 from ferrymq.broker.recall import handle_for
 from ferrymq.broker.schedule import ScheduleMessageService, divert_to_schedule, is_delayable
-from ferrymq.broker.timer_send import TimerRefusal, asks_for_timer, divert_to_timer
+from ferrymq.broker.timer_send import TIMER_REQUEST_PROPS, TimerRefusal, asks_for_timer, divert_to_timer
 from ferrymq.broker.topic_config_manager import FORBIDDEN_SEND_TOPICS
 from ferrymq.broker.transactions import TransactionService, divert_to_half, is_transactional
 from ferrymq.common.message import MessageExt, Prop, SysFlag, batch_messages, decode_properties
@@ -45,6 +45,10 @@ PUT_STATUS_CODES = {
     PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
 
+
+# A single send whose properties name none of these is stored as sent: each of the three
+# diversions below (a half message, a timer, a delay level) starts from one of them.
+_DIVERTING_PROPS = frozenset((Prop.TRAN_MSG, Prop.DELAY, *TIMER_REQUEST_PROPS))
 
 # validate_topic per send, remembered: a broker sees few topic names, over and over. Bounded, so
 # a client inventing names costs evictions, not memory.
@@ -142,15 +146,16 @@ class SendProcessor:
                 else:  # none waits after all (a timer due already, or the words in a body)
                     result = await ctx.store.put_messages(msgs, wait=wait)
         else:
-            msg = MessageExt(topic=topic, body=req.body or b"", flag=header.flag, properties=batch_props, queue_id=queue_id,
-                             sys_flag=header.sys_flag, born_timestamp=born_timestamp, born_host=born_host,
-                             store_host=ctx.store_host, reconsume_times=header.reconsume_times)
+            msg = MessageExt(topic, req.body or b"", header.flag, batch_props, queue_id, 0, 0, header.sys_flag,
+                             born_timestamp, born_host, 0, ctx.store_host, header.reconsume_times)  # (positional: cheaper)
             dlq = self._dead_letter_target(header, msg)
             if dlq is not None:
                 msg.topic, msg.queue_id = dlq, 0
                 msg.delay_level = 0  # a dead letter waits for a human, not a timer
             topic, queue_id = msg.topic, msg.queue_id
-            if is_transactional(msg):  # a half message until the producer commits it
+            if _DIVERTING_PROPS.isdisjoint(batch_props):
+                pass  # the common send: no half message, timer or delay level to look at
+            elif is_transactional(msg):  # a half message until the producer commits it
                 if ctx.config.reject_transaction_message:
                     return req.response(ResponseCode.NO_PERMISSION, remark=f"the broker[{ctx.config.broker_name}] "
                                                                             "sending transaction message is forbidden")
