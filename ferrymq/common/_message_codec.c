@@ -1156,6 +1156,29 @@ fail:
 
 /* ------------------------------------------------------------------ a run of records read back */
 
+/* A new MessageExt of the field values v (new references, NULL where making one failed) appended
+ * to list out: its empty slots take v's references. 0, or -1 with an error set (v released). */
+static int
+append_message_ext(PyObject *out, PyObject *v[MESSAGE_EXT_FIELDS])
+{
+    PyObject *m = NULL;
+    int i, complete = 1;
+    for (i = 0; i < MESSAGE_EXT_FIELDS; i++)
+        complete &= v[i] != NULL;
+    if (complete)
+        m = message_ext_type->tp_alloc(message_ext_type, 0);
+    if (m == NULL) {
+        for (i = 0; i < MESSAGE_EXT_FIELDS; i++)
+            Py_XDECREF(v[i]);
+        return -1;
+    }
+    for (i = 0; i < MESSAGE_EXT_FIELDS; i++)
+        *(PyObject **)((char *)m + message_ext_offsets[i]) = v[i];
+    int rc = PyList_Append(out, m);
+    Py_DECREF(m);
+    return rc;
+}
+
 /* The last (host, port) pair a run decoded for one of its two hosts, and its IP's bytes: the
  * records of a run mostly share their hosts, so their pairs are one object. */
 typedef struct { unsigned char ip[16]; int ip_len; int32_t port; PyObject *pair; } host_memo;
@@ -1268,22 +1291,7 @@ decode_run(PyObject *module, PyObject *args)
         v[F_PREPARED_OFFSET] = PyLong_FromLongLong(get_i64(store + store_len + 8));
         v[F_BODY_CRC] = PyLong_FromLong(get_i32(r + 8));
         v[F_STORE_SIZE] = PyLong_FromLong(total);
-        PyObject *m = NULL;
-        int i, complete = 1;
-        for (i = 0; i < MESSAGE_EXT_FIELDS; i++)
-            complete &= v[i] != NULL;
-        if (complete)
-            m = message_ext_type->tp_alloc(message_ext_type, 0);
-        if (m == NULL) {
-            for (i = 0; i < MESSAGE_EXT_FIELDS; i++)
-                Py_XDECREF(v[i]);
-            goto done;
-        }
-        for (i = 0; i < MESSAGE_EXT_FIELDS; i++)  /* the slots of a new instance are empty: they take v's references */
-            *(PyObject **)((char *)m + message_ext_offsets[i]) = v[i];
-        int rc = PyList_Append(out, m);
-        Py_DECREF(m);
-        if (rc < 0)
+        if (append_message_ext(out, v) < 0)
             goto done;
         pos += total;
     }
@@ -1356,19 +1364,7 @@ batch_messages(PyObject *module, PyObject *args)
             PyLong_FromLong(e.flag), props, Py_NewRef(queue_id), Py_NewRef(zero), Py_NewRef(zero),
             Py_NewRef(sys_flag), Py_NewRef(born_ts), Py_NewRef(born_host), Py_NewRef(zero), Py_NewRef(store_host),
             Py_NewRef(reconsume), Py_NewRef(zero), Py_NewRef(zero), Py_NewRef(zero)};
-        PyObject *m = NULL;
-        if (v[F_BODY] != NULL && v[F_FLAG] != NULL)
-            m = message_ext_type->tp_alloc(message_ext_type, 0);
-        if (m == NULL) {
-            for (int i = 0; i < MESSAGE_EXT_FIELDS; i++)
-                Py_XDECREF(v[i]);
-            goto done;
-        }
-        for (int i = 0; i < MESSAGE_EXT_FIELDS; i++)  /* the slots of a new instance are empty: they take v's references */
-            *(PyObject **)((char *)m + message_ext_offsets[i]) = v[i];
-        int rc = PyList_Append(out, m);
-        Py_DECREF(m);
-        if (rc < 0)
+        if (append_message_ext(out, v) < 0)
             goto done;
     }
     result = Py_BuildValue("(OOO)", out, seen ? Py_True : Py_False, all_wait ? Py_True : Py_False);
