@@ -110,6 +110,10 @@ class HAMaster:
         self._waiters: list[tuple[int, int, asyncio.Future]] = []  # heap of (end offset, seq, future)
         self._seq = itertools.count()
         self._last_wait: tuple[int, asyncio.Future[PutStatus]] | None = None  # the latest of _waiters
+        # When each wait times out: a heap of (loop time, seq, future) and one timer for the
+        # earliest, rather than a timer per wait and a callback to cancel it when the wait ends.
+        self._deadlines: list[tuple[float, int, asyncio.Future]] = []
+        self._deadline_timer: asyncio.TimerHandle | None = None
         self.port = settings.port
         # Controller mode (track_in_sync): the committed in-sync set without the master, its
         # version, the master's epoch, and each member's best acknowledgement (kept across its
@@ -153,6 +157,10 @@ class HAMaster:
             if not future.done():
                 future.set_result(PutStatus.FLUSH_SLAVE_TIMEOUT)
         self._waiters.clear()
+        self._deadlines.clear()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
 
     @property
     def slaves(self) -> list[SlaveState]:
@@ -190,12 +198,30 @@ class HAMaster:
             future.set_result(PutStatus.PUT_OK)
             self.acknowledged_end = max(self.acknowledged_end, end)
         else:
-            heapq.heappush(self._waiters, (end, next(self._seq), future))
+            seq = next(self._seq)
+            heapq.heappush(self._waiters, (end, seq, future))
             self._last_wait = (end, future)
-            timer = loop.call_later(max(0, self._sync_timeout_ms()) / 1000, _settle, future,
-                                    PutStatus.FLUSH_SLAVE_TIMEOUT)
-            future.add_done_callback(lambda _: timer.cancel())
+            self._time_out_at(loop, loop.time() + max(0, self._sync_timeout_ms()) / 1000, seq, future)
         return future
+
+    def _time_out_at(self, loop: asyncio.AbstractEventLoop, deadline: float, seq: int, future: asyncio.Future) -> None:
+        """``future`` settles FLUSH_SLAVE_TIMEOUT at ``deadline`` unless an acknowledgement came first."""
+        deadlines = self._deadlines
+        heapq.heappush(deadlines, (deadline, seq, future))
+        if deadlines[0][2] is future:  # the earliest now (the first, or syncFlushTimeout was lowered)
+            if self._deadline_timer is not None:
+                self._deadline_timer.cancel()
+            self._deadline_timer = loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        """The deadline timer: time out the waits whose deadline passed, then wait for the next."""
+        self._deadline_timer = None
+        loop = asyncio.get_running_loop()
+        now, deadlines = loop.time(), self._deadlines
+        while deadlines and (deadlines[0][0] <= now or deadlines[0][2].done()):
+            _settle(heapq.heappop(deadlines)[2], PutStatus.FLUSH_SLAVE_TIMEOUT)
+        if deadlines:
+            self._deadline_timer = loop.call_at(deadlines[0][0], self._expire)
 
     def _acknowledged(self, offset: int) -> None:
         if offset <= self.acked_offset:
