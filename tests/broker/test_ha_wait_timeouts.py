@@ -6,7 +6,9 @@ that never connects keeps the waits open; the store is a real one."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import weakref
 
 from ferrymq.broker.ha.master import HAMaster, HAMasterSettings
 from ferrymq.common.message import MessageExt
@@ -77,4 +79,27 @@ async def test_stopping_the_master_settles_every_wait(tmp_path):
         await master.stop()
         assert [w.result() for w in waits] == [PutStatus.FLUSH_SLAVE_TIMEOUT] * 3
     finally:
+        await store.shutdown()
+
+
+async def test_answered_waits_are_let_go_long_before_their_deadlines(tmp_path):
+    """Under load thousands of waits are answered each second, long before their deadlines: the
+    master must not hold on to them (nor their answers) until then."""
+    master, store = await master_waiting_for_member_1(tmp_path, [60_000])
+    try:
+        answered = []
+        for _ in range(20):
+            wait = master.held_up_to(await put(store))
+            master.set_in_sync(frozenset(), 2)
+            assert await wait == PutStatus.PUT_OK
+            answered.append(weakref.ref(wait))
+            del wait
+            master.set_in_sync(frozenset({1}), 3)
+        still_open = master.held_up_to(await put(store))
+        await asyncio.sleep(0)  # the answers' callbacks have run
+        gc.collect()
+        assert [ref() for ref in answered] == [None] * 20
+        assert not still_open.done()
+    finally:
+        await master.stop()
         await store.shutdown()

@@ -239,6 +239,9 @@ class HAMaster:
                 self.acknowledged_end = max(self.acknowledged_end, end)
         while waiters and waiters[0][2].done():  # timed out: drop them from the front
             heapq.heappop(waiters)
+        deadlines = self._deadlines  # answered waits leave their deadlines too (most are at the front)
+        while deadlines and deadlines[0][2].done():
+            heapq.heappop(deadlines)
 
     # ------------------------------------------------------------------ the in-sync set (controller mode)
 
