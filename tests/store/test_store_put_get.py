@@ -1,5 +1,6 @@
 import itertools
 import os
+import time
 
 import pytest
 from store_helpers import STORE_HOST, make_msg
@@ -251,16 +252,28 @@ def test_pulls_that_must_not_wait_for_the_disk_read_the_page_cache_or_decline(op
     def pull(queue_id, offset, nums, tags, **kw):
         return store.get_messages("g", "TopicTest", queue_id, offset, nums, tags, **kw)
 
+    def declines(p) -> bool:
+        try:
+            pull(*p, nowait=True)
+        except NotCached:
+            return True
+        return False
+
     root = tmp_path / "store"
     store.flush()
     for p in pulls:  # (before any ordinary pull: pages the store has mapped stay in the cache)
-        evict_from_page_cache(root)
-        with pytest.raises(NotCached):  # its ConsumeQueue entries are on disk only
-            pull(*p, nowait=True)
-        for path in (root / "consumequeue").rglob("0" * 20):
-            path.read_bytes()  # now cached; the records are not
-        with pytest.raises(NotCached):
-            pull(*p, nowait=True)
+        # Eviction is the kernel's best effort (a CI run under load once kept a page): a pull that
+        # read without waiting is tried again after another eviction, five times at most.
+        for _ in range(5):
+            evict_from_page_cache(root)
+            entries_out = declines(p)  # its ConsumeQueue entries are on disk only
+            for path in (root / "consumequeue").rglob("0" * 20):
+                path.read_bytes()  # now cached; the records are not
+            if entries_out and declines(p):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"pull {p} read without waiting for the disk after five evictions of its pages")
     ordinary = [pull(*p) for p in pulls]  # (they read from the disk)
     assert all(r.status is GetStatus.FOUND and r.records for r in ordinary)
     assert [pull(*p, nowait=True) for p in pulls] == ordinary
