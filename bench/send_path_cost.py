@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import struct
 import sys
@@ -37,7 +36,7 @@ from ferrymq.broker.config import BrokerConfig  # noqa: E402
 from ferrymq.common import event_loop  # noqa: E402
 from ferrymq.common.message import encode_properties  # noqa: E402
 from ferrymq.namesrv.name_server import NamesrvConfig, NameServer  # noqa: E402
-from ferrymq.remoting.command import RemotingCommand, encode_frame  # noqa: E402
+from ferrymq.remoting.command import FrameDecoder, RemotingCommand, encode_frame  # noqa: E402
 from ferrymq.remoting.request_headers import SendMessageHeader  # noqa: E402
 from ferrymq.store.config import StoreConfig  # noqa: E402
 
@@ -62,15 +61,14 @@ def send_frames(count: int, body_size: int) -> list[bytes]:
 
 
 async def _answer(reader: asyncio.StreamReader) -> bytes:
-    """The next frame, after its length field."""
-    length = _LENGTH.unpack(await reader.readexactly(4))[0]
-    return await reader.readexactly(length)
+    """The next frame, whole (its length field included)."""
+    head = await reader.readexactly(4)
+    return head + await reader.readexactly(_LENGTH.unpack(head)[0])
 
 
-def _code(answer: bytes) -> int:
-    """The response code of an answer frame (after its length field), JSON header."""
-    header_length = _LENGTH.unpack_from(answer)[0] & 0xFFFFFF
-    return json.loads(answer[4:4 + header_length])["code"]
+def _code(frame: bytes) -> int:
+    """The response code of a whole answer frame, decoded by the remoting codec."""
+    return FrameDecoder().feed(frame)[0].code
 
 
 async def one_at_a_time(port: int, frames: list[bytes]) -> tuple[float, float, bytes]:
@@ -122,7 +120,7 @@ async def measure(messages: int, rounds: int, body: int) -> dict[str, float]:
             _, _, answer = await one_at_a_time(port, frames[:WARM_UP])
             if _code(answer) != 0:
                 raise SystemExit(f"the warm-up's sends were refused: {answer[:200]!r}")
-            echo = await asyncio.get_running_loop().create_server(lambda: _Echo(_LENGTH.pack(len(answer)) + answer), "127.0.0.1", 0)
+            echo = await asyncio.get_running_loop().create_server(lambda: _Echo(answer), "127.0.0.1", 0)
             echo_port = echo.sockets[0].getsockname()[1]
             broker_cpu, echo_cpu, broker_wall = [], [], []
             for r in range(rounds):
