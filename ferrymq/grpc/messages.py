@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import re
 import time
 import zlib
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from ferrymq.broker.timer_send import beyond_max_delay, max_delay_ms
-from ferrymq.common.message import MessageExt, Prop, decompress_body, encode_properties
+from ferrymq.common.message import MessageExt, Prop, decompress_body
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX
 from ferrymq.common.validators import validate_topic
 from ferrymq.grpc.protocol import Code, DigestType, Encoding, MessageType, pb
@@ -65,12 +66,19 @@ class MessageRefused(Exception):
 
 @dataclass(frozen=True)
 class OutgoingSend:
-    """One gRPC message ready for the send path."""
+    """One gRPC message ready for the send path: the header a remoting client would send
+    (its properties left empty) and the properties themselves, not written out as text."""
 
     header: SendMessageHeader
+    properties: dict[str, str]
     body: bytes
     message_id: str
     message_type: int
+
+
+# Java's Character.isISOControl, which Apache's proxy refuses in tags, keys and properties (two of
+# them, 0x01 and 0x02, separate the properties in a stored record)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 # rocketmq-python-client 5.1.x writes a delivery time given in epoch milliseconds (as its docs
@@ -166,6 +174,21 @@ def delivery_time(message: pb.Message, store_config: StoreConfig, now_ms: int) -
     return due
 
 
+# what a control character in one of these is refused as (anything else: a property's key or value)
+_CONTROL_REFUSALS = {Prop.TAGS: (Code.ILLEGAL_MESSAGE_TAG, "tag"), Prop.KEYS: (Code.ILLEGAL_MESSAGE_KEY, "keys"),
+                     SHARDING_KEY: (Code.ILLEGAL_MESSAGE_GROUP, "message group"),
+                     Prop.UNIQ_KEY: (Code.ILLEGAL_MESSAGE_ID, "message id")}
+
+
+def _control_refusal(props: dict[str, str]) -> MessageRefused:
+    """Why a message whose properties hold a control character is refused (naming the first)."""
+    for key, value in props.items():
+        if _CONTROL.search(key) or _CONTROL.search(value):
+            code, what = _CONTROL_REFUSALS.get(key, (Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {key!r}"))
+            return MessageRefused(code, f"{what} may not contain a control character: {value!r}")
+    return MessageRefused(Code.BAD_REQUEST, "a control character in the message's properties")
+
+
 def outgoing(message: pb.Message, *, queue_id: int, store_config: StoreConfig,
              now_ms: int | None = None) -> OutgoingSend:
     """A v2 message as the send path's request; MessageRefused when it cannot be. A delivery
@@ -182,7 +205,8 @@ def outgoing(message: pb.Message, *, queue_id: int, store_config: StoreConfig,
     for key, value in message.user_properties.items():
         if not key or key in SYSTEM_PROPERTIES:
             raise MessageRefused(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved or empty")
-        props[key] = value
+        if value:  # an empty value is no property (a stored record cannot carry one)
+            props[key] = value
     if system.tag:
         if "||" in system.tag:
             raise MessageRefused(Code.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} may not contain '||'")
@@ -208,10 +232,12 @@ def outgoing(message: pb.Message, *, queue_id: int, store_config: StoreConfig,
         if system.HasField("orphaned_transaction_recovery_duration"):
             seconds = max(1, duration_ms(system.orphaned_transaction_recovery_duration) // 1000)
             props[Prop.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(seconds)
+    if _CONTROL.search("".join(props) + "".join(props.values())):  # one search for the common case
+        raise _control_refusal(props)
     born_ms = timestamp_ms(system.born_timestamp) if system.HasField("born_timestamp") else 0
-    header = SendMessageHeader(producer_group=grpc_producer_group(message.topic.name), topic=message.topic.name, queue_id=queue_id,
-                               born_timestamp=born_ms, properties=encode_properties(props))
-    return OutgoingSend(header, body, message_id, message_type)
+    header = SendMessageHeader(producer_group=grpc_producer_group(message.topic.name), topic=message.topic.name,
+                               queue_id=queue_id, born_timestamp=born_ms)
+    return OutgoingSend(header, props, body, message_id, message_type)
 
 
 def _stored_type(msg: MessageExt) -> int:

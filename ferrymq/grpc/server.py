@@ -91,10 +91,11 @@ class Method:
 class CallContext:
     """What a service method reads of its call."""
 
-    __slots__ = ("_stream", "_deadline", "_loop", "_metadata", "_text")
+    __slots__ = ("_stream", "_headers", "_deadline", "_loop", "_metadata", "_text")
 
-    def __init__(self, stream: Stream, deadline: float | None, loop: asyncio.AbstractEventLoop) -> None:
-        self._stream, self._deadline, self._loop = stream, deadline, loop
+    def __init__(self, stream: Stream, headers: dict[str, str], deadline: float | None,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self._stream, self._headers, self._deadline, self._loop = stream, headers, deadline, loop
         self._metadata: tuple[tuple[str, str | bytes], ...] | None = None
         self._text: dict[str, str] | None = None
 
@@ -122,6 +123,11 @@ class CallContext:
             self._metadata = tuple(out)
         return self._metadata
 
+    def header(self, name: str) -> str:
+        """One text header of the request by its (lower-case) name, "" when it has none: what
+        most calls read (``x-mq-client-id``), without building ``metadata``."""
+        return self._headers.get(name, "")
+
     def metadata(self) -> dict[str, str]:
         """The text headers of ``invocation_metadata`` by name (one dict per call: do not change it)."""
         if self._text is None:
@@ -138,13 +144,13 @@ class Call:
     __slots__ = ("_server", "_stream", "_method", "_context", "_buf", "_requests", "_ended", "_waiter", "_task",
                  "_deadline", "_deadline_timer", "_headers_sent", "_finished", "_inflate", "_failed")
 
-    def __init__(self, server: "GrpcServer", stream: Stream, method: Method, deadline: float | None,
-                 inflate: Callable[[bytes], bytes] | None) -> None:
+    def __init__(self, server: "GrpcServer", stream: Stream, headers: dict[str, str], method: Method,
+                 deadline: float | None, inflate: Callable[[bytes], bytes] | None) -> None:
         loop = asyncio.get_running_loop()
         self._server = server
         self._stream = stream
         self._method = method
-        self._context = CallContext(stream, deadline, loop)
+        self._context = CallContext(stream, headers, deadline, loop)
         self._buf = bytearray()
         self._requests: deque[Any] = deque()
         self._ended = False
@@ -438,7 +444,7 @@ class GrpcServer:
             seconds = parse_timeout(timeout)
             if seconds is not None:
                 deadline = asyncio.get_running_loop().time() + seconds
-        call = Call(self, stream, method, deadline, inflater(headers.get("grpc-encoding", "identity"),
+        call = Call(self, stream, headers, method, deadline, inflater(headers.get("grpc-encoding", "identity"),
                                                               self.max_message_bytes))
         stream.receiver = call
         if end_stream:

@@ -29,6 +29,7 @@ from ferrymq.broker.pop import receipt
 from ferrymq.broker.pop.admission import MAX_BATCH, MAX_INVISIBLE_MS
 from ferrymq.broker.pop.outcomes import AckStatus, PopStatus
 from ferrymq.broker.pop.service import PopService
+from ferrymq.broker.processors.send import SendOutcome
 from ferrymq.broker.recall import RecallService
 from ferrymq.broker.retry import RetryService, SendBackRequest
 from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
@@ -56,14 +57,18 @@ from ferrymq.grpc.trace import DeliveryKey, GrpcTrace
 from ferrymq.remoting.codes import CURRENT_VERSION, LanguageCode, RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.errors import RemotingError
-from ferrymq.remoting.headers import RecallMessageHeader, RecallMessageResponseHeader, SendMessageResponseHeader
+from ferrymq.remoting.headers import RecallMessageHeader, RecallMessageResponseHeader
+from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store.config import StoreConfig
 
 log = logging.getLogger(__name__)
 
-SendHandler = Callable[[RemotingCommand, Any], Awaitable[RemotingCommand]]
+# the broker's send path (SendProcessor.send): (request code, header, properties, body, producer
+# address, when it was read) -> how it ended
+SendHandler = Callable[[int, SendMessageHeader, dict, bytes, tuple[str, int], float], Awaitable[SendOutcome]]
 MIN_INVISIBLE_MS = 1_000
-DEFAULT_INVISIBLE_MS = 60_000  # auto_renew receives (PushConsumer) without their own duration
+DEFAULT_INVISIBLE_MS = 60_000
+OK_STATUS = status()  # (copied into each answer that carries it)  # auto_renew receives (PushConsumer) without their own duration
 
 # remoting answer of the send path -> v2 status code
 SEND_CODES = {
@@ -213,7 +218,7 @@ class MessagingService:
         return client_id
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context) -> spb.HeartbeatResponse:
-        if not context.metadata().get("x-mq-client-id"):
+        if not context.header("x-mq-client-id"):
             return spb.HeartbeatResponse(status=status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id header is missing"))
         denied = self._denied(context, group=request.group.name)
         if denied:
@@ -229,7 +234,7 @@ class MessagingService:
         denied = self._denied(context)
         if denied:
             return spb.NotifyClientTerminationResponse(status=denied)
-        client_id = context.metadata().get("x-mq-client-id", "")
+        client_id = context.header("x-mq-client-id")
         self.clients.gone(client_id)
         return spb.NotifyClientTerminationResponse(status=status())
 
@@ -241,7 +246,7 @@ class MessagingService:
         if denied:
             yield spb.TelemetryCommand(status=denied)
             return
-        session = TelemetrySession(context.metadata().get("x-mq-client-id", ""), Peer.of(context).remote_address)
+        session = TelemetrySession(context.header("x-mq-client-id"), Peer.of(context).remote_address)
         reader = asyncio.ensure_future(self._read_telemetry(request_iterator, context, session))
         try:
             while (command := await session.outbox.get()) is not None:
@@ -312,39 +317,40 @@ class MessagingService:
             out = outgoing(message, queue_id=self._queue_for(message), store_config=self.store_config)
         except MessageRefused as exc:
             return spb.SendResultEntry(status=status(exc.code, exc.message))
-        request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, out.header.to_fields(v2=True), out.body)
-        request.received_at = time.monotonic()
-        response = await self.send(request, peer)
-        code = SEND_CODES.get(response.code, Code.INTERNAL_ERROR)
-        if response.code == ResponseCode.MESSAGE_ILLEGAL and "propert" in (response.remark or "").lower():
-            code = Code.MESSAGE_PROPERTIES_TOO_LARGE
-        if code != Code.OK:
-            return spb.SendResultEntry(status=status(code, response.remark or ""))
-        answer = SendMessageResponseHeader.read(response)
-        offset = answer.queue_offset or 0
+        sent = await self.send(RequestCode.SEND_MESSAGE_V2, out.header, out.properties, out.body, peer.remote_address,
+                               time.monotonic())
+        result = sent.result
+        if result is None or not result.ok:
+            code = SEND_CODES.get(sent.code, Code.INTERNAL_ERROR)
+            if sent.code == ResponseCode.MESSAGE_ILLEGAL and "propert" in (sent.remark or "").lower():
+                code = Code.MESSAGE_PROPERTIES_TOO_LARGE
+            return spb.SendResultEntry(status=status(code, sent.remark or ""))
+        msg_id = result.msg_ids[0]  # the offset message id (one message)
+        offset = result.queue_offset
         tx_id = ""
         if out.message_type == MessageType.TRANSACTION:
             # what EndTransaction needs to find the half message: its CommitLog and queue offsets
-            _, _, commit_log_offset = decode_offset_msg_id(answer.msg_id)
-            tx_id = transaction_id(commit_log_offset, offset, out.message_id)
+            tx_id = transaction_id(result.wrote_offset, offset, out.message_id)
         if self.trace is not None:
-            self._trace_publish(message, out, answer.msg_id, started_ms, peer, client_id)
-        return spb.SendResultEntry(status=status(), message_id=out.message_id, transaction_id=tx_id,
-                                   offset=offset, recall_handle=answer.recall_handle or "")
+            self._trace_publish(message, out, msg_id, started_ms, peer, client_id)
+        return spb.SendResultEntry(status=OK_STATUS, message_id=out.message_id, transaction_id=tx_id,
+                                   offset=offset, recall_handle=sent.recall_handle or "")
 
     async def SendMessage(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
-        if not request.messages:
+        messages = request.messages
+        if not messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no message to send"))
-        if len({m.topic.name for m in request.messages}) > 1:
+        topic = messages[0].topic.name
+        if len(messages) > 1 and any(m.topic.name != topic for m in messages):
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "messages of one request must share a topic"))
-        denied = self._denied(context, topic=request.messages[0].topic.name, perm=AclPerm.PUB)
+        denied = self._denied(context, topic=topic, perm=AclPerm.PUB)
         if denied:
             return spb.SendMessageResponse(status=denied)
         peer = Peer.of(context)
-        client_id = context.metadata().get("x-mq-client-id", "")
-        entries = [await self._send_one(m, peer, client_id) for m in request.messages]
+        client_id = context.header("x-mq-client-id")
+        entries = [await self._send_one(m, peer, client_id) for m in messages]
         failed = next((e.status for e in entries if e.status.code != Code.OK), None)
-        return spb.SendMessageResponse(status=failed or status(), entries=entries)
+        return spb.SendMessageResponse(status=failed or OK_STATUS, entries=entries)
 
     def _trace_publish(self, message: pb.Message, out: OutgoingSend, offset_msg_id: str, started_ms: int, peer: Peer,
                        client_id: str) -> None:
@@ -392,7 +398,7 @@ class MessagingService:
         """The EndTransaction record, as the remoting producer's trace hook writes it."""
         self.trace.transaction_ended(TraceEvent(
             END_TRANSACTION, request.message_id, timestamp=int(time.time() * 1000), region_id=self.config.region_id,
-            group=context.metadata().get("x-mq-client-id") or grpc_producer_group(request.topic.name),
+            group=context.header("x-mq-client-id") or grpc_producer_group(request.topic.name),
             topic=request.topic.name, store_host=self.config.advertised_addr(), msg_type="Trans",
             transaction_id=request.transaction_id,
             transaction_state=TRANSACTION_STATES.get(request.resolution, "UNKNOW"),
@@ -543,7 +549,7 @@ class MessagingService:
         return reply(status=status())
 
     def _is_push_consumer(self, context) -> bool:
-        client = self.clients.table.get(context.metadata().get("x-mq-client-id", ""))
+        client = self.clients.table.get(context.header("x-mq-client-id"))
         return client is not None and client.client_type == "PUSH_CONSUMER"
 
     def _trace_end(self, context, group: str, topic: str, receipt_handle: str, *, success: bool) -> None:

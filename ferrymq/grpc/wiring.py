@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ferrymq.broker.config import BrokerConfig
     from ferrymq.broker.consumer_manager import ConsumerManager
     from ferrymq.broker.consumer_offset_manager import ConsumerOffsetManager
+    from ferrymq.broker.processors.send import SendProcessor
     from ferrymq.broker.recall import RecallService
     from ferrymq.broker.retry import RetryService
     from ferrymq.broker.subscription_group_manager import SubscriptionGroupManager
@@ -54,7 +55,8 @@ class BrokerGrpc:
 
     def endpoint(self, broker: "Broker") -> "GrpcEndpoint":
         return grpc_endpoint(config=broker.config, store_config=broker.store_config, topics=broker.topics,
-                             groups=broker.groups, send=broker.send_processor, transactions=broker.transactions,
+                             groups=broker.groups, send_processor=broker.send_processor,
+                             transactions=broker.transactions,
                              retry=broker.retry, pop=broker.pop, namesrv_client=broker.namesrv_client,
                              remoting_address=lambda: broker.address,
                              acl_config=(lambda: broker.acl.config) if broker.acl is not None else None,
@@ -69,7 +71,8 @@ def broker_grpc(config: "BrokerConfig") -> BrokerGrpc | None:
 
 
 def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics: "TopicConfigManager",
-                  groups: "SubscriptionGroupManager", send: Callable, transactions: "TransactionService",
+                  groups: "SubscriptionGroupManager", send_processor: "SendProcessor",
+                  transactions: "TransactionService",
                   retry: "RetryService", pop: Any, namesrv_client: "RemotingClient",
                   remoting_address: Callable[[], str], acl_config: Callable | None = None,
                   producers: "ConsumerManager | None" = None, clients: "GrpcClients | None" = None,
@@ -103,8 +106,9 @@ def grpc_endpoint(*, config: "BrokerConfig", store_config: "StoreConfig", topics
     trace = None
     if config.trace_topic_enable:  # trace records for gRPC traffic (docs/trace.md#rocketmq-5-grpc-clients)
         trace = GrpcTrace(topic=config.msg_trace_topic_name, region=lambda: config.region_id,
-                          send=lambda request, client: send(request, Peer(client, {})))
-    service = MessagingService(config=config, store_config=store_config, topics=topics, groups=groups, send=send,
+                          send=lambda request, client: send_processor(request, Peer(client, {})))
+    service = MessagingService(config=config, store_config=store_config, topics=topics, groups=groups,
+                               send=send_processor.send,
                                transactions=transactions, retry=retry, pop=pop, directory=directory, clients=clients,
                                is_fifo_group=is_fifo_group, auth=GrpcAuth(acl_config) if acl_config else None,
                                producers=producers, recalls=recalls, trace=trace,

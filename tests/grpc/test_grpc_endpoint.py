@@ -149,6 +149,17 @@ async def test_send_refusals_travel_in_the_status(cluster, stub):
     for code, msg in cases.items():
         response = await send(stub, msg)
         assert response.status.code == code, (Code.Name(code), response.status)
+    # control characters (Java's isISOControl, as Apache's proxy refuses them): 0x01 and 0x02 would
+    # otherwise split the stored properties and make up new ones
+    smuggled = message(topic)
+    smuggled.user_properties["note"] = "x\x02DELAY\x013"
+    for code, msg in [(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, smuggled), (Code.ILLEGAL_MESSAGE_TAG, message(topic, tag="a\x01b")),
+                      (Code.ILLEGAL_MESSAGE_KEY, message(topic, keys=["k\n1"])),
+                      (Code.ILLEGAL_MESSAGE_GROUP, message(topic, message_group="g\x7f")),
+                      (Code.ILLEGAL_MESSAGE_ID, message(topic, message_id="ID\x02KEYS\x01k"))]:
+        response = await send(stub, msg)
+        assert response.status.code == code, (Code.Name(code), response.status)
+        assert "control character" in response.status.message
     # nothing of that was stored
     assert bodies(await receive(stub, topic, "RefuseGroup")) == []
 

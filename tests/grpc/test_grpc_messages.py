@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from ferrymq.common.message import MessageExt, Prop, decode_properties
+from ferrymq.common.message import MessageExt, Prop
 from ferrymq.grpc.messages import (SHARDING_KEY, MessageRefused, incoming, message_type_of, outgoing, timestamp_ms,
                                    to_timestamp)
 from ferrymq.grpc.protocol import Code, pb
@@ -24,7 +24,7 @@ def test_a_delivery_time_becomes_the_exact_timer_time_not_a_delay_level():
     now = 1_700_000_000_000
     for due in (now - 5000, now + 7000, now + 45 * 60_000, now + CONFIG.timer_max_delay_sec * 1000):
         out = outgoing(msg(delivery_timestamp=to_timestamp(due)), queue_id=-1, store_config=CONFIG, now_ms=now)
-        props = decode_properties(out.header.properties)
+        props = out.properties
         assert props[Prop.TIMER_DELIVER_MS] == str(due)
         assert Prop.DELAY not in props
         assert out.message_type == pb.MessageType.DELAY
@@ -58,7 +58,7 @@ def test_message_type_follows_what_the_message_carries():
 
 def test_fifo_message_keeps_its_group_and_comes_back_as_fifo():
     out = outgoing(msg(message_group="orders-7", tag="T1", keys=["a", "b"]), queue_id=3, store_config=CONFIG)
-    props = decode_properties(out.header.properties)
+    props = out.properties
     assert props[SHARDING_KEY] == "orders-7" and props[Prop.TAGS] == "T1" and props[Prop.KEYS] == "a b"
     assert props[Prop.UNIQ_KEY] == "ID1" and out.header.queue_id == 3
     stored = MessageExt(topic="T", body=b"b", properties=props, queue_id=3, queue_offset=9)

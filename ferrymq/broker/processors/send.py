@@ -13,6 +13,7 @@ import functools
 import logging
 import random
 import time
+from dataclasses import dataclass
 
 from ferrymq.broker.batch_timers import SPLIT_PROPS, header_delay_refusal, merged_result, puts_of, split_batch
 from ferrymq.broker.context import BrokerContext
@@ -31,7 +32,7 @@ from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
 from ferrymq.remoting.headers import SendMessageResponseHeader
 from ferrymq.remoting.request_headers import SendMessageHeader
-from ferrymq.store.results import PutStatus
+from ferrymq.store.results import AppendResult, PutStatus
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,19 @@ _DIVERTING_PROPS = frozenset((Prop.TRAN_MSG, Prop.DELAY, *TIMER_REQUEST_PROPS))
 _topic_error = functools.lru_cache(maxsize=4096)(validate_topic)
 
 
+@dataclass(slots=True)
+class SendOutcome:
+    """How a send ended: the answer's code and remark; for a send the store took, its result
+    (``ok`` false: stored, but its flush or replication wait failed), the queue it went to and
+    a timer message's recall handle."""
+
+    code: int
+    remark: str | None = None
+    result: AppendResult | None = None
+    queue_id: int = 0
+    recall_handle: str | None = None
+
+
 class SendProcessor:
     def __init__(self, ctx: BrokerContext, schedule: ScheduleMessageService, transactions: TransactionService) -> None:
         self.ctx = ctx
@@ -62,71 +76,90 @@ class SendProcessor:
         self.transactions = transactions
 
     async def __call__(self, req: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """A remoting send: its header read, the send made, the answer written as Java's is."""
         header = SendMessageHeader.from_request(req)
+        out = await self.send(req.code, header, decode_properties(header.properties), req.body or b"",
+                              conn.remote_address, req.received_at)
+        result = out.result
+        if result is None or not result.ok:
+            return req.response(out.code, remark=out.remark)
+        config = self.ctx.config
+        return req.text_response(out.code, SendMessageResponseHeader.text_of(
+            msg_id=",".join(result.msg_ids), queue_id=out.queue_id, queue_offset=result.queue_offset,
+            region=config.region_id, trace_on=config.trace_on, recall_handle=out.recall_handle))
+
+    async def send(self, code: int, header: SendMessageHeader, batch_props: dict[str, str], body: bytes,
+                   born_at: tuple[str, int], received_at: float) -> SendOutcome:
+        """A send of ``code`` (SEND_MESSAGE(_V2), SEND_BATCH_MESSAGE or SEND_HALF_MESSAGES) as
+        ``header`` describes it, whatever protocol brought it: the remoting answer above, or a
+        5.x client's SendMessage (grpc/service.py), which builds the header and properties
+        itself instead of writing and reading them as text. ``batch_props``: the header's
+        properties, decoded (this call adds the broker's own to them); ``born_at``: the
+        producer's address; ``received_at``: ``time.monotonic()`` when the request was read (0:
+        unknown), for admission control."""
         ctx = self.ctx
         topic = header.topic
         error = _topic_error(topic)
         if error:
-            return req.response(ResponseCode.SYSTEM_ERROR, remark=f"topic[{topic}] is invalid: {error}")
+            return SendOutcome(ResponseCode.SYSTEM_ERROR, f"topic[{topic}] is invalid: {error}")
         if topic in FORBIDDEN_SEND_TOPICS:
-            return req.response(ResponseCode.NO_PERMISSION, remark=f"Sending message to topic[{topic}] is forbidden.")
+            return SendOutcome(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         if not Perm.writeable(ctx.config.broker_permission):
-            return req.response(ResponseCode.NO_PERMISSION,
-                                remark=f"the broker[{ctx.config.broker_name}] sending message is forbidden")
+            return SendOutcome(ResponseCode.NO_PERMISSION,
+                               f"the broker[{ctx.config.broker_name}] sending message is forbidden")
 
-        queued_ms = int((time.monotonic() - req.received_at) * 1000) if req.received_at else 0
+        queued_ms = int((time.monotonic() - received_at) * 1000) if received_at else 0
         busy = send_refusal(ctx.store.write_backlog(), ctx.config, queued_ms)
         if busy is not None:
             ctx.stats.record_busy()
-            return req.response(ResponseCode.SYSTEM_BUSY, remark=busy)
+            return SendOutcome(ResponseCode.SYSTEM_BUSY, busy)
 
         topic_config = ctx.topics.get(topic)
         if topic_config is None:
             topic_config = ctx.topics.create_in_send(
                 topic, header.default_topic, header.default_topic_queue_nums, 0)
             if topic_config is None:
-                return req.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist, apply first please!")
+                return SendOutcome(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not Perm.writeable(topic_config.perm):
-            return req.response(ResponseCode.NO_PERMISSION, remark=f"the topic[{topic}] sending message is forbidden")
+            return SendOutcome(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
 
         queue_id = header.queue_id
         if queue_id < 0:
             queue_id = random.randrange(max(1, topic_config.write_queue_nums))
         if queue_id >= max(topic_config.read_queue_nums, topic_config.write_queue_nums):
-            return req.response(ResponseCode.SYSTEM_ERROR,
-                                remark=f"request queueId[{queue_id}] is illegal, {topic_config.describe()} "
-                                       f"Producer: {conn.remote_address[0]}")
+            return SendOutcome(ResponseCode.SYSTEM_ERROR,
+                               f"request queueId[{queue_id}] is illegal, {topic_config.describe()} "
+                               f"Producer: {born_at[0]}")
 
-        batch_props = decode_properties(header.properties)
         wait = batch_props.pop(Prop.WAIT, None) != "false"  # honoured, not stored (as 4.9.1+)
         batch_props[Prop.CLUSTER] = ctx.config.broker_cluster_name
         # stamped on every message as Apache does: a consumer's trace hook reads them, and skips
         # a message whose TRACE_ON is false (docs/trace.md#what-lands-in-the-topic)
         batch_props[Prop.MSG_REGION] = ctx.config.region_id
         batch_props[Prop.TRACE_ON] = "true" if ctx.config.trace_on else "false"
-        born_host = (conn.remote_address[0], conn.remote_address[1])
+        born_host = (born_at[0], born_at[1])
         born_timestamp = header.born_timestamp or int(time.time() * 1000)
 
         recall_handle = None
-        halves = req.code == SEND_HALF_MESSAGES
-        batch = halves or req.code == RequestCode.SEND_BATCH_MESSAGE
+        halves = code == SEND_HALF_MESSAGES
+        batch = halves or code == RequestCode.SEND_BATCH_MESSAGE
         if halves and ctx.config.reject_transaction_message:
-            return req.response(ResponseCode.NO_PERMISSION, remark=f"the broker[{ctx.config.broker_name}] "
-                                                                    "sending transaction message is forbidden")
+            return SendOutcome(ResponseCode.NO_PERMISSION,
+                               f"the broker[{ctx.config.broker_name}] sending transaction message is forbidden")
         if batch:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="batch request does not support retry group " + topic)
+                return SendOutcome(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + topic)
             try:
                 msgs, may_split, waits = batch_messages(
-                    topic, req.body or b"", batch_props, SPLIT_PROPS, queue_id, header.sys_flag, born_timestamp, born_host,
+                    topic, body, batch_props, SPLIT_PROPS, queue_id, header.sys_flag, born_timestamp, born_host,
                     ctx.store_host, header.reconsume_times)
             except ValueError as e:
-                return req.response(ResponseCode.MESSAGE_ILLEGAL, remark=f"malformed batch body: {e}")
+                return SendOutcome(ResponseCode.MESSAGE_ILLEGAL, f"malformed batch body: {e}")
             if not msgs:
-                return req.response(ResponseCode.MESSAGE_ILLEGAL, remark="empty batch")
+                return SendOutcome(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
             refusal = header_delay_refusal(batch_props, ctx.store_config)
             if refusal is not None:
-                return req.response(refusal.code, remark=refusal.remark)
+                return SendOutcome(refusal.code, refusal.remark)
             wait = wait and waits  # a message of the batch saying WAIT=false answers the batch at once
             if halves:  # half messages until the producer commits them; a timer waits for the commit
                 self.transactions.ensure_topics()
@@ -140,13 +173,13 @@ class SendProcessor:
             else:  # messages asking for a timer or a delay level wait on their own (docs/timers.md#batches)
                 split = split_batch(msgs, ctx.store_config, self.schedule.level_count, int(time.time() * 1000))
                 if isinstance(split, TimerRefusal):
-                    return req.response(split.code, remark=split.remark)
+                    return SendOutcome(split.code, split.remark)
                 if split.timed:
                     result = merged_result(split, await ctx.store.put_group(puts_of(split), all_or_nothing=True, wait=wait))
                 else:  # none waits after all (a timer due already, or the words in a body)
                     result = await ctx.store.put_messages(msgs, wait=wait)
         else:
-            msg = MessageExt(topic, req.body or b"", header.flag, batch_props, queue_id, 0, 0, header.sys_flag,
+            msg = MessageExt(topic, body, header.flag, batch_props, queue_id, 0, 0, header.sys_flag,
                              born_timestamp, born_host, 0, ctx.store_host, header.reconsume_times)  # (positional: cheaper)
             dlq = self._dead_letter_target(header, msg)
             if dlq is not None:
@@ -157,29 +190,27 @@ class SendProcessor:
                 pass  # the common send: no half message, timer or delay level to look at
             elif is_transactional(msg):  # a half message until the producer commits it
                 if ctx.config.reject_transaction_message:
-                    return req.response(ResponseCode.NO_PERMISSION, remark=f"the broker[{ctx.config.broker_name}] "
-                                                                            "sending transaction message is forbidden")
+                    return SendOutcome(ResponseCode.NO_PERMISSION,
+                                       f"the broker[{ctx.config.broker_name}] sending transaction message is forbidden")
                 self.transactions.ensure_topics()
                 divert_to_half(msg)
             elif asks_for_timer(msg):  # held in rmq_sys_wheel_timer until due (docs/timers.md)
                 refusal = divert_to_timer(msg, ctx.store_config, int(time.time() * 1000))
                 if refusal is not None:
-                    return req.response(refusal.code, remark=refusal.remark)
+                    return SendOutcome(refusal.code, refusal.remark)
             elif is_delayable(msg):  # held in SCHEDULE_TOPIC_XXXX until due (docs/wire-format.md#send-processing, step 6)
                 divert_to_schedule(msg, self.schedule.level_count)
             result = await ctx.store.put_message(msg, wait=wait)
             recall_handle = handle_for(msg, ctx.config.broker_name)  # a timer message's (docs/timers.md#recall)
 
-        code = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
+        answer = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
         ctx.stats.record_put(topic, result.msg_num if result.ok else 0, result.wrote_bytes)
         if ctx.tracing.enabled and result.ok:
             ctx.tracing.stored(msgs if batch else [msg], queue_id=queue_id,
                                first_offset=result.queue_offset, msg_ids=result.msg_ids)
-        if not result.ok:  # stored (the flush or replication wait may have failed) answers with the offsets
-            return req.response(code, remark=result.remark or result.status.name)
-        return req.text_response(code, SendMessageResponseHeader.text_of(
-            msg_id=",".join(result.msg_ids), queue_id=queue_id, queue_offset=result.queue_offset,
-            region=ctx.config.region_id, trace_on=ctx.config.trace_on, recall_handle=recall_handle))
+        # not ok: stored (the flush or replication wait may have failed), answered without the offsets
+        return SendOutcome(answer, None if result.ok else result.remark or result.status.name, result, queue_id,
+                           recall_handle)
 
     def _dead_letter_target(self, header: SendMessageHeader, msg: MessageExt) -> str | None:
         """A retry-topic message that used up its reconsume budget goes to the group's DLQ."""
