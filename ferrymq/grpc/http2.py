@@ -142,6 +142,8 @@ class Stream:
         """(HEADERS or DATA, payload, end_stream) in order, written together as far as the windows let."""
         if self._closed_local:
             return  # reset or ended meanwhile: nothing more goes to the peer
+        if not self._queue and self._conn.write_at_once(self, items):
+            return
         was_waiting = bool(self._queue)
         for item in items:
             self._queue.append(item)
@@ -204,6 +206,10 @@ class Stream:
     @property
     def waiting(self) -> bool:
         return bool(self._queue)
+
+    def end_local(self) -> None:
+        """We sent END_STREAM (written by the connection at once, not queued)."""
+        self._closed_local = True
 
     def closed_by_peer(self) -> None:
         self._closed_remote = True
@@ -385,11 +391,48 @@ class Http2Connection(asyncio.Protocol):
             if not self._reading:
                 self._flush()
 
+    def write_at_once(self, stream: Stream, items: "tuple[tuple[int, bytes, bool], ...] | list[tuple[int, bytes, bool]]"
+                      ) -> bool:
+        """``items`` of a stream with nothing queued, written as one frame each when every one fits
+        a frame and their DATA fits both windows (a unary call's whole answer, mostly); False,
+        with nothing written, when they do not (``send_all`` queues them then)."""
+        max_frame = self.peer_max_frame
+        data_bytes = 0
+        for kind, payload, end_stream in items:
+            if len(payload) > max_frame:
+                return False
+            if kind == DATA:
+                data_bytes += len(payload)
+            if end_stream:
+                break
+        if data_bytes > stream.window or data_bytes > self._send_window:
+            return False
+        out = []
+        for kind, payload, end_stream in items:
+            flags = END_STREAM if end_stream else 0
+            if kind == HEADERS:
+                flags |= END_HEADERS
+            n = len(payload)
+            out.append(_FRAME_HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream.id))
+            out.append(payload)
+            if end_stream:
+                stream.end_local()
+                break
+        stream.window -= data_bytes
+        self._send_window -= data_bytes
+        self.write(b"".join(out))
+        self._settle(stream)
+        return True
+
     def flush_stream(self, stream: Stream) -> None:
         frames, used = stream.take_queue(self._send_window, self.peer_max_frame)
         self._send_window -= used
         if frames:
             self.write(b"".join(frames))
+        self._settle(stream)
+
+    def _settle(self, stream: Stream) -> None:
+        """After a stream's frames went out: blocked on a window, or done with."""
         if stream.waiting:
             self._blocked[stream.id] = stream
         else:

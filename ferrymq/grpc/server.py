@@ -172,6 +172,11 @@ class Call:
         if self._failed:
             return
         buf = self._buf
+        if not buf and len(data) >= 5:  # the common case: one DATA frame holding one whole message
+            compressed, length = _PREFIX.unpack_from(data)
+            if len(data) == 5 + length and length <= self._server.max_message_bytes:
+                self._message(compressed, data[5:])
+                return
         buf += data
         limit = self._server.max_message_bytes
         while len(buf) >= 5:
@@ -183,26 +188,33 @@ class Call:
                 break
             payload = bytes(buf[5:5 + length])
             del buf[:5 + length]
-            if compressed:
-                if self._inflate is None:
-                    self._fail(INTERNAL, "a compressed message without grpc-encoding")
-                    return
-                try:
-                    payload = self._inflate(payload)
-                except (zlib.error, ValueError) as exc:
-                    self._fail(INTERNAL if isinstance(exc, zlib.error) else RESOURCE_EXHAUSTED,
-                               f"a compressed request message could not be inflated: {exc}")
-                    return
+            if not self._message(compressed, payload):
+                return
+
+    def _message(self, compressed: int, payload: bytes) -> bool:
+        """One request message received whole: parsed and queued for the service (False: the
+        call failed on it)."""
+        if compressed:
+            if self._inflate is None:
+                self._fail(INTERNAL, "a compressed message without grpc-encoding")
+                return False
             try:
-                request = self._method.request_type.FromString(payload)
-            except DecodeError as exc:
-                self._fail(INTERNAL, f"a request message that is not a {self._method.request_type.__name__}: {exc}")
-                return
-            if not self._method.client_streaming and self._requests:
-                self._fail(UNIMPLEMENTED, f"{self._method.name} takes one request message, got more")
-                return
-            self._requests.append(request)
-            self._wake()
+                payload = self._inflate(payload)
+            except (zlib.error, ValueError) as exc:
+                self._fail(INTERNAL if isinstance(exc, zlib.error) else RESOURCE_EXHAUSTED,
+                           f"a compressed request message could not be inflated: {exc}")
+                return False
+        try:
+            request = self._method.request_type.FromString(payload)
+        except DecodeError as exc:
+            self._fail(INTERNAL, f"a request message that is not a {self._method.request_type.__name__}: {exc}")
+            return False
+        if not self._method.client_streaming and self._requests:
+            self._fail(UNIMPLEMENTED, f"{self._method.name} takes one request message, got more")
+            return False
+        self._requests.append(request)
+        self._wake()
+        return True
 
     def end(self) -> None:
         self._ended = True
@@ -236,17 +248,24 @@ class Call:
 
     def _start(self, coro) -> None:
         self._task = asyncio.get_running_loop().create_task(coro, name=f"grpc {self._method.name}")
-        self._arm_deadline()
+        self.arm_deadline()
 
     def _start_eagerly(self, coro) -> None:
+        server = self._server
+        parked = server.parked_list()
         try:
-            self._task = start_eagerly(coro, name=f"grpc {self._method.name}", parked=self._server.parked_list())
+            self._task = start_eagerly(coro, name=f"grpc {self._method.name}", parked=parked)
         except Exception as exc:  # raised before its first wait: as from a plain call
             self._crashed(exc)
-        if not self._finished:  # it waits (or parked): now its deadline matters
-            self._arm_deadline()
+        if self._finished or self._deadline is None:
+            return
+        if self._task is None and parked is not None:  # parked in the read's round, which ends it mostly
+            server.arm_after_round(self)
+        else:  # it waits: now its deadline matters
+            self.arm_deadline()
 
-    def _arm_deadline(self) -> None:
+    def arm_deadline(self) -> None:
+        """Past the call's deadline (if it has one) it is cancelled and answered DEADLINE_EXCEEDED."""
         if self._deadline is not None and self._deadline_timer is None and not self._finished:
             self._deadline_timer = asyncio.get_running_loop().call_at(self._deadline, self._deadline_passed)
 
@@ -377,6 +396,7 @@ class GrpcServer:
         self.max_message_bytes = max_message_bytes
         self._rounds = rounds
         self._parked: list[Coroutine[Any, Any, None]] | None = None  # eager calls parked in this read's round
+        self._unarmed: list[Call] = []  # parked calls with a deadline: armed if the round does not end them
         self._eager_in_read = 0
         self._resumed: set[asyncio.Task] = set()
         self.calls: set[Call] = set()
@@ -409,10 +429,16 @@ class GrpcServer:
             self._rounds.open_round()
         return self._parked
 
+    def arm_after_round(self, call: "Call") -> None:
+        """``call`` parked in this read's round: its deadline is armed only if the round's end
+        leaves it running (most end there, and a timer armed and cancelled at once is waste)."""
+        self._unarmed.append(call)
+
     def read_ended(self) -> None:
         parked, self._parked = self._parked, None
         if parked is None:
             return
+        unarmed, self._unarmed = self._unarmed, []
         try:
             self._rounds.close_round()  # type: ignore[union-attr]
         finally:  # the parked calls go on (and answer) whatever the round did
@@ -425,6 +451,8 @@ class GrpcServer:
             for task in resumption.start():
                 self._resumed.add(task)
                 task.add_done_callback(self._resumed.discard)
+            for call in unarmed:
+                call.arm_deadline()
 
     def _stream(self, stream: Stream, end_stream: bool) -> None:
         headers = dict(stream.headers)
