@@ -4,7 +4,7 @@ Three C extensions (``ferrymq/common/_message_codec.c``: records, properties, ba
 string hashes, a put's run of records in one call per step: encode, stamp, place, ConsumeQueue
 entries, index postings, and a run of records decoded back into messages;
 ``ferrymq/remoting/_header_codec.c``: JSON remoting headers;
-``ferrymq/grpc/_hpack.c``: HPACK's Huffman decoding for the gRPC endpoint) are built wherever a
+``ferrymq/grpc/_hpack.c``: HPACK header-block and Huffman decoding for the gRPC endpoint) are built wherever a
 C compiler and the Python headers are there. ``load`` returns one, or None when it was not built
 or ``FERRYMQ_NO_EXTENSIONS`` is set to anything but ""/"0". Modules with a compiled twin pick it
 at import time, so a process runs one implementation throughout. The pure-Python versions are

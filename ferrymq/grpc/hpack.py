@@ -8,13 +8,12 @@ needs the peer's table size. Names and values are ``str`` read and written as La
 maps every octet to one character and back.
 
 Huffman decoding walks a nibble-wise state machine built once at import from the code lengths
-of Appendix B; the compiled twin (ferrymq/grpc/_hpack.c, through ferrymq/common/speedups.py)
-runs the same machine and ``py_huffman_decode`` here is its specification.
+of Appendix B. The compiled twin (ferrymq/grpc/_hpack.c, through ferrymq/common/speedups.py)
+decodes a whole header block in one call, Huffman strings with the same machine; here
+``Decoder.py_decode`` and ``py_huffman_decode`` are its specification and the fallback.
 """
 
 from __future__ import annotations
-
-from collections import deque
 
 from ferrymq.common import speedups
 
@@ -156,6 +155,10 @@ def py_huffman_decode(data: bytes) -> bytes:
 
 _native = speedups.load("ferrymq.grpc._hpack")
 huffman_decode = _native.huffman_decode if _native is not None else py_huffman_decode
+_decode_block = None  # the compiled Decoder.decode
+if _native is not None:
+    _native.register(HpackError, HeaderListTooLarge, STATIC_TABLE)
+    _decode_block = _native.decode_block
 
 _MAX_INTEGER = 2**32
 _MAX_CONTINUATION = 8
@@ -204,13 +207,19 @@ class Decoder:
     ``max_table_size`` is the limit we advertised (SETTINGS_HEADER_TABLE_SIZE); the peer moves
     the table's size within it with size updates. Lowering it shrinks the table at once, as the
     peer's next block must.
+
+    ``decode`` is one call of the compiled ``decode_block`` (ferrymq/grpc/_hpack.c, through
+    ferrymq/common/speedups.py) where it was built, else ``py_decode``, its specification. Both
+    read and update the same state: ``_entries`` (the dynamic table, oldest first, so a new
+    entry is appended and evicted ones are cut from the front), ``table_size``,
+    ``table_capacity`` and ``_max_table_size``.
     """
 
     def __init__(self, max_table_size: int = 4096) -> None:
         self._max_table_size = max_table_size
         self.table_capacity = max_table_size  # the size the peer chose, at most max_table_size
         self.table_size = 0  # octets in the dynamic table, entry overheads included
-        self._entries: deque[tuple[str, str]] = deque()  # newest first: index 62 is _entries[0]
+        self._entries: list[tuple[str, str]] = []  # oldest first: index 62 is _entries[-1]
 
     @property
     def max_table_size(self) -> int:
@@ -226,13 +235,18 @@ class Decoder:
     @property
     def dynamic_table(self) -> list[tuple[str, str]]:
         """The dynamic table's entries, newest (index 62) first."""
-        return list(self._entries)
+        return self._entries[::-1]
 
-    def _evict(self) -> None:
-        entries = self._entries
-        while self.table_size > self.table_capacity:
-            name, value = entries.pop()
-            self.table_size -= len(name) + len(value) + ENTRY_OVERHEAD
+    def _evict(self, room: int = 0) -> None:
+        """Evict the oldest entries until the table's size is at most its capacity less ``room``."""
+        entries, size, drop = self._entries, self.table_size, 0
+        while size > self.table_capacity - room and drop < len(entries):
+            name, value = entries[drop]
+            size -= len(name) + len(value) + ENTRY_OVERHEAD
+            drop += 1
+        if drop:
+            del entries[:drop]
+            self.table_size = 0 if not entries else size
 
     def _add(self, field: tuple[str, str]) -> None:
         size = len(field[0]) + len(field[1]) + ENTRY_OVERHEAD
@@ -240,9 +254,9 @@ class Decoder:
             self._entries.clear()
             self.table_size = 0
             return
+        self._evict(size)  # older entries only: room for the new one
+        self._entries.append(field)
         self.table_size += size
-        self._evict()  # older entries only: the new one fits
-        self._entries.appendleft(field)
 
     def _literal(self, block, pos: int, index: int, prefix_max: int) -> tuple[tuple[str, str], int]:
         """A literal field after its first byte: its name (indexed when ``index`` > 0, the
@@ -261,18 +275,18 @@ class Decoder:
             if index == 0:
                 raise HpackError("index 0")
             return STATIC_TABLE[index - 1]
-        try:
-            return self._entries[index - _STATIC_COUNT - 1]
-        except IndexError:
+        if index - _STATIC_COUNT > len(self._entries):
             raise HpackError(f"index {index} beyond the tables "
-                             f"({_STATIC_COUNT} static, {len(self._entries)} dynamic entries)") from None
+                             f"({_STATIC_COUNT} static, {len(self._entries)} dynamic entries)")
+        return self._entries[_STATIC_COUNT - index]  # 62 is the last
 
-    def decode(self, block: bytes | bytearray | memoryview, max_list_bytes: int = 65536) -> list[tuple[str, str]]:
+    def py_decode(self, block: bytes | bytearray | memoryview, max_list_bytes: int = 65536) -> list[tuple[str, str]]:
         """The header list of one whole header block (HEADERS and its CONTINUATIONs joined).
 
         A list larger than ``max_list_bytes`` (names, values and 32 octets per field, as
         SETTINGS_MAX_HEADER_LIST_SIZE counts) is decoded to the end all the same, to keep the
-        dynamic table in step, and then refused with HeaderListTooLarge.
+        dynamic table in step, and then refused with HeaderListTooLarge. In Python: the
+        specification of the compiled ``decode``, and ``decode`` itself where that was not built.
         """
         headers: list[tuple[str, str]] = []
         list_size = 0  # above 0 once a field was read: every field counts 32 octets at least
@@ -288,7 +302,7 @@ class Decoder:
                 if 0 < index <= _STATIC_COUNT:
                     field = static[index - 1]
                 elif _STATIC_COUNT < index <= _STATIC_COUNT + len(entries):
-                    field = entries[index - _STATIC_COUNT - 1]
+                    field = entries[_STATIC_COUNT - index]
                 else:
                     field = self._field(index)  # to raise the error
             elif first & 0x40:  # literal with incremental indexing
@@ -313,6 +327,13 @@ class Decoder:
         if list_size > max_list_bytes:
             raise HeaderListTooLarge(f"header list of {list_size} octets, above the limit of {max_list_bytes}")
         return headers
+
+    if _decode_block is not None:
+        def decode(self, block: bytes | bytearray | memoryview, max_list_bytes: int = 65536) -> list[tuple[str, str]]:
+            """``py_decode`` in one compiled call: the same header list, errors and table."""
+            return _decode_block(self, block, max_list_bytes)
+    else:
+        decode = py_decode
 
 
 def _put_integer(out: bytearray, value: int, prefix_bits: int, flags: int) -> None:

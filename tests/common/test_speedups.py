@@ -1,5 +1,5 @@
 """The compiled codecs (ferrymq/common/_message_codec.c, ferrymq/remoting/_header_codec.c)
-against their pure-Python specifications; HPACK's Huffman decoder (ferrymq/grpc/_hpack.c) has its
+against their pure-Python specifications; HPACK's block and Huffman decoders (ferrymq/grpc/_hpack.c) have their
 own in tests/grpc/test_hpack.py, run here again without the extensions.
 
 Every function is run in both versions over the same inputs, hand-picked and random, and
@@ -62,6 +62,7 @@ def test_the_extension_is_built_unless_disabled():
     assert message.decode_run is native.decode_run
     assert java_hash.java_string_hash is native.java_string_hash
     assert hpack.huffman_decode is speedups.load("ferrymq.grpc._hpack").huffman_decode
+    assert hpack.Decoder.decode is not hpack.Decoder.py_decode  # a header block in one compiled call
 
 
 def test_record_bodies_are_checksummed_with_zlib_ng_and_agree_with_zlib():

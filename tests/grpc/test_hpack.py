@@ -1,11 +1,16 @@
 """HPACK (ferrymq/grpc/hpack.py) against RFC 7541: the examples of Appendix C decoded to the
 header lists and dynamic tables the RFC states, the Huffman code of Appendix B typed in again
-here and used to encode, the compiled Huffman decoder (ferrymq/grpc/_hpack.c) against the
-pure-Python one, the encoder's blocks read back, and malformed blocks refused."""
+here and used to encode, the encoder's blocks read back, and malformed blocks refused. Every
+decoder test runs on both decoders, the compiled one (ferrymq/grpc/_hpack.c's decode_block and
+huffman_decode) and the pure-Python one (Decoder.py_decode, py_huffman_decode), and random and
+mutated blocks must get the same answers, errors and dynamic tables from both."""
 
 from __future__ import annotations
 
 import random
+import sys
+import tracemalloc
+from collections import Counter
 
 import pytest
 
@@ -82,25 +87,44 @@ def string(raw: bytes, huffman: bool) -> bytes:
 
 
 def compiled():
-    """The compiled decoder; missing, a skip (a failure under CI=true unless switched off)."""
+    """The compiled module; missing, a skip (a failure under CI=true unless switched off)."""
     if speedups.disabled:
         pytest.skip("FERRYMQ_NO_EXTENSIONS is set")
     if native is None:
         missing_prerequisite("ferrymq.grpc._hpack was not compiled: run `make venv` (needs gcc)")
-    return native.huffman_decode
+    return native
 
 
 @pytest.fixture(params=["python", "c"])
 def huffman_decode(request):
     """Each Huffman decoder."""
-    return hpack.py_huffman_decode if request.param == "python" else compiled()
+    return hpack.py_huffman_decode if request.param == "python" else compiled().huffman_decode
+
+
+def compiled_decode(decoder, block, max_list_bytes=65536):
+    """Decoder.decode as the compiled module runs it."""
+    return native.decode_block(decoder, block, max_list_bytes)
+
+
+@pytest.fixture(params=["python", "c"])
+def decoding(request, monkeypatch):
+    """Decoder objects run by each decoder: Decoder.py_decode with py_huffman_decode (all Python,
+    as where the extension was not built), or the compiled decode_block."""
+    if request.param == "python":
+        monkeypatch.setattr(hpack, "huffman_decode", hpack.py_huffman_decode)
+        monkeypatch.setattr(Decoder, "decode", Decoder.py_decode)
+    else:
+        compiled()
+        monkeypatch.setattr(Decoder, "decode", compiled_decode)
+    return request.param
 
 
 @pytest.fixture
-def decoding_with(huffman_decode, monkeypatch):
-    """Decoder objects run with that Huffman decoder."""
-    monkeypatch.setattr(hpack, "huffman_decode", huffman_decode)
-    return huffman_decode
+def both(monkeypatch):
+    """The two decoders as functions of (decoder, block, max_list_bytes), Python's first."""
+    compiled()
+    monkeypatch.setattr(hpack, "huffman_decode", hpack.py_huffman_decode)
+    return Decoder.py_decode, compiled_decode
 
 
 def test_the_code_lengths_give_appendix_bs_code():
@@ -182,7 +206,7 @@ _C6 = ["488264025885aec3771a4b6196d07abe941054d444a8200595040b8166e082a62d1bff6e
 
 
 @pytest.mark.parametrize("block, headers, table, size", _C2, ids=["C.2.1", "C.2.2", "C.2.3", "C.2.4"])
-def test_appendix_c2_single_fields(block, headers, table, size):
+def test_appendix_c2_single_fields(decoding, block, headers, table, size):
     decoder = Decoder()
     assert decoder.decode(bytes.fromhex(block)) == headers
     assert decoder.dynamic_table == table and decoder.table_size == size
@@ -194,7 +218,7 @@ def test_appendix_c2_single_fields(block, headers, table, size):
     (_C5, _RESPONSE_HEADERS, _RESPONSE_TABLES, 256),
     (_C6, _RESPONSE_HEADERS, _RESPONSE_TABLES, 256),
 ], ids=["C.3", "C.4", "C.5", "C.6"])
-def test_appendix_c_header_lists_on_one_connection(decoding_with, blocks, headers, tables, table_limit):
+def test_appendix_c_header_lists_on_one_connection(decoding, blocks, headers, tables, table_limit):
     decoder = Decoder(max_table_size=table_limit)
     for block, expected, (table, size) in zip(blocks, headers, tables, strict=True):
         assert decoder.decode(bytes.fromhex(block)) == expected
@@ -261,7 +285,7 @@ def _outcome(fn, data):
 
 
 def test_both_huffman_decoders_agree_on_garbage():
-    native_decode = compiled()
+    native_decode = compiled().huffman_decode
     rng = random.Random(5)
     seen = set()
     for _ in range(3000):
@@ -286,7 +310,7 @@ def test_the_encoder_indexes_static_fields_and_writes_other_literals_without_ind
     assert encoder.encode([]) == b""
 
 
-def test_encoder_output_decodes_to_the_same_list_and_leaves_the_table_empty(decoding_with):
+def test_encoder_output_decodes_to_the_same_list_and_leaves_the_table_empty(decoding):
     headers = [(":method", "POST"), (":scheme", "http"), (":path", "/apache.rocketmq.v2.MessagingService/SendMessage"),
                (":authority", "127.0.0.1:8081"), ("content-type", "application/grpc"), ("te", "trailers"),
                ("grpc-timeout", "3000m"), ("x-mq-client-id", "host@1234#0"), ("empty", ""),
@@ -316,7 +340,7 @@ def test_the_encoder_refuses_text_latin_1_cannot_carry():
         Encoder().encode([("x-a", "\u20ac")])
 
 
-def test_random_blocks_with_huffman_and_indexing_decode(decoding_with):
+def test_random_blocks_with_huffman_and_indexing_decode(decoding):
     """Blocks written here as a full encoder would: new fields indexed, Huffman strings, later
     fields indexed from the dynamic table, in a table small enough to evict."""
     rng = random.Random(41)
@@ -355,7 +379,7 @@ def test_random_blocks_with_huffman_and_indexing_decode(decoding_with):
 # Table size updates, the dynamic table's bounds, integers.
 
 
-def test_size_updates_at_the_start_of_a_block_resize_and_evict():
+def test_size_updates_at_the_start_of_a_block_resize_and_evict(decoding):
     decoder = Decoder()
     decoder.decode(bytes.fromhex(_C3[0]))
     decoder.decode(bytes.fromhex(_C3[1]))
@@ -369,7 +393,7 @@ def test_size_updates_at_the_start_of_a_block_resize_and_evict():
     assert decoder.decode(b"\x3f\x80\x80\x00") == [] and decoder.table_capacity == 31  # redundant octets
 
 
-def test_an_entry_larger_than_the_table_empties_it():
+def test_an_entry_larger_than_the_table_empties_it(decoding):
     decoder = Decoder(max_table_size=100)
     decoder.decode(bytes.fromhex(_C3[0]))
     assert decoder.table_size == 57
@@ -377,7 +401,7 @@ def test_an_entry_larger_than_the_table_empties_it():
     assert decoder.dynamic_table == [] and decoder.table_size == 0
 
 
-def test_lowering_the_advertised_limit_shrinks_the_table():
+def test_lowering_the_advertised_limit_shrinks_the_table(decoding):
     decoder = Decoder()
     for block in _C3:
         decoder.decode(bytes.fromhex(block))
@@ -388,7 +412,7 @@ def test_lowering_the_advertised_limit_shrinks_the_table():
         decoder.decode(b"\x3f\x5a")  # 121
 
 
-@pytest.mark.parametrize("block, error", [
+_MALFORMED = [
     (b"\x80", "index 0"),
     (b"\xbe", "index 62 beyond the tables"),
     (b"\x7e\x01v", "index 62 beyond the tables"),  # a literal's indexed name
@@ -400,13 +424,28 @@ def test_lowering_the_advertised_limit_shrinks_the_table():
     (b"\x00\x81\xff\x00", "Huffman padding longer than 7 bits"),
     (b"\x00\x81\x18\x00", "Huffman padding not all ones"),
     (b"\x00\x84\xff\xff\xff\xff\x00", "EOS symbol in a Huffman string"),
-])
-def test_malformed_blocks_are_refused(decoding_with, block, error):
+    (b"\x40\x84\xff\xff\xff\xff\x00", "EOS symbol in a Huffman string"),  # in a literal's name
+    (b"\x7f\x80\x80\x80\x80\x80\x80\x80\x80\x01", "longer than 8 continuation octets"),  # a name's index
+    (b"\x3f\xff\xff\xff\xff\x7f", "larger than 2\\*\\*32"),  # a size update
+    (b"\x00\x7f\xff\xff\xff\xff\x0f", "larger than 2\\*\\*32"),  # a string's length
+    (b"\x00" + integer(2**32, 7), "string literal of 4294967296 octets runs past"),  # 2**32 itself is read
+    (b"\x00" + integer(2**32 + 1, 7, 0x80), "larger than 2\\*\\*32"),  # a Huffman string's length
+    (integer(2**32, 5, 0x20), "size update to 4294967296, above the limit of 4096"),
+    (integer(2**32, 6, 0x40), "index 4294967296 beyond the tables \\(61 static, 0 dynamic entries\\)"),
+    (integer(2**32, 7, 0x80), "index 4294967296 beyond the tables"),
+    (b"\x00\x01a\x01b\x3f\xe1\x1f", "size update after a header field"),  # after a literal
+    (b"\x40\x01a\x01b\x20", "size update after a header field"),  # after an indexed literal
+    (b"\x1f\x2f\x01v", "index 62 beyond the tables"),  # never indexed, its name's index continued
+]
+
+
+@pytest.mark.parametrize("block, error", _MALFORMED)
+def test_malformed_blocks_are_refused(decoding, block, error):
     with pytest.raises(HpackError, match=error):
         Decoder().decode(block)
 
 
-def test_indexes_beyond_a_filled_table_and_size_updates_within_it():
+def test_indexes_beyond_a_filled_table_and_size_updates_within_it(decoding):
     decoder = Decoder()
     decoder.decode(bytes.fromhex(_C3[0]))
     assert decoder.decode(b"\xbe") == [(":authority", "www.example.com")]
@@ -415,15 +454,31 @@ def test_indexes_beyond_a_filled_table_and_size_updates_within_it():
     assert Decoder().decode(b"\x3f\xe1\x1f\x20\x82") == [(":method", "GET")]  # 4096 then 0: two updates
 
 
-@pytest.mark.parametrize("block", [b"\x41", b"\x40", b"\x40\x0acustom", b"\x40\x01k", b"\x04\x8c\xf1\xe3",
-                                   b"\xff", b"\xff\x80", b"\x3f", b"\x00\x7f", b"\x00\x7f\x01ab"])
-def test_truncated_blocks_are_refused(decoding_with, block):
-    with pytest.raises(HpackError):
+_TRUNCATED = [
+    (b"\x41", "ends before a string literal"),  # the value of a literal named :authority
+    (b"\x40", "ends before a string literal"),  # its name
+    (b"\x40\x0acustom", "string literal of 10 octets runs past"),
+    (b"\x40\x01k", "ends before a string literal"),  # its value
+    (b"\x04\x8c\xf1\xe3", "string literal of 12 octets runs past"),  # a Huffman one
+    (b"\xff", "ends inside an integer"),
+    (b"\xff\x80", "ends inside an integer"),
+    (b"\x3f", "ends inside an integer"),
+    (b"\x7f", "ends inside an integer"),
+    (b"\x0f", "ends inside an integer"),
+    (b"\x00\x7f", "ends inside an integer"),
+    (b"\x00\x7f\x01ab", "string literal of 128 octets runs past"),
+    (b"\x00\x01a\xff", "ends inside an integer"),  # a value's length, continued
+]
+
+
+@pytest.mark.parametrize("block, error", _TRUNCATED)
+def test_truncated_blocks_are_refused(decoding, block, error):
+    with pytest.raises(HpackError, match=error):
         Decoder().decode(block)
 
 
 @pytest.mark.parametrize("blocks, headers", [(_C4, _REQUEST_HEADERS), (_C6, _RESPONSE_HEADERS)], ids=["C.4", "C.6"])
-def test_every_cut_of_a_block_decodes_a_prefix_or_fails_as_hpack(decoding_with, blocks, headers):
+def test_every_cut_of_a_block_decodes_a_prefix_or_fails_as_hpack(decoding, blocks, headers):
     """Cut anywhere: a whole number of fields decodes to the list's start, anything else is an
     HpackError, never an IndexError or the like."""
     raw = bytes.fromhex(blocks[0])
@@ -435,7 +490,7 @@ def test_every_cut_of_a_block_decodes_a_prefix_or_fails_as_hpack(decoding_with, 
         assert decoded == headers[0][:len(decoded)]
 
 
-def test_garbage_raises_only_hpack_errors(decoding_with):
+def test_garbage_raises_only_hpack_errors(decoding):
     rng = random.Random(9)
     for _ in range(2000):
         decoder = Decoder(max_table_size=rng.choice([0, 64, 4096]))
@@ -456,7 +511,7 @@ def _outcome_of(fn, *args):
         return type(exc).__name__, str(exc)
 
 
-def test_an_oversized_header_list_is_refused_after_keeping_the_table_in_step():
+def test_an_oversized_header_list_is_refused_after_keeping_the_table_in_step(decoding):
     decoder = Decoder()
     with pytest.raises(HeaderListTooLarge, match="header list of 180 octets, above the limit of 100") as refused:
         decoder.decode(bytes.fromhex(_C3[0]), max_list_bytes=100)  # 42 + 43 + 38 + 57: above from the third
@@ -472,3 +527,205 @@ def test_an_oversized_header_list_is_refused_after_keeping_the_table_in_step():
                       ("HeaderListTooLarge", "header list of 233 octets, above the limit of 232")]
     with pytest.raises(HeaderListTooLarge):
         Decoder().decode(Encoder().encode([("x-big", "v" * 70000)]))  # the default: 64 KiB
+
+
+def test_an_oversized_list_still_applies_its_size_updates_and_evictions(decoding):
+    decoder = Decoder(max_table_size=100)
+    decoder.decode(b"\x40\x01a\x0a" + b"1" * 10)  # 43 octets
+    block = (b"\x3f\x2d"  # capacity 76 (31 + 45)
+             + b"\x40\x01b\x0a" + b"2" * 10 + b"\x40\x01c\x0a" + b"3" * 10)  # each evicts the one before
+    with pytest.raises(HeaderListTooLarge, match="header list of 86 octets, above the limit of 50"):
+        decoder.decode(block, max_list_bytes=50)
+    assert decoder.dynamic_table == [("c", "3" * 10)]
+    assert (decoder.table_size, decoder.table_capacity) == (43, 76)
+    assert decoder.decode(b"\xbe", max_list_bytes=43) == [("c", "3" * 10)]
+    with pytest.raises(HeaderListTooLarge, match="header list of 43 octets, above the limit of -1"):
+        decoder.decode(b"\xbe", max_list_bytes=-1)
+    with pytest.raises(HeaderListTooLarge, match="header list of 0 octets, above the limit of -1"):
+        decoder.decode(b"", max_list_bytes=-1)  # as Python counts: nothing is above -1 too
+
+
+# The dynamic table: eviction (section 4.4), the tables' own objects returned, buffers.
+
+
+def test_adding_evicts_the_oldest_entries_until_the_new_one_fits(decoding):
+    decoder = Decoder(max_table_size=120)
+    decoder.decode(b"\x40\x01a\x0a" + b"1" * 10)  # 43 octets
+    decoder.decode(b"\x40\x01b\x0a" + b"2" * 10)  # 43
+    assert decoder.decode(b"\x40\x01c\x013") == [("c", "3")]  # 34: 120 exactly, nothing evicted
+    assert decoder.table_size == 120 and len(decoder.dynamic_table) == 3
+    decoder.decode(b"\x40\x01d\x00")  # 33: the oldest goes
+    assert decoder.dynamic_table == [("d", ""), ("c", "3"), ("b", "2" * 10)] and decoder.table_size == 110
+    decoder.decode(b"\x40\x01e" + string(b"5" * 50, False))  # 83: the two oldest go
+    assert decoder.dynamic_table == [("e", "5" * 50), ("d", "")] and decoder.table_size == 116
+    assert decoder.decode(b"\xbf\xbe") == [("d", ""), ("e", "5" * 50)]
+    with pytest.raises(HpackError, match="index 64 beyond the tables \\(61 static, 2 dynamic entries\\)"):
+        decoder.decode(b"\xc0")
+
+
+def test_a_new_entry_may_take_its_name_from_the_entry_it_evicts(decoding):
+    """Section 4.4: the name is read before the eviction the entry causes."""
+    decoder = Decoder(max_table_size=60)
+    decoder.decode(b"\x40\x03abc\x0a" + b"x" * 10)  # 45 octets
+    name = decoder.dynamic_table[0][0]
+    assert decoder.decode(b"\x7e\x0a" + b"y" * 10) == [("abc", "y" * 10)]  # index 62: abc
+    assert decoder.dynamic_table == [("abc", "y" * 10)] and decoder.table_size == 45
+    assert decoder.dynamic_table[0][0] is name
+
+
+def test_indexed_fields_are_the_tables_own_objects(decoding):
+    decoder = Decoder()
+    decoder.decode(bytes.fromhex(_C3[0]))  # (":authority", "www.example.com") at 62
+    headers = decoder.decode(b"\x82\xbe\x04\x01x\x0f\x2f\x01v\x40\x01k\x01v")
+    assert headers == [(":method", "GET"), (":authority", "www.example.com"), (":path", "x"),
+                       (":authority", "v"), ("k", "v")]
+    assert headers[0] is hpack.STATIC_TABLE[1]  # no allocation for an indexed field
+    assert headers[1] is decoder.dynamic_table[1]
+    assert headers[2][0] is hpack.STATIC_TABLE[3][0]  # a literal's indexed name
+    assert headers[3][0] is decoder.dynamic_table[1][0]
+    assert headers[4] is decoder.dynamic_table[0]  # the same tuple in the list and the table
+    assert all(type(text) is str for field in headers for text in field)
+
+
+def test_any_buffer_and_none_of_its_octets_beyond_it(decoding):
+    raw = bytes.fromhex(_C4[0])
+    for block in (raw, bytearray(raw), memoryview(raw), memoryview(raw + b"\x80\xbe")[:len(raw)],
+                  memoryview(b"\x80" + raw)[1:]):
+        assert Decoder().decode(block) == _REQUEST_HEADERS[0]
+    with pytest.raises(HpackError, match="string literal of 12 octets runs past"):
+        Decoder().decode(memoryview(raw)[:-1])  # the Huffman-coded :authority cut short
+    assert Decoder().decode(b"") == Decoder().decode(bytearray()) == []
+    with pytest.raises(TypeError):
+        Decoder().decode("\x82")  # not a buffer
+
+
+def test_latin_1_text_raw_and_huffman_coded(decoding):
+    every = bytes(range(256))
+    block = b"\x00" + string(every, False) + string(every, True) + b"\x00" + string(every, True) + string(b"", True)
+    assert Decoder().decode(block) == [(every.decode("latin-1"),) * 2, (every.decode("latin-1"), "")]
+
+
+# Both decoders against each other.
+
+
+def _outcome_and_table(decode, decoder, block, max_list_bytes):
+    try:
+        outcome = "ok", decode(decoder, block, max_list_bytes)
+    except HpackError as exc:
+        outcome = type(exc).__name__, str(exc)
+    return outcome, (decoder.dynamic_table, decoder.table_size, decoder.table_capacity)
+
+
+_FUZZ_NAMES = [b"x-mq-request-id", b"x-mq-date-time", b"grpc-timeout", b"content-type", b":path", b"k", b""]
+
+
+def _fuzz_block(rng: random.Random, table_length: int, limit: int) -> bytes:
+    """A block as an encoder might write it, with every representation, now and then an index
+    beyond the tables or a size update above the limit."""
+    out = bytearray()
+    if rng.random() < 0.25:  # size updates, at the start
+        for _ in range(rng.randrange(1, 3)):
+            out += integer(rng.choice([0, limit // 2, limit, limit + 1, rng.randrange(6000)]), 5, 0x20)
+    for _ in range(rng.randrange(9)):
+        kind = rng.randrange(5)
+        if kind == 0:
+            out += integer(rng.randrange(64 + table_length), 7, 0x80)  # index 0 now and then
+            continue
+        flags, prefix = ((0x40, 6), (0x40, 6), (0x00, 4), (0x10, 4))[kind - 1]
+        if rng.random() < 0.5:
+            out += integer(rng.randrange(1, 63 + table_length), prefix, flags)
+        else:
+            out += integer(0, prefix, flags) + string(rng.choice(_FUZZ_NAMES), rng.random() < 0.5)
+        value = rng.randbytes(rng.choice([0, 1, 8, 36, 130, 300]) if rng.random() < 0.3 else rng.randrange(40))
+        out += string(value, rng.random() < 0.5)
+        table_length += flags == 0x40
+    return bytes(out)
+
+
+def _mutate(rng: random.Random, block: bytes) -> bytes:
+    data = bytearray(block)
+    mutation = rng.randrange(5)
+    if mutation == 0 and data:  # an octet changed
+        data[rng.randrange(len(data))] = rng.randrange(256)
+    elif mutation == 1 and data:  # a bit flipped
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    elif mutation == 2:  # cut short
+        del data[rng.randrange(len(data) + 1):]
+    elif mutation == 3:  # octets inserted
+        at = rng.randrange(len(data) + 1)
+        data[at:at] = rng.randbytes(rng.randrange(1, 4))
+    else:  # garbage
+        data = bytearray(rng.randbytes(rng.randrange(1, 24)))
+    return bytes(data)
+
+
+def test_both_decoders_agree_on_random_and_mutated_blocks(both):
+    """2 000 blocks on connections of 20 blocks each: the same header list or the same error,
+    and the same dynamic table after it, whichever way the block ended."""
+    py_decode, c_decode = both
+    rng = random.Random(7541)
+    kinds = Counter()
+    for case in range(2000):
+        if case % 20 == 0:
+            limit = rng.choice([0, 64, 256, 4096])
+            py, c = Decoder(limit), Decoder(limit)
+        block = _fuzz_block(rng, len(py.dynamic_table), limit)
+        if rng.random() < 0.5:
+            block = _mutate(rng, block)
+        max_list_bytes = rng.choice([65536, 65536, 65536, 400, 100, 0])
+        expected = _outcome_and_table(py_decode, py, block, max_list_bytes)
+        assert _outcome_and_table(c_decode, c, block, max_list_bytes) == expected, (case, block.hex())
+        (kind, detail), _ = expected
+        kinds[kind if kind != "HpackError" else " ".join(word for word in detail.split()[:4] if not word.isdigit())] += 1
+    assert kinds["ok"] > 400 and kinds["HeaderListTooLarge"] > 50
+    assert len(kinds) >= 10, kinds  # most errors
+
+
+# The compiled decoder's reference counts and memory.
+
+
+def _leak_cases() -> list[tuple[bytes, int]]:
+    long_value = bytes(range(256)) * 2
+    blocks = [bytes.fromhex(block) for block in _C3 + _C4 + _C5 + _C6]
+    blocks += [block for block, _ in _MALFORMED + _TRUNCATED]
+    blocks += [
+        b"\x40\x01k" + string(long_value, True),  # a Huffman string decoded in a PyMem buffer
+        b"\x00\x01k" + string(long_value, True)[:-1] + b"\x00",  # the same, its padding wrong
+        b"\x04\x05ab",  # a static name taken, the value past the end
+        b"\x40\x01k\x01v\x7e\x05ab",  # a dynamic name taken, the value past the end
+        b"\x40\x01k\x01v\x00\x01n\x05ab",  # a literal name read, the value past the end
+        b"\x82\xbe\x86\x80",  # fields in the list, then index 0
+        b"\x3f\xe1\x1f\x20\x40\x01k\x01v\x30",  # size updates, an entry added, a late update
+        Encoder().encode([("x-big", "v" * 600), (":method", "GET")]),  # too large for the 100 below
+    ]
+    return [(block, limit) for block in blocks for limit in (65536, 100)]
+
+
+def test_the_compiled_decoder_keeps_reference_counts_and_memory_steady():
+    module = compiled()
+    cases = _leak_cases()
+
+    def run():
+        decoder = Decoder(max_table_size=256)
+        for block, limit in cases:
+            try:
+                module.decode_block(decoder, block, limit)
+            except HpackError:
+                pass
+
+    shared = [hpack.STATIC_TABLE[1], hpack.STATIC_TABLE[3], hpack.STATIC_TABLE[3][0], hpack.STATIC_TABLE[0][0],
+              hpack.STATIC_TABLE[7]]
+    run()
+    run()
+    before = [sys.getrefcount(item) for item in shared]
+    tracemalloc.start()
+    try:
+        run()
+        start = tracemalloc.get_traced_memory()[0]
+        for _ in range(200):
+            run()
+        grown = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert [sys.getrefcount(item) for item in shared] == before
+    assert grown < 2048, f"{grown} octets more after 200 runs of {len(cases)} blocks"  # a leak: 200 x something
