@@ -64,7 +64,7 @@ class MessageRefused(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class OutgoingSend:
     """One gRPC message ready for the send path: the header a remoting client would send
     (its properties left empty) and the properties themselves, not written out as text."""
@@ -79,6 +79,11 @@ class OutgoingSend:
 # Java's Character.isISOControl, which Apache's proxy refuses in tags, keys and properties (two of
 # them, 0x01 and 0x02, separate the properties in a stored record)
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _plain(text: str) -> bool:
+    """No control character in ``text`` (printable ASCII, the common case, is told without the regex)."""
+    return text.isascii() and text.isprintable() or not _CONTROL.search(text)
 
 
 # rocketmq-python-client 5.1.x writes a delivery time given in epoch milliseconds (as its docs
@@ -183,7 +188,7 @@ _CONTROL_REFUSALS = {Prop.TAGS: (Code.ILLEGAL_MESSAGE_TAG, "tag"), Prop.KEYS: (C
 def _control_refusal(props: dict[str, str]) -> MessageRefused:
     """Why a message whose properties hold a control character is refused (naming the first)."""
     for key, value in props.items():
-        if _CONTROL.search(key) or _CONTROL.search(value):
+        if not _plain(key) or not _plain(value):
             code, what = _CONTROL_REFUSALS.get(key, (Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {key!r}"))
             return MessageRefused(code, f"{what} may not contain a control character: {value!r}")
     return MessageRefused(Code.BAD_REQUEST, "a control character in the message's properties")
@@ -193,11 +198,13 @@ def outgoing(message: pb.Message, *, queue_id: int, store_config: StoreConfig,
              now_ms: int | None = None) -> OutgoingSend:
     """A v2 message as the send path's request; MessageRefused when it cannot be. A delivery
     timestamp becomes TIMER_DELIVER_MS: the send path times it as it times a remoting client's."""
-    if message.topic.resource_namespace:
+    topic = message.topic
+    if topic.resource_namespace:
         raise MessageRefused(Code.BAD_REQUEST, "resource namespaces are not supported by FerryMQ")
-    error = validate_topic(message.topic.name)
+    name = topic.name
+    error = validate_topic(name)
     if error:
-        raise MessageRefused(Code.ILLEGAL_TOPIC, f"topic {message.topic.name!r} is invalid: {error}")
+        raise MessageRefused(Code.ILLEGAL_TOPIC, f"topic {name!r} is invalid: {error}")
     system = message.system_properties
     message_type = message_type_of(message)
     body = check_body(message)
@@ -205,38 +212,43 @@ def outgoing(message: pb.Message, *, queue_id: int, store_config: StoreConfig,
     for key, value in message.user_properties.items():
         if not key or key in SYSTEM_PROPERTIES:
             raise MessageRefused(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved or empty")
+        if not _plain(key + value):
+            raise _control_refusal({key: value})
         if value:  # an empty value is no property (a stored record cannot carry one)
             props[key] = value
-    if system.tag:
-        if "||" in system.tag:
-            raise MessageRefused(Code.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} may not contain '||'")
-        props[Prop.TAGS] = system.tag
-    if system.keys:
-        props[Prop.KEYS] = " ".join(system.keys)
+    tag = system.tag
+    if tag:
+        if "||" in tag:
+            raise MessageRefused(Code.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} may not contain '||'")
+        props[Prop.TAGS] = tag
+    keys = " ".join(system.keys)
+    if keys:
+        props[Prop.KEYS] = keys
     message_id = system.message_id
     if not message_id:
         raise MessageRefused(Code.ILLEGAL_MESSAGE_ID, "message id is missing")
     props[Prop.UNIQ_KEY] = message_id
-    if system.born_host:
-        props[BORN_HOST] = system.born_host
-    if system.trace_context:
-        props[TRACE_CONTEXT] = system.trace_context
+    born_host, trace_context, group = system.born_host, system.trace_context, system.message_group
+    if born_host:
+        props[BORN_HOST] = born_host
+    if trace_context:
+        props[TRACE_CONTEXT] = trace_context
+    if not _plain(f"{tag}{keys}{message_id}{born_host}{trace_context}{group}"):  # one check for them all
+        raise _control_refusal({**props, SHARDING_KEY: group})
     if message_type == MessageType.FIFO:
-        props[SHARDING_KEY] = system.message_group
+        props[SHARDING_KEY] = group
     elif message_type == MessageType.DELAY:
         now = now_ms if now_ms is not None else int(time.time() * 1000)
         props[Prop.TIMER_DELIVER_MS] = str(delivery_time(message, store_config, now))
     elif message_type == MessageType.TRANSACTION:
         props[Prop.TRAN_MSG] = "true"
-        props[Prop.PGROUP] = grpc_producer_group(message.topic.name)
+        props[Prop.PGROUP] = grpc_producer_group(name)
         if system.HasField("orphaned_transaction_recovery_duration"):
             seconds = max(1, duration_ms(system.orphaned_transaction_recovery_duration) // 1000)
             props[Prop.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(seconds)
-    if _CONTROL.search("".join(props) + "".join(props.values())):  # one search for the common case
-        raise _control_refusal(props)
     born_ms = timestamp_ms(system.born_timestamp) if system.HasField("born_timestamp") else 0
-    header = SendMessageHeader(producer_group=grpc_producer_group(message.topic.name), topic=message.topic.name,
-                               queue_id=queue_id, born_timestamp=born_ms)
+    header = SendMessageHeader(producer_group=grpc_producer_group(name), topic=name, queue_id=queue_id,
+                               born_timestamp=born_ms)
     return OutgoingSend(header, props, body, message_id, message_type)
 
 

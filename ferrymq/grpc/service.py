@@ -325,16 +325,15 @@ class MessagingService:
             if sent.code == ResponseCode.MESSAGE_ILLEGAL and "propert" in (sent.remark or "").lower():
                 code = Code.MESSAGE_PROPERTIES_TOO_LARGE
             return spb.SendResultEntry(status=status(code, sent.remark or ""))
-        msg_id = result.msg_ids[0]  # the offset message id (one message)
-        offset = result.queue_offset
-        tx_id = ""
+        if self.trace is not None:
+            self._trace_publish(message, out, result.msg_ids[0], started_ms, peer, client_id)
+        entry = spb.SendResultEntry(status=OK_STATUS, message_id=out.message_id, offset=result.queue_offset)
         if out.message_type == MessageType.TRANSACTION:
             # what EndTransaction needs to find the half message: its CommitLog and queue offsets
-            tx_id = transaction_id(result.wrote_offset, offset, out.message_id)
-        if self.trace is not None:
-            self._trace_publish(message, out, msg_id, started_ms, peer, client_id)
-        return spb.SendResultEntry(status=OK_STATUS, message_id=out.message_id, transaction_id=tx_id,
-                                   offset=offset, recall_handle=sent.recall_handle or "")
+            entry.transaction_id = transaction_id(result.wrote_offset, result.queue_offset, out.message_id)
+        if sent.recall_handle:
+            entry.recall_handle = sent.recall_handle
+        return entry
 
     async def SendMessage(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
         messages = request.messages
