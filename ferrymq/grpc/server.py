@@ -472,8 +472,8 @@ class GrpcServer:
             seconds = parse_timeout(timeout)
             if seconds is not None:
                 deadline = asyncio.get_running_loop().time() + seconds
-        call = Call(self, stream, headers, method, deadline, inflater(headers.get("grpc-encoding", "identity"),
-                                                              self.max_message_bytes))
+        inflate = inflater(headers.get("grpc-encoding", "identity"), self.max_message_bytes)
+        call = Call(self, stream, headers, method, deadline, inflate)
         stream.receiver = call
         if end_stream:
             call.end()

@@ -74,3 +74,16 @@ def test_a_retried_message_shows_its_original_topic():
     stored = MessageExt(topic="%RETRY%G", body=b"b", properties={Prop.RETRY_TOPIC: "Orders", "k": "v"})
     back = incoming(stored, topic="%RETRY%G", receipt_handle="h", delivery_attempt=3, invisible_ms=1000)
     assert back.topic.name == "Orders" and dict(back.user_properties) == {"k": "v"}
+
+
+def test_user_properties_are_taken_as_sent_but_empty_values_and_control_characters():
+    message = msg(tag="T")
+    message.user_properties.update({"city": "Zürich", "empty": ""})
+    out = outgoing(message, queue_id=-1, store_config=CONFIG)
+    assert out.properties["city"] == "Zürich" and "empty" not in out.properties  # a record cannot carry ""
+    for value in ("a\x85b", "line\nbreak", "\x7f"):  # C1, C0 and DEL: Java's isISOControl
+        bad = msg()
+        bad.user_properties["note"] = value
+        with pytest.raises(MessageRefused) as refused:
+            outgoing(bad, queue_id=-1, store_config=CONFIG)
+        assert refused.value.code == Code.ILLEGAL_MESSAGE_PROPERTY_KEY and "control character" in refused.value.message
