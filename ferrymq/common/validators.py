@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ferrymq.common.message import MAX_GROUP_LENGTH, MAX_TOPIC_LENGTH
@@ -23,6 +24,11 @@ def _validate_name(kind: str, name: str, max_len: int) -> str | None:
 def validate_topic(name: str) -> str | None:
     """None if ``name`` is a legal topic, else the error text (Java Validators wording)."""
     return _validate_name("topic", name, MAX_TOPIC_LENGTH)
+
+
+# validate_topic for every send, remembered: a broker sees few topic names, over and over. Bounded,
+# so a client inventing names costs evictions, not memory.
+topic_error = functools.lru_cache(maxsize=4096)(validate_topic)
 
 
 def validate_group(name: str) -> str | None:

@@ -70,9 +70,13 @@ class ConnectionError_(Exception):
         self.code = code
 
 
+def frame_header(kind: int, flags: int, stream_id: int, length: int) -> bytes:
+    """The 9 octets before a frame's payload of ``length`` octets."""
+    return _FRAME_HEADER.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id)
+
+
 def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    n = len(payload)
-    return _FRAME_HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream_id) + payload
+    return frame_header(kind, flags, stream_id, len(payload)) + payload
 
 
 class Receiver(Protocol):
@@ -412,8 +416,7 @@ class Http2Connection(asyncio.Protocol):
             flags = END_STREAM if end_stream else 0
             if kind == HEADERS:
                 flags |= END_HEADERS
-            n = len(payload)
-            out.append(_FRAME_HEADER.pack(n >> 16, n & 0xFFFF, kind, flags, stream.id))
+            out.append(frame_header(kind, flags, stream.id, len(payload)))
             out.append(payload)
             if end_stream:
                 stream.end_local()

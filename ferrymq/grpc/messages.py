@@ -21,7 +21,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from ferrymq.broker.timer_send import beyond_max_delay, max_delay_ms
 from ferrymq.common.message import MessageExt, Prop, decompress_body
 from ferrymq.common.protocol import RETRY_GROUP_TOPIC_PREFIX
-from ferrymq.common.validators import validate_topic
+from ferrymq.common.validators import topic_error
 from ferrymq.grpc.protocol import Code, DigestType, Encoding, MessageType, pb
 from ferrymq.remoting.request_headers import SendMessageHeader
 from ferrymq.store.config import StoreConfig
@@ -202,7 +202,7 @@ def outgoing(message: pb.Message, *, queue_id: int, store_config: StoreConfig,
     if topic.resource_namespace:
         raise MessageRefused(Code.BAD_REQUEST, "resource namespaces are not supported by FerryMQ")
     name = topic.name
-    error = validate_topic(name)
+    error = topic_error(name)
     if error:
         raise MessageRefused(Code.ILLEGAL_TOPIC, f"topic {name!r} is invalid: {error}")
     system = message.system_properties

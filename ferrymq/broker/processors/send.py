@@ -9,7 +9,6 @@ queueOffset, MSG_REGION and TRACE_ON from every successful answer.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 import time
@@ -26,7 +25,7 @@ from ferrymq.broker.transactions import TransactionService, divert_to_half, is_t
 from ferrymq.common.message import MessageExt, Prop, SysFlag, batch_messages, decode_properties
 from ferrymq.common.protocol import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, Perm, dlq_topic
 from ferrymq.common.transaction_batches import SEND_HALF_MESSAGES
-from ferrymq.common.validators import validate_topic
+from ferrymq.common.validators import topic_error
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
 from ferrymq.remoting.connection import Connection
@@ -50,10 +49,6 @@ PUT_STATUS_CODES = {
 # A single send whose properties name none of these is stored as sent: each of the three
 # diversions below (a half message, a timer, a delay level) starts from one of them.
 _DIVERTING_PROPS = frozenset((Prop.TRAN_MSG, Prop.DELAY, *TIMER_REQUEST_PROPS))
-
-# validate_topic per send, remembered: a broker sees few topic names, over and over. Bounded, so
-# a client inventing names costs evictions, not memory.
-_topic_error = functools.lru_cache(maxsize=4096)(validate_topic)
 
 
 @dataclass(slots=True)
@@ -99,7 +94,7 @@ class SendProcessor:
         unknown), for admission control."""
         ctx = self.ctx
         topic = header.topic
-        error = _topic_error(topic)
+        error = topic_error(topic)
         if error:
             return SendOutcome(ResponseCode.SYSTEM_ERROR, f"topic[{topic}] is invalid: {error}")
         if topic in FORBIDDEN_SEND_TOPICS:
