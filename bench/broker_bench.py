@@ -671,7 +671,7 @@ def print_report(info: dict, results: dict, args, scenarios: list[str], clients:
     p("FerryMQ broker benchmark")
     p(f"date {info['date']}   cpu {info['cpu']}   nproc {info['nproc']}   memory {info['memory_gib']} GiB   "
       f"kernel {info['kernel']}")
-    p(f"python {info['python']}   java: {info['java']}   ferrymq {info['ferrymq_commit']}   "
+    p(f"python {info['python']} ({info.get('python_interpreter', '?')})   java: {info['java']}   ferrymq {info['ferrymq_commit']}   "
       f"CPU calibration: a 10 M-iteration Python loop took {info.get('python_loop_s', '?')} s")
     p(f"bodies {args.size} B   per scenario: at most {args.messages} messages or {args.seconds:g} s, "
       f"after {args.warmup} warm-up messages")

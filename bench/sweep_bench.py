@@ -230,7 +230,7 @@ def print_table(info: dict, rows: list[dict], brokers: list[str], args) -> None:
           f"4.9.7 Java client (BenchLoad), {args.messages} messages ({FAST_POINT_SCALE}x at batch and drain points) "
           f"or {args.seconds:g} s per point")
     print(f"date {info['date']}   cpu {info['cpu']}   nproc {info['nproc']}   ferrymq {info['ferrymq_commit']}   "
-          f"python loop {info['python_loop_s']} s")
+          f"python {info['python']} ({info['python_interpreter']}), loop {info['python_loop_s']} s")
     print(outside_load_line(info))
     names = [BROKERS[k] for k in brokers]
     header = (f"{'point':<12} {'shape':<36} " + " ".join(f"{n + ' msgs/s':>20}" for n in names)
