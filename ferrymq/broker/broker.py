@@ -58,7 +58,7 @@ from ferrymq.common.address_lookup import changed_namesrv_addr
 from ferrymq.common.config_loader import ConfigError
 from ferrymq.common.transaction_batches import END_TRANSACTIONS, SEND_HALF_MESSAGES
 from ferrymq.common.tasks import TaskSet, within
-from ferrymq.common.protocol import Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
+from ferrymq.common.protocol import SCHEDULE_TOPIC, TIMER_TOPIC, Perm, RegisterBrokerBody, TopicConfigSerializeWrapper
 from ferrymq.remoting.client import RemotingClient
 from ferrymq.remoting.codes import RequestCode, ResponseCode
 from ferrymq.remoting.command import RemotingCommand
@@ -128,10 +128,10 @@ class Broker:
                                  self.consumers, self.locks, self.pull_waiters, self.stats, self.spawn, tracing)
         # Consumer groups: delay levels, retries/DLQ, protection.
         self.schedule = ScheduleMessageService(self.ctx, config_dir)
-        self.store.arrival_listeners.append(self.schedule.on_arrival)
+        self.store.add_topic_arrival_listener(SCHEDULE_TOPIC, self.schedule.on_arrival)
         self.timers = TimerService(self.ctx)
         self.recalls = RecallService(self.ctx)  # timer messages recalled before they fire
-        self.store.arrival_listeners.append(self.timers.on_arrival)
+        self.store.add_topic_arrival_listener(TIMER_TOPIC, self.timers.on_arrival)
         self.retry = RetryService(self.ctx, self.schedule)
         self.transactions = TransactionService(self.ctx, self.schedule.level_count)
         self.protection = ConsumeProtection(config, self.groups)

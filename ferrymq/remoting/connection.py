@@ -364,14 +364,14 @@ class Connection(asyncio.Protocol):
         # heartbeats or other requests on this connection. Codes the server marked eager
         # (sends) run at once and become a task only if they wait (a flush, a full writer).
         if command.code in self._eager_codes:
-            self._track(start_eagerly(self._serve(command), parked=parked))
+            task = start_eagerly(self._serve(command), parked=parked)
+            if task is not None:  # it waits (most sends answer at once)
+                self._track(task)
         else:
             self._track((self._loop or asyncio.get_running_loop()).create_task(self._serve(command)))
 
-    def _track(self, task: asyncio.Task[None] | None) -> None:
+    def _track(self, task: asyncio.Task[None]) -> None:
         """Count a request being served in a task (reading pauses when too many are)."""
-        if task is None:
-            return
         self._handler_tasks.add(task)
         task.add_done_callback(self._handler_done)
         if len(self._handler_tasks) >= MAX_HANDLERS and not self._reading_paused and self._transport is not None:

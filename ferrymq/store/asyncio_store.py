@@ -65,6 +65,7 @@ from ferrymq.common.eager import Parked
 from ferrymq.common.message import MessageExt, record_store_timestamp
 from ferrymq.store.flush import GroupCommitStats, settle_flush_wait
 from ferrymq.store.loop_bridge import FlushWaits, LoopCompletions, WriteBacklog, WriterThread
+from ferrymq.store.config import SYNC_FLUSH
 from ferrymq.store.mapped_file import NotCached
 from ferrymq.store.message_store import MessageStore
 from ferrymq.store.replica import ReplicaAppender
@@ -150,8 +151,12 @@ class AsyncMessageStore:
         # Retention deletes files and may take a while: it must not hold up the timed flushes.
         self._cleaner = ThreadPoolExecutor(1, thread_name_prefix="store-clean")
         self.arrival_listeners: list[ArrivalListener] = []  # messages became consumable
-        # The CommitLog grew (before its messages are consumable): replication sends it on.
-        self.write_listeners: list[Callable[[], None]] = []
+        # Listeners of one topic's arrivals only (the delay and timer services' system topics):
+        # the sends to every other topic do not call them.
+        self.topic_arrival_listeners: dict[str, list[ArrivalListener]] = {}
+        # The CommitLog grew to the offset given (before its messages are consumable): replication
+        # sends it on, the lag's timeline notes when.
+        self.write_listeners: list[Callable[[int], None]] = []
         # The dispatch of puts made on the loop, queued behind them (or its retry after a failure),
         # and the arrivals to announce once it has run.
         self._dispatch_handle: asyncio.Handle | None = None
@@ -317,6 +322,8 @@ class AsyncMessageStore:
         """Store one message; answer per the flush policy (``wait``: the message's WAIT flag)."""
         result = await self._append(msg)
         self._announce(msg.topic, msg.queue_id, result, (msg,))
+        if self._answers_at_once():
+            return result
         replica = self._replica_wait(result, wait and msg.wait_store_msg_ok)
         return await self._replicated(await self._flushed(result, wait and msg.wait_store_msg_ok), replica)
 
@@ -328,6 +335,8 @@ class AsyncMessageStore:
             return self.sync_store.put_messages(msgs)  # refused: an empty batch
         result = await self._append(msgs)
         self._announce(msgs[0].topic, msgs[0].queue_id, result, msgs)
+        if self._answers_at_once():
+            return result
         replica = self._replica_wait(result, wait)
         return await self._replicated(await self._flushed(result, wait), replica)
 
@@ -361,6 +370,11 @@ class AsyncMessageStore:
                 if result.status is PutStatus.PUT_OK:
                     result.status = waited.status
         return results
+
+    def _answers_at_once(self) -> bool:
+        """ASYNC_FLUSH without SYNC_MASTER's replication wait: a put's answer waits for nothing
+        (most sends: the two waits below would each return at once)."""
+        return self.replication_wait is None and self.sync_store.config.flush_disk_type != SYNC_FLUSH
 
     def _replica_wait(self, result: AppendResult, wait: bool) -> asyncio.Future[PutStatus] | None:
         """SYNC_MASTER: start waiting for a slave to confirm the put (alongside the flush wait)."""
@@ -399,8 +413,9 @@ class AsyncMessageStore:
     def _announce(self, topic: str, queue_id: int, result: AppendResult, msgs: Sequence[MessageExt]) -> None:
         """Tell the arrival listeners (held pulls) of a stored put, once it is consumable."""
         if result.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+            end = result.wrote_offset + result.wrote_bytes
             for wrote in self.write_listeners:
-                wrote()
+                wrote(end)
             if self.sync_store.visibility_limited:  # dispatched (and announced) once the limit covers it
                 self._arrivals.append((topic, queue_id, result.queue_offset + result.msg_num, msgs,
                                        result.wrote_offset + result.wrote_bytes))
@@ -413,6 +428,12 @@ class AsyncMessageStore:
     def _notify_arrival(self, topic: str, queue_id: int, max_offset: int, msgs: Sequence[MessageExt]) -> None:
         for listener in self.arrival_listeners:
             listener(topic, queue_id, max_offset, msgs)
+        for listener in self.topic_arrival_listeners.get(topic, ()):
+            listener(topic, queue_id, max_offset, msgs)
+
+    def add_topic_arrival_listener(self, topic: str, listener: ArrivalListener) -> None:
+        """``listener`` hears of the arrivals of ``topic`` only."""
+        self.topic_arrival_listeners.setdefault(topic, []).append(listener)
 
     async def get_messages(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                            tag_filter: Callable[[int], bool] | None = None,
@@ -626,7 +647,7 @@ class AsyncMessageStore:
         progress = appender.append(offset, data, defer_dispatch=True)
         self._check_append_time(started)
         for wrote in self.write_listeners:
-            wrote()
+            wrote(offset + len(data))
         self._arrivals.extend((*arrival, 0) for arrival in progress.arrivals)  # announced once dispatched
         self._dispatch_soon()
         return progress.confirmed
@@ -641,7 +662,7 @@ class AsyncMessageStore:
             return confirmed
         progress = await self._write(appender.append, offset, data)
         for wrote in self.write_listeners:
-            wrote()
+            wrote(offset + len(data))
         for arrival in progress.arrivals:
             self._notify_arrival(*arrival)
         return progress.confirmed

@@ -182,9 +182,10 @@ class CommitLog:
             if self.closed:
                 return None
             seg = self._files.last()
-            if seg is None or seg.remaining < len(puts[0].data) + BLANK_SIZE:
+            room = seg.remaining - BLANK_SIZE if seg is not None else -1
+            if room < len(puts[0].data):
                 seg = self._roll(seg)
-            room = seg.remaining - BLANK_SIZE
+                room = seg.remaining - BLANK_SIZE
             pos = seg.write_position
             phys = seg.start_offset + pos
             now = self.clock()

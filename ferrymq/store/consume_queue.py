@@ -140,9 +140,11 @@ class ConsumeQueue:
         try:
             while view:  # a batch's entries may continue in the next segment
                 seg = self._files.last()
-                if seg is None or seg.remaining == 0:
+                room = seg.remaining if seg is not None else 0
+                if room == 0:
                     seg = self._files.create_next()
-                chunk = view[: seg.remaining]
+                    room = seg.remaining
+                chunk = view[:room]
                 seg.append(chunk)
                 view = view[len(chunk) :]
         except BaseException:

@@ -91,8 +91,8 @@ class ReplicationLag:
         """The store has loaded: what it holds was there at least since now."""
         self.timeline.advanced(self.store.max_phy_offset, self.clock())
 
-    def _on_write(self) -> None:
-        self.timeline.advanced(self.store.max_phy_offset, self.clock())
+    def _on_write(self, end: int) -> None:
+        self.timeline.advanced(end, self.clock())
 
     def status(self) -> dict:
         """``Replication.status()`` plus, on a master, ``lagSeconds`` per slave and

@@ -330,7 +330,7 @@ class HAMaster:
 
     # ------------------------------------------------------------------ connections
 
-    def _on_write(self) -> None:
+    def _on_write(self, _end: int) -> None:
         """New data. With ``push_on_write`` a stream parked for it sends it from here, at once (a
         SYNC_MASTER put's round trip then has no task hop before the transfer); once per loop pass,
         so the puts of a busy pass still go out together, by the stream's task."""

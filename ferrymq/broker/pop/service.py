@@ -493,7 +493,7 @@ class PopService:
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int, msgs: Sequence[MessageExt] = ()) -> None:
         """Store arrival listener: wake the receives held for this topic."""
-        self._wake(topic, msgs)
+        self._waiters.wake(topic, msgs)
 
     def _wake(self, topic: str, msgs: Sequence[MessageExt] = ()) -> None:
         self._waiters.wake(topic, msgs)

@@ -176,7 +176,7 @@ class SendProcessor:
         else:
             msg = MessageExt(topic, body, header.flag, batch_props, queue_id, 0, 0, header.sys_flag,
                              born_timestamp, born_host, 0, ctx.store_host, header.reconsume_times)  # (positional: cheaper)
-            dlq = self._dead_letter_target(header, msg)
+            dlq = self._dead_letter_target(header, msg) if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else None
             if dlq is not None:
                 msg.topic, msg.queue_id = dlq, 0
                 msg.delay_level = 0  # a dead letter waits for a human, not a timer
@@ -199,12 +199,13 @@ class SendProcessor:
             recall_handle = handle_for(msg, ctx.config.broker_name)  # a timer message's (docs/timers.md#recall)
 
         answer = PUT_STATUS_CODES.get(result.status, ResponseCode.SYSTEM_ERROR)
-        ctx.stats.record_put(topic, result.msg_num if result.ok else 0, result.wrote_bytes)
-        if ctx.tracing.enabled and result.ok:
+        stored = result.ok
+        ctx.stats.record_put(topic, result.msg_num if stored else 0, result.wrote_bytes)
+        if stored and ctx.tracing.enabled:
             ctx.tracing.stored(msgs if batch else [msg], queue_id=queue_id,
                                first_offset=result.queue_offset, msg_ids=result.msg_ids)
-        # not ok: stored (the flush or replication wait may have failed), answered without the offsets
-        return SendOutcome(answer, None if result.ok else result.remark or result.status.name, result, queue_id,
+        # a put not stored is answered without offsets (one stored whose flush or replication wait failed keeps them)
+        return SendOutcome(answer, None if stored else result.remark or result.status.name, result, queue_id,
                            recall_handle)
 
     def _dead_letter_target(self, header: SendMessageHeader, msg: MessageExt) -> str | None:
