@@ -232,7 +232,11 @@ class AsyncMessageStore:
 
     def _dispatch_soon(self) -> None:
         if self._dispatch_handle is None:
-            self._dispatch_handle = asyncio.get_running_loop().call_soon(self._dispatch)
+            # The loop the store serves, known since ``load`` (asking asyncio for the running loop
+            # costs a getpid system call: one a send).
+            completions = self._completions
+            loop = completions.loop if completions is not None else asyncio.get_running_loop()
+            self._dispatch_handle = loop.call_soon(self._dispatch)
 
     def _dispatch(self) -> None:
         """Make the puts stored on the loop consumable, then announce their arrivals (those a
