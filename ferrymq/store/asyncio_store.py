@@ -63,9 +63,9 @@ from typing import Callable, Sequence, TypeVar
 
 from ferrymq.common.eager import Parked
 from ferrymq.common.message import MessageExt, record_store_timestamp
+from ferrymq.store.config import SYNC_FLUSH
 from ferrymq.store.flush import GroupCommitStats, settle_flush_wait
 from ferrymq.store.loop_bridge import FlushWaits, LoopCompletions, WriteBacklog, WriterThread
-from ferrymq.store.config import SYNC_FLUSH
 from ferrymq.store.mapped_file import NotCached
 from ferrymq.store.message_store import MessageStore
 from ferrymq.store.replica import ReplicaAppender
@@ -421,8 +421,7 @@ class AsyncMessageStore:
             for wrote in self.write_listeners:
                 wrote(end)
             if self.sync_store.visibility_limited:  # dispatched (and announced) once the limit covers it
-                self._arrivals.append((topic, queue_id, result.queue_offset + result.msg_num, msgs,
-                                       result.wrote_offset + result.wrote_bytes))
+                self._arrivals.append((topic, queue_id, result.queue_offset + result.msg_num, msgs, end))
                 self._dispatch_soon()
             elif self._dispatch_handle is not None:  # its dispatch (or an earlier one) is still to run
                 self._arrivals.append((topic, queue_id, result.queue_offset + result.msg_num, msgs, 0))

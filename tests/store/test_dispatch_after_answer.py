@@ -78,6 +78,32 @@ async def test_a_held_pull_is_woken_only_once_the_message_can_be_read(tmp_path):
         await store.shutdown()
 
 
+async def test_a_topic_listener_hears_only_its_topic_and_write_listeners_the_new_end(tmp_path):
+    """The delay and timer services listen to their own system topics only: a send elsewhere
+    does not call them. Replication's write listeners hear where the CommitLog now ends."""
+    _, store = await open_stores(tmp_path / "store")
+    everything: list[str] = []
+    scheduled: list[tuple[str, int]] = []
+    ends: list[int] = []
+    store.arrival_listeners.append(lambda topic, queue_id, max_offset, msgs: everything.append(topic))
+    store.add_topic_arrival_listener("SCHEDULE_TOPIC_XXXX",
+                                     lambda topic, queue_id, max_offset, msgs: scheduled.append((topic, max_offset)))
+    store.write_listeners.append(ends.append)
+    try:
+        await store.put_message(message(b"plain"))
+        delayed = message(b"delayed")
+        delayed.topic = "SCHEDULE_TOPIC_XXXX"
+        await store.put_message(delayed)  # its queue is new: written by the writer thread
+        last = await store.put_message(message(b"plain again"))
+        await asyncio.sleep(0)
+        assert everything == ["Reput", "SCHEDULE_TOPIC_XXXX", "Reput"]
+        assert scheduled == [("SCHEDULE_TOPIC_XXXX", 1)]
+        assert ends[-1] == last.wrote_offset + last.wrote_bytes == store.max_phy_offset
+        assert ends == sorted(ends) and len(ends) == 3
+    finally:
+        await store.shutdown()
+
+
 async def test_a_put_in_the_writer_thread_writes_the_entries_deferred_before_it_first(tmp_path):
     inner, store = await open_stores(tmp_path / "store")
     try:
