@@ -248,6 +248,11 @@ def test_a_consumer_keeps_consuming_from_the_slave_when_the_master_is_killed(pai
         try:
             c = consumer()
             await c.start()
+            # Owned before the sends: a new group's queue found empty starts at its end (the
+            # client asks the broker for the end after its offset query), which sends landing
+            # between the two requests would be behind.
+            await wait_until(lambda: {mq.queue_id for mq in c.rebalancer.process_queues if mq.topic == TOPIC}
+                             == {0, 1, 2, 3}, 30, "the consumer owning the topic's queues")
             first = {f"first-{i}" for i in range(200)}
             await send_all(producer, 200, "first", concurrency=8)
             await wait_until(lambda: first <= rec.keys(), 30, "the first messages consumed from the master")
