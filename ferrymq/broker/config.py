@@ -133,6 +133,12 @@ class BrokerConfig:
     ha_send_heartbeat_interval: int = 5_000  # ms
     ha_housekeeping_interval: int = 20_000  # ms without traffic before a replication link is dropped
     ha_transfer_batch_size: int = 32 * 1024
+    # FerryMQ's own: an ASYNC_MASTER whose slave has caught up waits this long after new data
+    # before sending it, so the puts of that while go in one transfer (one slave write, one
+    # acknowledgement) instead of one each; nobody waits for an ASYNC_MASTER's slave, and the
+    # lag stays a few milliseconds of data (Apache's writer sleeps up to 100 ms when idle).
+    # Not used by SYNC_MASTER or controller mode (puts or reads wait there); 0: send at once.
+    ha_async_transfer_linger_mills: int = 5
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
     slave_synchronize_interval: int = 10_000  # ms between a slave's metadata syncs from its master
     # Failover (broker/ha/failover.py): the controller at controller_addr decides which broker of
@@ -201,6 +207,7 @@ class BrokerConfig:
             check_range(self, name, 1)
         check_range(self, "max_frame_size", 1024)
         check_range(self, "slow_append_mills", 0)  # 0: every append counts as slow
+        check_range(self, "ha_async_transfer_linger_mills", 0, 1000)
         check_range(self, "tls_cert_reload_interval_seconds", 0)
         ServerTls.check(self.tls_mode, self.tls_server_cert_path, self.tls_server_key_path,
                         self.tls_server_trust_cert_path, self.tls_server_need_client_auth)

@@ -6,7 +6,9 @@ sends waiting for it in the loop pass that read it); a task per slave streams Co
 from there in chunks of at most haTransferBatchSize, sending a heartbeat (size 0) when nothing
 was sent for haSendHeartbeatInterval. A slave silent for
 haHousekeepingInterval is dropped. New data wakes the streams (a store arrival listener),
-no polling.
+no polling. When nobody waits for the slaves (ASYNC_MASTER outside controller mode), a stream
+that has caught up lingers haAsyncTransferLingerMills after new data comes, so a trickle of
+sends costs one transfer, one slave write and one acknowledgement per linger, not per send.
 
 SYNC_MASTER: a put waits (``replication_wait``) until some slave acknowledged an offset at
 or past its end, at most syncFlushTimeout (then FLUSH_SLAVE_TIMEOUT); with no slave
@@ -64,6 +66,9 @@ class HAMasterSettings:
     housekeeping_interval_ms: int
     slave_fallbehind_max: int
     commit_log_file_size: int
+    # A caught-up stream that nobody waits for (ASYNC_MASTER outside controller mode) sends new
+    # data this long after it came, the puts of that while in one transfer (0: at once).
+    async_linger_ms: int = 0
 
 
 @dataclass
@@ -477,6 +482,7 @@ class HAMaster:
         state.next_transfer_offset = requested
         log.info("slave %s: transferring the CommitLog from offset %d", state.address, requested)
         heartbeat = settings.heartbeat_interval_ms / 1000
+        linger = settings.async_linger_ms / 1000
         stream.last_write = time.monotonic()
         warned = False
         loop = asyncio.get_running_loop()
@@ -516,6 +522,10 @@ class HAMaster:
                     await wake.wait()
                 finally:
                     stream.parked = False
+                # Woken by new data (the heartbeat's timer, still armed, did not fire): linger when
+                # nobody waits for this transfer, so what comes meanwhile goes with it.
+                if linger and beat is not None and not self._push_on_write and self.in_sync is None:
+                    await asyncio.sleep(linger)
         finally:
             if beat is not None:
                 beat.cancel()

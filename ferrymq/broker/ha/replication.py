@@ -92,7 +92,8 @@ class Replication:
         self.master = HAMaster(store, HAMasterSettings(
             config.listen_host, port, config.ha_transfer_batch_size, config.ha_send_heartbeat_interval,
             config.ha_housekeeping_interval, config.ha_slave_fallbehind_max,
-            self.store_config.mapped_file_size_commit_log), lambda: self.store_config.sync_flush_timeout,
+            self.store_config.mapped_file_size_commit_log, config.ha_async_transfer_linger_mills),
+            lambda: self.store_config.sync_flush_timeout,
             push_on_write=self.master_role == SYNC_MASTER)
         if self.master_role == SYNC_MASTER:
             store.replication_wait = self.master.replication_wait
