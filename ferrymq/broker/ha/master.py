@@ -56,6 +56,10 @@ from ferrymq.store.results import AppendResult, PutStatus
 
 log = logging.getLogger(__name__)
 
+# Transfers (of at most haTransferBatchSize each) written at once when more than one is ready:
+# 256 KiB with the default size, what a slave keeping up still writes on its loop.
+WRITE_TRANSFERS = 8
+
 
 @dataclass(frozen=True)
 class HAMasterSettings:
@@ -346,7 +350,7 @@ class HAMaster:
 
     def _push(self, stream: "_Stream") -> bool:
         """Send what the CommitLog has past the stream's offset, if it was written lately (read on the
-        loop) and fits one transfer, and the socket takes it at once; False: left to the task."""
+        loop) and fits WRITE_TRANSFERS transfers, and the socket takes it at once; False: left to the task."""
         link = stream.link
         if link.closing or link.backlog:
             return False
@@ -354,12 +358,28 @@ class HAMaster:
         data = store.recent_transfer_data(stream.state.next_transfer_offset, self.settings.transfer_batch_size)
         if not data:
             return False
-        stream.sent(data, store.max_phy_offset)
+        self._send_with_followers(stream, data)
         if stream.state.next_transfer_offset < store.max_phy_offset:
-            return False  # more than one transfer: the task goes on
+            return False  # more than that: the task goes on
         stream.just_pushed = True
         asyncio.get_running_loop().call_soon(stream.pass_ended)
         return True
+
+    def _send_with_followers(self, stream: "_Stream", data: bytes) -> None:
+        """Send ``data`` (the transfer at the stream's offset) and, in the same write, the transfers
+        after it that were written lately, up to WRITE_TRANSFERS in all: a put larger than
+        haTransferBatchSize (a batch) reaches the slave in one read, is written there with one
+        append and acknowledged once, instead of once per transfer."""
+        store, limit = self.store, self.settings.transfer_batch_size
+        chunks = [data]
+        offset = stream.state.next_transfer_offset + len(data)
+        while len(chunks) < WRITE_TRANSFERS:
+            more = store.recent_transfer_data(offset, limit)
+            if not more:
+                break
+            chunks.append(more)
+            offset += len(more)
+        stream.sent(chunks, store.max_phy_offset)
 
     def _accept(self) -> HALink:
         """A slave connecting: its offset reports are read as they arrive (``_reports``), its
@@ -503,7 +523,7 @@ class HAMaster:
                     log.warning("slave %s needs offset %d, which retention deleted (the CommitLog starts at %d): "
                                 "it cannot catch up from this master", state.address, offset, store.min_phy_offset)
                 if data:
-                    stream.sent(data, store.max_phy_offset)
+                    self._send_with_followers(stream, data)
                     await link.drain()
                     continue
                 state.probe_from(store.max_phy_offset, time.monotonic())
@@ -544,11 +564,17 @@ class _Stream:
         self.parked = False  # its task waits for new data
         self.just_pushed = False  # _on_write sent a transfer in this loop pass
 
-    def sent(self, data: bytes, master_end: int) -> None:
-        """Write ``data`` as the transfer at the stream's offset, which moves past it."""
+    def sent(self, chunks: list[bytes], master_end: int) -> None:
+        """Write ``chunks`` (contiguous CommitLog bytes from the stream's offset) as one transfer
+        each, in one write; the stream's offset moves past them."""
         state = self.state
-        self.link.write(encode_transfer(state.next_transfer_offset, data))
-        state.next_transfer_offset += len(data)
+        offset = state.next_transfer_offset
+        frames = []
+        for chunk in chunks:
+            frames.append(encode_transfer(offset, chunk))
+            offset += len(chunk)
+        self.link.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        state.next_transfer_offset = offset
         self.last_write = time.monotonic()
         state.probe_from(master_end, self.last_write)
 

@@ -1,7 +1,9 @@
-"""An ASYNC_MASTER's caught-up slave gets a trickle of sends in one transfer per linger
-(haAsyncTransferLingerMills), not one per send: every byte still arrives, in order, about a
-linger after the first send. Where someone waits for the slave (SYNC_MASTER, controller mode's
-in-sync set) the master sends at once whatever the setting. A real store and the real HA
+"""What a master's HA link sends a slave keeping up. An ASYNC_MASTER's caught-up slave gets a
+trickle of sends in one transfer per linger (haAsyncTransferLingerMills), not one per send:
+every byte still arrives, in order, about a linger after the first send. Where someone waits for
+the slave (SYNC_MASTER, controller mode's in-sync set) the master sends at once whatever the
+setting. A put larger than haTransferBatchSize goes out as transfers of at most that size, back to
+back, and a SYNC_MASTER answers it once the slave holds them all. A real store and the real HA
 listener; the slave is a plain socket speaking the HA frames."""
 
 from __future__ import annotations
@@ -51,13 +53,16 @@ class RawSlave:
         self.writer.close()
 
 
-async def serving_master(tmp_path, linger_ms: int, *, push_on_write: bool = False) -> tuple[HAMaster, AsyncMessageStore]:
+async def serving_master(tmp_path, linger_ms: int, *, push_on_write: bool = False,
+                         transfer_batch_size: int = 32 * 1024) -> tuple[HAMaster, AsyncMessageStore]:
     store = AsyncMessageStore(MessageStore(StoreConfig(str(tmp_path)), store_host=STORE_HOST))
     await store.load(STORE_HOST)
-    settings = HAMasterSettings(host="127.0.0.1", port=0, transfer_batch_size=32 * 1024, heartbeat_interval_ms=5000,
+    settings = HAMasterSettings(host="127.0.0.1", port=0, transfer_batch_size=transfer_batch_size, heartbeat_interval_ms=5000,
                                 housekeeping_interval_ms=20_000, slave_fallbehind_max=256 * 1024 * 1024,
                                 commit_log_file_size=1024 * 1024 * 1024, async_linger_ms=linger_ms)
     master = HAMaster(store, settings, lambda: 3000, push_on_write=push_on_write)
+    if push_on_write:  # SYNC_MASTER: puts wait for a slave (as broker/ha/replication.py sets it up)
+        store.replication_wait = master.replication_wait
     await master.start()
     return master, store
 
@@ -123,6 +128,35 @@ async def test_where_someone_waits_for_the_slave_the_master_sends_at_once_whatev
         _, end = await trickle(store, gap_s=0.02)
         await slave.read_until(end, timeout=0.9)  # long before one linger would have passed
         assert len(slave.transfers) == SENDS
+        slave.close()
+    finally:
+        await master.stop()
+        await store.shutdown()
+
+
+async def test_a_sync_put_larger_than_a_transfer_reaches_the_slave_in_transfers_of_at_most_that_size(tmp_path):
+    master, store = await serving_master(tmp_path, linger_ms=5, push_on_write=True, transfer_batch_size=4096)
+    try:
+        slave = await RawSlave.connect(master.port)
+        # the queue's first put (written in the store's thread), not waiting for the slave
+        first = await store.put_message(MessageExt("Big", b"first", born_host=("10.0.0.1", 1)), wait=False)
+        assert first.status is PutStatus.PUT_OK
+        await slave.read_until(store.max_phy_offset)
+        slave.transfers.clear()
+        start = store.max_phy_offset
+        batch = [MessageExt("Big", bytes([i]) * 1024, born_host=("10.0.0.1", 1)) for i in range(20)]
+        put = asyncio.create_task(store.put_messages(batch))
+        async with asyncio.timeout(2):
+            while store.max_phy_offset == start:  # written (and its transfers sent), now waiting
+                await asyncio.sleep(0.001)
+        end = store.max_phy_offset
+        assert end - start > 5 * 4096
+        await slave.read_until(end)
+        result = await asyncio.wait_for(put, 2)
+        assert result.status is PutStatus.PUT_OK and result.msg_num == 20
+        sizes = [size for _, _, size in slave.transfers]
+        assert all(size == 4096 for size in sizes[:-1]) and 0 < sizes[-1] <= 4096
+        assert sum(sizes) == end - start
         slave.close()
     finally:
         await master.stop()
