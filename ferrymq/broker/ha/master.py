@@ -215,11 +215,14 @@ class HAMaster:
 
     def _time_out_at(self, loop: asyncio.AbstractEventLoop, deadline: float, seq: int, future: asyncio.Future) -> None:
         """``future`` settles FLUSH_SLAVE_TIMEOUT at ``deadline`` unless an acknowledgement came first."""
-        deadlines = self._deadlines
-        heapq.heappush(deadlines, (deadline, seq, future))
-        if deadlines[0][2] is future:  # the earliest now (the first, or syncFlushTimeout was lowered)
-            if self._deadline_timer is not None:
-                self._deadline_timer.cancel()
+        heapq.heappush(self._deadlines, (deadline, seq, future))
+        # One timer, armed at the earliest deadline there was when it was set: a later wait leaves it
+        # as it is (it fires, times out what is due and arms for the next), an earlier one (the
+        # first, or syncFlushTimeout lowered) moves it. Not a timer armed and cancelled per put.
+        timer = self._deadline_timer
+        if timer is None or deadline < timer.when():
+            if timer is not None:
+                timer.cancel()
             self._deadline_timer = loop.call_at(deadline, self._expire)
 
     def _expire(self) -> None:
