@@ -40,6 +40,7 @@ from ferrymq.common.message import (
 )
 from ferrymq.common.message_id import decode_offset_msg_id, offset_msg_id
 from ferrymq.filter.sql92 import SqlError, compile_selector
+from ferrymq.grpc.hpack import Decoder, Encoder, HpackError, huffman_decode, py_huffman_decode
 from ferrymq.common.protocol import ConsumerData, HeartbeatData, ProducerData, SubscriptionData
 from ferrymq.client.pull_service import accept
 from ferrymq.remoting.codes import RequestCode
@@ -281,6 +282,55 @@ def sql92(data: bytes) -> None:
 # ------------------------------------------------------------------ seeds
 
 
+# ------------------------------------------------------------------ gRPC
+
+
+def _hpack_outcome(decode: Callable, block: bytes, max_list_bytes: int) -> object:
+    """What one decoder answers for ``block``, a refusal (HpackError and HeaderListTooLarge) included."""
+    try:
+        return decode(block, max_list_bytes)
+    except HpackError as exc:
+        return "refused", type(exc).__name__, str(exc)
+
+
+def _table(decoder: Decoder) -> tuple[object, ...]:
+    return decoder.dynamic_table, decoder.table_size, decoder.table_capacity
+
+
+def hpack(data: bytes) -> None:
+    """HTTP/2 header blocks a gRPC client sends: two blocks in a row through one decoding context
+    (the dynamic table carries over). The compiled decoder, where built, answers every block as
+    the Python one does (the same header list or the same refusal) and leaves the same dynamic
+    table; a decoded list that the stateless encoder can write decodes back to itself; the
+    compiled Huffman decoder agrees with the Python one on the input itself."""
+    if len(data) < 2:
+        return
+    max_list_bytes = 64 + data[0] * 256  # small limits too, so HeaderListTooLarge is reached
+    cut = 2 + data[1] % (len(data) - 1)
+    compiled, python = Decoder(max_table_size=4096), Decoder(max_table_size=4096)
+    for block in (data[2:cut], data[cut:]):
+        answer = _hpack_outcome(compiled.decode, block, max_list_bytes)
+        assert answer == _hpack_outcome(python.py_decode, block, max_list_bytes), block
+        assert _table(compiled) == _table(python), block
+        if isinstance(answer, list) and all(name == name.lower() for name, _ in answer):
+            assert Decoder().decode(Encoder().encode(answer), 1 << 30) == answer, answer
+    assert _outcome(huffman_decode, data) == _outcome(py_huffman_decode, data), data
+
+
+def _seed_hpack() -> Iterable[bytes]:
+    request = [(":method", "POST"), (":scheme", "http"), (":path", "/apache.rocketmq.v2.MessagingService/SendMessage"),
+               (":authority", "127.0.0.1:8081"), ("content-type", "application/grpc"), ("te", "trailers"),
+               ("x-mq-client-id", "host@1234@1@abc"), ("grpc-timeout", "3000m")]
+    block = Encoder().encode(request)
+    yield bytes([16, len(block)]) + block + block
+    # (the second byte: where the first block ends) literals with incremental indexing (0x40)
+    # twice, then the entries they added (62 and 63)
+    literal = bytes([0x40, 3]) + b"abc" + bytes([3]) + b"xyz"
+    yield bytes([1, len(literal) * 2]) + literal * 2 + bytes([0x80 | 62, 0x80 | 63])
+    # a table size update, then a Huffman-coded value ("www.example.com", RFC 7541 C.4.1)
+    yield bytes([2, 3]) + bytes([0x3F, 0xE1, 0x1F]) + bytes.fromhex("828684418cf1e3c2e5f23a6ba0ab90f4ff")
+
+
 def _sample_commands() -> list[RemotingCommand]:
     send = SendMessageHeader(producer_group="PG", topic="orders", queue_id=1,
                              properties=encode_properties({"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": "AB"}))
@@ -371,6 +421,7 @@ TARGETS: dict[str, Target] = {
         Target("json_bodies", json_bodies, _seed_json, "fastjson bodies"),
         Target("heartbeats", heartbeats, lambda: [_heartbeat().to_json()], "HEART_BEAT body model"),
         Target("sql92", sql92, _seed_sql, "SQL92 selector compile and evaluate"),
+        Target("hpack", hpack, _seed_hpack, "HTTP/2 header blocks (gRPC), compiled against Python"),
     )
 }
 
