@@ -134,8 +134,8 @@ class BrokerConfig:
     ha_housekeeping_interval: int = 20_000  # ms without traffic before a replication link is dropped
     ha_transfer_batch_size: int = 32 * 1024
     # FerryMQ's own: an ASYNC_MASTER whose slave has caught up waits this long after new data
-    # before sending it, so the puts of that while go in one transfer (one slave write, one
-    # acknowledgement) instead of one each; nobody waits for an ASYNC_MASTER's slave, and the
+    # before sending it, so the puts of that while go together (one write to the slave, one
+    # append there, one acknowledgement) instead of one each; nobody waits for its slave, and the
     # lag stays a few milliseconds of data (Apache's writer sleeps up to 100 ms when idle).
     # Not used by SYNC_MASTER or controller mode (puts or reads wait there); 0: send at once.
     ha_async_transfer_linger_mills: int = 5

@@ -8,7 +8,8 @@ was sent for haSendHeartbeatInterval. A slave silent for
 haHousekeepingInterval is dropped. New data wakes the streams (a store arrival listener),
 no polling. When nobody waits for the slaves (ASYNC_MASTER outside controller mode), a stream
 that has caught up lingers haAsyncTransferLingerMills after new data comes, so a trickle of
-sends costs one transfer, one slave write and one acknowledgement per linger, not per send.
+sends costs one write to the slave, one append there and one acknowledgement per linger, not per
+send. Transfers ready together leave in one write (up to WRITE_TRANSFERS).
 
 SYNC_MASTER: a put waits (``replication_wait``) until some slave acknowledged an offset at
 or past its end, at most syncFlushTimeout (then FLUSH_SLAVE_TIMEOUT); with no slave
@@ -71,7 +72,7 @@ class HAMasterSettings:
     slave_fallbehind_max: int
     commit_log_file_size: int
     # A caught-up stream that nobody waits for (ASYNC_MASTER outside controller mode) sends new
-    # data this long after it came, the puts of that while in one transfer (0: at once).
+    # data this long after it came, with the puts of that while (0: at once).
     async_linger_ms: int = 0
 
 
