@@ -318,8 +318,8 @@ def hpack(data: bytes) -> None:
 
 
 def _seed_hpack() -> Iterable[bytes]:
-    request = [(":method", "POST"), (":scheme", "http"), (":path", "/apache.rocketmq.v2.MessagingService/SendMessage"),
-               (":authority", "127.0.0.1:8081"), ("content-type", "application/grpc"), ("te", "trailers"),
+    request = [(":method", "POST"), (":scheme", "http"),
+               (":path", "/apache.rocketmq.v2.MessagingService/SendMessage"), (":authority", "127.0.0.1:8081"), ("content-type", "application/grpc"), ("te", "trailers"),
                ("x-mq-client-id", "host@1234@1@abc"), ("grpc-timeout", "3000m")]
     block = Encoder().encode(request)
     yield bytes([16, len(block)]) + block + block
