@@ -111,7 +111,7 @@ def _outcome(fn: Callable, arg) -> object:
     """What ``fn(arg)`` answers, a refusal (the decode errors of our codecs) included."""
     try:
         return fn(arg)
-    except (ValueError, HeaderDecodeError) as exc:
+    except (ValueError, HeaderDecodeError, HpackError) as exc:
         return "refused", type(exc).__name__, str(exc)
 
 
@@ -279,18 +279,7 @@ def sql92(data: bytes) -> None:
     assert selector.matches(props) is (selector.evaluate(props) is True)
 
 
-# ------------------------------------------------------------------ seeds
-
-
 # ------------------------------------------------------------------ gRPC
-
-
-def _hpack_outcome(decode: Callable, block: bytes, max_list_bytes: int) -> object:
-    """What one decoder answers for ``block``, a refusal (HpackError and HeaderListTooLarge) included."""
-    try:
-        return decode(block, max_list_bytes)
-    except HpackError as exc:
-        return "refused", type(exc).__name__, str(exc)
 
 
 def _table(decoder: Decoder) -> tuple[object, ...]:
@@ -309,26 +298,15 @@ def hpack(data: bytes) -> None:
     cut = 2 + data[1] % (len(data) - 1)
     compiled, python = Decoder(max_table_size=4096), Decoder(max_table_size=4096)
     for block in (data[2:cut], data[cut:]):
-        answer = _hpack_outcome(compiled.decode, block, max_list_bytes)
-        assert answer == _hpack_outcome(python.py_decode, block, max_list_bytes), block
+        answer = _outcome(lambda b: compiled.decode(b, max_list_bytes), block)
+        assert answer == _outcome(lambda b: python.py_decode(b, max_list_bytes), block), block
         assert _table(compiled) == _table(python), block
         if isinstance(answer, list) and all(name == name.lower() for name, _ in answer):
             assert Decoder().decode(Encoder().encode(answer), 1 << 30) == answer, answer
     assert _outcome(huffman_decode, data) == _outcome(py_huffman_decode, data), data
 
 
-def _seed_hpack() -> Iterable[bytes]:
-    request = [(":method", "POST"), (":scheme", "http"),
-               (":path", "/apache.rocketmq.v2.MessagingService/SendMessage"), (":authority", "127.0.0.1:8081"), ("content-type", "application/grpc"), ("te", "trailers"),
-               ("x-mq-client-id", "host@1234@1@abc"), ("grpc-timeout", "3000m")]
-    block = Encoder().encode(request)
-    yield bytes([16, len(block)]) + block + block
-    # (the second byte: where the first block ends) literals with incremental indexing (0x40)
-    # twice, then the entries they added (62 and 63)
-    literal = bytes([0x40, 3]) + b"abc" + bytes([3]) + b"xyz"
-    yield bytes([1, len(literal) * 2]) + literal * 2 + bytes([0x80 | 62, 0x80 | 63])
-    # a table size update, then a Huffman-coded value ("www.example.com", RFC 7541 C.4.1)
-    yield bytes([2, 3]) + bytes([0x3F, 0xE1, 0x1F]) + bytes.fromhex("828684418cf1e3c2e5f23a6ba0ab90f4ff")
+# ------------------------------------------------------------------ seeds
 
 
 def _sample_commands() -> list[RemotingCommand]:
@@ -404,6 +382,21 @@ def _seed_sql() -> Iterable[bytes]:
 def _seed_json() -> Iterable[bytes]:
     yield _heartbeat().to_json()
     yield b'{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:5},"table":{0:"127.0.0.1:10911"}}'
+
+
+def _seed_hpack() -> Iterable[bytes]:
+    request = [(":method", "POST"), (":scheme", "http"),
+               (":path", "/apache.rocketmq.v2.MessagingService/SendMessage"), (":authority", "127.0.0.1:8081"),
+               ("content-type", "application/grpc"), ("te", "trailers"), ("x-mq-client-id", "host@1234@1@abc"),
+               ("grpc-timeout", "3000m")]
+    block = Encoder().encode(request)
+    yield bytes([16, len(block)]) + block + block
+    # (the second byte: where the first block ends) literals with incremental indexing (0x40)
+    # twice, then the entries they added (62 and 63)
+    literal = bytes([0x40, 3]) + b"abc" + bytes([3]) + b"xyz"
+    yield bytes([1, len(literal) * 2]) + literal * 2 + bytes([0x80 | 62, 0x80 | 63])
+    # a table size update, then a Huffman-coded value ("www.example.com", RFC 7541 C.4.1)
+    yield bytes([2, 3]) + bytes([0x3F, 0xE1, 0x1F]) + bytes.fromhex("828684418cf1e3c2e5f23a6ba0ab90f4ff")
 
 
 TARGETS: dict[str, Target] = {

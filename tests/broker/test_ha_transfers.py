@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ferrymq.broker.ha.frames import TRANSFER_HEADER, encode_offset_report
+from ferrymq.broker.ha.frames import TRANSFER_BATCH_SIZE, TRANSFER_HEADER, decode_transfer_header, encode_offset_report
 from ferrymq.broker.ha.master import HAMaster, HAMasterSettings
 from ferrymq.common.message import MessageExt
 from ferrymq.store import MessageStore, PutStatus, StoreConfig
@@ -41,7 +41,9 @@ class RawSlave:
     async def read_until(self, end: int, timeout: float = 5.0) -> None:
         async with asyncio.timeout(timeout):
             while self.received < end:
-                offset, size = TRANSFER_HEADER.unpack(await self.reader.readexactly(TRANSFER_HEADER.size))
+                header = decode_transfer_header(await self.reader.readexactly(TRANSFER_HEADER.size),
+                                                TRANSFER_BATCH_SIZE)
+                offset, size = header.offset, header.size
                 if size:
                     await self.reader.readexactly(size)
                     assert offset == self.received, "transfers arrive in order, with no gap"
