@@ -110,7 +110,7 @@ class Stream:
     """One request stream: its request headers, its receiver, and its send side (queued behind
     the peer's flow-control windows, in order: headers never overtake data)."""
 
-    __slots__ = ("id", "headers", "receiver", "_conn", "window", "_queue", "_closed_local", "_closed_remote",
+    __slots__ = ("id", "headers", "receiver", "_conn", "window", "_queue", "_closed_local", "ended_by_peer",
                  "_drained", "unacked")
 
     def __init__(self, conn: "Http2Connection", stream_id: int, headers: list[tuple[str, str]]) -> None:
@@ -121,7 +121,7 @@ class Stream:
         self.window = conn.peer_initial_window
         self._queue: deque[tuple[int, bytes, bool]] = deque()  # (kind, payload, end_stream) waiting
         self._closed_local = False  # we sent END_STREAM or RST_STREAM
-        self._closed_remote = False  # the peer sent END_STREAM
+        self.ended_by_peer = False  # the peer sent END_STREAM (read here, set by closed_by_peer)
         self._drained: asyncio.Future | None = None
         self.unacked = 0  # received on this stream, not yet given back in a WINDOW_UPDATE
 
@@ -216,11 +216,7 @@ class Stream:
         self._closed_local = True
 
     def closed_by_peer(self) -> None:
-        self._closed_remote = True
-
-    @property
-    def ended_by_peer(self) -> bool:
-        return self._closed_remote
+        self.ended_by_peer = True
 
     def lost(self) -> None:
         self._closed_local = True
@@ -401,26 +397,29 @@ class Http2Connection(asyncio.Protocol):
         a frame and their DATA fits both windows (a unary call's whole answer, mostly); False,
         with nothing written, when they do not (``send_all`` queues them then)."""
         max_frame = self.peer_max_frame
+        pack = _FRAME_HEADER.pack
+        sid = stream.id
         data_bytes = 0
-        for kind, payload, end_stream in items:
-            if len(payload) > max_frame:
+        ended = False
+        out = []
+        for kind, payload, end_stream in items:  # HEADERS or DATA, each frame's header packed here (no call per frame)
+            length = len(payload)
+            if length > max_frame:
                 return False
             if kind == DATA:
-                data_bytes += len(payload)
+                data_bytes += length
+                flags = END_STREAM if end_stream else 0
+            else:
+                flags = END_HEADERS | END_STREAM if end_stream else END_HEADERS
+            out.append(pack(length >> 16, length & 0xFFFF, kind, flags, sid))
+            out.append(payload)
             if end_stream:
+                ended = True
                 break
         if data_bytes > stream.window or data_bytes > self._send_window:
             return False
-        out = []
-        for kind, payload, end_stream in items:
-            flags = END_STREAM if end_stream else 0
-            if kind == HEADERS:
-                flags |= END_HEADERS
-            out.append(frame_header(kind, flags, stream.id, len(payload)))
-            out.append(payload)
-            if end_stream:
-                stream.end_local()
-                break
+        if ended:
+            stream.end_local()
         stream.window -= data_bytes
         self._send_window -= data_bytes
         self.write(b"".join(out))
@@ -538,9 +537,8 @@ class Http2Connection(asyncio.Protocol):
             raise ConnectionError_(PROTOCOL_ERROR, "PUSH_PROMISE from a client")
         # other frame types are ignored (RFC 9113 5.5)
 
-    def _unpad(self, flags: int, payload: bytes) -> bytes:
-        if not flags & PADDED:
-            return payload
+    def _unpad(self, payload: bytes) -> bytes:
+        """A PADDED frame's payload without its padding."""
         if not payload or payload[0] >= len(payload):
             raise ConnectionError_(PROTOCOL_ERROR, "padding longer than the frame")
         return payload[1:len(payload) - payload[0]]
@@ -550,7 +548,7 @@ class Http2Connection(asyncio.Protocol):
             raise ConnectionError_(PROTOCOL_ERROR, "DATA on stream 0")
         self._refund(len(payload))
         stream = self.streams.get(stream_id)
-        data = self._unpad(flags, payload)
+        data = self._unpad(payload) if flags & PADDED else payload
         if stream is None:
             if stream_id > self._last_stream:
                 raise ConnectionError_(PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
@@ -581,7 +579,7 @@ class Http2Connection(asyncio.Protocol):
     def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if not stream_id:
             raise ConnectionError_(PROTOCOL_ERROR, "HEADERS on stream 0")
-        block = self._unpad(flags, payload)
+        block = self._unpad(payload) if flags & PADDED else payload
         if flags & PRIORITY_FLAG:
             if len(block) < 5:
                 raise ConnectionError_(FRAME_SIZE_ERROR, "HEADERS too short for its priority")

@@ -209,7 +209,8 @@ def outgoing(message: pb.Message, *, queue_id: int, store_config: StoreConfig,
     message_type = message_type_of(message)
     body = check_body(message)
     props: dict[str, str] = {}
-    for key, value in message.user_properties.items():
+    user_properties = message.user_properties
+    for key, value in user_properties.items() if user_properties else ():  # (items(): a Python-level view)
         if not key or key in SYSTEM_PROPERTIES:
             raise MessageRefused(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property key {key!r} is reserved or empty")
         if not _plain(key + value):

@@ -145,8 +145,8 @@ class Call:
                  "_deadline", "_deadline_timer", "_headers_sent", "_finished", "_inflate", "_failed")
 
     def __init__(self, server: "GrpcServer", stream: Stream, headers: dict[str, str], method: Method,
-                 deadline: float | None, inflate: Callable[[bytes], bytes] | None) -> None:
-        loop = asyncio.get_running_loop()
+                 deadline: float | None, inflate: Callable[[bytes], bytes] | None,
+                 loop: asyncio.AbstractEventLoop) -> None:
         self._server = server
         self._stream = stream
         self._method = method
@@ -279,7 +279,8 @@ class Call:
             return
         if self._finished:
             return
-        payload = response.SerializeToString()
+        # a handler may answer with its response already serialized (SendMessage does: service.py)
+        payload = response if type(response) is bytes else response.SerializeToString()
         self._finished = True
         self._stream.send_all(((HEADERS, RESPONSE_HEADERS, False), (DATA, _PREFIX.pack(0, len(payload)) + payload, False),
                                (HEADERS, TRAILERS_OK, True)))
@@ -466,14 +467,16 @@ class GrpcServer:
             stream.send_headers(_encoder.encode(fields), end_stream=True)
             return
         method = self.methods[headers[":path"]]
+        loop = asyncio.get_running_loop()
         timeout = headers.get("grpc-timeout")
         deadline = None
         if timeout is not None:
             seconds = parse_timeout(timeout)
             if seconds is not None:
-                deadline = asyncio.get_running_loop().time() + seconds
-        inflate = inflater(headers.get("grpc-encoding", "identity"), self.max_message_bytes)
-        call = Call(self, stream, headers, method, deadline, inflate)
+                deadline = loop.time() + seconds
+        encoding = headers.get("grpc-encoding")
+        inflate = None if encoding is None else inflater(encoding, self.max_message_bytes)
+        call = Call(self, stream, headers, method, deadline, inflate, loop)
         stream.receiver = call
         if end_stream:
             call.end()

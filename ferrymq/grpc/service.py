@@ -50,6 +50,7 @@ from ferrymq.grpc.messages import (MessageRefused, OutgoingSend, duration_ms, gr
 from ferrymq.grpc.protocol import Code, MessageType, pb, spb, status
 from ferrymq.grpc.pulling import PullOffsets
 from ferrymq.grpc.routes import RouteDirectory, RouteUnavailable, assignments, message_queues
+from ferrymq.grpc.send_response import SentEntry, refused, send_response, stored
 from ferrymq.grpc.server import CallContext, CallEnded
 from ferrymq.grpc.settings import LONG_POLLING_TIMEOUT_MS, RECEIVE_BATCH_SIZE, server_settings
 from ferrymq.grpc.telemetry import TelemetrySession
@@ -311,31 +312,29 @@ class MessagingService:
         # a message group always lands on one queue of this broker (FIFO within the group)
         return zlib.crc32(group.encode()) % max(1, tc.write_queue_nums if tc else 1)
 
-    async def _send_one(self, message: pb.Message, peer: Peer, client_id: str) -> spb.SendResultEntry:
+    async def _send_one(self, message: pb.Message, address: tuple[str, int], client_id: str) -> SentEntry:
         started_ms = int(time.time() * 1000)
         try:
             out = outgoing(message, queue_id=self._queue_for(message), store_config=self.store_config)
         except MessageRefused as exc:
-            return spb.SendResultEntry(status=status(exc.code, exc.message))
-        sent = await self.send(RequestCode.SEND_MESSAGE_V2, out.header, out.properties, out.body, peer.remote_address,
+            return refused(exc.code, exc.message)
+        sent = await self.send(RequestCode.SEND_MESSAGE_V2, out.header, out.properties, out.body, address,
                                time.monotonic())
         result = sent.result
         if result is None or not result.ok:
             code = SEND_CODES.get(sent.code, Code.INTERNAL_ERROR)
             if sent.code == ResponseCode.MESSAGE_ILLEGAL and "propert" in (sent.remark or "").lower():
                 code = Code.MESSAGE_PROPERTIES_TOO_LARGE
-            return spb.SendResultEntry(status=status(code, sent.remark or ""))
+            return refused(code, sent.remark or "")
         if self.trace is not None:
-            self._trace_publish(message, out, result.msg_ids[0], started_ms, peer, client_id)
-        entry = spb.SendResultEntry(status=OK_STATUS, message_id=out.message_id, offset=result.queue_offset)
-        if out.message_type == MessageType.TRANSACTION:
-            # what EndTransaction needs to find the half message: its CommitLog and queue offsets
-            entry.transaction_id = transaction_id(result.wrote_offset, result.queue_offset, out.message_id)
-        if sent.recall_handle:
-            entry.recall_handle = sent.recall_handle
-        return entry
+            self._trace_publish(message, out, result.msg_ids[0], started_ms, address, client_id)
+        # a transaction's id: what EndTransaction needs to find the half message (its offsets)
+        txid = (transaction_id(result.wrote_offset, result.queue_offset, out.message_id)
+                if out.message_type == MessageType.TRANSACTION else "")
+        return stored(out.message_id, result.queue_offset, txid, sent.recall_handle or "")
 
-    async def SendMessage(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
+    async def SendMessage(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse | bytes:
+        """Answered serialized (send_response.py) once its messages went to the send path."""
         messages = request.messages
         if not messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no message to send"))
@@ -345,16 +344,16 @@ class MessagingService:
         denied = self._denied(context, topic=topic, perm=AclPerm.PUB)
         if denied:
             return spb.SendMessageResponse(status=denied)
-        peer = Peer.of(context)
+        address = context.peer_address
         client_id = context.header("x-mq-client-id")
-        entries = [await self._send_one(m, peer, client_id) for m in messages]
-        failed = next((e.status for e in entries if e.status.code != Code.OK), None)
-        return spb.SendMessageResponse(status=failed or OK_STATUS, entries=entries)
+        if len(messages) == 1:
+            return send_response([await self._send_one(messages[0], address, client_id)])
+        return send_response([await self._send_one(m, address, client_id) for m in messages])
 
-    def _trace_publish(self, message: pb.Message, out: OutgoingSend, offset_msg_id: str, started_ms: int, peer: Peer,
-                       client_id: str) -> None:
+    def _trace_publish(self, message: pb.Message, out: OutgoingSend, offset_msg_id: str, started_ms: int,
+                       address: tuple[str, int], client_id: str) -> None:
         """The Pub record of a stored message (its group: the client id, v2 producers have none)."""
-        host, port = peer.remote_address
+        host, port = address
         store_host = None
         with contextlib.suppress(ValueError):
             stored_at, stored_port, _ = decode_offset_msg_id(offset_msg_id)
