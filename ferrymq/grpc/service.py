@@ -69,7 +69,6 @@ log = logging.getLogger(__name__)
 SendHandler = Callable[[int, SendMessageHeader, dict, bytes, tuple[str, int], float], Awaitable[SendOutcome]]
 MIN_INVISIBLE_MS = 1_000
 DEFAULT_INVISIBLE_MS = 60_000
-OK_STATUS = status()  # (copied into each answer that carries it)  # auto_renew receives (PushConsumer) without their own duration
 
 # remoting answer of the send path -> v2 status code
 SEND_CODES = {
