@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 # address, when it was read) -> how it ended
 SendHandler = Callable[[int, SendMessageHeader, dict, bytes, tuple[str, int], float], Awaitable[SendOutcome]]
 MIN_INVISIBLE_MS = 1_000
-DEFAULT_INVISIBLE_MS = 60_000
+DEFAULT_INVISIBLE_MS = 60_000  # auto_renew receives (PushConsumer) without their own duration
 
 # remoting answer of the send path -> v2 status code
 SEND_CODES = {
