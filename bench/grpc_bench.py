@@ -38,18 +38,11 @@ message of 5x-send-16 / 4x-sync16 and 5x-send-1 / 4x-sync1; issue 33 wants <= 1.
 average before and after and the CPU other processes used meanwhile (figures taken on a busy
 machine are not final). A full run (both brokers, both modes, threads 1,16, not --quick) writes
 bench/results/grpc-<date>-<time>.json; ``--json PATH`` writes any run there too.
-
-``--pin`` runs each broker on CPU 0 and the clients on the other CPUs. On a two-CPU machine the
-5.x Java client uses more than a CPU of its own at one sender (the 4.x client less), and a
-broker sharing its cores with it is preempted thousands of times a second: its CPU per message
-then also measures that competition. Pinned, the figure is the broker's own work; a pinned run
-is not written to bench/results unless ``--json`` asks.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import asyncio
 import datetime
 import json
@@ -80,7 +73,6 @@ FULL = {"messages": 20_000, "warmup": 2000, "broker_warmup": 10_000}
 QUICK = {"messages": 1500, "warmup": 200, "broker_warmup": 500}
 # issue 33: a 5.x send may cost the broker at most 1.5x a 4.x send
 SEND_COST_TARGET = 1.5
-BROKER_CPUS = {0}  # --pin: where the broker runs
 
 
 def log(text: str) -> None:
@@ -212,13 +204,6 @@ def measure(pid: int, run) -> tuple[dict, float]:
     return result, proc_cpu_seconds(pid) - before
 
 
-def pin_threads(pid: int, cpus: set[int]) -> None:
-    """Every thread of process ``pid`` onto ``cpus`` (threads it starts later inherit it)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(ProcessLookupError):
-            os.sched_setaffinity(int(tid), cpus)
-
-
 def unique(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:6]}"
 
@@ -252,8 +237,6 @@ def run_broker(broker: str, mode: str, args) -> list[dict]:
         t0 = time.monotonic()
         target.start()
         try:
-            if args.pin:
-                pin_threads(target.pid, BROKER_CPUS)
             log(f"{target.name} [{mode}] ({target.version}) up in {time.monotonic() - t0:.1f}s")
             warm_up(target, args)
             return run_scenarios(target, mode, args)
@@ -347,8 +330,6 @@ def print_report(info: dict, rows: list[dict], errors: dict, args, file=sys.stdo
     p(f"\ngRPC (RocketMQ 5 Java client 5.2.0) beside 4.x remoting (Java 4.9.7 client): {args.messages} messages of "
       f"{args.size} B per scenario after {args.warmup} unmeasured, broker warm-up {args.broker_warmup}")
     p(f"machine: {info.get('nproc')} CPUs {info.get('cpu')}, {info.get('java')}, FerryMQ {info.get('ferrymq_commit')}")
-    if info.get("pinned"):
-        p(f"pinned (--pin): {info['pinned']}")
     for name, version in info.get("versions", {}).items():
         p(f"{name}: {version}")
     header = ("mode", "scenario", "FerryMQ msg/s", "CPU us/msg", "Apache msg/s", "CPU us/msg", "F/A msg/s", "F/A CPU")
@@ -396,9 +377,6 @@ def main() -> int:
     p.add_argument("--threads", default="1,16", help="sender threads per send scenario (default 1,16)")
     p.add_argument("--modes", default=",".join(MODES), help="grpcTlsMode / the proxy's tls.server.mode (default both)")
     p.add_argument("--json", default=None, help="also write the figures to this file")
-    p.add_argument("--pin", action="store_true",
-                   help="the broker's threads on CPU 0, the clients on the others: what a send costs the broker "
-                        "without the client's threads competing for its core (each broker, Apache's too)")
     args = p.parse_args()
     defaults = QUICK if args.quick else FULL
     for key, value in defaults.items():
@@ -412,12 +390,6 @@ def main() -> int:
         p.error(f"unknown broker or mode: {', '.join(unknown)}")
 
     info = machine_info()
-    if args.pin:
-        cpus = os.sched_getaffinity(0)
-        if len(cpus) < 2 or not BROKER_CPUS <= cpus:
-            p.error(f"--pin needs CPU 0 and another: this process may use {sorted(cpus)}")
-        os.sched_setaffinity(0, cpus - BROKER_CPUS)  # the clients (and the broker, until pinned) start from here
-        info["pinned"] = f"broker on CPU {min(BROKER_CPUS)}, clients on CPUs {sorted(cpus - BROKER_CPUS)}"
     load = OutsideLoad(info)
     log(f"grpc bench: {args.messages} messages of {args.size} B per scenario; {os.cpu_count()} CPUs, "
         f"load average {info['loadavg_before']}")
@@ -448,7 +420,7 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2))
         print(f"results written to {args.json}")
-    full = (not args.quick and not args.pin and set(args.brokers) == set(BROKERS) and set(args.modes) == set(MODES)
+    full = (not args.quick and set(args.brokers) == set(BROKERS) and set(args.modes) == set(MODES)
             and args.threads == [1, 16] and args.messages >= FULL["messages"] and not errors)
     if full:
         path = RESULTS_DIR / f"grpc-{datetime.datetime.now().strftime('%Y-%m-%d-%H%M')}.json"
