@@ -4,8 +4,8 @@ gRPC wire protocol (PROTOCOL-HTTP2) frames them.
 A request stream whose ``:path`` names a method of the service becomes a ``Call``: its messages
 (a flag byte, a 4-byte length, the protobuf; gzip/deflate-compressed ones are inflated) go to
 the service's coroutine for that method, which gets ``(request, context)`` (unary and
-server-streaming) or ``(request_iterator, context)`` (bidirectional) and returns a response or
-yields responses. The answer is response headers, one DATA frame per response, and trailers
+server-streaming) or ``(request_iterator, context)`` (bidirectional) and returns a response (a
+unary method may return it already serialized, as bytes) or yields responses. The answer is response headers, one DATA frame per response, and trailers
 with ``grpc-status``; a call that fails before answering gets trailers only. The context gives
 what the service reads of a call: ``peer()``, ``invocation_metadata()``, ``time_remaining()``.
 
