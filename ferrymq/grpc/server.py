@@ -5,9 +5,10 @@ A request stream whose ``:path`` names a method of the service becomes a ``Call`
 (a flag byte, a 4-byte length, the protobuf; gzip/deflate-compressed ones are inflated) go to
 the service's coroutine for that method, which gets ``(request, context)`` (unary and
 server-streaming) or ``(request_iterator, context)`` (bidirectional) and returns a response (a
-unary method may return it already serialized, as bytes) or yields responses. The answer is response headers, one DATA frame per response, and trailers
-with ``grpc-status``; a call that fails before answering gets trailers only. The context gives
-what the service reads of a call: ``peer()``, ``invocation_metadata()``, ``time_remaining()``.
+unary method may return it already serialized, as bytes) or yields responses. The answer is
+response headers, one DATA frame per response, and trailers with ``grpc-status``; a call that
+fails before answering gets trailers only. The context gives what the service reads of a call:
+``peer()``, ``invocation_metadata()``, ``time_remaining()``.
 
 ``grpc-timeout`` is a deadline: past it the call is cancelled and answered DEADLINE_EXCEEDED. A
 stream reset by the client, or its connection closing, cancels the call. Methods listed as
