@@ -1,6 +1,6 @@
 """What QUERY_CONSUMER_OFFSET answers for a group that never committed, FerryMQ beside Apache
-RocketMQ 5.3.1 and 4.9.7: a client starting a new group (CONSUME_FROM_LAST_OFFSET) decides from it
-whether it reads the queue from its start or from its end.
+RocketMQ 5.3.1 and 4.9.7: the offset a new group's consumer starts from, or (QUERY_NOT_FOUND) none,
+when the client falls back to its consume-from-where setting.
 
 Read in Apache's sources (session notes of 2026-12-01): 4.9.7 answers offset 0 when the queue's
 minimum offset is 0 and offset 0 is not "on disk" only, which an empty queue satisfies; 5.x answers 0
